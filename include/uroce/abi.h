@@ -1,0 +1,394 @@
+// The one header that defines everything crossing between the provider
+// (libibverbs.so.1 inside a client process) and the engine (uroced):
+// control messages on the Unix socket and the shared-memory queue layouts.
+// The provider includes this header and nothing else from the engine.
+//
+// Rules: fixed-width types, offsets never pointers, explicit padding,
+// power-of-two rings, producer and consumer indices on separate cache lines.
+// Everything a client writes into shared memory is untrusted by the engine.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+namespace uroce::abi {
+
+constexpr uint32_t kMagic = 0x434f5255;  // "UROC"
+constexpr uint32_t kVersion = 1;
+constexpr size_t kCacheLine = 64;
+constexpr size_t kMaxDeviceName = 64;
+constexpr size_t kMaxGids = 16;
+constexpr size_t kMaxCtlMsg = 4096;  // largest control message, either way
+constexpr size_t kMaxCtlFds = 4;
+
+// ---------------------------------------------------------------------------
+// Shared-memory queues
+// ---------------------------------------------------------------------------
+
+// Header at offset 0 of every queue region (SQ, RQ, SRQ, CQ). The producer
+// publishes with a release store after writing the entry; the consumer reads
+// the other side's index with an acquire load.
+struct QueueHeader {
+  // SQ/RQ: written by the client (post). CQ: written by the engine.
+  alignas(kCacheLine) std::atomic<uint32_t> producer;
+  // SQ/RQ: written by the engine (slot free again). CQ: written by the client.
+  alignas(kCacheLine) std::atomic<uint32_t> consumer;
+  // CQ only: arm state written by the client (ibv_req_notify_cq), cleared by
+  // the engine with an exchange when it raises the completion event.
+  alignas(kCacheLine) std::atomic<uint32_t> notify;
+  uint32_t reserved0;
+  // Written once by the engine at creation; the engine keeps its own copy.
+  uint32_t log2_entries;
+  uint32_t stride;
+  uint32_t reserved1[12];
+};
+static_assert(sizeof(QueueHeader) == 3 * kCacheLine);
+static_assert(offsetof(QueueHeader, consumer) == kCacheLine);
+static_assert(std::atomic<uint32_t>::is_always_lock_free);
+static_assert(std::is_standard_layout_v<QueueHeader>);
+constexpr size_t kQueueEntriesOffset = sizeof(QueueHeader);
+
+enum CqNotify : uint32_t {
+  kCqNotifyNone = 0,
+  kCqNotifyNext = 1,       // any next completion raises an event
+  kCqNotifySolicited = 2,  // only solicited or error completions
+};
+
+struct Sge {
+  uint64_t addr;
+  uint32_t length;
+  uint32_t lkey;
+};
+static_assert(sizeof(Sge) == 16);
+
+// Address vector carried by UD work requests (the AH lives in the client, as
+// on mlx5 where the AV is copied into the WQE).
+struct AddressVector {
+  uint8_t dgid[16];
+  uint32_t flow_label;
+  uint8_t sgid_index;
+  uint8_t hop_limit;
+  uint8_t traffic_class;
+  uint8_t sl;
+  uint8_t is_global;
+  uint8_t port_num;
+  uint8_t reserved[6];
+};
+static_assert(sizeof(AddressVector) == 32);
+
+// Send WQE: a fixed 128-byte header followed by either num_sge Sge entries or
+// inline_len bytes of inline data (IBV_SEND_INLINE).
+struct SendWqe {
+  uint64_t wr_id;
+  uint32_t opcode;     // enum ibv_wr_opcode
+  uint32_t flags;      // enum ibv_send_flags
+  uint32_t imm_data;   // network order, or the rkey to invalidate
+  uint32_t num_sge;
+  uint32_t inline_len;
+  uint32_t rkey;
+  uint64_t remote_addr;
+  uint64_t compare_add;
+  uint64_t swap;
+  uint32_t remote_qpn;  // UD
+  uint32_t remote_qkey; // UD
+  uint32_t xrc_remote_srqn;
+  uint32_t reserved0;
+  AddressVector av;     // UD
+  uint8_t reserved1[16];
+};
+static_assert(sizeof(SendWqe) == 128);
+static_assert(offsetof(SendWqe, av) == 80);
+
+struct RecvWqe {
+  uint64_t wr_id;
+  uint32_t num_sge;
+  uint32_t reserved;
+  // followed by num_sge Sge entries
+};
+static_assert(sizeof(RecvWqe) == 16);
+
+// Completion entry, written by the engine.
+struct Cqe {
+  uint64_t wr_id;
+  uint32_t status;      // enum ibv_wc_status
+  uint32_t opcode;      // enum ibv_wc_opcode
+  uint32_t vendor_err;
+  uint32_t byte_len;
+  uint32_t imm_data;    // network order, or invalidated rkey
+  uint32_t qp_num;
+  uint32_t src_qp;
+  uint32_t wc_flags;    // enum ibv_wc_flags
+  uint16_t pkey_index;
+  uint16_t slid;
+  uint8_t sl;
+  uint8_t dlid_path_bits;
+  uint8_t reserved0[2];
+  uint64_t timestamp_ns;
+  uint64_t reserved1;
+};
+static_assert(sizeof(Cqe) == 64);
+
+// Engine-wide page shared read-only with every client.
+struct EngineShared {
+  uint32_t magic;
+  uint32_t version;
+  // Set by the engine before it sleeps. A client that published work and sees
+  // it set writes the doorbell eventfd; otherwise posting costs no syscall.
+  alignas(kCacheLine) std::atomic<uint32_t> sleeping;
+  alignas(kCacheLine) std::atomic<uint32_t> port_state;  // enum ibv_port_state
+  uint32_t reserved[15];
+};
+static_assert(std::is_standard_layout_v<EngineShared>);
+static_assert(sizeof(EngineShared) <= 4096);
+
+// Records written by the engine into the client's async event pipe and into
+// completion channel pipes. Both are under PIPE_BUF, so writes are atomic.
+struct AsyncEventRecord {
+  uint32_t event_type;  // enum ibv_event_type
+  uint32_t reserved;
+  uint64_t cookie;      // the client's object pointer given at creation
+};
+static_assert(sizeof(AsyncEventRecord) == 16);
+
+struct CompEventRecord {
+  uint64_t cq_cookie;
+};
+static_assert(sizeof(CompEventRecord) == 8);
+
+// ---------------------------------------------------------------------------
+// Control messages (SOCK_SEQPACKET; one request, one reply, fds attached)
+// ---------------------------------------------------------------------------
+
+enum class CtlOp : uint32_t {
+  kHello = 1,
+  kQueryPort,
+  kAllocPd,
+  kDeallocPd,
+  kRegMr,
+  kReregMr,
+  kDeregMr,
+  kCreateCompChannel,
+  kDestroyCompChannel,
+  kCreateCq,
+  kResizeCq,
+  kDestroyCq,
+  kCreateQp,
+  kModifyQp,
+  kQueryQp,
+  kDestroyQp,
+  kStatus,  // text reply: devices, clients, objects
+  kStats,   // text reply: counters
+  kCount,
+};
+
+struct CtlRequestHeader {
+  uint32_t op;   // CtlOp
+  uint32_t len;  // bytes of body after this header
+};
+
+struct CtlReplyHeader {
+  int32_t status;  // 0 or a positive errno
+  uint32_t len;    // bytes of body after this header
+};
+
+struct PortInfo {
+  uint32_t state;       // enum ibv_port_state
+  uint32_t max_mtu;     // enum ibv_mtu
+  uint32_t active_mtu;  // enum ibv_mtu
+  uint32_t gid_tbl_len;
+  uint32_t port_cap_flags;
+  uint32_t max_msg_sz;
+  uint8_t active_width;
+  uint8_t active_speed;
+  uint8_t phys_state;
+  uint8_t reserved[5];
+};
+
+struct GidEntry {
+  uint8_t gid[16];
+  uint32_t type;  // enum ibv_gid_type: IBV_GID_TYPE_ROCE_V2 etc.
+  uint32_t valid;
+};
+
+struct DeviceInfo {
+  char name[kMaxDeviceName];
+  uint64_t node_guid;  // network order
+  uint64_t sys_image_guid;
+  char fw_ver[64];
+  uint32_t vendor_id;
+  uint32_t vendor_part_id;
+  uint32_t hw_ver;
+  uint32_t engine_pid;
+  uint64_t max_mr_size;
+  uint64_t page_size_cap;
+  uint32_t max_qp;
+  uint32_t max_qp_wr;
+  uint32_t device_cap_flags;
+  uint32_t max_sge;
+  uint32_t max_cq;
+  uint32_t max_cqe;
+  uint32_t max_mr;
+  uint32_t max_pd;
+  uint32_t max_qp_rd_atom;
+  uint32_t max_qp_init_rd_atom;
+  uint32_t max_res_rd_atom;
+  uint32_t max_srq;
+  uint32_t max_srq_wr;
+  uint32_t max_srq_sge;
+  uint32_t max_ah;
+  uint32_t max_inline_data;
+  uint32_t atomic_cap;  // enum ibv_atomic_cap
+  uint32_t num_ports;
+  uint8_t mac[6];
+  uint8_t reserved[2];
+  PortInfo port;
+  GidEntry gids[kMaxGids];
+};
+
+// kHello. Request fds: [async event pipe write end].
+// Reply fds: [EngineShared memfd (read-only), doorbell eventfd].
+struct HelloRequest {
+  uint32_t magic;
+  uint32_t version;
+};
+struct HelloReply {
+  DeviceInfo device;
+};
+
+struct HandleRequest {  // kDeallocPd, kDeregMr, kDestroy*, kQueryQp
+  uint64_t handle;
+};
+
+struct AllocPdReply {
+  uint64_t handle;
+};
+
+struct RegMrRequest {
+  uint64_t pd;
+  uint64_t addr;
+  uint64_t length;
+  uint64_t iova;
+  uint32_t access;  // enum ibv_access_flags
+  uint32_t reserved;
+};
+struct RegMrReply {
+  uint64_t handle;
+  uint32_t lkey;
+  uint32_t rkey;
+};
+
+struct ReregMrRequest {
+  uint64_t handle;
+  uint32_t flags;  // enum ibv_rereg_mr_flags
+  uint32_t access;
+  uint64_t pd;
+  uint64_t addr;
+  uint64_t length;
+};
+
+// kCreateCompChannel. Request fds: [pipe write end].
+struct CreateCompChannelReply {
+  uint64_t handle;
+};
+
+struct CreateCqRequest {
+  uint32_t cqe;
+  uint32_t reserved;
+  uint64_t channel;  // 0: none
+  uint64_t cookie;
+};
+// Reply fds: [queue memfd].
+struct CreateCqReply {
+  uint64_t handle;
+  uint32_t cqe;  // usable entries
+  uint32_t log2_entries;
+  uint64_t shm_size;
+};
+
+struct ResizeCqRequest {
+  uint64_t handle;
+  uint32_t cqe;
+  uint32_t reserved;
+};
+using ResizeCqReply = CreateCqReply;  // fds: [new queue memfd]
+
+struct QpCaps {
+  uint32_t max_send_wr;
+  uint32_t max_recv_wr;
+  uint32_t max_send_sge;
+  uint32_t max_recv_sge;
+  uint32_t max_inline_data;
+  uint32_t reserved;
+};
+
+struct CreateQpRequest {
+  uint64_t pd;
+  uint64_t send_cq;
+  uint64_t recv_cq;
+  uint64_t srq;  // 0: none
+  uint64_t cookie;
+  uint32_t qp_type;  // enum ibv_qp_type
+  uint32_t sq_sig_all;
+  QpCaps caps;
+};
+// Reply fds: [queue memfd holding the SQ then the RQ].
+struct CreateQpReply {
+  uint64_t handle;
+  uint32_t qpn;
+  uint32_t reserved;
+  QpCaps caps;
+  uint32_t sq_log2;
+  uint32_t sq_stride;
+  uint32_t rq_log2;
+  uint32_t rq_stride;
+  uint64_t sq_offset;
+  uint64_t rq_offset;
+  uint64_t shm_size;
+};
+
+// Fixed-layout copy of struct ibv_qp_attr (the fields the device uses).
+struct QpAttr {
+  uint32_t qp_state;
+  uint32_t cur_qp_state;
+  uint32_t path_mtu;
+  uint32_t qkey;
+  uint32_t rq_psn;
+  uint32_t sq_psn;
+  uint32_t dest_qp_num;
+  uint32_t qp_access_flags;
+  uint16_t pkey_index;
+  uint8_t en_sqd_async_notify;
+  uint8_t sq_draining;
+  uint8_t max_rd_atomic;
+  uint8_t max_dest_rd_atomic;
+  uint8_t min_rnr_timer;
+  uint8_t port_num;
+  uint8_t timeout;
+  uint8_t retry_cnt;
+  uint8_t rnr_retry;
+  uint8_t sq_sig_all;
+  AddressVector ah;
+  QpCaps caps;
+};
+
+struct ModifyQpRequest {
+  uint64_t handle;
+  uint32_t attr_mask;  // enum ibv_qp_attr_mask
+  uint32_t reserved;
+  QpAttr attr;
+};
+
+struct QueryQpReply {
+  QpAttr attr;
+};
+
+// kQueryPort: reply.
+struct QueryPortReply {
+  PortInfo port;
+};
+
+// kStatus / kStats: reply body is UTF-8 text (not NUL terminated).
+
+}  // namespace uroce::abi
