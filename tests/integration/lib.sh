@@ -1,0 +1,236 @@
+# shellcheck shell=bash
+# Helpers for integration tests. Source it from a test script:
+#
+#   source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+#
+# It gives the test a private runtime directory (UROCE_RUNTIME_DIR, exported),
+# stops every engine started there when the script exits (also if the script
+# is killed: a watchdog stops them once this shell is gone), and keeps the
+# test's files on failure. Everything it runs is bounded by `timeout`.
+#
+# Environment:
+#   UROCE_BUILD_DIR   build tree (ctest sets it); default <repo>/build
+#   UROCE_TEST_TMP    where the private directory is made; default /tmp
+#                     (kept short: socket paths are limited to 107 bytes)
+#   UROCE_KEEP_FILES  set to keep the private directory after a passing run
+#
+# Functions:
+#   start_engine NAME [ARGS...]     uroce start --name NAME ARGS...
+#   stop_all_engines                uroce stop --all
+#   uroce ARGS...                   the uroce command of the build tree
+#   uroce_run CMD [ARGS...]         uroce run -- CMD ARGS...
+#   run_pair [OPTIONS] TIMEOUT SERVER_CMD... -- CLIENT_CMD...
+#   have_engine                     true if uroced is built
+#   add_cleanup 'SHELL CODE'        run at exit, before the engines stop
+
+if [[ -n "${_UROCE_LIB_SH:-}" ]]; then
+  return 0
+fi
+_UROCE_LIB_SH=1
+
+UROCE_SRC_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+if ! UROCE_BUILD_DIR="$(cd "${UROCE_BUILD_DIR:-$UROCE_SRC_DIR/build}" 2>/dev/null && pwd)"; then
+  echo "lib.sh: build directory ${UROCE_BUILD_DIR:-$UROCE_SRC_DIR/build} not found" >&2
+  exit 1
+fi
+export UROCE_BUILD_DIR
+UROCE_BIN="$UROCE_BUILD_DIR/bin/uroce"
+UROCE_ENGINE_BIN="$UROCE_BUILD_DIR/bin/uroced"
+if [[ ! -x "$UROCE_BIN" ]]; then
+  echo "lib.sh: $UROCE_BIN is not built" >&2
+  exit 1
+fi
+
+# Seconds that the engine commands below may take at most.
+UROCE_CMD_TIMEOUT=30
+
+UROCE_TEST_DIR="$(mktemp -d "${UROCE_TEST_TMP:-/tmp}/uroce-test.XXXXXX")"
+export UROCE_RUNTIME_DIR="$UROCE_TEST_DIR/run"
+UROCE_LOG_DIR="$UROCE_TEST_DIR/logs"
+mkdir -p "$UROCE_RUNTIME_DIR" "$UROCE_LOG_DIR"
+chmod 700 "$UROCE_TEST_DIR" "$UROCE_RUNTIME_DIR"
+
+uroce() {
+  "$UROCE_BIN" "$@"
+}
+
+uroce_run() {
+  "$UROCE_BIN" run -- "$@"
+}
+
+have_engine() {
+  [[ -x "$UROCE_ENGINE_BIN" ]]
+}
+
+start_engine() {
+  if (($# < 1)); then
+    echo "usage: start_engine NAME [ARGS...]" >&2
+    return 2
+  fi
+  local name=$1
+  shift
+  local rc=0
+  timeout -k 5 "$UROCE_CMD_TIMEOUT" "$UROCE_BIN" start --name "$name" "$@" || rc=$?
+  if ((rc != 0)); then
+    echo "start_engine $name: uroce start failed (exit $rc)" >&2
+  fi
+  return "$rc"
+}
+
+stop_all_engines() {
+  timeout -k 5 "$UROCE_CMD_TIMEOUT" "$UROCE_BIN" stop --all >&2 || true
+}
+
+_uroce_cleanups=()
+add_cleanup() {
+  _uroce_cleanups+=("$1")
+}
+
+# Prints the tail of every engine log of this test to stderr.
+dump_engine_logs() {
+  local log
+  for log in "$UROCE_RUNTIME_DIR"/*.log; do
+    [[ -e "$log" ]] || continue
+    echo "---- engine log $log (last 50 lines) ----" >&2
+    tail -n 50 "$log" >&2
+  done
+}
+
+_uroce_on_exit() {
+  local rc=$?
+  set +e
+  local i
+  for ((i = ${#_uroce_cleanups[@]} - 1; i >= 0; i--)); do
+    eval "${_uroce_cleanups[i]}"
+  done
+  stop_all_engines
+  kill "$_uroce_watchdog" 2>/dev/null
+  wait "$_uroce_watchdog" 2>/dev/null
+  if ((rc != 0)); then
+    dump_engine_logs
+    echo "test files kept in $UROCE_TEST_DIR" >&2
+  elif [[ -n "${UROCE_KEEP_FILES:-}" ]]; then
+    echo "test files kept in $UROCE_TEST_DIR" >&2
+  else
+    rm -rf "$UROCE_TEST_DIR"
+  fi
+  exit "$rc"
+}
+trap _uroce_on_exit EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# Stops this test's engines if the test shell dies without running its EXIT
+# trap (SIGKILL from a test runner's timeout). Its output goes nowhere, so it
+# holds no pipe of the test runner open.
+_uroce_test_shell=$$
+(
+  trap - EXIT INT TERM
+  while kill -0 "$_uroce_test_shell" 2>/dev/null; do
+    sleep 1
+  done
+  timeout -k 5 "$UROCE_CMD_TIMEOUT" "$UROCE_BIN" stop --all
+) </dev/null >/dev/null 2>&1 &
+_uroce_watchdog=$!
+
+# Describes an exit status from `timeout`.
+_uroce_describe_rc() {
+  local rc=$1 limit=$2
+  case $rc in
+    124) echo "timed out after ${limit} s" ;;
+    137) echo "killed after ${limit} s (did not stop on SIGTERM)" ;;
+    *) echo "exit $rc" ;;
+  esac
+}
+
+# run_pair [--forbid ERE]... [--delay SECONDS] [--label NAME] \
+#          TIMEOUT SERVER_CMD... -- CLIENT_CMD...
+#
+# Runs SERVER_CMD in the background under `uroce run`, waits DELAY seconds
+# (default 0.5; retrying the connection is the client's job), then runs
+# CLIENT_CMD under `uroce run`. Each side is limited to TIMEOUT seconds. If the
+# client fails, the server gets 5 more seconds before it is stopped, since it
+# may be waiting for a client that is gone.
+#
+# Fails (returns 1) if either side exits non-zero or if either output matches
+# a --forbid extended regular expression (e.g. --forbid 'invalid data'); then
+# both outputs and the engine logs are printed to stderr. The outputs are kept
+# in $RUN_PAIR_SERVER_LOG and $RUN_PAIR_CLIENT_LOG for further checks.
+_uroce_pair_count=0
+run_pair() {
+  local -a forbid=() server=() client=()
+  local delay=0.5 label=""
+  while (($#)); do
+    case $1 in
+      --forbid) forbid+=("$2"); shift 2 ;;
+      --delay) delay=$2; shift 2 ;;
+      --label) label=$2; shift 2 ;;
+      *) break ;;
+    esac
+  done
+  local limit=${1:-}
+  (($#)) && shift
+  while (($#)) && [[ $1 != -- ]]; do
+    server+=("$1")
+    shift
+  done
+  if [[ ! "$limit" =~ ^[0-9]+$ || ${1:-} != -- || ${#server[@]} -eq 0 || $# -lt 2 ]]; then
+    echo "usage: run_pair [--forbid ERE]... [--delay S] [--label NAME] TIMEOUT SERVER... -- CLIENT..." >&2
+    return 2
+  fi
+  shift
+  client=("$@")
+
+  _uroce_pair_count=$((_uroce_pair_count + 1))
+  label=${label:-pair$_uroce_pair_count}
+  RUN_PAIR_SERVER_LOG="$UROCE_LOG_DIR/$label.server.log"
+  RUN_PAIR_CLIENT_LOG="$UROCE_LOG_DIR/$label.client.log"
+
+  timeout -k 5 "$limit" "$UROCE_BIN" run -- "${server[@]}" \
+    </dev/null >"$RUN_PAIR_SERVER_LOG" 2>&1 &
+  local server_pid=$!
+  sleep "$delay"
+
+  local client_rc=0 server_rc=0
+  timeout -k 5 "$limit" "$UROCE_BIN" run -- "${client[@]}" \
+    </dev/null >"$RUN_PAIR_CLIENT_LOG" 2>&1 || client_rc=$?
+
+  if ((client_rc != 0)); then
+    local waited=0
+    while kill -0 "$server_pid" 2>/dev/null && ((waited < 50)); do
+      sleep 0.1
+      waited=$((waited + 1))
+    done
+    kill -TERM "$server_pid" 2>/dev/null || true
+  fi
+  wait "$server_pid" || server_rc=$?
+
+  local -a problems=()
+  ((server_rc == 0)) || problems+=("server: $(_uroce_describe_rc "$server_rc" "$limit")")
+  ((client_rc == 0)) || problems+=("client: $(_uroce_describe_rc "$client_rc" "$limit")")
+  local pattern side log
+  for pattern in "${forbid[@]}"; do
+    for side in server client; do
+      log=$RUN_PAIR_SERVER_LOG
+      [[ $side == client ]] && log=$RUN_PAIR_CLIENT_LOG
+      if grep -qE -- "$pattern" "$log"; then
+        problems+=("$side output matches forbidden pattern '$pattern'")
+      fi
+    done
+  done
+
+  if ((${#problems[@]} == 0)); then
+    echo "run_pair $label: ok" >&2
+    return 0
+  fi
+  {
+    echo "run_pair $label: FAILED"
+    printf '  %s\n' "${problems[@]}"
+    echo "---- server: ${server[*]} ($RUN_PAIR_SERVER_LOG) ----"
+    tail -n 100 "$RUN_PAIR_SERVER_LOG"
+    echo "---- client: ${client[*]} ($RUN_PAIR_CLIENT_LOG) ----"
+    tail -n 100 "$RUN_PAIR_CLIENT_LOG"
+  } >&2
+  dump_engine_logs
+  return 1
+}

@@ -1,0 +1,188 @@
+#!/usr/bin/env bash
+# Tests of the uroce command (tools/) and of lib.sh's run_pair. The engine part
+# (start, status, stop of a real engine) runs when build/bin/uroced exists.
+set -euo pipefail
+# shellcheck source=tests/integration/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+passed=0
+failed=0
+out=""
+rc=0
+
+# expect RC DESCRIPTION CMD [ARGS...]: runs CMD (bounded), keeps its output
+# (stdout and stderr) in $out and checks its exit status.
+expect() {
+  local want=$1 desc=$2
+  shift 2
+  local -a cmd=("$@")
+  [[ ${cmd[0]} == uroce ]] && cmd[0]=$UROCE_BIN
+  rc=0
+  if declare -F "${cmd[0]}" >/dev/null; then
+    out=$("${cmd[@]}" 2>&1) || rc=$?  # run_pair: bounded by itself
+  else
+    out=$(timeout -k 5 30 "${cmd[@]}" 2>&1) || rc=$?
+  fi
+  if ((rc == want)); then
+    pass "$desc"
+  else
+    flunk "$desc: exit $rc, expected $want"
+  fi
+}
+
+# expect_out ERE DESCRIPTION: $out of the last command matches ERE.
+expect_out() {
+  if grep -qE -- "$1" <<<"$out"; then
+    pass "$2"
+  else
+    flunk "$2: output does not match '$1'"
+  fi
+}
+
+expect_no_out() {
+  if grep -qE -- "$1" <<<"$out"; then
+    flunk "$2: output matches '$1'"
+  else
+    pass "$2"
+  fi
+}
+
+pass() {
+  passed=$((passed + 1))
+  echo "ok: $1"
+}
+
+flunk() {
+  failed=$((failed + 1))
+  echo "FAIL: $1"
+  printf '%s\n' "$out" | sed 's/^/    | /'
+}
+
+# A provider directory for run/env that does not depend on verbs_provider/.
+fake_provider="$UROCE_TEST_DIR/fake-provider"
+mkdir -p "$fake_provider"
+
+echo "# command line"
+expect 0 "help" uroce help
+expect_out '^usage: uroce' "help prints the usage"
+expect 0 "--help" uroce --help
+expect 2 "unknown command" uroce frobnicate
+expect_out 'usage: uroce' "unknown command prints the usage"
+expect 2 "no command" uroce
+expect 2 "capture is not implemented yet" uroce capture
+expect_out 'not implemented yet' "capture says so"
+expect 2 "bench is not implemented yet" uroce bench
+expect 2 "stop --name without a value" uroce stop --name
+expect 2 "invalid engine name" uroce start --name 'a/b'
+
+echo "# no engines"
+expect 0 "status without engines" uroce status
+expect_out '^no engines running$' "status says no engines running"
+expect 0 "status of a missing runtime dir" uroce --runtime-dir "$UROCE_TEST_DIR/none" status
+expect_out '^no engines running$' "missing runtime dir: no engines running"
+expect 1 "stop of an unknown engine" uroce stop --name nosuch
+expect_out 'nosuch: no such engine' "stop names the unknown engine"
+expect 0 "stop --all without engines" uroce stop --all
+expect 1 "stats of an unknown engine" uroce stats --name nosuch
+
+echo "# stale files of a dead engine"
+python3 -c '
+import socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+s.bind(sys.argv[1])' "$UROCE_RUNTIME_DIR/ghost.sock"
+echo 999999 >"$UROCE_RUNTIME_DIR/ghost.pid"
+expect 0 "status with a stale socket" uroce status
+expect_out '^ghost: not running \(stale\)$' "status shows the stale engine"
+expect 1 "stop of a stale engine" uroce stop --name ghost
+if [[ -e "$UROCE_RUNTIME_DIR/ghost.sock" || -e "$UROCE_RUNTIME_DIR/ghost.pid" ]]; then
+  flunk "stop removes the stale files"
+else
+  pass "stop removes the stale files"
+fi
+
+echo "# run and env"
+export UROCE_PROVIDER_DIR="$fake_provider"
+expect 127 "run of a missing command" uroce run -- uroce-no-such-command
+expect_out 'command not found' "run says command not found"
+expect 7 "run passes the exit status on" uroce run -- sh -c 'exit 7'
+expect 0 "run without --" uroce run true
+# shellcheck disable=SC2016
+expect 0 "run sets the environment" env LD_LIBRARY_PATH=/x/lib "$UROCE_BIN" run -- \
+  sh -c 'printf "%s\n%s\n" "$LD_LIBRARY_PATH" "$UROCE_RUNTIME_DIR"'
+expect_out "^$fake_provider:/x/lib\$" "run puts the provider first in LD_LIBRARY_PATH"
+expect_out "^$UROCE_RUNTIME_DIR\$" "run exports UROCE_RUNTIME_DIR"
+expect 0 "env" uroce env
+expect_out "^export LD_LIBRARY_PATH='$fake_provider'\$" "env exports LD_LIBRARY_PATH"
+expect_out "^export UROCE_RUNTIME_DIR='$UROCE_RUNTIME_DIR'\$" "env exports UROCE_RUNTIME_DIR"
+odd_dir="$UROCE_TEST_DIR/it's a dir"
+# shellcheck disable=SC2016
+expect 0 "env output evaluates in a shell" uroce --runtime-dir "$odd_dir" env
+env_out=$out
+# shellcheck disable=SC2016
+expect 0 "eval of env" sh -c 'eval "$1"; printf "%s\n" "$UROCE_RUNTIME_DIR"' sh "$env_out"
+if [[ "$out" == "$odd_dir" ]]; then pass "env quotes for the shell"; else flunk "env quotes for the shell"; fi
+unset UROCE_PROVIDER_DIR
+if [[ -e "$UROCE_BUILD_DIR/provider/libibverbs.so.1" ]]; then
+  expect 0 "env finds the provider of the build tree" uroce env
+  expect_out "^export LD_LIBRARY_PATH='$UROCE_BUILD_DIR/provider'" "env names build/provider"
+else
+  expect 1 "env without a provider" uroce env
+  expect_out 'cannot find' "env says the provider is missing"
+fi
+
+echo "# start failures (a uroce binary next to a stand-in uroced)"
+fake_bin="$UROCE_TEST_DIR/fake-bin"
+mkdir -p "$fake_bin"
+cp "$UROCE_BIN" "$fake_bin/uroce"
+expect 1 "start without uroced" "$fake_bin/uroce" start --name f1
+expect_out 'cannot execute .*/uroced' "start says uroced is missing"
+cat >"$fake_bin/uroced" <<'EOF'
+#!/bin/sh
+echo "stand-in uroced: refusing $*" >&2
+exit 3
+EOF
+chmod +x "$fake_bin/uroced"
+expect 1 "start of an engine that exits" "$fake_bin/uroce" start --name f2 --mac 02:00:00:00:00:01 --extra
+expect_out 'exited with status 3' "start reports the exit status"
+expect_out 'refusing --name f2 --runtime-dir /.* --mac 02:00:00:00:00:01 --extra' \
+  "start shows the log with the arguments passed on"
+
+echo "# run_pair"
+export UROCE_PROVIDER_DIR="$fake_provider"
+expect 0 "run_pair of two good sides" run_pair 10 sh -c 'echo server up' -- sh -c 'echo client up'
+expect 1 "run_pair with a failing client" run_pair 10 true -- sh -c 'echo oops; exit 3'
+expect_out 'client: exit 3' "run_pair names the failing side"
+expect_out 'oops' "run_pair prints the client output"
+expect 1 "run_pair with a forbidden pattern" \
+  run_pair --forbid 'invalid data' 10 sh -c 'echo "invalid data at 0"' -- true
+expect_out "server output matches forbidden pattern" "run_pair names the pattern"
+expect 1 "run_pair with a client that hangs" run_pair 1 true -- sleep 20
+expect_out 'client: timed out after 1 s' "run_pair reports the timeout"
+expect 1 "run_pair with a server that hangs" run_pair --delay 0 1 sleep 20 -- true
+expect_out 'server: timed out' "run_pair reports the server timeout"
+unset UROCE_PROVIDER_DIR
+
+echo "# a real engine"
+if have_engine; then
+  expect 0 "start" uroce start
+  expect_out '^uroce0: started \(pid [0-9]+' "start prints the pid"
+  expect 0 "status with an engine" uroce status
+  expect_out 'uroce0' "status shows the engine"
+  expect_no_out 'not running' "status shows it running"
+  expect 1 "start of a running engine" uroce start
+  expect_out 'already running' "start says already running"
+  expect 0 "stats" uroce stats --name uroce0
+  expect 0 "stop" uroce stop
+  expect_out '^uroce0: stopped' "stop says stopped"
+  expect 0 "status after stop" uroce status
+  expect_out '^no engines running$' "status shows no engines"
+  expect 1 "stop of a stopped engine" uroce stop
+  expect 0 "start a second engine" uroce start --name uroce1
+  expect 0 "stop --all" uroce stop --all
+  expect_out '^uroce1: stopped' "stop --all stops it"
+else
+  echo "skipped: $UROCE_ENGINE_BIN is not built"
+fi
+
+echo "$passed passed, $failed failed"
+((failed == 0))

@@ -1,0 +1,369 @@
+// The uroce command: starts and stops engines, shows their status, and runs
+// programs with the drop-in libibverbs provider.
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <iostream>
+#include <map>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "tools/engine_client.h"
+#include "tools/engine_process.h"
+#include "uroce/abi.h"
+#include "uroce/runtime_dir.h"
+
+namespace uroce::tool {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* kDefaultName = "uroce0";
+constexpr const char* kProviderLib = "libibverbs.so.1";
+constexpr int kExitUsage = 2;
+constexpr int kExitNotFound = 127;     // as the shell does for a missing command
+constexpr int kExitCannotExec = 126;   // as the shell does for a non-executable one
+constexpr int kRequestTimeoutMs = 5000;
+
+constexpr const char* kUsage = R"USAGE(usage: uroce [--runtime-dir DIR] COMMAND [ARGS]
+
+Commands:
+  start [--name NAME] [--ip A.B.C.D] [--mac MAC] [--port SPEC] [FLAGS...]
+                      start engine NAME (uroced) in the background; other
+                      flags are passed on to uroced
+  stop [--name NAME | --all]
+                      stop engine NAME, or every engine
+  status              show every engine in the runtime directory
+  stats [--name NAME] show the counters of one engine, or of every engine
+  run [--] CMD [ARGS...]
+                      run CMD with uroce's libibverbs.so.1 (LD_LIBRARY_PATH)
+  env                 print the exports that 'run' sets, for eval "$(uroce env)"
+  help                show this text
+
+NAME defaults to uroce0; applications see the engine as the device NAME.
+The runtime directory holds NAME.sock, NAME.pid and NAME.log. It is DIR, else
+$UROCE_RUNTIME_DIR, else /run/uroce for root, $XDG_RUNTIME_DIR/uroce or
+/tmp/uroce-UID. $UROCE_PROVIDER_DIR overrides where 'run' finds the provider.
+)USAGE";
+
+// A bad command line: the message, then the whole usage text only when the
+// command itself is missing or unknown.
+int usage_error(const std::string& message, bool full_usage = false) {
+  std::cerr << "uroce: " << message << '\n';
+  if (full_usage)
+    std::cerr << '\n' << kUsage;
+  else
+    std::cerr << "(see 'uroce help')\n";
+  return kExitUsage;
+}
+
+using Args = std::span<const std::string>;
+
+// Matches "--flag VALUE" or "--flag=VALUE" at args[i]; advances i past it.
+// Throws std::invalid_argument when the value is missing.
+bool take_option(Args args, size_t& i, std::string_view flag, std::string* value) {
+  const std::string& arg = args[i];
+  if (arg == flag) {
+    if (i + 1 >= args.size()) throw std::invalid_argument(std::string(flag) + " needs a value");
+    *value = args[i + 1];
+    i += 2;
+    return true;
+  }
+  if (arg.size() > flag.size() && arg.starts_with(flag) && arg[flag.size()] == '=') {
+    *value = arg.substr(flag.size() + 1);
+    i += 1;
+    return true;
+  }
+  return false;
+}
+
+// Directory of this executable, for finding uroced and the provider.
+fs::path self_dir() {
+  std::error_code ec;
+  fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (ec) throw std::runtime_error("cannot read /proc/self/exe: " + ec.message());
+  return exe.parent_path();
+}
+
+bool has_provider(const fs::path& dir) {
+  std::error_code ec;
+  return fs::exists(dir / kProviderLib, ec);
+}
+
+// $UROCE_PROVIDER_DIR, else <bin>/../provider (build tree), else
+// <bin>/../lib/uroce (installed). Throws when none is usable.
+std::string provider_dir() {
+  if (const char* env = std::getenv("UROCE_PROVIDER_DIR"); env && *env) {
+    std::error_code ec;
+    if (!fs::is_directory(env, ec))
+      throw std::runtime_error(std::string("UROCE_PROVIDER_DIR=") + env + " is not a directory");
+    return fs::absolute(env).lexically_normal().string();
+  }
+  fs::path bin = self_dir();
+  fs::path build_tree = (bin / ".." / "provider").lexically_normal();
+  fs::path installed = (bin / ".." / "lib" / "uroce").lexically_normal();
+  for (const auto& dir : {build_tree, installed})
+    if (has_provider(dir)) return dir.string();
+  throw std::runtime_error("cannot find uroce's " + std::string(kProviderLib) + " in " +
+                           build_tree.string() + " or " + installed.string() +
+                           " (build it, or set UROCE_PROVIDER_DIR)");
+}
+
+// `dir` first, then the old value without any other copy of `dir`.
+std::string prepend_path(const std::string& dir, const char* old_value) {
+  std::string result = dir;
+  std::string_view rest = old_value ? old_value : "";
+  while (!rest.empty()) {
+    size_t colon = rest.find(':');
+    std::string_view part = rest.substr(0, colon);
+    if (!part.empty() && part != dir) result.append(":").append(part);
+    if (colon == std::string_view::npos) break;
+    rest.remove_prefix(colon + 1);
+  }
+  return result;
+}
+
+std::string shell_quote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) {
+    if (c == '\'')
+      out += "'\\''";
+    else
+      out += c;
+  }
+  return out + "'";
+}
+
+// ---------------------------------------------------------------------------
+// Subcommands
+// ---------------------------------------------------------------------------
+
+struct Context {
+  std::string runtime_dir;  // absolute
+};
+
+std::string name_option(Args args, std::string* error) {
+  std::string name = kDefaultName;
+  for (size_t i = 0; i < args.size();) {
+    if (take_option(args, i, "--name", &name)) continue;
+    *error = "unknown argument '" + args[i] + "'";
+    return {};
+  }
+  return name;
+}
+
+int cmd_start(const Context& ctx, Args args) {
+  StartOptions o;
+  o.runtime_dir = ctx.runtime_dir;
+  o.name = kDefaultName;
+  for (size_t i = 0; i < args.size();) {
+    std::string value;
+    if (take_option(args, i, "--name", &o.name)) continue;
+    if (take_option(args, i, "--ip", &value)) {
+      o.ip = value;
+      o.engine_args.insert(o.engine_args.end(), {"--ip", value});
+      continue;
+    }
+    if (take_option(args, i, "--mac", &value)) {
+      o.engine_args.insert(o.engine_args.end(), {"--mac", value});
+      continue;
+    }
+    if (take_option(args, i, "--port", &value)) {
+      o.engine_args.insert(o.engine_args.end(), {"--port", value});
+      continue;
+    }
+    if (args[i] == "--") {  // everything after goes to uroced verbatim
+      o.engine_args.insert(o.engine_args.end(), args.begin() + i + 1, args.end());
+      break;
+    }
+    o.engine_args.push_back(args[i++]);
+  }
+  if (auto why = check_engine_name(o.runtime_dir, o.name); !why.empty())
+    return usage_error("invalid engine name '" + o.name + "': " + why);
+  o.engine_path = (self_dir() / "uroced").string();
+  ensure_runtime_dir(o.runtime_dir);
+  return start_engine(o);
+}
+
+int cmd_stop(const Context& ctx, Args args) {
+  std::string name = kDefaultName;
+  bool all = false, named = false;
+  for (size_t i = 0; i < args.size();) {
+    if (take_option(args, i, "--name", &name)) {
+      named = true;
+    } else if (args[i] == "--all") {
+      all = true;
+      ++i;
+    } else {
+      return usage_error("stop: unknown argument '" + args[i] + "'");
+    }
+  }
+  if (all && named) return usage_error("stop: give either --name or --all");
+  if (all) return stop_all_engines(ctx.runtime_dir);
+  if (auto why = check_engine_name(ctx.runtime_dir, name); !why.empty())
+    return usage_error("invalid engine name '" + name + "': " + why);
+  return stop_engine(ctx.runtime_dir, name);
+}
+
+// Prints one engine's reply to `op` under a heading. False if it failed.
+bool show_engine(const Context& ctx, const std::string& name, abi::CtlOp op) {
+  const std::string sock = engine_socket_path(ctx.runtime_dir, name);
+  ProbeResult probe = probe_engine(sock);
+  if (!probe.running) {
+    if (probe_says_absent(probe)) {
+      std::cout << name << ": not running (stale)\n";
+      return true;
+    }
+    std::cout << name << ": cannot connect: " << std::strerror(probe.error) << '\n';
+    return false;
+  }
+  std::string error;
+  auto reply = control_request(sock, op, kRequestTimeoutMs, &error);
+  std::cout << "== " << name;
+  if (probe.pid) std::cout << " (pid " << probe.pid << ")";
+  std::cout << '\n';
+  if (!reply) {
+    std::cout << "  error: " << error << '\n';
+    return false;
+  }
+  if (reply->status != 0) {
+    std::cout << "  error: " << std::strerror(reply->status) << '\n';
+    return false;
+  }
+  std::cout << reply->body;
+  if (!reply->body.empty() && reply->body.back() != '\n') std::cout << '\n';
+  return true;
+}
+
+int show_engines(const Context& ctx, Args args, abi::CtlOp op, bool allow_name) {
+  std::vector<std::string> names;
+  if (allow_name && !args.empty()) {
+    std::string error;
+    std::string name = name_option(args, &error);
+    if (!error.empty()) return usage_error(error);
+    if (!probe_engine(engine_socket_path(ctx.runtime_dir, name)).running) {
+      std::cerr << "uroce: " << name << ": not running\n";
+      return 1;
+    }
+    names.push_back(name);
+  } else if (!args.empty()) {
+    return usage_error("unknown argument '" + args[0] + "'");
+  } else {
+    names = list_engine_sockets(ctx.runtime_dir);
+  }
+  if (names.empty()) {
+    std::cout << "no engines running\n";
+    return 0;
+  }
+  bool ok = true;
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (i > 0) std::cout << '\n';
+    ok = show_engine(ctx, names[i], op) && ok;
+  }
+  return ok ? 0 : 1;
+}
+
+int cmd_status(const Context& ctx, Args args) {
+  return show_engines(ctx, args, abi::CtlOp::kStatus, false);
+}
+
+int cmd_stats(const Context& ctx, Args args) {
+  return show_engines(ctx, args, abi::CtlOp::kStats, true);
+}
+
+// Sets the environment that `run` gives a program; returns the values.
+std::pair<std::string, std::string> provider_environment(const Context& ctx) {
+  std::string ld_path = prepend_path(provider_dir(), std::getenv("LD_LIBRARY_PATH"));
+  return {ld_path, ctx.runtime_dir};
+}
+
+int cmd_run(const Context& ctx, Args args) {
+  if (!args.empty() && args[0] == "--") args = args.subspan(1);
+  if (args.empty()) return usage_error("run: no command given");
+  auto [ld_path, runtime_dir] = provider_environment(ctx);
+  ::setenv("LD_LIBRARY_PATH", ld_path.c_str(), 1);
+  ::setenv("UROCE_RUNTIME_DIR", runtime_dir.c_str(), 1);
+  std::vector<char*> argv;
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  std::cout.flush();
+  ::execvp(argv[0], argv.data());
+  int err = errno;
+  if (err == ENOENT) {
+    std::cerr << "uroce: " << args[0] << ": command not found\n";
+    return kExitNotFound;
+  }
+  std::cerr << "uroce: " << args[0] << ": " << std::strerror(err) << '\n';
+  return kExitCannotExec;
+}
+
+int cmd_env(const Context& ctx, Args args) {
+  if (!args.empty()) return usage_error("env: unknown argument '" + args[0] + "'");
+  auto [ld_path, runtime_dir] = provider_environment(ctx);
+  std::cout << "export LD_LIBRARY_PATH=" << shell_quote(ld_path) << '\n';
+  std::cout << "export UROCE_RUNTIME_DIR=" << shell_quote(runtime_dir) << '\n';
+  return 0;
+}
+
+int cmd_help(const Context&, Args) {
+  std::cout << kUsage;
+  return 0;
+}
+
+int cmd_later(const std::string& name) {
+  std::cerr << "uroce: " << name << ": not implemented yet\n";
+  return kExitUsage;
+}
+
+int run_main(const std::vector<std::string>& argv) {
+  Args args(argv);
+  std::string runtime_dir;
+  size_t i = 0;
+  while (i < args.size() && args[i].starts_with("-")) {
+    if (take_option(args, i, "--runtime-dir", &runtime_dir)) continue;
+    if (args[i] == "-h" || args[i] == "--help") return cmd_help({}, {});
+    if (args[i] == "--version") {
+      std::cout << "uroce " << UROCE_VERSION << '\n';
+      return 0;
+    }
+    return usage_error("unknown option '" + args[i] + "'");
+  }
+  if (i == args.size()) return usage_error("no command given", true);
+  if (runtime_dir.empty()) runtime_dir = uroce::runtime_dir();
+  Context ctx{fs::absolute(runtime_dir).lexically_normal().string()};
+  while (ctx.runtime_dir.size() > 1 && ctx.runtime_dir.back() == '/') ctx.runtime_dir.pop_back();
+
+  const std::string& command = args[i];
+  Args rest = args.subspan(i + 1);
+  using Handler = std::function<int(const Context&, Args)>;
+  static const std::map<std::string, Handler> kCommands = {
+      {"start", cmd_start}, {"stop", cmd_stop}, {"status", cmd_status},
+      {"stats", cmd_stats}, {"run", cmd_run},   {"env", cmd_env},
+      {"help", cmd_help},
+  };
+  if (command == "capture" || command == "bench") return cmd_later(command);
+  auto it = kCommands.find(command);
+  if (it == kCommands.end()) return usage_error("unknown command '" + command + "'", true);
+  return it->second(ctx, rest);
+}
+
+}  // namespace
+}  // namespace uroce::tool
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  try {
+    return uroce::tool::run_main(args);
+  } catch (const std::invalid_argument& e) {
+    return uroce::tool::usage_error(e.what());
+  } catch (const std::exception& e) {
+    std::cerr << "uroce: " << e.what() << '\n';
+    return 1;
+  }
+}
