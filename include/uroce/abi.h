@@ -96,10 +96,10 @@ struct SendWqe {
   uint32_t xrc_remote_srqn;
   uint32_t reserved0;
   AddressVector av;     // UD
-  uint8_t reserved1[16];
+  uint8_t reserved1[24];
 };
 static_assert(sizeof(SendWqe) == 128);
-static_assert(offsetof(SendWqe, av) == 80);
+static_assert(offsetof(SendWqe, av) == 72);
 
 struct RecvWqe {
   uint64_t wr_id;

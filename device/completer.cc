@@ -1,0 +1,207 @@
+// Completer: consumes ACKs, NAKs, READ responses and atomic ACKs for RC send
+// WQEs, completes them in order, and drives retransmission on NAKs and
+// timeouts (IBA 9.7.5 - 9.7.6).
+#include <cstring>
+
+#include "device/device.h"
+#include "device/wqe.h"
+
+namespace uroce::device {
+
+namespace {
+
+// IBA table 45: RNR NAK timer field to microseconds.
+constexpr uint32_t kRnrTimerUs[32] = {655360, 10,    20,    30,    40,    60,    80,    120,
+                                      160,    240,   320,   480,   640,   960,   1280,  1920,
+                                      2560,   3840,  5120,  7680,  10240, 15360, 20480, 30720,
+                                      40960,  61440, 81920, 122880, 163840, 245760, 327680, 491520};
+
+// Completes head WQEs that the acknowledged PSN covers. READs and atomics
+// complete only through their responses.
+void complete_acked(Device& dev, Qp& qp, uint32_t acked_psn) {
+  while (qp.sq_head != qp.sq_next && qp.state != IBV_QPS_ERR) {
+    const SendWqeState& st = wqe_state(qp, qp.sq_head);
+    if (st.is_rd_atomic) break;
+    const uint32_t last_psn = psn_add(st.first_psn, st.npsn - 1);
+    if (psn_diff(last_psn, acked_psn) > 0) break;
+    complete_send_head(dev, qp, IBV_WC_SUCCESS);
+  }
+}
+
+void progress(Device& dev, Qp& qp, uint32_t next_psn) {
+  if (psn_diff(next_psn, qp.comp_psn) > 0) qp.comp_psn = next_psn;
+  qp.retry_left = qp.retry_cnt;
+  qp.rnr_retry_left = qp.rnr_retry;
+  const bool outstanding = qp.sq_head != qp.sq_next || qp.req_offset;
+  qp.retrans_deadline_ns = outstanding && qp.timeout ? dev.now_ns() + (4096ull << qp.timeout) : 0;
+}
+
+// A fatal remote answer: the WQE at the head ends with `status`, the QP errs.
+void fail_head(Device& dev, Qp& qp, uint32_t status) {
+  if (qp.sq_head == qp.sq_next) {
+    dev.qp_to_error(qp);
+    return;
+  }
+  complete_send_head(dev, qp, status);
+  dev.qp_to_error(qp);
+}
+
+void on_ack(Device& dev, Qp& qp, const net::Packet& p) {
+  const uint32_t psn = p.bth()->psn();
+  const uint8_t syn = p.hdr<net::Aeth>(p.info().aeth_off)->syndrome();
+  switch (syn & net::aeth::kTypeMask) {
+    case net::aeth::kAck:
+      complete_acked(dev, qp, psn);
+      progress(dev, qp, psn_add(psn, 1));
+      return;
+    case net::aeth::kRnrNak: {
+      // Everything before the NAKed PSN arrived (IBA 9.7.5.2.8).
+      ++dev.counters_mut().rnr_nak_received;
+      ++qp.rnr_naks;
+      complete_acked(dev, qp, psn_add(psn, 0xffffff));
+      if (psn_diff(psn, qp.comp_psn) > 0) qp.comp_psn = psn;
+      if (qp.rnr_retry != 7) {  // 7 means retry forever
+        if (qp.rnr_retry_left == 0) {
+          ++dev.counters_mut().rnr_retry_exceeded;
+          fail_head(dev, qp, IBV_WC_RNR_RETRY_EXC_ERR);
+          return;
+        }
+        --qp.rnr_retry_left;
+      }
+      rewind_requester(dev, qp, psn);
+      qp.rnr_wait_until_ns = dev.now_ns() + uint64_t(kRnrTimerUs[syn & 0x1f]) * 1000;
+      qp.retrans_deadline_ns = 0;
+      return;
+    }
+    case net::aeth::kNak:
+      break;
+    default:
+      return;  // reserved syndrome
+  }
+  complete_acked(dev, qp, psn_add(psn, 0xffffff));
+  switch (syn) {
+    case net::aeth::kNakPsnSeqError:
+      // Go back N from the PSN the responder expects (IBA 9.7.5.2.2).
+      if (psn_diff(psn, qp.comp_psn) > 0) qp.comp_psn = psn;
+      if (qp.retry_left == 0) {
+        ++dev.counters_mut().retry_exceeded;
+        fail_head(dev, qp, IBV_WC_RETRY_EXC_ERR);
+        return;
+      }
+      --qp.retry_left;
+      rewind_requester(dev, qp, psn);
+      return;
+    case net::aeth::kNakInvalidRequest:
+      fail_head(dev, qp, IBV_WC_REM_INV_REQ_ERR);
+      return;
+    case net::aeth::kNakRemoteAccessError:
+      fail_head(dev, qp, IBV_WC_REM_ACCESS_ERR);
+      return;
+    default:
+      fail_head(dev, qp, IBV_WC_REM_OP_ERR);
+      return;
+  }
+}
+
+// READ responses and atomic ACKs belong to the oldest outstanding WQE.
+void on_read_or_atomic_response(Device& dev, Qp& qp, const net::Packet& p) {
+  const uint32_t psn = p.bth()->psn();
+  if (psn != qp.comp_psn) {
+    ++dev.counters_mut().rx_stale_response;
+    if (psn_diff(psn, qp.comp_psn) > 0) rewind_requester(dev, qp, qp.comp_psn);  // lost some
+    return;
+  }
+  // Responses are in order, so every WQE before this one is acknowledged.
+  complete_acked(dev, qp, psn_add(psn, 0xffffff));
+  if (qp.sq_head == qp.sq_next && !qp.req_offset) {
+    ++dev.counters_mut().rx_stale_response;
+    return;
+  }
+  const uint32_t index = qp.sq_head;
+  SendWqeState& st = wqe_state(qp, index);
+  const abi::SendWqe& w = wqe_at(qp, index);
+  if (!st.is_rd_atomic || psn_diff(psn, st.first_psn) < 0 ||
+      psn_diff(psn, psn_add(st.first_psn, st.npsn)) >= 0) {
+    ++dev.counters_mut().rx_stale_response;
+    return;
+  }
+  const net::OpcodeInfo& info = p.info();
+  if (info.has(net::kHasAeth)) {
+    const uint8_t syn = p.hdr<net::Aeth>(info.aeth_off)->syndrome();
+    if ((syn & net::aeth::kTypeMask) != net::aeth::kAck) return on_ack(dev, qp, p);
+  }
+  if (info.has(net::kHasAtomicAck)) {
+    if (w.opcode == IBV_WR_RDMA_READ) return;
+    const uint64_t orig = p.hdr<net::AtomicAckEth>(info.atomicack_off)->orig;
+    if (!scatter_sges(qp.owner->mem, wqe_sges(qp, index), w.num_sge, 0,
+                      reinterpret_cast<const uint8_t*>(&orig), 8)) {
+      ++dev.counters_mut().memory_faults;
+      fail_head(dev, qp, IBV_WC_LOC_PROT_ERR);
+      return;
+    }
+    progress(dev, qp, psn_add(psn, 1));
+    complete_send_head(dev, qp, IBV_WC_SUCCESS);
+    return;
+  }
+  if (w.opcode != IBV_WR_RDMA_READ) return;
+  const uint64_t offset = uint64_t(psn_diff(psn, st.first_psn)) * qp.mtu_bytes();
+  const bool last = info.has(net::kLast);
+  if (offset + p.payload_len > st.length ||
+      (!last && p.payload_len != qp.mtu_bytes())) {
+    ++dev.counters_mut().rx_stale_response;
+    return;
+  }
+  if (p.payload_len && !scatter_sges(qp.owner->mem, wqe_sges(qp, index), w.num_sge, offset,
+                                     p.payload(), p.payload_len)) {
+    ++dev.counters_mut().memory_faults;
+    fail_head(dev, qp, IBV_WC_LOC_PROT_ERR);
+    return;
+  }
+  progress(dev, qp, psn_add(psn, 1));
+  if (last) complete_send_head(dev, qp, IBV_WC_SUCCESS);
+}
+
+}  // namespace
+
+void completer_receive(Device& dev, Qp& qp, net::Packet& p) {
+  if (qp.type != IBV_QPT_RC) return;
+  if (qp.state != IBV_QPS_RTS && qp.state != IBV_QPS_SQD) {
+    ++dev.counters_mut().rx_bad_state;
+    return;
+  }
+  // Only responses to PSNs we sent and have not retired are meaningful.
+  const uint32_t psn = p.bth()->psn();
+  if (psn_diff(psn, qp.comp_psn) < -1 || psn_diff(psn, qp.req_psn) >= 0) {
+    ++dev.counters_mut().rx_stale_response;
+    return;
+  }
+  if (p.info().has(net::kRead) || p.info().has(net::kAtomic))
+    on_read_or_atomic_response(dev, qp, p);
+  else
+    on_ack(dev, qp, p);
+}
+
+bool completer_timers(Device& dev, Qp& qp) {
+  if (!qp.retrans_deadline_ns || dev.now_ns() < qp.retrans_deadline_ns) return false;
+  if (qp.state != IBV_QPS_RTS && qp.state != IBV_QPS_SQD) {
+    qp.retrans_deadline_ns = 0;
+    return false;
+  }
+  if (qp.sq_head == qp.sq_next && !qp.req_offset) {
+    qp.retrans_deadline_ns = 0;
+    return false;
+  }
+  // Local ACK timeout (IBA 9.7.6.1.3): retransmit from the oldest unacknowledged PSN.
+  if (qp.retry_left == 0) {
+    ++dev.counters_mut().retry_exceeded;
+    fail_head(dev, qp, IBV_WC_RETRY_EXC_ERR);
+    qp.retrans_deadline_ns = 0;
+    return true;
+  }
+  --qp.retry_left;
+  rewind_requester(dev, qp, qp.comp_psn);
+  qp.retrans_deadline_ns = dev.now_ns() + (4096ull << qp.timeout);
+  return true;
+}
+
+}  // namespace uroce::device

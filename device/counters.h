@@ -1,0 +1,41 @@
+// Every drop and error reason is a named counter with a description, shown by
+// `uroce stats` (Seastar's practice).
+#pragma once
+
+#include <cstdint>
+
+namespace uroce::device {
+
+#define UROCE_COUNTERS(X)                                                        \
+  X(rx_packets, "frames received from a port")                                   \
+  X(tx_packets, "frames sent to a port")                                         \
+  X(rx_parse_errors, "frames dropped: malformed Ethernet/IP/UDP/BTH or bad ICRC")\
+  X(rx_no_qp, "requests dropped: destination QP does not exist")                 \
+  X(rx_bad_state, "packets dropped: QP not in a state that receives")            \
+  X(rx_bad_transport, "packets dropped: opcode not of the QP's transport")       \
+  X(rx_bad_qkey, "UD datagrams dropped: Q_Key mismatch")                         \
+  X(rx_ud_no_recv, "UD/UC messages dropped: no receive WQE posted")              \
+  X(rx_ud_too_long, "UD datagrams dropped: longer than the receive buffer")      \
+  X(rx_duplicate, "RC duplicate requests answered again")                        \
+  X(rx_out_of_seq, "RC requests dropped: PSN ahead of expected (NAK sent)")      \
+  X(rx_stale_response, "responses dropped: PSN outside the outstanding window")  \
+  X(rnr_nak_sent, "RNR NAKs sent: no receive WQE")                               \
+  X(rnr_nak_received, "RNR NAKs received")                                       \
+  X(nak_sent, "NAKs sent other than RNR")                                        \
+  X(retransmits, "requester go-back-N retransmissions")                          \
+  X(retry_exceeded, "QPs failed with RETRY_EXC_ERR")                             \
+  X(rnr_retry_exceeded, "QPs failed with RNR_RETRY_EXC_ERR")                     \
+  X(local_errors, "work requests completed with a local error status")           \
+  X(remote_errors, "work requests completed with a remote error status")         \
+  X(cq_overflows, "CQs that overflowed (IBV_EVENT_CQ_ERR)")                      \
+  X(bad_wqes, "malformed work requests in shared memory")                        \
+  X(memory_faults, "client memory not reachable (unmapped or process gone)")     \
+  X(async_events_dropped, "async events not delivered: client pipe full")
+
+struct Counters {
+#define UROCE_COUNTER_FIELD(name, desc) uint64_t name = 0;
+  UROCE_COUNTERS(UROCE_COUNTER_FIELD)
+#undef UROCE_COUNTER_FIELD
+};
+
+}  // namespace uroce::device

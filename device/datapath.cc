@@ -1,0 +1,126 @@
+// The device's poll loop and packet plumbing: requesters, ingress dispatch,
+// responders, timers. Datapath: no exceptions, no allocation once warm.
+#include <cstdio>
+#include <sstream>
+
+#include "device/device.h"
+
+namespace uroce::device {
+
+net::Packet* Device::new_packet(Qp& qp, uint8_t opcode, uint32_t psn, bool ack_req) {
+  net::Packet* p = pool_.get();
+  net::begin_roce_packet(*p, opcode);
+  net::Bth* bth = p->bth();
+  bth->pkey = kDefaultPkey;
+  bth->dest_qp = qp.dest_qpn;
+  bth->ack_psn = (psn & net::Bth::kPsnMask) | (ack_req ? net::Bth::kAckReq : 0);
+  return p;
+}
+
+void Device::send_packet(Qp& qp, net::Packet* p) {
+  net::Route route = loopback_route_;
+  // RoCEv2 source port: a hash of the flow so ECMP spreads QPs (A17.3.1).
+  route.src_port = uint16_t(0xc000 | ((qp.qpn * 2654435761u) >> 18));
+  route.ttl = qp.av.hop_limit ? qp.av.hop_limit : 64;
+  route.tos = qp.av.traffic_class;
+  net::finish_roce_packet(*p, route);
+  ++qp.tx_packets;
+  ++counters_.tx_packets;
+  loopback_.tx(p);
+}
+
+void Device::dispatch(net::Packet* p) {
+  ++counters_.rx_packets;
+  // Loopback frames were built by this engine: header checks, no ICRC (see parse).
+  if (net::parse_roce_packet(*p, false) != net::ParseError::kOk) {
+    ++counters_.rx_parse_errors;
+    return;
+  }
+  Qp* q = qp(p->bth()->qpn());
+  if (!q) {
+    ++counters_.rx_no_qp;
+    return;
+  }
+  ++q->rx_packets;
+  if (p->info().has(net::kRequest))
+    responder_receive(*this, *q, *p);
+  else
+    completer_receive(*this, *q, *p);
+}
+
+bool Device::poll_rx() {
+  net::Packet* burst[kRxBurst];
+  const size_t n = loopback_.rx_burst(burst, kRxBurst);
+  for (size_t i = 0; i < n; ++i) {
+    dispatch(burst[i]);
+    pool_.put(burst[i]);
+  }
+  return n != 0;
+}
+
+bool Device::poll_requesters() {
+  bool work = false;
+  for (size_t i = 0; i < active_qps_.size(); ++i) {
+    Qp& q = *active_qps_[i];
+    work |= responder_run(*this, q);
+    work |= requester_run(*this, q);
+  }
+  return work;
+}
+
+bool Device::poll_timers() {
+  bool work = false;
+  for (Qp* q : active_qps_) work |= completer_timers(*this, *q);
+  return work;
+}
+
+bool Device::poll(uint64_t now_ns) {
+  now_ns_ = now_ns;
+  bool work = poll_rx();
+  work |= poll_requesters();
+  work |= poll_timers();
+  return work || loopback_.pending();
+}
+
+uint64_t Device::next_deadline_ns() const {
+  uint64_t next = 0;
+  auto take = [&](uint64_t t) {
+    if (t && (!next || t < next)) next = t;
+  };
+  for (const Qp* q : active_qps_) {
+    take(q->retrans_deadline_ns);
+    take(q->rnr_wait_until_ns);
+  }
+  return next;
+}
+
+std::string Device::status_text() const {
+  std::ostringstream os;
+  os << "device " << info_.name << "  ip " << int(config_.ip[0]) << '.' << int(config_.ip[1]) << '.'
+     << int(config_.ip[2]) << '.' << int(config_.ip[3]) << "  port 1 ACTIVE (loopback)\n";
+  os << "objects: pds " << pds_.count() << ", mrs " << mrs_.count() << ", cqs " << cqs_.count()
+     << ", qps " << qps_.count() << ", channels " << channels_.count() << '\n';
+  static const char* kStates[] = {"RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR", "UNKNOWN"};
+  static const char* kTypes[] = {"", "", "RC", "UC", "UD"};
+  qps_.for_each([&](uint32_t, const Qp& q) {
+    os << "  qp " << q.qpn << " " << (q.type <= IBV_QPT_UD ? kTypes[q.type] : "?") << " "
+       << kStates[std::min<int>(q.state, 7)] << " pid " << q.owner->mem.pid() << " dest_qp "
+       << q.dest_qpn << " tx " << q.tx_packets << " rx " << q.rx_packets << " retrans "
+       << q.retransmits << " rnr " << q.rnr_naks << '\n';
+  });
+  return os.str();
+}
+
+std::string Device::stats_text() const {
+  std::ostringstream os;
+  os << "device " << info_.name << "\n";
+#define UROCE_COUNTER_LINE(name, desc) \
+  os << "  " << #name << " " << counters_.name << "    # " << desc << '\n';
+  UROCE_COUNTERS(UROCE_COUNTER_LINE)
+#undef UROCE_COUNTER_LINE
+  os << "  loopback_tx_bytes " << loopback_.tx_bytes() << "    # bytes through the loopback port\n";
+  os << "  packet_buffers " << pool_.allocated() << "    # frame buffers allocated\n";
+  return os.str();
+}
+
+}  // namespace uroce::device

@@ -1,0 +1,406 @@
+// Device construction and the control verbs (object lifecycle). Setup code:
+// may allocate; returns errno values, never throws to the caller.
+#include "device/device.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "device/params.h"
+
+namespace uroce::device {
+
+namespace {
+
+uint32_t qp_index(uint32_t qpn) { return qpn - kFirstQpn + 1; }
+
+uint32_t round_pow2(uint32_t v) { return 1u << log2_ceil(std::max(v, 1u)); }
+
+}  // namespace
+
+void Owner::post_async(uint32_t event_type, uint64_t cookie) {
+  if (async_fd < 0) return;
+  abi::AsyncEventRecord rec{event_type, 0, cookie};
+  if (::write(async_fd, &rec, sizeof(rec)) != ssize_t(sizeof(rec))) ++async_dropped;
+}
+
+CompChannel::~CompChannel() {
+  if (fd >= 0) ::close(fd);
+}
+
+Device::Device(const DeviceConfig& config) : config_(config) {
+  init_info();
+  loopback_route_.src_mac = loopback_route_.dst_mac = config_.mac;
+  loopback_route_.src_ip = loopback_route_.dst_ip = config_.ip;
+}
+
+Device::~Device() = default;
+
+void Device::init_info() {
+  abi::DeviceInfo& d = info_;
+  std::snprintf(d.name, sizeof(d.name), "%s", config_.name.c_str());
+  // EUI-64 from the MAC, as RoCE NICs derive their node GUID.
+  const auto& m = config_.mac;
+  uint8_t guid[8] = {uint8_t(m[0] ^ 2), m[1], m[2], 0xff, 0xfe, m[3], m[4], m[5]};
+  std::memcpy(&d.node_guid, guid, 8);
+  d.sys_image_guid = d.node_guid;
+  std::snprintf(d.fw_ver, sizeof(d.fw_ver), "%s", kFwVer);
+  d.vendor_id = kVendorId;
+  d.vendor_part_id = kVendorPartId;
+  d.hw_ver = kHwVer;
+  d.engine_pid = uint32_t(getpid());
+  d.max_mr_size = kMaxMrSize;
+  d.page_size_cap = kPageSizeCap;
+  d.max_qp = kMaxQp;
+  d.max_qp_wr = kMaxQpWr;
+  d.device_cap_flags = IBV_DEVICE_BAD_PKEY_CNTR | IBV_DEVICE_BAD_QKEY_CNTR |
+                       IBV_DEVICE_SYS_IMAGE_GUID | IBV_DEVICE_RC_RNR_NAK_GEN |
+                       IBV_DEVICE_PORT_ACTIVE_EVENT | IBV_DEVICE_CHANGE_PHY_PORT;
+  d.max_sge = kMaxSge;
+  d.max_cq = kMaxCq;
+  d.max_cqe = kMaxCqe;
+  d.max_mr = kMaxMr;
+  d.max_pd = kMaxPd;
+  d.max_qp_rd_atom = kMaxQpRdAtomic;
+  d.max_qp_init_rd_atom = kMaxQpRdAtomic;
+  d.max_res_rd_atom = kMaxQpRdAtomic * kMaxQp;
+  d.max_srq = 0;  // shared receive queues arrive with their own issue
+  d.max_srq_wr = 0;
+  d.max_srq_sge = 0;
+  d.max_ah = kMaxAh;
+  d.max_inline_data = kMaxInlineData;
+  d.atomic_cap = IBV_ATOMIC_HCA;
+  d.num_ports = 1;
+  std::memcpy(d.mac, m.data(), 6);
+  d.port.state = IBV_PORT_ACTIVE;
+  d.port.max_mtu = IBV_MTU_4096;
+  d.port.active_mtu = IBV_MTU_4096;
+  d.port.gid_tbl_len = kGidTableLen;
+  d.port.port_cap_flags = 0;
+  d.port.max_msg_sz = kMaxMsgSize;
+  d.port.active_width = 2;   // 4x
+  d.port.active_speed = 32;  // EDR: 25 Gb/s per lane
+  d.port.phys_state = 5;     // LinkUp
+  // GID 0: RoCE v2, IPv4-mapped (::ffff:a.b.c.d), as the kernel builds it.
+  abi::GidEntry& g = d.gids[0];
+  std::memset(g.gid, 0, 16);
+  g.gid[10] = g.gid[11] = 0xff;
+  std::memcpy(g.gid + 12, config_.ip.data(), 4);
+  g.type = IBV_GID_TYPE_ROCE_V2;
+  g.valid = 1;
+  // GID 1: the link-local IPv6 GID from the MAC (RoCE v1 and v2 list it).
+  abi::GidEntry& l = d.gids[1];
+  std::memset(l.gid, 0, 16);
+  l.gid[0] = 0xfe;
+  l.gid[1] = 0x80;
+  std::memcpy(l.gid + 8, guid, 8);
+  l.type = IBV_GID_TYPE_ROCE_V2;
+  l.valid = 1;
+}
+
+// ---------------------------------------------------------------- PD / MR
+
+Result<uint32_t> Device::alloc_pd(Owner* o) {
+  if (pds_.count() >= kMaxPd) return {ENOMEM};
+  auto pd = std::make_unique<Pd>();
+  pd->owner = o;
+  return {0, pds_.insert(std::move(pd))};
+}
+
+int Device::dealloc_pd(Owner* o, uint32_t handle) {
+  Pd* pd = pds_.get(handle);
+  if (!pd || pd->owner != o) return EINVAL;
+  if (pd->refs) return EBUSY;
+  pds_.erase(handle);
+  return 0;
+}
+
+Result<uint32_t> Device::reg_mr(Owner* o, const abi::RegMrRequest& req) {
+  Pd* pd = pds_.get(req.pd);
+  if (!pd || pd->owner != o) return {EINVAL};
+  if (req.length == 0 || req.length > kMaxMrSize) return {EINVAL};
+  const uint32_t known = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+                         IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_MW_BIND | IBV_ACCESS_ZERO_BASED |
+                         IBV_ACCESS_ON_DEMAND | IBV_ACCESS_HUGETLB | IBV_ACCESS_RELAXED_ORDERING;
+  // Optional-range bits (IBV_ACCESS_OPTIONAL_RANGE) are hints a device may ignore.
+  const uint32_t mandatory = req.access & ~uint32_t(IBV_ACCESS_OPTIONAL_RANGE);
+  if (mandatory & ~known) return {EINVAL};
+  // IBA 10.6.3.1: remote write or atomic requires local write.
+  if ((req.access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) &&
+      !(req.access & IBV_ACCESS_LOCAL_WRITE))
+    return {EINVAL};
+  if (mrs_.count() >= kMaxMr) return {ENOMEM};
+  // The pages must exist in the client now, as pinning would require.
+  uint8_t probe;
+  if (!o->mem.read(req.addr, &probe, 1) || !o->mem.read(req.addr + req.length - 1, &probe, 1))
+    return {EFAULT};
+  auto mr = std::make_unique<Mr>();
+  mr->owner = o;
+  mr->pd = uint32_t(req.pd);
+  mr->iova = req.iova;
+  mr->addr = req.addr;
+  mr->length = req.length;
+  mr->access = req.access;
+  Mr* raw = mr.get();
+  uint32_t idx = mrs_.insert(std::move(mr));
+  if (++mr_generation_ == 0) mr_generation_ = 1;
+  raw->key = (idx << 8) | mr_generation_;
+  ++pd->refs;
+  return {0, raw->key};
+}
+
+int Device::rereg_mr(Owner* o, const abi::ReregMrRequest& req, uint32_t* new_key) {
+  Mr* mr = mrs_.get(req.handle >> 8);
+  if (!mr || mr->owner != o || mr->key != uint32_t(req.handle)) return EINVAL;
+  Mr updated = *mr;
+  if (req.flags & IBV_REREG_MR_CHANGE_PD) {
+    Pd* pd = pds_.get(req.pd);
+    if (!pd || pd->owner != o) return EINVAL;
+    updated.pd = uint32_t(req.pd);
+  }
+  if (req.flags & IBV_REREG_MR_CHANGE_TRANSLATION) {
+    if (req.length == 0) return EINVAL;
+    uint8_t probe;
+    if (!o->mem.read(req.addr, &probe, 1) || !o->mem.read(req.addr + req.length - 1, &probe, 1))
+      return EFAULT;
+    updated.addr = updated.iova = req.addr;
+    updated.length = req.length;
+  }
+  if (req.flags & IBV_REREG_MR_CHANGE_ACCESS) {
+    if ((req.access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) &&
+        !(req.access & IBV_ACCESS_LOCAL_WRITE))
+      return EINVAL;
+    updated.access = req.access;
+  }
+  if (updated.pd != mr->pd) {
+    --pds_.get(mr->pd)->refs;
+    ++pds_.get(updated.pd)->refs;
+  }
+  *mr = updated;
+  // A new key invalidates the old one for remote peers, as mlx5 does.
+  if (++mr_generation_ == 0) mr_generation_ = 1;
+  mr->key = (mr->key & ~0xffu) | mr_generation_;
+  *new_key = mr->key;
+  return 0;
+}
+
+int Device::dereg_mr(Owner* o, uint32_t key) {
+  Mr* mr = mrs_.get(key >> 8);
+  if (!mr || mr->owner != o || mr->key != key) return EINVAL;
+  --pds_.get(mr->pd)->refs;
+  mrs_.erase(key >> 8);
+  return 0;
+}
+
+Device::MrCheck Device::check_mr(uint32_t key, uint32_t pd, uint64_t va, uint64_t len,
+                                 uint32_t access, bool remote, const Mr** out) const {
+  const Mr* mr = mrs_.get(key >> 8);
+  if (!mr || mr->key != key) return MrCheck::kBadKey;
+  if (mr->pd != pd) return MrCheck::kBadPd;
+  // IBA 10.6.3: [va, va+len) within [iova, iova+length).
+  if (va < mr->iova || len > mr->length || va - mr->iova > mr->length - len)
+    return MrCheck::kBadBounds;
+  if ((mr->access & access) != access) return MrCheck::kBadAccess;
+  (void)remote;
+  *out = mr;
+  return MrCheck::kOk;
+}
+
+// ---------------------------------------------------------------- channels / CQ
+
+Result<uint32_t> Device::create_comp_channel(Owner* o, int fd) {
+  auto ch = std::make_unique<CompChannel>();
+  ch->owner = o;
+  ch->fd = fd;
+  return {0, channels_.insert(std::move(ch))};
+}
+
+int Device::destroy_comp_channel(Owner* o, uint32_t handle) {
+  CompChannel* ch = channels_.get(handle);
+  if (!ch || ch->owner != o) return EINVAL;
+  if (ch->refs) return EBUSY;
+  channels_.erase(handle);
+  return 0;
+}
+
+Result<uint32_t> Device::create_cq(Owner* o, const abi::CreateCqRequest& req) {
+  if (req.cqe < 1 || req.cqe > kMaxCqe) return {EINVAL};
+  if (cqs_.count() >= kMaxCq) return {ENOMEM};
+  CompChannel* ch = nullptr;
+  if (req.channel) {
+    ch = channels_.get(req.channel);
+    if (!ch || ch->owner != o) return {EINVAL};
+  }
+  auto cq = std::make_unique<Cq>();
+  cq->owner = o;
+  cq->cookie = req.cookie;
+  const uint32_t log2 = log2_ceil(req.cqe + 1);
+  if (int e = cq->mem.create("uroce-cq", RingView::bytes(log2, sizeof(abi::Cqe)))) return {e};
+  cq->ring.init(cq->mem.base(), log2, sizeof(abi::Cqe));
+  cq->capacity = (1u << log2) - 1;
+  cq->channel = uint32_t(req.channel);
+  if (ch) ++ch->refs;
+  return {0, cqs_.insert(std::move(cq))};
+}
+
+int Device::resize_cq(Owner* o, uint32_t handle, uint32_t cqe) {
+  Cq* cq = cqs_.get(handle);
+  if (!cq || cq->owner != o) return EINVAL;
+  if (cqe < 1 || cqe > kMaxCqe) return EINVAL;
+  const uint32_t cons = cq->ring.hdr->consumer.load(std::memory_order_acquire);
+  const uint32_t pending = cq->prod - cons;
+  if (pending > cq->ring.size()) return EINVAL;  // client corrupted its index
+  const uint32_t log2 = log2_ceil(std::max(cqe, pending) + 1);
+  QueueMemory mem;
+  if (int e = mem.create("uroce-cq", RingView::bytes(log2, sizeof(abi::Cqe)))) return e;
+  RingView ring;
+  ring.init(mem.base(), log2, sizeof(abi::Cqe));
+  for (uint32_t i = 0; i < pending; ++i)
+    std::memcpy(ring.slot(i), cq->ring.slot(cons + i), sizeof(abi::Cqe));
+  ring.hdr->producer.store(pending, std::memory_order_release);
+  ring.hdr->notify.store(cq->ring.hdr->notify.load());
+  cq->mem = std::move(mem);
+  cq->ring = ring;
+  cq->prod = pending;
+  cq->capacity = (1u << log2) - 1;
+  return 0;
+}
+
+int Device::destroy_cq(Owner* o, uint32_t handle) {
+  Cq* cq = cqs_.get(handle);
+  if (!cq || cq->owner != o) return EINVAL;
+  if (cq->refs) return EBUSY;
+  if (CompChannel* ch = channels_.get(cq->channel)) --ch->refs;
+  cqs_.erase(handle);
+  return 0;
+}
+
+bool Device::complete(Qp& qp, bool send_cq, const abi::Cqe& cqe, bool solicited) {
+  Cq* cq = cqs_.get(send_cq ? qp.send_cq : qp.recv_cq);
+  if (!cq || cq->error) return false;
+  const uint32_t cons = cq->ring.hdr->consumer.load(std::memory_order_acquire);
+  if (cq->prod - cons >= cq->ring.size()) {
+    // Overflow (IBA 11.4.2.1): the CQ is in error and so are QPs feeding it.
+    cq->error = true;
+    ++counters_.cq_overflows;
+    cq->owner->post_async(IBV_EVENT_CQ_ERR, cq->cookie);
+    return false;
+  }
+  std::memcpy(cq->ring.slot(cq->prod), &cqe, sizeof(cqe));
+  cq->ring.hdr->producer.store(++cq->prod, std::memory_order_release);
+  ++cq->completions;
+  const uint32_t armed = cq->ring.hdr->notify.load(std::memory_order_acquire);
+  if (armed == abi::kCqNotifyNext ||
+      (armed == abi::kCqNotifySolicited && (solicited || cqe.status != IBV_WC_SUCCESS))) {
+    if (cq->ring.hdr->notify.exchange(abi::kCqNotifyNone) != abi::kCqNotifyNone) {
+      if (CompChannel* ch = channels_.get(cq->channel)) {
+        abi::CompEventRecord rec{cq->cookie};
+        if (::write(ch->fd, &rec, sizeof(rec)) != ssize_t(sizeof(rec)))
+          ++counters_.async_events_dropped;
+      }
+    }
+  }
+  return true;
+}
+
+// ---------------------------------------------------------------- QP
+
+Qp* Device::qp(uint32_t qpn) const {
+  if (qpn < kFirstQpn) return nullptr;
+  return qps_.get(qp_index(qpn));
+}
+
+Result<uint32_t> Device::create_qp(Owner* o, const abi::CreateQpRequest& req) {
+  const ibv_qp_type type = ibv_qp_type(req.qp_type);
+  if (type != IBV_QPT_RC && type != IBV_QPT_UC && type != IBV_QPT_UD) return {EOPNOTSUPP};
+  Pd* pd = pds_.get(req.pd);
+  Cq* scq = cqs_.get(req.send_cq);
+  Cq* rcq = cqs_.get(req.recv_cq);
+  if (!pd || pd->owner != o || !scq || scq->owner != o || !rcq || rcq->owner != o)
+    return {EINVAL};
+  if (req.srq) return {EINVAL};  // no SRQ objects exist yet
+  abi::QpCaps caps = req.caps;
+  if (caps.max_send_wr > kMaxQpWr || caps.max_recv_wr > kMaxQpWr ||
+      caps.max_send_sge > kMaxSge || caps.max_recv_sge > kMaxSge ||
+      caps.max_inline_data > kMaxInlineData)
+    return {EINVAL};
+  if (qp_count_ >= kMaxQp) return {ENOMEM};
+
+  auto qp = std::make_unique<Qp>();
+  qp->owner = o;
+  qp->cookie = req.cookie;
+  qp->type = type;
+  qp->pd = uint32_t(req.pd);
+  qp->send_cq = uint32_t(req.send_cq);
+  qp->recv_cq = uint32_t(req.recv_cq);
+  qp->sq_sig_all = req.sq_sig_all;
+
+  const uint32_t sq_log2 = log2_ceil(std::max(caps.max_send_wr, 1u));
+  const uint32_t sq_body = std::max(caps.max_send_sge * uint32_t(sizeof(abi::Sge)),
+                                    caps.max_inline_data);
+  const uint32_t sq_stride = round_pow2(sizeof(abi::SendWqe) + std::max(sq_body, 64u));
+  const uint32_t rq_log2 = log2_ceil(std::max(caps.max_recv_wr, 1u));
+  const uint32_t rq_stride =
+      round_pow2(sizeof(abi::RecvWqe) + std::max(caps.max_recv_sge, 1u) * sizeof(abi::Sge));
+  const size_t sq_bytes = (RingView::bytes(sq_log2, sq_stride) + 4095) & ~size_t(4095);
+  if (int e = qp->mem.create("uroce-qp", sq_bytes + RingView::bytes(rq_log2, rq_stride))) return {e};
+  qp->sq.init(qp->mem.base(), sq_log2, sq_stride);
+  qp->rq.init(qp->mem.base() + sq_bytes, rq_log2, rq_stride);
+  qp->sq_copy.resize(size_t(1u << sq_log2) * sq_stride);
+  qp->sq_state.resize(1u << sq_log2);
+  qp->read_responses.reserve(kMaxQpRdAtomic);
+
+  // Report what the rings really hold (ibv_create_qp writes caps back).
+  caps.max_send_wr = 1u << sq_log2;
+  caps.max_recv_wr = 1u << rq_log2;
+  caps.max_send_sge = std::min<uint32_t>((sq_stride - sizeof(abi::SendWqe)) / sizeof(abi::Sge), kMaxSge);
+  caps.max_recv_sge = std::min<uint32_t>((rq_stride - sizeof(abi::RecvWqe)) / sizeof(abi::Sge), kMaxSge);
+  caps.max_inline_data = std::min<uint32_t>(sq_stride - sizeof(abi::SendWqe), kMaxInlineData);
+  qp->caps = caps;
+
+  Qp* raw = qp.get();
+  const uint32_t idx = qps_.insert(std::move(qp));
+  raw->qpn = idx + kFirstQpn - 1;
+  ++pd->refs;
+  ++scq->refs;
+  ++rcq->refs;
+  ++qp_count_;
+  active_qps_.push_back(raw);
+  return {0, raw->qpn};
+}
+
+int Device::destroy_qp(Owner* o, uint32_t qpn) {
+  Qp* qp = this->qp(qpn);
+  if (!qp || qp->owner != o) return EINVAL;
+  if (Pd* pd = pds_.get(qp->pd)) --pd->refs;
+  if (Cq* c = cqs_.get(qp->send_cq)) --c->refs;
+  if (Cq* c = cqs_.get(qp->recv_cq)) --c->refs;
+  active_qps_.erase(std::find(active_qps_.begin(), active_qps_.end(), qp));
+  qps_.erase(qp_index(qpn));
+  --qp_count_;
+  return 0;
+}
+
+void Device::post_qp_event(Qp& qp, ibv_event_type type) { qp.owner->post_async(type, qp.cookie); }
+
+void Device::release_owner(Owner* o) {
+  std::vector<uint32_t> ids;
+  qps_.for_each([&](uint32_t, Qp& q) { if (q.owner == o) ids.push_back(q.qpn); });
+  for (uint32_t qpn : ids) destroy_qp(o, qpn);
+  ids.clear();
+  cqs_.for_each([&](uint32_t i, Cq& c) { if (c.owner == o) ids.push_back(i); });
+  for (uint32_t i : ids) destroy_cq(o, i);
+  ids.clear();
+  mrs_.for_each([&](uint32_t, Mr& m) { if (m.owner == o) ids.push_back(m.key); });
+  for (uint32_t k : ids) dereg_mr(o, k);
+  ids.clear();
+  pds_.for_each([&](uint32_t i, Pd& p) { if (p.owner == o) ids.push_back(i); });
+  for (uint32_t i : ids) dealloc_pd(o, i);
+  ids.clear();
+  channels_.for_each([&](uint32_t i, CompChannel& c) { if (c.owner == o) ids.push_back(i); });
+  for (uint32_t i : ids) destroy_comp_channel(o, i);
+}
+
+}  // namespace uroce::device

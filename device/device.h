@@ -1,0 +1,131 @@
+// The emulated HCA: object tables, the control verbs the engine's sessions
+// call, and the datapath poll (requester, ingress, responder, completer,
+// timers). Single-threaded: everything here runs on the engine thread.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "device/counters.h"
+#include "device/objects.h"
+#include "device/qp.h"
+#include "net/loopback_port.h"
+#include "net/packet.h"
+#include "uroce/abi.h"
+
+namespace uroce::device {
+
+struct DeviceConfig {
+  std::string name = "uroce0";
+  std::array<uint8_t, 4> ip{127, 0, 0, 1};
+  std::array<uint8_t, 6> mac{0x02, 0x75, 0x72, 0x00, 0x00, 0x01};
+};
+
+template <typename T>
+struct Result {
+  int err = 0;  // errno
+  T value{};
+};
+
+class Device {
+ public:
+  explicit Device(const DeviceConfig& config);
+  ~Device();
+
+  const abi::DeviceInfo& info() const { return info_; }
+  const DeviceConfig& config() const { return config_; }
+
+  // ---- control plane (errno results) ----
+  Result<uint32_t> alloc_pd(Owner* o);
+  int dealloc_pd(Owner* o, uint32_t pd);
+  Result<uint32_t> reg_mr(Owner* o, const abi::RegMrRequest& req);  // returns key
+  int rereg_mr(Owner* o, const abi::ReregMrRequest& req, uint32_t* new_key);
+  int dereg_mr(Owner* o, uint32_t key);
+  Result<uint32_t> create_comp_channel(Owner* o, int fd);
+  int destroy_comp_channel(Owner* o, uint32_t handle);
+  Result<uint32_t> create_cq(Owner* o, const abi::CreateCqRequest& req);
+  int resize_cq(Owner* o, uint32_t handle, uint32_t cqe);
+  int destroy_cq(Owner* o, uint32_t handle);
+  Cq* cq(uint32_t handle) const { return cqs_.get(handle); }
+  Result<uint32_t> create_qp(Owner* o, const abi::CreateQpRequest& req);  // returns qpn
+  int modify_qp(Owner* o, uint32_t qpn, uint32_t mask, const abi::QpAttr& attr);
+  int query_qp(Owner* o, uint32_t qpn, abi::QpAttr* attr);
+  int destroy_qp(Owner* o, uint32_t qpn);
+  Qp* qp(uint32_t qpn) const;
+  // Frees everything the owner still holds (client exited or was killed).
+  void release_owner(Owner* o);
+
+  // ---- datapath ----
+  // One pass of the poll loop; returns true if it did any work.
+  bool poll(uint64_t now_ns);
+  // Earliest timer deadline (0: none), so the engine knows how long it may sleep.
+  uint64_t next_deadline_ns() const;
+
+  // ---- observability ----
+  const Counters& counters() const { return counters_; }
+  std::string status_text() const;
+  std::string stats_text() const;
+  size_t qp_count() const { return qp_count_; }
+
+  // Transport internals, shared by requester/responder/completer.
+  enum class MrCheck { kOk, kBadKey, kBadPd, kBadBounds, kBadAccess };
+  MrCheck check_mr(uint32_t key, uint32_t pd, uint64_t va, uint64_t len, uint32_t access,
+                   bool remote, const Mr** out) const;
+  const Mr* find_mr(uint32_t key) const {
+    const Mr* mr = mrs_.get(key >> 8);
+    return mr && mr->key == key ? mr : nullptr;
+  }
+  net::Packet* new_packet(Qp& qp, uint8_t opcode, uint32_t psn, bool ack_req);
+  void send_packet(Qp& qp, net::Packet* p);
+  void free_packet(net::Packet* p) { pool_.put(p); }
+  // Completion queue entry for qp's send or recv CQ; false if the CQ overflowed.
+  bool complete(Qp& qp, bool send_cq, const abi::Cqe& cqe, bool solicited);
+  void qp_to_error(Qp& qp);
+  void flush_qp(Qp& qp);
+  uint64_t now_ns() const { return now_ns_; }
+  Counters& counters_mut() { return counters_; }
+
+ private:
+  friend class DeviceTestPeer;
+  void init_info();
+  bool poll_requesters();
+  bool poll_rx();
+  bool poll_timers();
+  void dispatch(net::Packet* p);
+  void post_qp_event(Qp& qp, ibv_event_type type);
+
+  DeviceConfig config_;
+  abi::DeviceInfo info_{};
+  net::Route loopback_route_{};
+  net::LoopbackPort loopback_;
+  net::PacketPool pool_;
+  Counters counters_;
+  uint64_t now_ns_ = 0;
+  uint8_t mr_generation_ = 0;
+
+  Table<Pd> pds_;
+  Table<Mr> mrs_;
+  Table<CompChannel> channels_;
+  Table<Cq> cqs_;
+  Table<Qp> qps_;  // index = qpn - kFirstQpn + 1
+  size_t qp_count_ = 0;
+  std::vector<Qp*> active_qps_;  // QPs whose SQ may hold work (RTS, SQD, ERR)
+};
+
+// Requester, responder and completer entry points (one file each).
+bool requester_run(Device& dev, Qp& qp);
+void responder_receive(Device& dev, Qp& qp, net::Packet& p);
+bool responder_run(Device& dev, Qp& qp);
+void completer_receive(Device& dev, Qp& qp, net::Packet& p);
+bool completer_timers(Device& dev, Qp& qp);
+void rewind_requester(Device& dev, Qp& qp, uint32_t psn);
+
+// 24-bit PSN arithmetic (IBA 9.7.1): a - b as a signed distance.
+inline int32_t psn_diff(uint32_t a, uint32_t b) { return int32_t((a - b) << 8) >> 8; }
+inline uint32_t psn_add(uint32_t a, uint32_t n) { return (a + n) & 0xffffff; }
+
+}  // namespace uroce::device

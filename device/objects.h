@@ -1,0 +1,103 @@
+// The device's objects other than QPs: the owning client, PD, MR, completion
+// channel and CQ, with typed tables whose handles are indices.
+#pragma once
+
+#include <infiniband/verbs.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "device/memory.h"
+#include "device/queue_memory.h"
+#include "uroce/abi.h"
+
+namespace uroce::device {
+
+// One client process (an emulator session). The engine reaches its memory and
+// posts its async events; every object it creates records its owner.
+struct Owner {
+  uint64_t id = 0;
+  ProcessMemory mem;
+  int async_fd = -1;  // write end of the client's async event pipe (non-blocking)
+  std::string comm;   // process name, for status
+  uint64_t async_dropped = 0;
+  void post_async(uint32_t event_type, uint64_t cookie);
+};
+
+// Objects live in tables whose handles are indices (0 means none).
+template <typename T>
+class Table {
+ public:
+  Table() : slots_(1) {}
+  uint32_t insert(std::unique_ptr<T> obj) {
+    uint32_t idx;
+    if (!free_.empty()) {
+      idx = free_.back();
+      free_.pop_back();
+      slots_[idx] = std::move(obj);
+    } else {
+      idx = uint32_t(slots_.size());
+      slots_.push_back(std::move(obj));
+    }
+    ++count_;
+    return idx;
+  }
+  T* get(uint64_t idx) const { return idx < slots_.size() ? slots_[idx].get() : nullptr; }
+  void erase(uint32_t idx) {
+    if (idx < slots_.size() && slots_[idx]) {
+      slots_[idx].reset();
+      free_.push_back(idx);
+      --count_;
+    }
+  }
+  size_t count() const { return count_; }
+  template <typename Fn>
+  void for_each(Fn fn) const {
+    for (uint32_t i = 1; i < slots_.size(); ++i)
+      if (slots_[i]) fn(i, *slots_[i]);
+  }
+
+ private:
+  std::vector<std::unique_ptr<T>> slots_;
+  std::vector<uint32_t> free_;
+  size_t count_ = 0;
+};
+
+struct Pd {
+  Owner* owner = nullptr;
+  uint32_t refs = 0;  // MRs and QPs using it
+};
+
+struct Mr {
+  Owner* owner = nullptr;
+  uint32_t pd = 0;
+  uint32_t key = 0;   // lkey == rkey: index << 8 | generation
+  uint64_t iova = 0;  // what the peer addresses
+  uint64_t addr = 0;  // where it lives in the owner's address space
+  uint64_t length = 0;
+  uint32_t access = 0;  // enum ibv_access_flags
+};
+
+struct CompChannel {
+  Owner* owner = nullptr;
+  int fd = -1;  // write end of the client's channel pipe (non-blocking)
+  uint32_t refs = 0;
+  ~CompChannel();
+};
+
+struct Cq {
+  Owner* owner = nullptr;
+  uint64_t cookie = 0;
+  QueueMemory mem;
+  RingView ring;
+  uint32_t prod = 0;      // engine's own producer index (never read back)
+  uint32_t capacity = 0;  // usable entries
+  uint32_t channel = 0;   // handle, 0: none
+  uint32_t refs = 0;      // QPs attached
+  bool error = false;     // overflowed: IBV_EVENT_CQ_ERR raised
+  uint64_t completions = 0;
+};
+
+}  // namespace uroce::device

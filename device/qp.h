@@ -1,0 +1,114 @@
+// Queue pair: attributes, the shared-memory SQ/RQ, and the state of the three
+// transport roles (requester, completer, responder) as rxe splits them.
+#pragma once
+
+#include <infiniband/verbs.h>
+
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "device/objects.h"
+#include "device/params.h"
+#include "uroce/abi.h"
+
+namespace uroce::device {
+
+// Engine-side bookkeeping of one SQ slot, indexed like the ring.
+struct SendWqeState {
+  uint64_t length = 0;     // total bytes of the message
+  uint32_t first_psn = 0;
+  uint32_t npsn = 0;       // PSNs the message uses
+  uint32_t resp_bytes = 0; // READ response bytes received
+  uint32_t status = IBV_WC_SUCCESS;
+  bool is_rd_atomic = false;
+};
+
+// A pending RDMA READ response the responder is still emitting.
+struct ReadResponse {
+  uint64_t va = 0;        // in the MR owner's address space
+  uint32_t remaining = 0;
+  uint32_t psn = 0;       // next response PSN
+  bool first = true;
+  uint32_t mr_key = 0;
+};
+
+struct AtomicReplay {
+  uint32_t psn = 0;
+  uint64_t orig = 0;
+  bool valid = false;
+};
+
+// The receive WQE the responder is filling.
+struct RecvInProgress {
+  uint64_t wr_id = 0;
+  uint32_t num_sge = 0;
+  std::array<abi::Sge, kMaxSge> sge{};
+};
+
+struct Qp {
+  Owner* owner = nullptr;
+  uint32_t qpn = 0;
+  uint64_t cookie = 0;
+  ibv_qp_type type = IBV_QPT_RC;
+  uint32_t pd = 0, send_cq = 0, recv_cq = 0, srq = 0;
+  bool sq_sig_all = false;
+  abi::QpCaps caps{};
+
+  // Attributes (ibv_modify_qp).
+  ibv_qp_state state = IBV_QPS_RESET;
+  ibv_mtu path_mtu = IBV_MTU_1024;
+  uint32_t qkey = 0, dest_qpn = 0, access = 0;
+  uint16_t pkey_index = 0;
+  uint8_t port = 1, timeout = 0, retry_cnt = 0, rnr_retry = 0, min_rnr_timer = 0;
+  uint8_t max_rd_atomic = 0, max_dest_rd_atomic = 0;
+  bool en_sqd_async_notify = false;
+  abi::AddressVector av{};
+  uint32_t mtu_bytes() const { return 128u << path_mtu; }
+
+  // Shared memory: SQ then RQ in one region.
+  QueueMemory mem;
+  RingView sq, rq;
+  std::vector<uint8_t> sq_copy;  // engine's copy of each SQ slot (untrusted input copied out)
+  std::vector<SendWqeState> sq_state;
+
+  // Requester (free-running indices into the SQ).
+  uint32_t sq_head = 0;     // oldest WQE not yet completed (published as consumer)
+  uint32_t sq_next = 0;     // WQE being sent
+  uint32_t sq_fetched = 0;  // WQEs copied out of shared memory
+  uint32_t req_psn = 0;     // next PSN to send
+  uint64_t req_offset = 0;  // bytes of sq_next already sent
+  uint32_t rd_atomic_inflight = 0;
+  uint32_t retry_left = 0, rnr_retry_left = 0;
+  uint64_t rnr_wait_until_ns = 0;  // requester paused by an RNR NAK
+  uint64_t retrans_deadline_ns = 0;
+  uint32_t packets_since_ack_req = 0;
+
+  // Completer.
+  uint32_t comp_psn = 0;  // oldest PSN not yet acknowledged
+
+  // Responder.
+  uint32_t resp_epsn = 0;
+  uint32_t resp_msn = 0;
+  bool resp_nak_sent = false;    // one PSN sequence error NAK per gap (C9-112)
+  bool resp_in_msg = false;      // between FIRST and LAST of a multi-packet message
+  bool resp_recv_valid = false;
+  bool resp_msg_dropped = false; // UC: discard the rest of a broken message
+  uint32_t resp_last_opcode = 0;
+  RecvInProgress resp_recv;
+  uint64_t resp_offset = 0;      // bytes placed so far in this message
+  uint64_t resp_write_va = 0;    // WRITE: next address in the owner's space
+  uint32_t resp_write_key = 0;
+  uint64_t resp_write_left = 0;
+  uint32_t rq_head = 0;          // RQ consumer (engine)
+  std::vector<ReadResponse> read_responses;  // FIFO of pending READ replies
+  std::array<AtomicReplay, kAtomicReplayDepth> atomic_replay{};
+  uint32_t atomic_replay_next = 0;
+  uint32_t resp_ack_pending_psn = 0;
+  bool resp_ack_pending = false;
+
+  bool last_wqe_reached_sent = false;
+  uint64_t tx_packets = 0, rx_packets = 0, retransmits = 0, rnr_naks = 0;
+};
+
+}  // namespace uroce::device

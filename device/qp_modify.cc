@@ -1,0 +1,264 @@
+// The QP state machine (IBA 10.3, 11.2.5): which attributes each transition
+// requires and allows, per transport, as the kernel's qp_state_table encodes.
+#include <cerrno>
+#include <cstring>
+
+#include "device/device.h"
+
+namespace uroce::device {
+
+namespace {
+
+struct Transition {
+  bool valid = false;
+  uint32_t req[3] = {0, 0, 0};  // RC, UC, UD
+  uint32_t opt[3] = {0, 0, 0};
+};
+
+int transport_slot(ibv_qp_type t) { return t == IBV_QPT_RC ? 0 : t == IBV_QPT_UC ? 1 : 2; }
+
+constexpr uint32_t S(ibv_qp_attr_mask m) { return uint32_t(m); }
+
+Transition transition(ibv_qp_state cur, ibv_qp_state next) {
+  Transition t;
+  const uint32_t pkey = S(IBV_QP_PKEY_INDEX), port = S(IBV_QP_PORT), qkey = S(IBV_QP_QKEY),
+                 acc = S(IBV_QP_ACCESS_FLAGS), av = S(IBV_QP_AV), mtu = S(IBV_QP_PATH_MTU),
+                 dqpn = S(IBV_QP_DEST_QPN), rqpsn = S(IBV_QP_RQ_PSN), sqpsn = S(IBV_QP_SQ_PSN),
+                 drd = S(IBV_QP_MAX_DEST_RD_ATOMIC), rnrt = S(IBV_QP_MIN_RNR_TIMER),
+                 tmo = S(IBV_QP_TIMEOUT), rcnt = S(IBV_QP_RETRY_CNT), rnr = S(IBV_QP_RNR_RETRY),
+                 rd = S(IBV_QP_MAX_QP_RD_ATOMIC), cur_s = S(IBV_QP_CUR_STATE),
+                 alt = S(IBV_QP_ALT_PATH), mig = S(IBV_QP_PATH_MIG_STATE),
+                 sqd = S(IBV_QP_EN_SQD_ASYNC_NOTIFY);
+  auto set = [&](uint32_t rc_req, uint32_t uc_req, uint32_t ud_req, uint32_t rc_opt,
+                 uint32_t uc_opt, uint32_t ud_opt) {
+    t.valid = true;
+    t.req[0] = rc_req, t.req[1] = uc_req, t.req[2] = ud_req;
+    t.opt[0] = rc_opt, t.opt[1] = uc_opt, t.opt[2] = ud_opt;
+  };
+  if (next == IBV_QPS_RESET || next == IBV_QPS_ERR) {
+    set(0, 0, 0, 0, 0, 0);
+    return t;
+  }
+  switch (cur) {
+    case IBV_QPS_RESET:
+      if (next == IBV_QPS_INIT)
+        set(pkey | port | acc, pkey | port | acc, pkey | port | qkey, 0, 0, 0);
+      break;
+    case IBV_QPS_INIT:
+      if (next == IBV_QPS_INIT)
+        set(0, 0, 0, pkey | port | acc, pkey | port | acc, pkey | port | qkey);
+      else if (next == IBV_QPS_RTR)
+        set(av | mtu | dqpn | rqpsn | drd | rnrt, av | mtu | dqpn | rqpsn, 0,
+            alt | acc | pkey, alt | acc | pkey, pkey | qkey);
+      break;
+    case IBV_QPS_RTR:
+      if (next == IBV_QPS_RTS)
+        set(tmo | rcnt | rnr | sqpsn | rd, sqpsn, sqpsn, cur_s | alt | acc | rnrt | mig,
+            cur_s | alt | acc | mig, cur_s | qkey);
+      break;
+    case IBV_QPS_RTS:
+      if (next == IBV_QPS_RTS)
+        set(0, 0, 0, cur_s | acc | alt | mig | rnrt, cur_s | acc | alt | mig, cur_s | qkey);
+      else if (next == IBV_QPS_SQD)
+        set(0, 0, 0, sqd, sqd, sqd);
+      break;
+    case IBV_QPS_SQD:
+      if (next == IBV_QPS_RTS)
+        set(0, 0, 0, cur_s | alt | acc | rnrt | mig, cur_s | alt | acc | mig, cur_s | qkey);
+      else if (next == IBV_QPS_SQD)
+        set(0, 0, 0,
+            port | av | tmo | rcnt | rnr | rd | drd | alt | acc | pkey | rnrt | mig,
+            av | alt | acc | pkey | mig, pkey | qkey);
+      break;
+    case IBV_QPS_SQE:
+      if (next == IBV_QPS_RTS) set(0, 0, 0, 0, cur_s | acc, cur_s | qkey);
+      if (next == IBV_QPS_RTS) t.valid = true;  // RC never enters SQE; UC/UD only
+      break;
+    default:
+      break;
+  }
+  return t;
+}
+
+void export_attr(const Qp& qp, abi::QpAttr* a) {
+  std::memset(a, 0, sizeof(*a));
+  a->qp_state = qp.state;
+  a->cur_qp_state = qp.state;
+  a->path_mtu = qp.path_mtu;
+  a->qkey = qp.qkey;
+  a->rq_psn = qp.resp_epsn;
+  a->sq_psn = qp.req_psn;
+  a->dest_qp_num = qp.dest_qpn;
+  a->qp_access_flags = qp.access;
+  a->pkey_index = qp.pkey_index;
+  a->en_sqd_async_notify = qp.en_sqd_async_notify;
+  a->sq_draining = 0;
+  a->max_rd_atomic = qp.max_rd_atomic;
+  a->max_dest_rd_atomic = qp.max_dest_rd_atomic;
+  a->min_rnr_timer = qp.min_rnr_timer;
+  a->port_num = qp.port;
+  a->timeout = qp.timeout;
+  a->retry_cnt = qp.retry_cnt;
+  a->rnr_retry = qp.rnr_retry;
+  a->sq_sig_all = qp.sq_sig_all;
+  a->ah = qp.av;
+  a->caps = qp.caps;
+}
+
+}  // namespace
+
+int Device::modify_qp(Owner* o, uint32_t qpn, uint32_t mask, const abi::QpAttr& a) {
+  Qp* qp = this->qp(qpn);
+  if (!qp || qp->owner != o) return EINVAL;
+  const ibv_qp_state cur =
+      (mask & IBV_QP_CUR_STATE) ? ibv_qp_state(a.cur_qp_state) : qp->state;
+  const ibv_qp_state next = (mask & IBV_QP_STATE) ? ibv_qp_state(a.qp_state) : cur;
+  if (cur > IBV_QPS_ERR || next > IBV_QPS_ERR) return EINVAL;
+  // IBV_QP_CUR_STATE may only name a state the QP could be in (kernel rule).
+  if ((mask & IBV_QP_CUR_STATE) && cur != qp->state &&
+      !(cur == IBV_QPS_RTS && qp->state == IBV_QPS_SQE))
+    return EINVAL;
+  const Transition t = transition(cur, next);
+  if (!t.valid) return EINVAL;
+  if (qp->type == IBV_QPT_RC && cur == IBV_QPS_SQE) return EINVAL;
+  const int slot = transport_slot(qp->type);
+  const uint32_t attrs = mask & ~uint32_t(IBV_QP_STATE);
+  if ((attrs & t.req[slot]) != t.req[slot]) return EINVAL;
+  if (attrs & ~(t.req[slot] | t.opt[slot])) return EINVAL;
+
+  // Value checks before anything changes (no half-applied modify).
+  if ((mask & IBV_QP_PORT) && a.port_num != 1) return EINVAL;
+  if ((mask & IBV_QP_PKEY_INDEX) && a.pkey_index >= kPkeyTableLen) return EINVAL;
+  if ((mask & IBV_QP_PATH_MTU) && (a.path_mtu < IBV_MTU_256 || a.path_mtu > info_.port.active_mtu))
+    return EINVAL;
+  if ((mask & IBV_QP_MAX_QP_RD_ATOMIC) && a.max_rd_atomic > kMaxQpRdAtomic) return EINVAL;
+  if ((mask & IBV_QP_MAX_DEST_RD_ATOMIC) && a.max_dest_rd_atomic > kMaxQpRdAtomic) return EINVAL;
+  if ((mask & IBV_QP_TIMEOUT) && a.timeout > 31) return EINVAL;
+  if ((mask & IBV_QP_RETRY_CNT) && a.retry_cnt > 7) return EINVAL;
+  if ((mask & IBV_QP_RNR_RETRY) && a.rnr_retry > 7) return EINVAL;
+  if ((mask & IBV_QP_MIN_RNR_TIMER) && a.min_rnr_timer > 31) return EINVAL;
+  if (mask & IBV_QP_AV) {
+    // RoCE: every address carries a GRH (IBA A16.4.1); the source GID must exist.
+    if (!a.ah.is_global) return EINVAL;
+    if (a.ah.sgid_index >= kGidTableLen || !info_.gids[a.ah.sgid_index].valid) return EINVAL;
+  }
+  if ((mask & IBV_QP_ACCESS_FLAGS) &&
+      (a.qp_access_flags & ~uint32_t(IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+                                     IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_LOCAL_WRITE)))
+    return EINVAL;
+
+  if (mask & IBV_QP_PKEY_INDEX) qp->pkey_index = a.pkey_index;
+  if (mask & IBV_QP_PORT) qp->port = a.port_num;
+  if (mask & IBV_QP_QKEY) qp->qkey = a.qkey;
+  if (mask & IBV_QP_ACCESS_FLAGS) qp->access = a.qp_access_flags;
+  if (mask & IBV_QP_AV) qp->av = a.ah;
+  if (mask & IBV_QP_PATH_MTU) qp->path_mtu = ibv_mtu(a.path_mtu);
+  if (mask & IBV_QP_DEST_QPN) qp->dest_qpn = a.dest_qp_num & kQpnMask;
+  if (mask & IBV_QP_RQ_PSN) qp->resp_epsn = a.rq_psn & 0xffffff;
+  if (mask & IBV_QP_MAX_DEST_RD_ATOMIC) qp->max_dest_rd_atomic = a.max_dest_rd_atomic;
+  if (mask & IBV_QP_MIN_RNR_TIMER) qp->min_rnr_timer = a.min_rnr_timer;
+  if (mask & IBV_QP_TIMEOUT) qp->timeout = a.timeout;
+  if (mask & IBV_QP_RETRY_CNT) qp->retry_cnt = a.retry_cnt;
+  if (mask & IBV_QP_RNR_RETRY) qp->rnr_retry = a.rnr_retry;
+  if (mask & IBV_QP_MAX_QP_RD_ATOMIC) qp->max_rd_atomic = a.max_rd_atomic;
+  if (mask & IBV_QP_EN_SQD_ASYNC_NOTIFY) qp->en_sqd_async_notify = a.en_sqd_async_notify;
+  if (mask & IBV_QP_SQ_PSN) {
+    qp->req_psn = qp->comp_psn = a.sq_psn & 0xffffff;
+  }
+  if (mask & IBV_QP_RETRY_CNT) qp->retry_left = qp->retry_cnt;
+  if (mask & IBV_QP_RNR_RETRY) qp->rnr_retry_left = qp->rnr_retry;
+
+  if (next == IBV_QPS_RESET && qp->state != IBV_QPS_RESET) {
+    // Back to RESET: rings emptied, transport state cleared (IBA 10.3.1).
+    const uint32_t sq_prod = qp->sq.hdr->producer.load(std::memory_order_acquire);
+    const uint32_t rq_prod = qp->rq.hdr->producer.load(std::memory_order_acquire);
+    qp->sq_head = qp->sq_next = qp->sq_fetched = sq_prod;
+    qp->rq_head = rq_prod;
+    qp->sq.hdr->consumer.store(sq_prod, std::memory_order_release);
+    qp->rq.hdr->consumer.store(rq_prod, std::memory_order_release);
+    qp->req_offset = 0;
+    qp->rd_atomic_inflight = 0;
+    qp->resp_in_msg = qp->resp_recv_valid = qp->resp_nak_sent = false;
+    qp->read_responses.clear();
+    qp->rnr_wait_until_ns = qp->retrans_deadline_ns = 0;
+    qp->last_wqe_reached_sent = false;
+  }
+  if (next == IBV_QPS_ERR && qp->state != IBV_QPS_ERR) {
+    qp->state = IBV_QPS_ERR;
+    flush_qp(*qp);
+    return 0;
+  }
+  if (next == IBV_QPS_SQD && qp->state == IBV_QPS_RTS && qp->en_sqd_async_notify) {
+    qp->state = next;
+    post_qp_event(*qp, IBV_EVENT_SQ_DRAINED);  // nothing in flight once the SQ is idle
+    return 0;
+  }
+  qp->state = next;
+  return 0;
+}
+
+int Device::query_qp(Owner* o, uint32_t qpn, abi::QpAttr* attr) {
+  Qp* qp = this->qp(qpn);
+  if (!qp || qp->owner != o) return EINVAL;
+  export_attr(*qp, attr);
+  return 0;
+}
+
+void Device::qp_to_error(Qp& qp) {
+  if (qp.state == IBV_QPS_ERR) return;
+  qp.state = IBV_QPS_ERR;
+  flush_qp(qp);
+}
+
+// Completes every outstanding send and receive WQE with IBV_WC_WR_FLUSH_ERR.
+void Device::flush_qp(Qp& qp) {
+  if (qp.state != IBV_QPS_ERR) return;
+  const uint32_t sq_prod = qp.sq.hdr->producer.load(std::memory_order_acquire);
+  if (sq_prod - qp.sq_head <= qp.sq.size()) {
+    for (; qp.sq_head != sq_prod; ++qp.sq_head) {
+      const auto* w = reinterpret_cast<const abi::SendWqe*>(qp.sq.slot(qp.sq_head));
+      abi::Cqe cqe{};
+      cqe.wr_id = w->wr_id;
+      cqe.status = IBV_WC_WR_FLUSH_ERR;
+      cqe.opcode = IBV_WC_SEND;
+      cqe.qp_num = qp.qpn;
+      if (!complete(qp, true, cqe, false)) break;
+    }
+  } else {
+    ++counters_.bad_wqes;
+    qp.sq_head = sq_prod;
+  }
+  qp.sq_next = qp.sq_fetched = qp.sq_head;
+  qp.sq.hdr->consumer.store(qp.sq_head, std::memory_order_release);
+  qp.req_offset = 0;
+  qp.rd_atomic_inflight = 0;
+  qp.read_responses.clear();
+  if (qp.resp_recv_valid) {
+    abi::Cqe cqe{};
+    cqe.wr_id = qp.resp_recv.wr_id;
+    cqe.status = IBV_WC_WR_FLUSH_ERR;
+    cqe.opcode = IBV_WC_RECV;
+    cqe.qp_num = qp.qpn;
+    complete(qp, false, cqe, false);
+    qp.resp_recv_valid = false;
+    ++qp.rq_head;
+  }
+  const uint32_t rq_prod = qp.rq.hdr->producer.load(std::memory_order_acquire);
+  if (rq_prod - qp.rq_head <= qp.rq.size()) {
+    for (; qp.rq_head != rq_prod; ++qp.rq_head) {
+      const auto* w = reinterpret_cast<const abi::RecvWqe*>(qp.rq.slot(qp.rq_head));
+      abi::Cqe cqe{};
+      cqe.wr_id = w->wr_id;
+      cqe.status = IBV_WC_WR_FLUSH_ERR;
+      cqe.opcode = IBV_WC_RECV;
+      cqe.qp_num = qp.qpn;
+      if (!complete(qp, false, cqe, false)) break;
+    }
+  } else {
+    qp.rq_head = rq_prod;
+  }
+  qp.rq.hdr->consumer.store(qp.rq_head, std::memory_order_release);
+  qp.resp_in_msg = false;
+}
+
+}  // namespace uroce::device

@@ -1,0 +1,335 @@
+// Requester: turns send WQEs into request packets (IBA 9.7.1-9.7.4). Copies
+// each WQE out of shared memory once, validates it, then segments it into
+// FIRST/MIDDLE/LAST/ONLY packets of path-MTU payload.
+#include <cstring>
+
+#include "device/device.h"
+#include "device/wqe.h"
+
+namespace uroce::device {
+
+namespace {
+
+using net::op::kCompareSwap;
+using net::op::kFetchAdd;
+using net::op::kReadRequest;
+
+net::Transport transport_of(ibv_qp_type t) {
+  return t == IBV_QPT_RC ? net::Transport::kRc
+                         : t == IBV_QPT_UC ? net::Transport::kUc : net::Transport::kUd;
+}
+
+// Copies SQ slot `index` out of shared memory and checks it. Returns the
+// completion status the WQE will end with if it cannot be executed.
+uint32_t fetch_wqe(Device& dev, Qp& qp, uint32_t index) {
+  uint8_t* copy = qp.sq_copy.data() + size_t(index & qp.sq.mask()) * qp.sq.stride;
+  std::memcpy(copy, qp.sq.slot(index), qp.sq.stride);
+  abi::SendWqe& w = wqe_at(qp, index);
+  SendWqeState& st = wqe_state(qp, index);
+  st = SendWqeState{};
+  if (w.opcode >= 32 || !(allowed_wr_ops(qp.type) & (1u << w.opcode))) {
+    ++dev.counters_mut().bad_wqes;
+    return IBV_WC_LOC_QP_OP_ERR;
+  }
+  st.is_rd_atomic = is_rd_atomic(w.opcode);
+  const uint32_t body = qp.sq.stride - sizeof(abi::SendWqe);
+  if (w.flags & IBV_SEND_INLINE) {
+    if (w.inline_len > body || w.inline_len > qp.caps.max_inline_data || st.is_rd_atomic)
+      return IBV_WC_LOC_LEN_ERR;
+    st.length = w.inline_len;
+    w.num_sge = 0;
+  } else {
+    if (w.num_sge > qp.caps.max_send_sge || w.num_sge * sizeof(abi::Sge) > body)
+      return IBV_WC_LOC_LEN_ERR;
+    const uint32_t need = st.is_rd_atomic ? IBV_ACCESS_LOCAL_WRITE : 0;
+    abi::Sge* sge = wqe_sges(qp, index);
+    for (uint32_t i = 0; i < w.num_sge; ++i) {
+      if (sge[i].length == 0) continue;
+      const Mr* mr;
+      if (dev.check_mr(sge[i].lkey, qp.pd, sge[i].addr, sge[i].length, need, false, &mr) !=
+          Device::MrCheck::kOk)
+        return IBV_WC_LOC_PROT_ERR;
+      sge[i].addr = mr->addr + (sge[i].addr - mr->iova);  // into the owner's address space
+      st.length += sge[i].length;
+    }
+  }
+  if (st.length > kMaxMsgSize) return IBV_WC_LOC_LEN_ERR;
+  if (qp.type == IBV_QPT_UD && st.length > 4096) return IBV_WC_LOC_LEN_ERR;
+  if ((w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP || w.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) &&
+      st.length != 8)
+    return IBV_WC_LOC_LEN_ERR;
+  const uint32_t mtu = qp.type == IBV_QPT_UD ? 4096 : qp.mtu_bytes();
+  st.npsn = w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP || w.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD
+                ? 1
+                : std::max<uint32_t>(1, uint32_t((st.length + mtu - 1) / mtu));
+  return IBV_WC_SUCCESS;
+}
+
+uint8_t send_code(uint32_t op, bool first, bool last) {
+  using namespace net::op;
+  const bool imm = op == IBV_WR_SEND_WITH_IMM, inv = op == IBV_WR_SEND_WITH_INV;
+  if (first && last) return imm ? kSendOnlyImm : inv ? kSendOnlyInv : kSendOnly;
+  if (first) return kSendFirst;
+  if (!last) return kSendMiddle;
+  return imm ? kSendLastImm : inv ? kSendLastInv : kSendLast;
+}
+
+uint8_t write_code(uint32_t op, bool first, bool last) {
+  using namespace net::op;
+  const bool imm = op == IBV_WR_RDMA_WRITE_WITH_IMM;
+  if (first && last) return imm ? kWriteOnlyImm : kWriteOnly;
+  if (first) return kWriteFirst;
+  if (!last) return kWriteMiddle;
+  return imm ? kWriteLastImm : kWriteLast;
+}
+
+// Sends the next packet of WQE sq_next; returns true when the WQE is fully sent.
+bool send_next_packet(Device& dev, Qp& qp) {
+  const uint32_t index = qp.sq_next;
+  abi::SendWqe& w = wqe_at(qp, index);
+  SendWqeState& st = wqe_state(qp, index);
+  const uint32_t mtu = qp.type == IBV_QPT_UD ? 4096 : qp.mtu_bytes();
+  const net::Transport tr = transport_of(qp.type);
+  if (qp.req_offset == 0) st.first_psn = qp.req_psn;
+
+  if (w.opcode == IBV_WR_RDMA_READ) {
+    // One request covers the rest of the message; responses use npsn PSNs.
+    const uint32_t left = uint32_t(st.length - qp.req_offset);
+    const uint32_t npsn = std::max<uint32_t>(1, (left + mtu - 1) / mtu);
+    net::Packet* p = dev.new_packet(qp, net::make_opcode(tr, kReadRequest), qp.req_psn, true);
+    auto* reth = p->hdr<net::Reth>(p->info().reth_off);
+    reth->va = w.remote_addr + qp.req_offset;
+    reth->rkey = w.rkey;
+    reth->dma_len = left;
+    dev.send_packet(qp, p);
+    qp.req_psn = psn_add(qp.req_psn, npsn);
+    qp.req_offset = st.length;
+    return true;
+  }
+  if (w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP || w.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) {
+    const uint8_t code = w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP ? kCompareSwap : kFetchAdd;
+    net::Packet* p = dev.new_packet(qp, net::make_opcode(tr, code), qp.req_psn, true);
+    auto* ae = p->hdr<net::AtomicEth>(p->info().atomiceth_off);
+    ae->va = w.remote_addr;
+    ae->rkey = w.rkey;
+    ae->swap_add = code == kCompareSwap ? w.swap : w.compare_add;
+    ae->compare = code == kCompareSwap ? w.compare_add : 0;
+    dev.send_packet(qp, p);
+    qp.req_psn = psn_add(qp.req_psn, 1);
+    qp.req_offset = st.length;
+    return true;
+  }
+
+  const bool is_write = w.opcode == IBV_WR_RDMA_WRITE || w.opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
+  const bool first = qp.req_offset == 0;
+  const uint32_t len = uint32_t(std::min<uint64_t>(mtu, st.length - qp.req_offset));
+  const bool last = qp.req_offset + len == st.length;
+  const uint8_t code = is_write ? write_code(w.opcode, first, last) : send_code(w.opcode, first, last);
+  const bool ack_req = qp.type == IBV_QPT_RC &&
+                       (last || ++qp.packets_since_ack_req >= kAckEveryPackets);
+  if (ack_req) qp.packets_since_ack_req = 0;
+  net::Packet* p = dev.new_packet(qp, net::make_opcode(tr, code), qp.req_psn, ack_req);
+  const net::OpcodeInfo& info = p->info();
+  if (info.has(net::kHasReth)) {
+    auto* reth = p->hdr<net::Reth>(info.reth_off);
+    reth->va = w.remote_addr;
+    reth->rkey = w.rkey;
+    reth->dma_len = uint32_t(st.length);
+  }
+  if (info.has(net::kHasImm)) p->hdr<net::ImmDt>(info.imm_off)->imm = w.imm_data;
+  if (info.has(net::kHasIeth)) p->hdr<net::Ieth>(info.ieth_off)->rkey = w.imm_data;
+  if (info.has(net::kHasDeth)) {
+    auto* deth = p->hdr<net::Deth>(info.deth_off);
+    // IBA 10.2.5: a Q_Key with the high bit set means "use the QP's Q_Key".
+    deth->qkey = (w.remote_qkey & 0x80000000u) ? qp.qkey : w.remote_qkey;
+    deth->src_qp = qp.qpn;
+    p->bth()->dest_qp = w.remote_qpn & kQpnMask;
+  }
+  if (last && (w.flags & IBV_SEND_SOLICITED)) p->bth()->flags |= net::Bth::kSolicited;
+  bool ok = true;
+  if (w.flags & IBV_SEND_INLINE)
+    std::memcpy(p->payload(), wqe_inline(qp, index) + qp.req_offset, len);
+  else
+    ok = gather_sges(qp.owner->mem, wqe_sges(qp, index), w.num_sge, qp.req_offset, p->payload(), len);
+  if (!ok) {
+    // The client unmapped memory it had registered: a local protection error,
+    // reported in order by requester_run.
+    ++dev.counters_mut().memory_faults;
+    st.status = IBV_WC_LOC_PROT_ERR;
+    dev.free_packet(p);
+    qp.req_offset = 0;
+    return false;
+  }
+  p->payload_len = len;
+  dev.send_packet(qp, p);
+  qp.req_psn = psn_add(qp.req_psn, 1);
+  qp.req_offset += len;
+  return last;
+}
+
+// UC and UD complete a WQE as soon as its last packet is sent.
+void complete_unreliable(Device& dev, Qp& qp) {
+  while (qp.sq_head != qp.sq_next) complete_send_head(dev, qp, wqe_state(qp, qp.sq_head).status);
+}
+
+}  // namespace
+
+bool gather_sges(const ProcessMemory& mem, const abi::Sge* sge, uint32_t num_sge, uint64_t offset,
+                 uint8_t* dst, uint32_t len) {
+  iovec remote[kMaxSge];
+  size_t n = 0, want = len;
+  for (uint32_t i = 0; i < num_sge && want; ++i) {
+    if (offset >= sge[i].length) {
+      offset -= sge[i].length;
+      continue;
+    }
+    const size_t chunk = std::min<uint64_t>(sge[i].length - offset, want);
+    remote[n++] = {reinterpret_cast<void*>(sge[i].addr + offset), chunk};
+    want -= chunk;
+    offset = 0;
+  }
+  if (want) return false;
+  iovec local{dst, len};
+  return mem.readv(&local, 1, remote, n, len);
+}
+
+bool scatter_sges(const ProcessMemory& mem, const abi::Sge* sge, uint32_t num_sge, uint64_t offset,
+                  const uint8_t* src, uint32_t len) {
+  iovec remote[kMaxSge];
+  size_t n = 0, want = len;
+  for (uint32_t i = 0; i < num_sge && want; ++i) {
+    if (offset >= sge[i].length) {
+      offset -= sge[i].length;
+      continue;
+    }
+    const size_t chunk = std::min<uint64_t>(sge[i].length - offset, want);
+    remote[n++] = {reinterpret_cast<void*>(sge[i].addr + offset), chunk};
+    want -= chunk;
+    offset = 0;
+  }
+  if (want) return false;
+  iovec local{const_cast<uint8_t*>(src), len};
+  return mem.writev(&local, 1, remote, n, len);
+}
+
+void complete_send_head(Device& dev, Qp& qp, uint32_t status) {
+  const uint32_t index = qp.sq_head;
+  const abi::SendWqe& w = wqe_at(qp, index);
+  const SendWqeState& st = wqe_state(qp, index);
+  if (status != IBV_WC_SUCCESS || qp.sq_sig_all || (w.flags & IBV_SEND_SIGNALED)) {
+    abi::Cqe cqe{};
+    cqe.wr_id = w.wr_id;
+    cqe.status = status;
+    cqe.opcode = wc_opcode_for(w.opcode);
+    cqe.qp_num = qp.qpn;
+    if (w.opcode == IBV_WR_RDMA_READ) cqe.byte_len = uint32_t(st.length);
+    if (cqe.opcode == IBV_WC_COMP_SWAP || cqe.opcode == IBV_WC_FETCH_ADD) cqe.byte_len = 8;
+    if (status != IBV_WC_SUCCESS) {
+      cqe.vendor_err = status;
+      if (status < IBV_WC_REM_INV_REQ_ERR || status == IBV_WC_LOC_PROT_ERR)
+        ++dev.counters_mut().local_errors;
+      else
+        ++dev.counters_mut().remote_errors;
+    }
+    if (!dev.complete(qp, true, cqe, false)) {
+      qp.owner->post_async(IBV_EVENT_QP_FATAL, qp.cookie);
+      dev.qp_to_error(qp);
+      return;
+    }
+  }
+  if (st.is_rd_atomic && qp.rd_atomic_inflight) --qp.rd_atomic_inflight;
+  ++qp.sq_head;
+  qp.sq.hdr->consumer.store(qp.sq_head, std::memory_order_release);
+  if (qp.sq_next - qp.sq_head > qp.sq_fetched - qp.sq_head) qp.sq_next = qp.sq_head;
+}
+
+bool requester_run(Device& dev, Qp& qp) {
+  if (qp.state == IBV_QPS_ERR) {
+    const uint32_t prod = qp.sq.hdr->producer.load(std::memory_order_acquire);
+    const uint32_t rprod = qp.rq.hdr->producer.load(std::memory_order_acquire);
+    if (prod == qp.sq_head && rprod == qp.rq_head) return false;
+    dev.flush_qp(qp);  // WRs posted in the error state complete flushed
+    return true;
+  }
+  if (qp.state != IBV_QPS_RTS) return false;
+  if (qp.rnr_wait_until_ns && dev.now_ns() < qp.rnr_wait_until_ns) return false;
+  qp.rnr_wait_until_ns = 0;
+  const uint32_t prod = qp.sq.hdr->producer.load(std::memory_order_acquire);
+  if (prod - qp.sq_head > qp.sq.size()) {
+    // The client wrote a producer index no ring can hold: no completion can
+    // describe that, so the QP is fatal (IBA 11.6.2 "local work queue catastrophic").
+    ++dev.counters_mut().bad_wqes;
+    qp.owner->post_async(IBV_EVENT_QP_FATAL, qp.cookie);
+    qp.state = IBV_QPS_ERR;
+    qp.sq.hdr->producer.store(qp.sq_head, std::memory_order_relaxed);
+    dev.flush_qp(qp);
+    return true;
+  }
+  bool work = false;
+  for (uint32_t budget = kRequesterBudget; budget && qp.sq_next != prod; --budget) {
+    if (qp.sq_next == qp.sq_fetched) {
+      wqe_state(qp, qp.sq_next).status = IBV_WC_SUCCESS;
+      const uint32_t status = fetch_wqe(dev, qp, qp.sq_next);
+      ++qp.sq_fetched;
+      if (status != IBV_WC_SUCCESS) wqe_state(qp, qp.sq_next).status = status;
+    }
+    SendWqeState& st = wqe_state(qp, qp.sq_next);
+    if (st.status != IBV_WC_SUCCESS) {
+      // Errors complete in order: wait until everything before it has completed.
+      if (qp.sq_head != qp.sq_next) break;
+      ++qp.sq_next;
+      complete_send_head(dev, qp, st.status);
+      dev.qp_to_error(qp);
+      return true;
+    }
+    abi::SendWqe& w = wqe_at(qp, qp.sq_next);
+    if (qp.type == IBV_QPT_RC && qp.req_offset == 0) {
+      if (psn_diff(qp.req_psn, qp.comp_psn) >= int32_t(kMaxInflightPackets)) break;
+      if (st.is_rd_atomic && qp.rd_atomic_inflight >= std::max<uint32_t>(1, qp.max_rd_atomic)) break;
+      // IBV_SEND_FENCE: wait for outstanding READs and atomics (IBA 10.8.3.3).
+      if ((w.flags & IBV_SEND_FENCE) && qp.rd_atomic_inflight) break;
+      if (st.is_rd_atomic) ++qp.rd_atomic_inflight;
+    }
+    work = true;
+    if (send_next_packet(dev, qp)) {
+      ++qp.sq_next;
+      qp.req_offset = 0;
+      if (qp.type != IBV_QPT_RC) complete_unreliable(dev, qp);
+    }
+    if (qp.state != IBV_QPS_RTS) break;
+  }
+  if (work && qp.type == IBV_QPT_RC && !qp.retrans_deadline_ns && qp.timeout)
+    qp.retrans_deadline_ns = dev.now_ns() + (4096ull << qp.timeout);
+  return work;
+}
+
+void rewind_requester(Device& dev, Qp& qp, uint32_t psn) {
+  const uint32_t mtu = qp.mtu_bytes();
+  uint32_t idx = qp.sq_head;
+  for (; idx != qp.sq_next; ++idx) {
+    const SendWqeState& st = wqe_state(qp, idx);
+    if (psn_diff(psn, psn_add(st.first_psn, st.npsn)) < 0) break;
+  }
+  if (idx == qp.sq_next && qp.req_offset == 0) {
+    qp.req_psn = psn;  // nothing of the current WQE is out yet
+    return;
+  }
+  const SendWqeState& st = wqe_state(qp, idx);
+  int32_t into = psn_diff(psn, st.first_psn);
+  if (into < 0) into = 0;
+  qp.sq_next = idx;
+  const abi::SendWqe& w = wqe_at(qp, idx);
+  const bool atomic = w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP || w.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD;
+  qp.req_offset = atomic ? 0 : std::min<uint64_t>(uint64_t(into) * mtu, st.length);
+  if (w.opcode == IBV_WR_RDMA_READ) qp.req_offset = uint64_t(into) * mtu;
+  if (qp.req_offset >= st.length && st.length) qp.req_offset = 0;
+  qp.req_psn = qp.req_offset ? psn : st.first_psn;
+  // READs and atomics from idx on will be sent again.
+  uint32_t inflight = 0;
+  for (uint32_t i = qp.sq_head; i != idx; ++i) inflight += wqe_state(qp, i).is_rd_atomic;
+  qp.rd_atomic_inflight = inflight;
+  ++qp.retransmits;
+  ++dev.counters_mut().retransmits;
+}
+
+}  // namespace uroce::device

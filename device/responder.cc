@@ -1,0 +1,512 @@
+// Responder: executes incoming requests against receive WQEs and registered
+// memory, and answers with ACKs, NAKs, READ responses and atomic ACKs
+// (IBA 9.7.4, 9.7.5). UD and UC share the receive path without the replies.
+#include <cstring>
+
+#include "device/device.h"
+#include "device/wqe.h"
+#include "net/opcode.h"
+
+namespace uroce::device {
+
+namespace {
+
+using net::OpcodeInfo;
+
+uint8_t ack_opcode(const Qp& qp) { return net::make_opcode(net::Transport::kRc, net::op::kAck); }
+
+void send_aeth(Device& dev, Qp& qp, uint8_t opcode, uint32_t psn, uint8_t syndrome) {
+  net::Packet* p = dev.new_packet(qp, opcode, psn, false);
+  p->hdr<net::Aeth>(p->info().aeth_off)->syndrome_msn = (uint32_t(syndrome) << 24) | (qp.resp_msn & 0xffffff);
+  dev.send_packet(qp, p);
+}
+
+void send_ack(Device& dev, Qp& qp, uint32_t psn) {
+  send_aeth(dev, qp, ack_opcode(qp), psn, net::aeth::kAck | net::aeth::kCreditInvalid);
+}
+
+// A NAK that ends the connection: the responder QP goes to error too (class C).
+void nak_and_fail(Device& dev, Qp& qp, uint32_t psn, uint8_t syndrome) {
+  ++dev.counters_mut().nak_sent;
+  send_aeth(dev, qp, ack_opcode(qp), psn, syndrome);
+  dev.qp_to_error(qp);
+}
+
+// Takes the next receive WQE from the RQ into qp.resp_recv, translating each
+// SGE. Returns false if none is posted; sets *status on a bad WQE.
+bool take_recv_wqe(Device& dev, Qp& qp, uint32_t* status) {
+  *status = IBV_WC_SUCCESS;
+  const uint32_t prod = qp.rq.hdr->producer.load(std::memory_order_acquire);
+  if (prod == qp.rq_head) return false;
+  if (prod - qp.rq_head > qp.rq.size()) {
+    ++dev.counters_mut().bad_wqes;
+    *status = IBV_WC_LOC_QP_OP_ERR;
+    return true;
+  }
+  abi::RecvWqe hdr;
+  const uint8_t* slot = qp.rq.slot(qp.rq_head);
+  std::memcpy(&hdr, slot, sizeof(hdr));
+  RecvInProgress& r = qp.resp_recv;
+  r.wr_id = hdr.wr_id;
+  r.num_sge = hdr.num_sge;
+  qp.resp_recv_valid = true;
+  if (hdr.num_sge > qp.caps.max_recv_sge ||
+      sizeof(abi::RecvWqe) + hdr.num_sge * sizeof(abi::Sge) > qp.rq.stride) {
+    ++dev.counters_mut().bad_wqes;
+    r.num_sge = 0;
+    *status = IBV_WC_LOC_LEN_ERR;
+    return true;
+  }
+  std::memcpy(r.sge.data(), slot + sizeof(abi::RecvWqe), hdr.num_sge * sizeof(abi::Sge));
+  for (uint32_t i = 0; i < r.num_sge; ++i) {
+    if (r.sge[i].length == 0) continue;
+    const Mr* mr;
+    if (dev.check_mr(r.sge[i].lkey, qp.pd, r.sge[i].addr, r.sge[i].length, IBV_ACCESS_LOCAL_WRITE,
+                     false, &mr) != Device::MrCheck::kOk) {
+      *status = IBV_WC_LOC_PROT_ERR;
+      return true;
+    }
+    r.sge[i].addr = mr->addr + (r.sge[i].addr - mr->iova);
+  }
+  return true;
+}
+
+uint64_t recv_capacity(const RecvInProgress& r) {
+  uint64_t total = 0;
+  for (uint32_t i = 0; i < r.num_sge; ++i) total += r.sge[i].length;
+  return total;
+}
+
+// Completes the receive WQE being filled and frees its RQ slot.
+void complete_recv(Device& dev, Qp& qp, uint32_t status, uint32_t opcode, uint32_t byte_len,
+                   const net::Packet* p, bool solicited) {
+  abi::Cqe cqe{};
+  cqe.wr_id = qp.resp_recv.wr_id;
+  cqe.status = status;
+  cqe.opcode = opcode;
+  cqe.byte_len = byte_len;
+  cqe.qp_num = qp.qpn;
+  cqe.src_qp = qp.dest_qpn;
+  if (p && status == IBV_WC_SUCCESS) {
+    const OpcodeInfo& info = p->info();
+    if (info.has(net::kHasImm)) {
+      cqe.imm_data = p->hdr<net::ImmDt>(info.imm_off)->imm;
+      cqe.wc_flags |= IBV_WC_WITH_IMM;
+    }
+    if (info.has(net::kHasIeth)) {
+      cqe.imm_data = p->hdr<net::Ieth>(info.ieth_off)->rkey;
+      cqe.wc_flags |= IBV_WC_WITH_INV;
+    }
+    if (info.has(net::kHasDeth)) {
+      cqe.src_qp = p->hdr<net::Deth>(info.deth_off)->src_qp & kQpnMask;
+      cqe.wc_flags |= IBV_WC_GRH;
+    }
+  }
+  if (status != IBV_WC_SUCCESS) cqe.vendor_err = status;
+  qp.resp_recv_valid = false;
+  ++qp.rq_head;
+  qp.rq.hdr->consumer.store(qp.rq_head, std::memory_order_release);
+  if (!dev.complete(qp, false, cqe, solicited)) {
+    qp.owner->post_async(IBV_EVENT_QP_FATAL, qp.cookie);
+    dev.qp_to_error(qp);
+  }
+}
+
+// ---- UD ----------------------------------------------------------------
+
+void receive_ud(Device& dev, Qp& qp, net::Packet& p) {
+  const OpcodeInfo& info = p.info();
+  const auto* deth = p.hdr<net::Deth>(info.deth_off);
+  if (uint32_t(deth->qkey) != qp.qkey) {  // IBA 10.2.5 Q_Key violation: silently dropped
+    ++dev.counters_mut().rx_bad_qkey;
+    return;
+  }
+  uint32_t status;
+  if (!take_recv_wqe(dev, qp, &status)) {
+    ++dev.counters_mut().rx_ud_no_recv;
+    return;
+  }
+  if (status != IBV_WC_SUCCESS) {
+    complete_recv(dev, qp, status, IBV_WC_RECV, 0, nullptr, false);
+    return;
+  }
+  // The first 40 bytes receive the GRH; for RoCEv2 over IPv4 the IPv4 header
+  // sits in its last 20 bytes (as rxe and mlx5 place it).
+  uint8_t grh[40] = {};
+  std::memcpy(grh + 20, p.data + p.l3_off, sizeof(net::Ipv4Hdr));
+  const uint32_t total = 40 + p.payload_len;
+  if (total > recv_capacity(qp.resp_recv)) {
+    ++dev.counters_mut().rx_ud_too_long;
+    complete_recv(dev, qp, IBV_WC_LOC_LEN_ERR, IBV_WC_RECV, 0, nullptr, false);
+    return;
+  }
+  const RecvInProgress& r = qp.resp_recv;
+  bool ok = scatter_sges(qp.owner->mem, r.sge.data(), r.num_sge, 0, grh, 40) &&
+            (p.payload_len == 0 ||
+             scatter_sges(qp.owner->mem, r.sge.data(), r.num_sge, 40, p.payload(), p.payload_len));
+  if (!ok) {
+    ++dev.counters_mut().memory_faults;
+    complete_recv(dev, qp, IBV_WC_LOC_PROT_ERR, IBV_WC_RECV, 0, nullptr, false);
+    return;
+  }
+  complete_recv(dev, qp, IBV_WC_SUCCESS, IBV_WC_RECV, total, &p, p.bth()->solicited());
+}
+
+// ---- RC duplicates (IBA 9.7.5.1.x) ---------------------------------------
+
+void answer_duplicate(Device& dev, Qp& qp, net::Packet& p) {
+  ++dev.counters_mut().rx_duplicate;
+  const OpcodeInfo& info = p.info();
+  const uint32_t psn = p.bth()->psn();
+  if (info.has(net::kRead)) {
+    // READs are idempotent: regenerate the response for the range asked again.
+    const auto* reth = p.hdr<net::Reth>(info.reth_off);
+    const Mr* mr;
+    if (dev.check_mr(reth->rkey, qp.pd, reth->va, reth->dma_len, IBV_ACCESS_REMOTE_READ, true,
+                     &mr) != Device::MrCheck::kOk)
+      return;
+    qp.read_responses.push_back(
+        {mr->addr + (reth->va - mr->iova), uint32_t(reth->dma_len), psn, true, mr->key});
+    return;
+  }
+  if (info.has(net::kAtomic)) {
+    // Never execute an atomic twice: answer from the replay cache.
+    for (const AtomicReplay& r : qp.atomic_replay) {
+      if (r.valid && r.psn == psn) {
+        net::Packet* a = dev.new_packet(
+            qp, net::make_opcode(net::Transport::kRc, net::op::kAtomicAck), psn, false);
+        a->hdr<net::Aeth>(a->info().aeth_off)->syndrome_msn =
+            (uint32_t(net::aeth::kAck | net::aeth::kCreditInvalid) << 24) | (qp.resp_msn & 0xffffff);
+        a->hdr<net::AtomicAckEth>(a->info().atomicack_off)->orig = r.orig;
+        dev.send_packet(qp, a);
+        return;
+      }
+    }
+    return;
+  }
+  // SEND/WRITE: acknowledge up to what we have (coalesced ACK).
+  send_ack(dev, qp, psn_add(qp.resp_epsn, 0xffffff));
+}
+
+// ---- RC/UC requests --------------------------------------------------------
+
+bool check_sequence(Device& dev, Qp& qp, const net::Packet& p) {
+  const OpcodeInfo& info = p.info();
+  const bool is_send = info.has(net::kSend);
+  if (qp.resp_in_msg) {
+    const net::OpcodeInfo& prev = net::opcode_info(uint8_t(qp.resp_last_opcode));
+    return (info.flags & (net::kMiddle | net::kLast)) && !(info.flags & net::kFirst) &&
+           is_send == prev.has(net::kSend) && info.has(net::kWrite) == prev.has(net::kWrite);
+  }
+  return info.has(net::kFirst);
+}
+
+void execute_request(Device& dev, Qp& qp, net::Packet& p);
+
+void receive_connected(Device& dev, Qp& qp, net::Packet& p) {
+  const uint32_t psn = p.bth()->psn();
+  const int32_t d = psn_diff(psn, qp.resp_epsn);
+  if (qp.type == IBV_QPT_RC) {
+    if (d < 0) return answer_duplicate(dev, qp, p);
+    if (d > 0) {
+      // Gap: one NAK per sequence error, then silence until the gap closes (C9-112).
+      ++dev.counters_mut().rx_out_of_seq;
+      if (!qp.resp_nak_sent) {
+        qp.resp_nak_sent = true;
+        ++dev.counters_mut().nak_sent;
+        send_aeth(dev, qp, ack_opcode(qp), qp.resp_epsn, net::aeth::kNakPsnSeqError);
+      }
+      return;
+    }
+    qp.resp_nak_sent = false;
+  } else if (d != 0) {
+    // UC: lost packets end the message in progress (IBA 9.8.3.2); resync on
+    // the next FIRST or ONLY.
+    qp.resp_in_msg = false;
+    qp.resp_msg_dropped = false;
+    qp.resp_offset = 0;
+    qp.resp_epsn = psn;
+  }
+  if (qp.type == IBV_QPT_UC && qp.resp_msg_dropped) {
+    qp.resp_epsn = psn_add(psn, 1);
+    if (p.info().has(net::kLast)) qp.resp_msg_dropped = false;
+    return;
+  }
+  if (!check_sequence(dev, qp, p)) {
+    if (qp.type == IBV_QPT_RC) return nak_and_fail(dev, qp, psn, net::aeth::kNakInvalidRequest);
+    qp.resp_in_msg = false;
+    qp.resp_offset = 0;
+    qp.resp_epsn = psn_add(psn, 1);
+    qp.resp_msg_dropped = !p.info().has(net::kLast);
+    return;
+  }
+  execute_request(dev, qp, p);
+}
+
+void execute_send(Device& dev, Qp& qp, net::Packet& p) {
+  const OpcodeInfo& info = p.info();
+  const uint32_t psn = p.bth()->psn();
+  if (info.has(net::kFirst)) {
+    if (!qp.resp_recv_valid) {
+      uint32_t status;
+      if (!take_recv_wqe(dev, qp, &status)) {
+        if (qp.type == IBV_QPT_RC) {
+          // Receiver not ready (IBA 9.7.5.2.8): the requester retries later.
+          ++dev.counters_mut().rnr_nak_sent;
+          send_aeth(dev, qp, ack_opcode(qp), psn, net::aeth::kRnrNak | (qp.min_rnr_timer & 0x1f));
+        } else {
+          ++dev.counters_mut().rx_ud_no_recv;
+          qp.resp_epsn = psn_add(psn, 1);
+          qp.resp_msg_dropped = !info.has(net::kLast);
+        }
+        return;
+      }
+      if (status != IBV_WC_SUCCESS) {
+        complete_recv(dev, qp, status, IBV_WC_RECV, 0, nullptr, false);
+        if (qp.type == IBV_QPT_RC) nak_and_fail(dev, qp, psn, net::aeth::kNakRemoteOpError);
+        else dev.qp_to_error(qp);
+        return;
+      }
+    }
+    qp.resp_offset = 0;
+  }
+  const RecvInProgress& r = qp.resp_recv;
+  if (qp.resp_offset + p.payload_len > recv_capacity(r)) {
+    // Message longer than the receive buffer (IBA 9.7.5.2.5, class C for RC).
+    complete_recv(dev, qp, IBV_WC_LOC_LEN_ERR, IBV_WC_RECV, 0, nullptr, false);
+    if (qp.type == IBV_QPT_RC) nak_and_fail(dev, qp, psn, net::aeth::kNakInvalidRequest);
+    else dev.qp_to_error(qp);
+    return;
+  }
+  if (p.payload_len &&
+      !scatter_sges(qp.owner->mem, r.sge.data(), r.num_sge, qp.resp_offset, p.payload(), p.payload_len)) {
+    ++dev.counters_mut().memory_faults;
+    complete_recv(dev, qp, IBV_WC_LOC_PROT_ERR, IBV_WC_RECV, 0, nullptr, false);
+    if (qp.type == IBV_QPT_RC) nak_and_fail(dev, qp, psn, net::aeth::kNakRemoteOpError);
+    else dev.qp_to_error(qp);
+    return;
+  }
+  qp.resp_offset += p.payload_len;
+  if (info.has(net::kLast))
+    complete_recv(dev, qp, IBV_WC_SUCCESS, IBV_WC_RECV, uint32_t(qp.resp_offset), &p,
+                  p.bth()->solicited());
+}
+
+void execute_write(Device& dev, Qp& qp, net::Packet& p) {
+  const OpcodeInfo& info = p.info();
+  const uint32_t psn = p.bth()->psn();
+  if (info.has(net::kHasImm) && !qp.resp_recv_valid) {
+    // WRITE with immediate consumes a receive WQE; check before placing data.
+    uint32_t status;
+    if (!take_recv_wqe(dev, qp, &status)) {
+      if (qp.type == IBV_QPT_RC) {
+        ++dev.counters_mut().rnr_nak_sent;
+        send_aeth(dev, qp, ack_opcode(qp), psn, net::aeth::kRnrNak | (qp.min_rnr_timer & 0x1f));
+      } else {
+        ++dev.counters_mut().rx_ud_no_recv;
+        qp.resp_epsn = psn_add(psn, 1);
+        qp.resp_in_msg = false;
+      }
+      return;
+    }
+    if (status != IBV_WC_SUCCESS) {
+      complete_recv(dev, qp, status, IBV_WC_RECV_RDMA_WITH_IMM, 0, nullptr, false);
+      if (qp.type == IBV_QPT_RC) nak_and_fail(dev, qp, psn, net::aeth::kNakRemoteOpError);
+      else dev.qp_to_error(qp);
+      return;
+    }
+  }
+  if (info.has(net::kFirst)) {
+    const auto* reth = p.hdr<net::Reth>(info.reth_off);
+    qp.resp_offset = 0;
+    qp.resp_write_left = reth->dma_len;
+    qp.resp_write_va = 0;
+    if (reth->dma_len) {
+      const Mr* mr;
+      // IBA 9.7.5.1.3 / C9-88: R_Key, bounds and access checked before any write.
+      if (!(qp.access & IBV_ACCESS_REMOTE_WRITE) ||
+          dev.check_mr(reth->rkey, qp.pd, reth->va, reth->dma_len, IBV_ACCESS_REMOTE_WRITE, true,
+                       &mr) != Device::MrCheck::kOk) {
+        if (qp.type == IBV_QPT_RC) return nak_and_fail(dev, qp, psn, net::aeth::kNakRemoteAccessError);
+        qp.resp_msg_dropped = !info.has(net::kLast);
+        qp.resp_epsn = psn_add(psn, 1);
+        return;
+      }
+      qp.resp_write_va = mr->addr + (reth->va - mr->iova);
+      qp.resp_write_key = mr->key;
+    }
+  }
+  if (p.payload_len > qp.resp_write_left) {
+    if (qp.type == IBV_QPT_RC) return nak_and_fail(dev, qp, psn, net::aeth::kNakInvalidRequest);
+    qp.resp_in_msg = false;
+    return;
+  }
+  if (p.payload_len) {
+    // The MR may have been deregistered since FIRST: check it still stands.
+    const Mr* mr = dev.find_mr(qp.resp_write_key);
+    if (!mr || !mr->owner->mem.write(qp.resp_write_va, p.payload(), p.payload_len)) {
+      ++dev.counters_mut().memory_faults;
+      if (qp.type == IBV_QPT_RC) return nak_and_fail(dev, qp, psn, net::aeth::kNakRemoteAccessError);
+      return;
+    }
+  }
+  qp.resp_write_va += p.payload_len;
+  qp.resp_write_left -= p.payload_len;
+  qp.resp_offset += p.payload_len;
+  if (info.has(net::kLast) && info.has(net::kHasImm))
+    complete_recv(dev, qp, IBV_WC_SUCCESS, IBV_WC_RECV_RDMA_WITH_IMM, uint32_t(qp.resp_offset), &p,
+                  p.bth()->solicited());
+}
+
+void execute_read(Device& dev, Qp& qp, net::Packet& p) {
+  const auto* reth = p.hdr<net::Reth>(p.info().reth_off);
+  const uint32_t psn = p.bth()->psn();
+  const uint32_t len = reth->dma_len;
+  uint64_t va = 0;
+  uint32_t key = 0;
+  if (len) {
+    const Mr* mr;
+    if (!(qp.access & IBV_ACCESS_REMOTE_READ) ||
+        dev.check_mr(reth->rkey, qp.pd, reth->va, len, IBV_ACCESS_REMOTE_READ, true, &mr) !=
+            Device::MrCheck::kOk)
+      return nak_and_fail(dev, qp, psn, net::aeth::kNakRemoteAccessError);
+    va = mr->addr + (reth->va - mr->iova);
+    key = mr->key;
+  }
+  if (qp.read_responses.size() >= std::max<uint32_t>(1, qp.max_dest_rd_atomic) + 1u)
+    return nak_and_fail(dev, qp, psn, net::aeth::kNakInvalidRequest);  // IBA C9-149
+  qp.read_responses.push_back({va, len, psn, true, key});
+  const uint32_t mtu = qp.mtu_bytes();
+  qp.resp_epsn = psn_add(psn, std::max<uint32_t>(1, (len + mtu - 1) / mtu));
+  ++qp.resp_msn;
+}
+
+void execute_atomic(Device& dev, Qp& qp, net::Packet& p) {
+  const auto* ae = p.hdr<net::AtomicEth>(p.info().atomiceth_off);
+  const uint32_t psn = p.bth()->psn();
+  const uint64_t va = ae->va;
+  if (va & 7) return nak_and_fail(dev, qp, psn, net::aeth::kNakInvalidRequest);  // C9-181
+  const Mr* mr;
+  if (!(qp.access & IBV_ACCESS_REMOTE_ATOMIC) ||
+      dev.check_mr(ae->rkey, qp.pd, va, 8, IBV_ACCESS_REMOTE_ATOMIC, true, &mr) != Device::MrCheck::kOk)
+    return nak_and_fail(dev, qp, psn, net::aeth::kNakRemoteAccessError);
+  const uint64_t addr = mr->addr + (va - mr->iova);
+  // The engine thread serialises every atomic of the device (IBV_ATOMIC_HCA).
+  uint64_t orig;
+  if (!mr->owner->mem.read(addr, &orig, 8)) {
+    ++dev.counters_mut().memory_faults;
+    return nak_and_fail(dev, qp, psn, net::aeth::kNakRemoteOpError);
+  }
+  const bool cas = (p.opcode & 0x1f) == net::op::kCompareSwap;
+  const uint64_t value = cas ? (orig == uint64_t(ae->compare) ? uint64_t(ae->swap_add) : orig)
+                             : orig + uint64_t(ae->swap_add);
+  if (value != orig && !mr->owner->mem.write(addr, &value, 8)) {
+    ++dev.counters_mut().memory_faults;
+    return nak_and_fail(dev, qp, psn, net::aeth::kNakRemoteOpError);
+  }
+  AtomicReplay& slot = qp.atomic_replay[qp.atomic_replay_next++ % kAtomicReplayDepth];
+  slot = {psn, orig, true};
+  ++qp.resp_msn;
+  qp.resp_epsn = psn_add(psn, 1);
+  net::Packet* a =
+      dev.new_packet(qp, net::make_opcode(net::Transport::kRc, net::op::kAtomicAck), psn, false);
+  a->hdr<net::Aeth>(a->info().aeth_off)->syndrome_msn =
+      (uint32_t(net::aeth::kAck | net::aeth::kCreditInvalid) << 24) | (qp.resp_msn & 0xffffff);
+  a->hdr<net::AtomicAckEth>(a->info().atomicack_off)->orig = orig;
+  dev.send_packet(qp, a);
+}
+
+void execute_request(Device& dev, Qp& qp, net::Packet& p) {
+  const OpcodeInfo& info = p.info();
+  const uint32_t psn = p.bth()->psn();
+  // Every packet but the last of a message carries exactly one MTU (C9-59).
+  if (info.has(net::kHasPayload) && (p.payload_len > qp.mtu_bytes() ||
+                                     (!info.has(net::kLast) && p.payload_len != qp.mtu_bytes()))) {
+    if (qp.type == IBV_QPT_RC) return nak_and_fail(dev, qp, psn, net::aeth::kNakInvalidRequest);
+    qp.resp_in_msg = false;
+    return;
+  }
+  if (info.has(net::kRead)) {
+    if (qp.type != IBV_QPT_RC) return;
+    return execute_read(dev, qp, p);
+  }
+  if (info.has(net::kAtomic)) {
+    if (qp.type != IBV_QPT_RC) return;
+    return execute_atomic(dev, qp, p);
+  }
+  const uint32_t epsn_before = qp.resp_epsn;
+  const uint64_t rnr_before = dev.counters().rnr_nak_sent;
+  if (info.has(net::kSend)) execute_send(dev, qp, p);
+  else execute_write(dev, qp, p);
+  if (qp.state == IBV_QPS_ERR || dev.counters().rnr_nak_sent != rnr_before ||
+      qp.resp_epsn != epsn_before)
+    return;  // failed, RNR-NAKed, or dropped: the handlers set what follows
+  qp.resp_epsn = psn_add(psn, 1);
+  qp.resp_in_msg = !info.has(net::kLast);
+  qp.resp_last_opcode = p.opcode;
+  if (info.has(net::kLast)) ++qp.resp_msn;
+  if (qp.type == IBV_QPT_RC && p.bth()->ack_req()) send_ack(dev, qp, psn);
+}
+
+}  // namespace
+
+void responder_receive(Device& dev, Qp& qp, net::Packet& p) {
+  if (qp.state != IBV_QPS_RTR && qp.state != IBV_QPS_RTS && qp.state != IBV_QPS_SQD) {
+    ++dev.counters_mut().rx_bad_state;
+    return;
+  }
+  const uint8_t transport = p.opcode & 0xe0;
+  const uint8_t expected = qp.type == IBV_QPT_RC ? 0x00 : qp.type == IBV_QPT_UC ? 0x20 : 0x60;
+  if (transport != expected) {
+    ++dev.counters_mut().rx_bad_transport;
+    return;
+  }
+  if (qp.type == IBV_QPT_UD) return receive_ud(dev, qp, p);
+  receive_connected(dev, qp, p);
+}
+
+// Emits pending READ responses, a budget of packets per poll.
+bool responder_run(Device& dev, Qp& qp) {
+  if (qp.read_responses.empty()) return false;
+  if (qp.state != IBV_QPS_RTR && qp.state != IBV_QPS_RTS && qp.state != IBV_QPS_SQD) {
+    qp.read_responses.clear();
+    return false;
+  }
+  const uint32_t mtu = qp.mtu_bytes();
+  uint32_t budget = kRequesterBudget;
+  while (budget-- && !qp.read_responses.empty()) {
+    ReadResponse& r = qp.read_responses.front();
+    const uint32_t len = std::min(r.remaining, mtu);
+    const bool last = len == r.remaining;
+    using namespace net::op;
+    const uint8_t code = r.first && last ? kReadRespOnly : r.first ? kReadRespFirst
+                                                         : last    ? kReadRespLast
+                                                                   : kReadRespMiddle;
+    net::Packet* p = dev.new_packet(qp, net::make_opcode(net::Transport::kRc, code), r.psn, false);
+    const OpcodeInfo& info = p->info();
+    if (info.has(net::kHasAeth))
+      p->hdr<net::Aeth>(info.aeth_off)->syndrome_msn =
+          (uint32_t(net::aeth::kAck | net::aeth::kCreditInvalid) << 24) | (qp.resp_msn & 0xffffff);
+    if (len) {
+      const Mr* mr = dev.find_mr(r.mr_key);
+      if (!mr || !mr->owner->mem.read(r.va, p->payload(), len)) {
+        ++dev.counters_mut().memory_faults;
+        dev.free_packet(p);
+        const uint32_t psn = r.psn;
+        qp.read_responses.clear();
+        nak_and_fail(dev, qp, psn, net::aeth::kNakRemoteAccessError);
+        return true;
+      }
+    }
+    p->payload_len = len;
+    dev.send_packet(qp, p);
+    r.first = false;
+    r.va += len;
+    r.remaining -= len;
+    r.psn = psn_add(r.psn, 1);
+    if (last) qp.read_responses.erase(qp.read_responses.begin());
+  }
+  return true;
+}
+
+}  // namespace uroce::device

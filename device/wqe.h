@@ -1,0 +1,66 @@
+// Work-request helpers shared by the requester and completer: the engine's
+// validated copy of an SQ slot and the verbs-opcode table per QP type.
+#pragma once
+
+#include <infiniband/verbs.h>
+
+#include <cstdint>
+
+#include "device/qp.h"
+#include "net/opcode.h"
+
+namespace uroce::device {
+
+// Which ibv_wr_opcode each transport accepts (IBA 9.4 / 10.7.2.x).
+constexpr uint32_t wr_bit(ibv_wr_opcode op) { return 1u << op; }
+constexpr uint32_t kRcWrOps = wr_bit(IBV_WR_SEND) | wr_bit(IBV_WR_SEND_WITH_IMM) |
+                              wr_bit(IBV_WR_RDMA_WRITE) | wr_bit(IBV_WR_RDMA_WRITE_WITH_IMM) |
+                              wr_bit(IBV_WR_RDMA_READ) | wr_bit(IBV_WR_ATOMIC_CMP_AND_SWP) |
+                              wr_bit(IBV_WR_ATOMIC_FETCH_AND_ADD) | wr_bit(IBV_WR_SEND_WITH_INV);
+constexpr uint32_t kUcWrOps = wr_bit(IBV_WR_SEND) | wr_bit(IBV_WR_SEND_WITH_IMM) |
+                              wr_bit(IBV_WR_RDMA_WRITE) | wr_bit(IBV_WR_RDMA_WRITE_WITH_IMM) |
+                              wr_bit(IBV_WR_SEND_WITH_INV);
+constexpr uint32_t kUdWrOps = wr_bit(IBV_WR_SEND) | wr_bit(IBV_WR_SEND_WITH_IMM);
+
+inline uint32_t allowed_wr_ops(ibv_qp_type t) {
+  return t == IBV_QPT_RC ? kRcWrOps : t == IBV_QPT_UC ? kUcWrOps : kUdWrOps;
+}
+
+inline bool is_rd_atomic(uint32_t op) {
+  return op == IBV_WR_RDMA_READ || op == IBV_WR_ATOMIC_CMP_AND_SWP ||
+         op == IBV_WR_ATOMIC_FETCH_AND_ADD;
+}
+
+inline ibv_wc_opcode wc_opcode_for(uint32_t op) {
+  switch (op) {
+    case IBV_WR_RDMA_WRITE:
+    case IBV_WR_RDMA_WRITE_WITH_IMM: return IBV_WC_RDMA_WRITE;
+    case IBV_WR_RDMA_READ: return IBV_WC_RDMA_READ;
+    case IBV_WR_ATOMIC_CMP_AND_SWP: return IBV_WC_COMP_SWAP;
+    case IBV_WR_ATOMIC_FETCH_AND_ADD: return IBV_WC_FETCH_ADD;
+    default: return IBV_WC_SEND;
+  }
+}
+
+inline abi::SendWqe& wqe_at(Qp& qp, uint32_t index) {
+  return *reinterpret_cast<abi::SendWqe*>(qp.sq_copy.data() + size_t(index & qp.sq.mask()) * qp.sq.stride);
+}
+inline abi::Sge* wqe_sges(Qp& qp, uint32_t index) {
+  return reinterpret_cast<abi::Sge*>(&wqe_at(qp, index) + 1);
+}
+inline uint8_t* wqe_inline(Qp& qp, uint32_t index) {
+  return reinterpret_cast<uint8_t*>(&wqe_at(qp, index) + 1);
+}
+inline SendWqeState& wqe_state(Qp& qp, uint32_t index) { return qp.sq_state[index & qp.sq.mask()]; }
+
+// Moves data between a packet buffer and a WQE's local SGEs (already
+// translated to the owner's addresses), starting offset bytes into the message.
+bool gather_sges(const ProcessMemory& mem, const abi::Sge* sge, uint32_t num_sge, uint64_t offset,
+                 uint8_t* dst, uint32_t len);
+bool scatter_sges(const ProcessMemory& mem, const abi::Sge* sge, uint32_t num_sge, uint64_t offset,
+                  const uint8_t* src, uint32_t len);
+
+// Completes the SQ head WQE (and publishes the freed slot).
+void complete_send_head(Device& dev, Qp& qp, uint32_t status);
+
+}  // namespace uroce::device

@@ -1,0 +1,189 @@
+#include "emulator/engine.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+#include "emulator/session.h"
+#include "uroce/runtime_dir.h"
+
+namespace uroce::emulator {
+
+namespace {
+
+uint64_t monotonic_ns() {
+  return uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                      std::chrono::steady_clock::now().time_since_epoch())
+                      .count());
+}
+
+}  // namespace
+
+Engine::Engine(EngineConfig config)
+    : config_(std::move(config)),
+      device_(config_.device),
+      acceptor_(io_),
+      signals_(io_, SIGINT, SIGTERM),
+      doorbell_(io_) {}
+
+Engine::~Engine() {
+  sessions_.clear();
+  if (shared_) munmap(shared_, 4096);
+  if (shared_fd_ >= 0) close(shared_fd_);
+  remove_files();
+}
+
+void Engine::remove_files() {
+  if (!socket_path_.empty()) unlink(socket_path_.c_str());
+  if (!pid_path_.empty()) unlink(pid_path_.c_str());
+  socket_path_.clear();
+  pid_path_.clear();
+}
+
+void Engine::start() {
+  const std::string& dir = config_.runtime_dir;
+  if (mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST)
+    throw std::runtime_error("cannot create runtime dir " + dir + ": " + std::strerror(errno));
+  const std::string sock = engine_socket_path(dir, config_.device.name);
+  if (sock.size() >= sizeof(sockaddr_un::sun_path))
+    throw std::runtime_error("socket path too long: " + sock);
+
+  // Shared engine page (read-only for clients) and the doorbell.
+  shared_fd_ = memfd_create("uroce-engine", MFD_CLOEXEC);
+  if (shared_fd_ < 0 || ftruncate(shared_fd_, 4096) != 0)
+    throw std::runtime_error(std::string("memfd_create: ") + std::strerror(errno));
+  void* p = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, shared_fd_, 0);
+  if (p == MAP_FAILED) throw std::runtime_error(std::string("mmap: ") + std::strerror(errno));
+  shared_ = new (p) abi::EngineShared{};
+  shared_->magic = abi::kMagic;
+  shared_->version = abi::kVersion;
+  shared_->port_state.store(IBV_PORT_ACTIVE);
+  doorbell_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (doorbell_fd_ < 0) throw std::runtime_error(std::string("eventfd: ") + std::strerror(errno));
+  doorbell_.assign(dup(doorbell_fd_));
+
+  // A live engine of the same name owns the socket; a stale file is replaced.
+  const SeqPacket::endpoint ep = unix_endpoint(sock);
+  {
+    SeqPacket::socket probe(io_);
+    boost::system::error_code ec;
+    probe.connect(ep, ec);
+    if (!ec) throw std::runtime_error("an engine named " + config_.device.name + " is already running");
+  }
+  unlink(sock.c_str());
+  boost::system::error_code ec;
+  acceptor_.open(SeqPacket(AF_UNIX, 0), ec);
+  if (!ec) acceptor_.bind(ep, ec);
+  if (!ec) acceptor_.listen(64, ec);
+  if (ec) throw std::runtime_error("cannot listen on " + sock + ": " + ec.message());
+  chmod(sock.c_str(), 0777);  // access is governed by the runtime dir's mode
+  socket_path_ = sock;
+
+  pid_path_ = engine_pid_path(dir, config_.device.name);
+  {
+    std::ofstream pid(pid_path_ + ".tmp");
+    pid << getpid() << '\n';
+  }
+  rename((pid_path_ + ".tmp").c_str(), pid_path_.c_str());
+
+  signal(SIGPIPE, SIG_IGN);
+  signals_.async_wait([this](const boost::system::error_code&, int) { stopping_ = true; });
+  accept_next();
+  arm_doorbell();
+}
+
+void Engine::accept_next() {
+  acceptor_.async_accept([this](const boost::system::error_code& ec,
+                                SeqPacket::socket sock) {
+    if (ec) {
+      if (ec != boost::asio::error::operation_aborted) accept_next();
+      return;
+    }
+    auto s = std::make_unique<Session>(*this, std::move(sock), next_owner_id_++);
+    Session* raw = s.get();
+    sessions_.emplace(raw, std::move(s));
+    raw->start();
+    accept_next();
+  });
+}
+
+void Engine::arm_doorbell() {
+  doorbell_.async_wait(boost::asio::posix::descriptor_base::wait_read,
+                       [this](const boost::system::error_code& ec) {
+                         if (ec) return;
+                         uint64_t v;
+                         while (::read(doorbell_fd_, &v, sizeof(v)) == sizeof(v)) {
+                         }
+                         arm_doorbell();
+                       });
+}
+
+void Engine::close_session(Session* s) {
+  // Defer destruction: we may be inside one of the session's own handlers.
+  auto it = sessions_.find(s);
+  if (it == sessions_.end()) return;
+  std::shared_ptr<Session> doomed(std::move(it->second));
+  sessions_.erase(it);
+  boost::asio::post(io_, [doomed] {});
+}
+
+std::string Engine::status_text() const {
+  std::ostringstream os;
+  os << device_.status_text();
+  os << "clients: " << sessions_.size() << '\n';
+  for (const auto& [raw, s] : sessions_)
+    os << "  pid " << s->owner().mem.pid() << " " << s->owner().comm << '\n';
+  return os.str();
+}
+
+void Engine::run() {
+  uint64_t last_work = monotonic_ns();
+  uint32_t iterations = 0;
+  while (!stopping_) {
+    // Control messages are cheap to check but cost a syscall: every 64 busy
+    // iterations, and always before sleeping.
+    if ((++iterations & 63) == 0) io_.poll();
+    const uint64_t now = monotonic_ns();
+    if (device_.poll(now)) {
+      last_work = now;
+      continue;
+    }
+    io_.poll();
+    if (now - last_work < config_.spin_ns) continue;
+
+    // Going to sleep: announce it, then look once more so a doorbell that
+    // raced with the announcement is not lost (the client checks `sleeping`
+    // after publishing; both sides fence).
+    shared_->sleeping.store(1, std::memory_order_seq_cst);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (device_.poll(monotonic_ns())) {
+      shared_->sleeping.store(0, std::memory_order_relaxed);
+      last_work = monotonic_ns();
+      continue;
+    }
+    uint64_t wait_ns = 1'000'000'000;
+    if (uint64_t deadline = device_.next_deadline_ns()) {
+      const uint64_t t = monotonic_ns();
+      wait_ns = deadline > t ? std::min(wait_ns, deadline - t) : 0;
+    }
+    if (wait_ns) io_.run_one_for(std::chrono::nanoseconds(wait_ns));
+    if (io_.stopped()) io_.restart();
+    shared_->sleeping.store(0, std::memory_order_relaxed);
+    last_work = monotonic_ns();
+  }
+  acceptor_.close();
+  sessions_.clear();  // closes every client socket and async pipe: DEVICE_FATAL for them
+  remove_files();
+}
+
+}  // namespace uroce::emulator

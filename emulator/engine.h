@@ -1,0 +1,67 @@
+// The engine: owns the device, serves client sessions on a Unix socket with
+// Boost.Asio, and runs the poll loop that busy-polls while there is work and
+// sleeps (woken by a doorbell eventfd, a control message or a timer) when idle.
+#pragma once
+
+#include <utility>  // Boost 1.74 asio needs std::exchange declared first
+
+#include <boost/asio.hpp>
+
+#include "emulator/seq_packet.h"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+
+#include "device/device.h"
+#include "uroce/abi.h"
+
+namespace uroce::emulator {
+
+class Session;
+
+struct EngineConfig {
+  device::DeviceConfig device;
+  std::string runtime_dir;
+  // How long the loop keeps spinning after the last work before it sleeps.
+  uint64_t spin_ns = 2'000'000;
+};
+
+class Engine {
+ public:
+  explicit Engine(EngineConfig config);
+  ~Engine();
+
+  // Binds the socket and writes the pid file; throws std::runtime_error with a
+  // clear message if the engine cannot start.
+  void start();
+  // Runs until SIGTERM/SIGINT.
+  void run();
+
+  device::Device& device() { return device_; }
+  int shared_fd() const { return shared_fd_; }
+  int doorbell_fd() const { return doorbell_fd_; }
+  void close_session(Session* s);
+  std::string status_text() const;
+
+ private:
+  void accept_next();
+  void arm_doorbell();
+  void remove_files();
+
+  EngineConfig config_;
+  device::Device device_;
+  boost::asio::io_context io_;
+  boost::asio::basic_socket_acceptor<SeqPacket> acceptor_;
+  boost::asio::signal_set signals_;
+  boost::asio::posix::stream_descriptor doorbell_;
+  std::unordered_map<Session*, std::unique_ptr<Session>> sessions_;
+  std::string socket_path_, pid_path_;
+  int shared_fd_ = -1, doorbell_fd_ = -1;
+  abi::EngineShared* shared_ = nullptr;
+  bool stopping_ = false;
+  uint64_t next_owner_id_ = 1;
+};
+
+}  // namespace uroce::emulator

@@ -1,0 +1,39 @@
+// One client process: its control socket, its device objects (through the
+// Owner), and the translation of control messages into device calls.
+#pragma once
+
+#include <utility>  // Boost 1.74 asio needs std::exchange declared first
+
+#include <boost/asio.hpp>
+
+#include "emulator/seq_packet.h"
+
+#include <cstdint>
+#include <vector>
+
+#include "device/objects.h"
+#include "uroce/abi.h"
+
+namespace uroce::emulator {
+
+class Engine;
+
+class Session {
+ public:
+  Session(Engine& engine, SeqPacket::socket socket, uint64_t id);
+  ~Session();
+  void start();
+  const device::Owner& owner() const { return owner_; }
+
+ private:
+  void wait_readable();
+  bool handle_readable();  // false: the peer is gone
+  void handle(const abi::CtlRequestHeader& hdr, const uint8_t* body, std::vector<int>& fds);
+  void reply(int status, const void* body, size_t len, const int* fds = nullptr, size_t nfds = 0);
+
+  Engine& engine_;
+  SeqPacket::socket socket_;
+  device::Owner owner_;
+};
+
+}  // namespace uroce::emulator
