@@ -1,6 +1,7 @@
 #include "emulator/engine.h"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
@@ -159,7 +160,12 @@ void Engine::run() {
       continue;
     }
     io_.poll();
-    if (now - last_work < config_.spin_ns) continue;
+    if (now - last_work < config_.spin_ns) {
+      // Clients often busy-poll their CQs; on a machine with few cores let
+      // them run rather than spin against them.
+      sched_yield();
+      continue;
+    }
 
     // Going to sleep: announce it, then look once more so a doorbell that
     // raced with the announcement is not lost (the client checks `sleeping`

@@ -152,6 +152,10 @@ void Session::handle(const abi::CtlRequestHeader& hdr, const uint8_t* body, std:
       close(ro);
       return;
     }
+    case abi::CtlOp::kQueryDevice: {
+      abi::HelloReply rep{dev.info()};
+      return reply(0, &rep, sizeof(rep));
+    }
     case abi::CtlOp::kQueryPort: {
       abi::QueryPortReply rep{dev.info().port};
       return reply(0, &rep, sizeof(rep));

@@ -180,6 +180,7 @@ enum class CtlOp : uint32_t {
   kDestroyQp,
   kStatus,  // text reply: devices, clients, objects
   kStats,   // text reply: counters
+  kQueryDevice,  // reply: DeviceInfo; no session state (device discovery)
   kCount,
 };
 

@@ -1,0 +1,374 @@
+// Opening the device, the queries answered from the engine's device
+// description, and asynchronous events.
+#include <fcntl.h>
+#include <pthread.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+#include <vector>
+
+#include "verbs_provider/provider.h"
+
+#undef ibv_query_port
+
+namespace uroce::provider {
+
+namespace {
+
+std::mutex g_ctx_mu;
+std::vector<UContext*> g_contexts;
+
+// A forked child cannot use its parent's device (as with a real NIC); it
+// closes its copy of the control socket so the engine reclaims the parent's
+// session when the parent exits, whatever the child does.
+void atfork_child() {
+  for (UContext* c : g_contexts) {
+    c->engine_gone = true;
+    int fd = c->conn.fd();
+    if (fd >= 0) close(fd);
+  }
+}
+
+void register_context(UContext* c) {
+  static std::once_flag once;
+  std::call_once(once, [] { pthread_atfork(nullptr, nullptr, atfork_child); });
+  std::lock_guard<std::mutex> lock(g_ctx_mu);
+  g_contexts.push_back(c);
+}
+
+void unregister_context(UContext* c) {
+  std::lock_guard<std::mutex> lock(g_ctx_mu);
+  std::erase(g_contexts, c);
+}
+
+// Under Yama ptrace_scope=1 the engine may only reach our memory if we say so.
+void allow_engine_access(pid_t engine) {
+  if (FILE* f = std::fopen("/proc/sys/kernel/yama/ptrace_scope", "r")) {
+    int scope = 0;
+    if (std::fscanf(f, "%d", &scope) == 1 && scope == 1) prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY);
+    std::fclose(f);
+  }
+  (void)engine;
+}
+
+int compat_query_port(ibv_context* ctx, uint8_t port, _compat_ibv_port_attr* attr);
+int compat_query_device(ibv_context* ctx, ibv_device_attr* attr);
+
+int unsupported_post_srq_recv(ibv_srq*, ibv_recv_wr* wr, ibv_recv_wr** bad) {
+  *bad = wr;
+  return EOPNOTSUPP;
+}
+
+void fill_device_attr(const abi::DeviceInfo& d, ibv_device_attr* a) {
+  std::memset(a, 0, sizeof(*a));
+  std::snprintf(a->fw_ver, sizeof(a->fw_ver), "%s", d.fw_ver);
+  a->node_guid = d.node_guid;
+  a->sys_image_guid = d.sys_image_guid;
+  a->max_mr_size = d.max_mr_size;
+  a->page_size_cap = d.page_size_cap;
+  a->vendor_id = d.vendor_id;
+  a->vendor_part_id = d.vendor_part_id;
+  a->hw_ver = d.hw_ver;
+  a->max_qp = int(d.max_qp);
+  a->max_qp_wr = int(d.max_qp_wr);
+  a->device_cap_flags = int(d.device_cap_flags);
+  a->max_sge = int(d.max_sge);
+  a->max_sge_rd = int(d.max_sge);
+  a->max_cq = int(d.max_cq);
+  a->max_cqe = int(d.max_cqe);
+  a->max_mr = int(d.max_mr);
+  a->max_pd = int(d.max_pd);
+  a->max_qp_rd_atom = int(d.max_qp_rd_atom);
+  a->max_qp_init_rd_atom = int(d.max_qp_init_rd_atom);
+  a->max_res_rd_atom = int(d.max_res_rd_atom);
+  a->atomic_cap = ibv_atomic_cap(d.atomic_cap);
+  a->max_ah = int(d.max_ah);
+  a->max_srq = int(d.max_srq);
+  a->max_srq_wr = int(d.max_srq_wr);
+  a->max_srq_sge = int(d.max_srq_sge);
+  a->max_pkeys = 1;
+  a->local_ca_ack_delay = 15;
+  a->phys_port_cnt = uint8_t(d.num_ports);
+}
+
+}  // namespace
+
+int query_device_ex(ibv_context* ctx, const ibv_query_device_ex_input* input,
+                    ibv_device_attr_ex* attr, size_t attr_size) {
+  if (input && input->comp_mask) return EINVAL;
+  if (attr_size < sizeof(ibv_device_attr)) return EINVAL;
+  ibv_device_attr_ex full{};
+  fill_device_attr(to_uctx(ctx)->info, &full.orig_attr);
+  full.phys_port_cnt_ex = full.orig_attr.phys_port_cnt;
+  std::memcpy(attr, &full, std::min(attr_size, sizeof(full)));
+  return 0;
+}
+
+int query_port(ibv_context* ctx, uint8_t port, ibv_port_attr* attr, size_t attr_len) {
+  UContext* c = to_uctx(ctx);
+  if (port != 1) return EINVAL;
+  const abi::PortInfo& p = c->info.port;
+  ibv_port_attr a{};
+  a.state = c->engine_gone ? IBV_PORT_DOWN
+                           : ibv_port_state(c->shared->port_state.load(std::memory_order_relaxed));
+  a.max_mtu = ibv_mtu(p.max_mtu);
+  a.active_mtu = ibv_mtu(p.active_mtu);
+  a.gid_tbl_len = int(p.gid_tbl_len);
+  a.port_cap_flags = p.port_cap_flags;
+  a.max_msg_sz = p.max_msg_sz;
+  a.pkey_tbl_len = 1;
+  a.max_vl_num = 1;
+  a.active_width = p.active_width;
+  a.active_speed = p.active_speed;
+  a.phys_state = a.state == IBV_PORT_ACTIVE ? p.phys_state : 3 /* Disabled */;
+  a.link_layer = IBV_LINK_LAYER_ETHERNET;
+  std::memcpy(attr, &a, std::min(attr_len, sizeof(a)));
+  return 0;
+}
+
+namespace {
+
+int compat_query_port(ibv_context* ctx, uint8_t port, _compat_ibv_port_attr* attr) {
+  return query_port(ctx, port, reinterpret_cast<ibv_port_attr*>(attr),
+                    offsetof(ibv_port_attr, port_cap_flags2));
+}
+
+int compat_query_device(ibv_context* ctx, ibv_device_attr* attr) {
+  fill_device_attr(to_uctx(ctx)->info, attr);
+  return 0;
+}
+
+}  // namespace
+
+}  // namespace uroce::provider
+
+using namespace uroce;
+using namespace uroce::provider;
+
+UROCE_EXPORT ibv_context* ibv_open_device(ibv_device* device) {
+  auto* dev = reinterpret_cast<UDevice*>(device);
+  auto* c = new (std::nothrow) UContext{};
+  if (!c) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  int async_pipe[2] = {-1, -1};
+  int fds[2] = {-1, -1};
+  int err = c->conn.connect_to(dev->socket_path);
+  if (!err && pipe2(async_pipe, O_CLOEXEC) != 0) err = errno;
+  abi::HelloReply rep;
+  if (!err) {
+    abi::HelloRequest req{abi::kMagic, abi::kVersion};
+    err = c->conn.call(abi::CtlOp::kHello, &req, sizeof(req), &rep, sizeof(rep), &async_pipe[1], 1,
+                       fds, 2);
+    close(async_pipe[1]);
+    async_pipe[1] = -1;
+  }
+  void* shared = nullptr;
+  if (!err && (fds[0] < 0 || fds[1] < 0)) err = EIO;
+  if (!err) {
+    shared = mmap(nullptr, 4096, PROT_READ, MAP_SHARED, fds[0], 0);
+    if (shared == MAP_FAILED) err = errno;
+  }
+  if (fds[0] >= 0) close(fds[0]);
+  if (err) {
+    if (fds[1] >= 0) close(fds[1]);
+    if (async_pipe[0] >= 0) close(async_pipe[0]);
+    c->conn.close_fd();
+    delete c;
+    errno = err == EIO ? ENODEV : err;
+    return nullptr;
+  }
+  madvise(shared, 4096, MADV_DONTFORK);
+  c->dev = dev;
+  c->info = rep.device;
+  c->shared = static_cast<const abi::EngineShared*>(shared);
+  c->doorbell_fd = fds[1];
+  allow_engine_access(pid_t(rep.device.engine_pid));
+
+  ibv_context& ctx = c->vctx.context;
+  ctx.device = device;
+  ctx.cmd_fd = c->conn.fd();
+  ctx.async_fd = async_pipe[0];
+  ctx.num_comp_vectors = 1;
+  pthread_mutex_init(&ctx.mutex, nullptr);
+  ctx.abi_compat = __VERBS_ABI_IS_EXTENDED;
+  ctx.ops._compat_query_device = compat_query_device;
+  ctx.ops._compat_query_port = compat_query_port;
+  ctx.ops.poll_cq = poll_cq;
+  ctx.ops.req_notify_cq = req_notify_cq;
+  ctx.ops.post_send = post_send;
+  ctx.ops.post_recv = post_recv;
+  ctx.ops.post_srq_recv = unsupported_post_srq_recv;
+  verbs_context& v = c->vctx;
+  v.sz = sizeof(verbs_context);
+  v.query_port = query_port;
+  v.query_device_ex = query_device_ex;
+  v.create_cq_ex = create_cq_ex;
+  v.create_qp_ex = create_qp_ex;
+  register_context(c);
+  return &ctx;
+}
+
+UROCE_EXPORT int ibv_close_device(ibv_context* context) {
+  UContext* c = to_uctx(context);
+  unregister_context(c);
+  c->conn.close_fd();  // the engine reclaims whatever is left
+  if (context->async_fd >= 0) close(context->async_fd);
+  if (c->doorbell_fd >= 0) close(c->doorbell_fd);
+  munmap(const_cast<abi::EngineShared*>(c->shared), 4096);
+  pthread_mutex_destroy(&context->mutex);
+  delete c;
+  return 0;
+}
+
+UROCE_EXPORT int ibv_query_device(ibv_context* context, ibv_device_attr* attr) {
+  return compat_query_device(context, attr);
+}
+
+UROCE_EXPORT int ibv_query_port(ibv_context* context, uint8_t port, _compat_ibv_port_attr* attr) {
+  return compat_query_port(context, port, attr);
+}
+
+UROCE_EXPORT int ibv_query_gid(ibv_context* context, uint8_t port, int index, ibv_gid* gid) {
+  UContext* c = to_uctx(context);
+  if (port != 1 || index < 0 || index >= int(c->info.port.gid_tbl_len)) return -1;
+  const abi::GidEntry& e = c->info.gids[index];
+  std::memcpy(gid->raw, e.gid, 16);
+  if (!e.valid) std::memset(gid->raw, 0, 16);
+  return 0;
+}
+
+UROCE_EXPORT int _ibv_query_gid_ex(ibv_context* context, uint32_t port, uint32_t index,
+                                   ibv_gid_entry* entry, uint32_t flags, size_t entry_size) {
+  UContext* c = to_uctx(context);
+  if (flags || entry_size < sizeof(ibv_gid_entry)) return EINVAL;
+  if (port != 1 || index >= c->info.port.gid_tbl_len) return EINVAL;
+  const abi::GidEntry& e = c->info.gids[index];
+  if (!e.valid) return ENODATA;
+  std::memset(entry, 0, sizeof(*entry));
+  std::memcpy(entry->gid.raw, e.gid, 16);
+  entry->gid_index = index;
+  entry->port_num = port;
+  entry->gid_type = e.type;
+  entry->ndev_ifindex = 0;
+  return 0;
+}
+
+UROCE_EXPORT ssize_t _ibv_query_gid_table(ibv_context* context, ibv_gid_entry* entries,
+                                          size_t max_entries, uint32_t flags, size_t entry_size) {
+  UContext* c = to_uctx(context);
+  if (flags || entry_size < sizeof(ibv_gid_entry)) return -EINVAL;
+  size_t n = 0;
+  for (uint32_t i = 0; i < c->info.port.gid_tbl_len; ++i) {
+    if (!c->info.gids[i].valid) continue;
+    if (n == max_entries) return -EINVAL;
+    auto* e = reinterpret_cast<ibv_gid_entry*>(reinterpret_cast<uint8_t*>(entries) + n * entry_size);
+    _ibv_query_gid_ex(context, 1, i, e, 0, sizeof(ibv_gid_entry));
+    ++n;
+  }
+  return ssize_t(n);
+}
+
+// enum ibv_gid_type_sysfs (rdma-core driver.h): 0 IB/RoCE v1, 1 RoCE v2.
+UROCE_EXPORT int ibv_query_gid_type(ibv_context* context, uint8_t port, unsigned int index,
+                                    int* type) {
+  UContext* c = to_uctx(context);
+  if (port != 1 || index >= c->info.port.gid_tbl_len || !c->info.gids[index].valid) {
+    errno = EINVAL;
+    return -1;
+  }
+  *type = c->info.gids[index].type == IBV_GID_TYPE_ROCE_V2 ? 1 : 0;
+  return 0;
+}
+
+UROCE_EXPORT int ibv_query_pkey(ibv_context* context, uint8_t port, int index, __be16* pkey) {
+  if (port != 1 || index != 0) return -1;
+  *pkey = 0xffff;
+  return 0;
+}
+
+UROCE_EXPORT int ibv_get_pkey_index(ibv_context* context, uint8_t port, __be16 pkey) {
+  if (port != 1) return -EINVAL;
+  return pkey == 0xffff ? 0 : -ENOENT;
+}
+
+UROCE_EXPORT int ibv_get_async_event(ibv_context* context, ibv_async_event* event) {
+  UContext* c = to_uctx(context);
+  abi::AsyncEventRecord rec;
+  ssize_t n;
+  do n = read(context->async_fd, &rec, sizeof(rec));
+  while (n < 0 && errno == EINTR);
+  if (n == 0) {
+    // The engine closed its end: it stopped or died.
+    c->engine_gone = true;
+    if (c->fatal_reported.exchange(true)) {
+      errno = ENODEV;
+      return -1;
+    }
+    std::memset(event, 0, sizeof(*event));
+    event->event_type = IBV_EVENT_DEVICE_FATAL;
+    return 0;
+  }
+  if (n != ssize_t(sizeof(rec))) return -1;
+  event->event_type = ibv_event_type(rec.event_type);
+  switch (event->event_type) {
+    case IBV_EVENT_CQ_ERR:
+      event->element.cq = reinterpret_cast<ibv_cq*>(rec.cookie);
+      break;
+    case IBV_EVENT_SRQ_ERR:
+    case IBV_EVENT_SRQ_LIMIT_REACHED:
+      event->element.srq = reinterpret_cast<ibv_srq*>(rec.cookie);
+      break;
+    case IBV_EVENT_PORT_ACTIVE:
+    case IBV_EVENT_PORT_ERR:
+    case IBV_EVENT_LID_CHANGE:
+    case IBV_EVENT_PKEY_CHANGE:
+    case IBV_EVENT_SM_CHANGE:
+    case IBV_EVENT_CLIENT_REREGISTER:
+    case IBV_EVENT_GID_CHANGE:
+      event->element.port_num = int(rec.cookie);
+      break;
+    case IBV_EVENT_DEVICE_FATAL:
+      break;
+    default:
+      event->element.qp = reinterpret_cast<ibv_qp*>(rec.cookie);
+      break;
+  }
+  return 0;
+}
+
+UROCE_EXPORT void ibv_ack_async_event(ibv_async_event* event) {
+  switch (event->event_type) {
+    case IBV_EVENT_CQ_ERR: {
+      ibv_cq* cq = event->element.cq;
+      pthread_mutex_lock(&cq->mutex);
+      ++cq->async_events_completed;
+      pthread_cond_signal(&cq->cond);
+      pthread_mutex_unlock(&cq->mutex);
+      break;
+    }
+    case IBV_EVENT_QP_FATAL:
+    case IBV_EVENT_QP_REQ_ERR:
+    case IBV_EVENT_QP_ACCESS_ERR:
+    case IBV_EVENT_COMM_EST:
+    case IBV_EVENT_SQ_DRAINED:
+    case IBV_EVENT_PATH_MIG:
+    case IBV_EVENT_PATH_MIG_ERR:
+    case IBV_EVENT_QP_LAST_WQE_REACHED: {
+      ibv_qp* qp = event->element.qp;
+      pthread_mutex_lock(&qp->mutex);
+      ++qp->events_completed;
+      pthread_cond_signal(&qp->cond);
+      pthread_mutex_unlock(&qp->mutex);
+      break;
+    }
+    default:
+      break;
+  }
+}

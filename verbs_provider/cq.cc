@@ -1,0 +1,324 @@
+// Completion queues (shared-memory rings the engine fills), completion
+// channels (pipes the engine writes CQ events into) and the ibv_cq_ex reader.
+#include <fcntl.h>
+#include <poll.h>
+#include <sched.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "verbs_provider/provider.h"
+
+namespace uroce::provider {
+
+namespace {
+
+constexpr uint64_t kSupportedWcFlags =
+    IBV_WC_EX_WITH_BYTE_LEN | IBV_WC_EX_WITH_IMM | IBV_WC_EX_WITH_QP_NUM | IBV_WC_EX_WITH_SRC_QP |
+    IBV_WC_EX_WITH_SLID | IBV_WC_EX_WITH_SL | IBV_WC_EX_WITH_DLID_PATH_BITS;
+
+const abi::Cqe* peek(UCq* cq) {
+  const uint32_t prod = cq->ring.hdr->producer.load(std::memory_order_acquire);
+  if (prod == cq->ring.prod) return nullptr;
+  return reinterpret_cast<const abi::Cqe*>(cq->ring.slot(cq->ring.prod));
+}
+
+void to_wc(const abi::Cqe& e, ibv_wc* wc) {
+  wc->wr_id = e.wr_id;
+  wc->status = ibv_wc_status(e.status);
+  wc->opcode = ibv_wc_opcode(e.opcode);
+  wc->vendor_err = e.vendor_err;
+  wc->byte_len = e.byte_len;
+  wc->imm_data = e.imm_data;
+  wc->qp_num = e.qp_num;
+  wc->src_qp = e.src_qp;
+  wc->wc_flags = e.wc_flags;
+  wc->pkey_index = e.pkey_index;
+  wc->slid = e.slid;
+  wc->sl = e.sl;
+  wc->dlid_path_bits = e.dlid_path_bits;
+}
+
+// ---- ibv_cq_ex reader -----------------------------------------------------
+
+int take_current(UCq* cq) {
+  const abi::Cqe* e = peek(cq);
+  if (!e) return ENOENT;
+  cq->cur = *e;
+  ++cq->ring.prod;
+  cq->ex.wr_id = cq->cur.wr_id;
+  cq->ex.status = ibv_wc_status(cq->cur.status);
+  return 0;
+}
+
+int start_poll(ibv_cq_ex* ex, ibv_poll_cq_attr* attr) {
+  if (attr && attr->comp_mask) return EINVAL;
+  UCq* cq = to_ucq(ex);
+  cq->mu.lock();
+  int err = take_current(cq);
+  if (err) cq->mu.unlock();  // the caller does not call end_poll after ENOENT
+  return err;
+}
+
+int next_poll(ibv_cq_ex* ex) { return take_current(to_ucq(ex)); }
+
+void end_poll(ibv_cq_ex* ex) {
+  UCq* cq = to_ucq(ex);
+  cq->ring.hdr->consumer.store(cq->ring.prod, std::memory_order_release);
+  cq->mu.unlock();
+}
+
+ibv_wc_opcode read_opcode(ibv_cq_ex* ex) { return ibv_wc_opcode(to_ucq(ex)->cur.opcode); }
+uint32_t read_vendor_err(ibv_cq_ex* ex) { return to_ucq(ex)->cur.vendor_err; }
+uint32_t read_byte_len(ibv_cq_ex* ex) { return to_ucq(ex)->cur.byte_len; }
+__be32 read_imm_data(ibv_cq_ex* ex) { return to_ucq(ex)->cur.imm_data; }
+uint32_t read_qp_num(ibv_cq_ex* ex) { return to_ucq(ex)->cur.qp_num; }
+uint32_t read_src_qp(ibv_cq_ex* ex) { return to_ucq(ex)->cur.src_qp; }
+unsigned int read_wc_flags(ibv_cq_ex* ex) { return to_ucq(ex)->cur.wc_flags; }
+uint32_t read_slid(ibv_cq_ex* ex) { return to_ucq(ex)->cur.slid; }
+uint8_t read_sl(ibv_cq_ex* ex) { return to_ucq(ex)->cur.sl; }
+uint8_t read_dlid_path_bits(ibv_cq_ex* ex) { return to_ucq(ex)->cur.dlid_path_bits; }
+
+ibv_cq_ex* create_cq(ibv_context* context, uint32_t cqe, void* cq_context, ibv_comp_channel* channel,
+                     uint32_t comp_vector, uint64_t wc_flags) {
+  UContext* c = to_uctx(context);
+  if (comp_vector >= uint32_t(context->num_comp_vectors) || cqe == 0 || cqe > c->info.max_cqe) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  auto* cq = new (std::nothrow) UCq{};
+  if (!cq) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  UChannel* ch = reinterpret_cast<UChannel*>(channel);
+  abi::CreateCqRequest req{cqe, 0, ch ? ch->handle : 0, uint64_t(uintptr_t(cq))};
+  abi::CreateCqReply rep;
+  int fd = -1;
+  if (int err = c->conn.call(abi::CtlOp::kCreateCq, &req, sizeof(req), &rep, sizeof(rep), nullptr, 0,
+                             &fd, 1)) {
+    delete cq;
+    errno = err;
+    return nullptr;
+  }
+  cq->map = map_queue(fd, rep.shm_size);
+  close(fd);
+  if (!cq->map) {
+    abi::HandleRequest d{rep.handle};
+    c->conn.call(abi::CtlOp::kDestroyCq, &d, sizeof(d), nullptr, 0);
+    delete cq;
+    errno = ENOMEM;
+    return nullptr;
+  }
+  cq->ctx = c;
+  cq->handle = rep.handle;
+  cq->map_size = rep.shm_size;
+  cq->ring.attach(static_cast<uint8_t*>(cq->map));
+  cq->ring.log2 = rep.log2_entries;
+  cq->ring.stride = sizeof(abi::Cqe);
+  cq->ring.prod = cq->ring.hdr->consumer.load();
+  cq->channel = ch;
+  cq->wc_flags = wc_flags;
+  ibv_cq_ex& ex = cq->ex;
+  ex.context = context;
+  ex.channel = channel;
+  ex.cq_context = cq_context;
+  ex.handle = uint32_t(rep.handle);
+  ex.cqe = int(rep.cqe);
+  pthread_mutex_init(&ex.mutex, nullptr);
+  pthread_cond_init(&ex.cond, nullptr);
+  fill_cq_ex_ops(cq);
+  if (ch) ++ch->ch.refcnt;
+  return &ex;
+}
+
+}  // namespace
+
+void fill_cq_ex_ops(UCq* cq) {
+  ibv_cq_ex& ex = cq->ex;
+  ex.start_poll = start_poll;
+  ex.next_poll = next_poll;
+  ex.end_poll = end_poll;
+  ex.read_opcode = read_opcode;
+  ex.read_vendor_err = read_vendor_err;
+  ex.read_byte_len = read_byte_len;
+  ex.read_imm_data = read_imm_data;
+  ex.read_qp_num = read_qp_num;
+  ex.read_src_qp = read_src_qp;
+  ex.read_wc_flags = read_wc_flags;
+  ex.read_slid = read_slid;
+  ex.read_sl = read_sl;
+  ex.read_dlid_path_bits = read_dlid_path_bits;
+}
+
+int poll_cq(ibv_cq* ibcq, int num_entries, ibv_wc* wc) {
+  UCq* cq = to_ucq(ibcq);
+  if (num_entries < 0) return -1;
+  std::lock_guard<std::mutex> lock(cq->mu);
+  int n = 0;
+  while (n < num_entries) {
+    const abi::Cqe* e = peek(cq);
+    if (!e) break;
+    to_wc(*e, &wc[n++]);
+    ++cq->ring.prod;
+  }
+  if (n) cq->ring.hdr->consumer.store(cq->ring.prod, std::memory_order_release);
+  else sched_yield();  // a busy-polling client leaves the engine a core
+  return n;
+}
+
+int req_notify_cq(ibv_cq* ibcq, int solicited_only) {
+  UCq* cq = to_ucq(ibcq);
+  if (!cq->channel) return EINVAL;
+  cq->ring.hdr->notify.store(solicited_only ? abi::kCqNotifySolicited : abi::kCqNotifyNext,
+                             std::memory_order_seq_cst);
+  // As mlx5 does when armed with completions still unpolled, raise the event
+  // now rather than lose the wakeup (the engine only looks when it adds one).
+  std::lock_guard<std::mutex> lock(cq->mu);
+  const uint32_t prod = cq->ring.hdr->producer.load(std::memory_order_seq_cst);
+  if (prod != cq->ring.prod && !solicited_only &&
+      cq->ring.hdr->notify.exchange(abi::kCqNotifyNone) != abi::kCqNotifyNone) {
+    abi::CompEventRecord rec{uint64_t(uintptr_t(cq))};
+    [[maybe_unused]] ssize_t n = write(cq->channel->write_fd, &rec, sizeof(rec));
+  }
+  return 0;
+}
+
+ibv_cq_ex* create_cq_ex(ibv_context* context, ibv_cq_init_attr_ex* attr) {
+  if (attr->comp_mask & ~uint32_t(IBV_CQ_INIT_ATTR_MASK_FLAGS)) {
+    errno = attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_PD ? EOPNOTSUPP : EINVAL;
+    return nullptr;
+  }
+  if ((attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) &&
+      (attr->flags & ~uint32_t(IBV_CREATE_CQ_ATTR_SINGLE_THREADED))) {
+    errno = EOPNOTSUPP;
+    return nullptr;
+  }
+  if (attr->wc_flags & ~kSupportedWcFlags) {
+    errno = EOPNOTSUPP;
+    return nullptr;
+  }
+  return create_cq(context, attr->cqe, attr->cq_context, attr->channel, attr->comp_vector,
+                   attr->wc_flags);
+}
+
+}  // namespace uroce::provider
+
+using namespace uroce;
+using namespace uroce::provider;
+
+UROCE_EXPORT ibv_comp_channel* ibv_create_comp_channel(ibv_context* context) {
+  UContext* c = to_uctx(context);
+  int p[2];
+  if (pipe2(p, O_CLOEXEC) != 0) return nullptr;
+  abi::CreateCompChannelReply rep;
+  if (int err = c->conn.call(abi::CtlOp::kCreateCompChannel, nullptr, 0, &rep, sizeof(rep), &p[1], 1)) {
+    close(p[0]);
+    close(p[1]);
+    errno = err;
+    return nullptr;
+  }
+  auto* ch = new UChannel{};
+  ch->ch.context = context;
+  ch->ch.fd = p[0];
+  ch->ch.refcnt = 0;
+  ch->write_fd = p[1];
+  ch->handle = rep.handle;
+  return &ch->ch;
+}
+
+UROCE_EXPORT int ibv_destroy_comp_channel(ibv_comp_channel* channel) {
+  auto* ch = reinterpret_cast<UChannel*>(channel);
+  if (channel->refcnt) return EBUSY;
+  abi::HandleRequest req{ch->handle};
+  int err = to_uctx(channel->context)->conn.call(abi::CtlOp::kDestroyCompChannel, &req, sizeof(req),
+                                                 nullptr, 0);
+  if (err && err != EIO) return err;
+  close(ch->ch.fd);
+  close(ch->write_fd);
+  delete ch;
+  return 0;
+}
+
+UROCE_EXPORT ibv_cq* ibv_create_cq(ibv_context* context, int cqe, void* cq_context,
+                                   ibv_comp_channel* channel, int comp_vector) {
+  if (cqe <= 0 || comp_vector < 0) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  return ibv_cq_ex_to_cq(create_cq(context, uint32_t(cqe), cq_context, channel,
+                                   uint32_t(comp_vector), IBV_WC_STANDARD_FLAGS));
+}
+
+UROCE_EXPORT int ibv_resize_cq(ibv_cq* ibcq, int cqe) {
+  UCq* cq = to_ucq(ibcq);
+  if (cqe <= 0) return EINVAL;
+  std::lock_guard<std::mutex> lock(cq->mu);
+  // The engine copies the unpolled entries into the new ring.
+  cq->ring.hdr->consumer.store(cq->ring.prod, std::memory_order_release);
+  abi::ResizeCqRequest req{cq->handle, uint32_t(cqe), 0};
+  abi::ResizeCqReply rep;
+  int fd = -1;
+  if (int err = cq->ctx->conn.call(abi::CtlOp::kResizeCq, &req, sizeof(req), &rep, sizeof(rep),
+                                   nullptr, 0, &fd, 1))
+    return err;
+  void* map = map_queue(fd, rep.shm_size);
+  close(fd);
+  if (!map) return ENOMEM;
+  unmap_queue(cq->map, cq->map_size);
+  cq->map = map;
+  cq->map_size = rep.shm_size;
+  cq->ring.attach(static_cast<uint8_t*>(map));
+  cq->ring.log2 = rep.log2_entries;
+  cq->ring.prod = 0;
+  ibcq->cqe = int(rep.cqe);
+  return 0;
+}
+
+UROCE_EXPORT int ibv_destroy_cq(ibv_cq* ibcq) {
+  UCq* cq = to_ucq(ibcq);
+  abi::HandleRequest req{cq->handle};
+  int err = cq->ctx->conn.call(abi::CtlOp::kDestroyCq, &req, sizeof(req), nullptr, 0);
+  if (err && err != EIO) return err;
+  if (cq->channel) --cq->channel->ch.refcnt;
+  unmap_queue(cq->map, cq->map_size);
+  pthread_cond_destroy(&ibcq->cond);
+  pthread_mutex_destroy(&ibcq->mutex);
+  delete cq;
+  return 0;
+}
+
+UROCE_EXPORT int ibv_get_cq_event(ibv_comp_channel* channel, ibv_cq** cq, void** cq_context) {
+  // We hold a write end of the channel ourselves, so the engine's exit does
+  // not show as EOF: wait on the control socket's hang-up as well.
+  if (!(fcntl(channel->fd, F_GETFL) & O_NONBLOCK)) {
+    pollfd p[2] = {{channel->fd, POLLIN, 0}, {channel->context->cmd_fd, POLLRDHUP, 0}};
+    while (poll(p, 2, -1) < 0 && errno == EINTR) {
+    }
+    if (!(p[0].revents & POLLIN) && (p[1].revents & (POLLHUP | POLLRDHUP | POLLERR | POLLNVAL))) {
+      errno = EIO;
+      return -1;
+    }
+  }
+  abi::CompEventRecord rec;
+  ssize_t n;
+  do n = read(channel->fd, &rec, sizeof(rec));
+  while (n < 0 && errno == EINTR);
+  if (n == 0) {
+    errno = EIO;  // the engine is gone
+    return -1;
+  }
+  if (n != ssize_t(sizeof(rec))) return -1;
+  auto* u = reinterpret_cast<UCq*>(uintptr_t(rec.cq_cookie));
+  *cq = ibv_cq_ex_to_cq(&u->ex);
+  *cq_context = u->ex.cq_context;
+  return 0;
+}
+
+UROCE_EXPORT void ibv_ack_cq_events(ibv_cq* cq, unsigned int nevents) {
+  pthread_mutex_lock(&cq->mutex);
+  cq->comp_events_completed += nevents;
+  pthread_cond_signal(&cq->cond);
+  pthread_mutex_unlock(&cq->mutex);
+}

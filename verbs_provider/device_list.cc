@@ -1,0 +1,114 @@
+// Device discovery: every engine publishes a socket in the runtime directory;
+// each answering engine is one ibv_device. Device structs live for the whole
+// process (a context may outlive the list it came from).
+#include <dirent.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "uroce/runtime_dir.h"
+#include "verbs_provider/provider.h"
+
+namespace uroce::provider {
+
+namespace {
+
+// Non-null and ours: vendor libraries compare verbs_device::ops with theirs.
+struct UroceDeviceOps {
+  const char* name = "uroce";
+} const kDeviceOps;
+
+std::mutex g_mu;
+std::vector<UDevice*> g_devices;  // never freed: see above
+
+UDevice* find_or_add(const abi::DeviceInfo& info, const std::string& sock) {
+  for (UDevice* d : g_devices)
+    if (std::strcmp(d->info.name, info.name) == 0) {
+      d->info = info;
+      std::snprintf(d->socket_path, sizeof(d->socket_path), "%s", sock.c_str());
+      return d;
+    }
+  auto* d = new UDevice{};
+  d->ops = &kDeviceOps;
+  d->info = info;
+  d->index = int(g_devices.size());
+  std::snprintf(d->socket_path, sizeof(d->socket_path), "%s", sock.c_str());
+  ibv_device& dev = d->device;
+  dev.node_type = IBV_NODE_CA;
+  dev.transport_type = IBV_TRANSPORT_IB;  // RoCE reports the IB transport
+  std::snprintf(dev.name, sizeof(dev.name), "%s", info.name);
+  std::snprintf(dev.dev_name, sizeof(dev.dev_name), "uverbs-%s", info.name);
+  std::snprintf(dev.dev_path, sizeof(dev.dev_path), "/sys/class/infiniband_verbs/uverbs-%s", info.name);
+  std::snprintf(dev.ibdev_path, sizeof(dev.ibdev_path), "/sys/class/infiniband/%s", info.name);
+  g_devices.push_back(d);
+  return d;
+}
+
+bool probe(const std::string& sock, abi::DeviceInfo* info) {
+  Connection c;
+  if (c.connect_to(sock.c_str()) != 0) return false;
+  abi::HelloReply rep;
+  const bool ok = c.call(abi::CtlOp::kQueryDevice, nullptr, 0, &rep, sizeof(rep)) == 0;
+  c.close_fd();
+  if (ok) *info = rep.device;
+  return ok;
+}
+
+}  // namespace
+
+}  // namespace uroce::provider
+
+using namespace uroce;
+using namespace uroce::provider;
+
+UROCE_EXPORT ibv_device** ibv_get_device_list(int* num_devices) {
+  const std::string dir = uroce::runtime_dir();
+  std::vector<std::string> socks;
+  if (DIR* d = opendir(dir.c_str())) {
+    while (dirent* e = readdir(d)) {
+      const std::string n = e->d_name;
+      if (n.size() > 5 && n.compare(n.size() - 5, 5, ".sock") == 0) socks.push_back(dir + "/" + n);
+    }
+    closedir(d);
+  }
+  std::sort(socks.begin(), socks.end());
+  std::vector<UDevice*> found;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    for (const std::string& s : socks) {
+      abi::DeviceInfo info;
+      if (probe(s, &info)) found.push_back(find_or_add(info, s));
+    }
+  }
+  auto** list = static_cast<ibv_device**>(calloc(found.size() + 1, sizeof(ibv_device*)));
+  if (!list) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  for (size_t i = 0; i < found.size(); ++i) {
+    found[i]->refcount.fetch_add(1);
+    list[i] = &found[i]->device;
+  }
+  if (num_devices) *num_devices = int(found.size());
+  return list;
+}
+
+UROCE_EXPORT void ibv_free_device_list(ibv_device** list) {
+  if (!list) return;
+  for (ibv_device** d = list; *d; ++d) reinterpret_cast<UDevice*>(*d)->refcount.fetch_sub(1);
+  free(list);
+}
+
+UROCE_EXPORT const char* ibv_get_device_name(ibv_device* device) { return device->name; }
+
+UROCE_EXPORT __be64 ibv_get_device_guid(ibv_device* device) {
+  return reinterpret_cast<UDevice*>(device)->info.node_guid;
+}
+
+UROCE_EXPORT int ibv_get_device_index(ibv_device* device) {
+  return reinterpret_cast<UDevice*>(device)->index;
+}

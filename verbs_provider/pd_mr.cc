@@ -1,0 +1,123 @@
+// Protection domains and memory regions.
+#include <cerrno>
+
+#include "verbs_provider/provider.h"
+
+#undef ibv_reg_mr
+#undef ibv_reg_mr_iova
+
+using namespace uroce;
+using namespace uroce::provider;
+
+namespace {
+
+ibv_mr* reg_mr(ibv_pd* pd, void* addr, size_t length, uint64_t iova, unsigned access) {
+  UContext* c = to_uctx(pd->context);
+  if (length == 0) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  auto* mr = new (std::nothrow) UMr{};
+  if (!mr) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  abi::RegMrRequest req{reinterpret_cast<UPd*>(pd)->handle, uint64_t(uintptr_t(addr)), length, iova,
+                        access, 0};
+  abi::RegMrReply rep;
+  if (int err = c->conn.call(abi::CtlOp::kRegMr, &req, sizeof(req), &rep, sizeof(rep))) {
+    delete mr;
+    errno = err;
+    return nullptr;
+  }
+  mr->handle = rep.handle;
+  mr->mr.context = pd->context;
+  mr->mr.pd = pd;
+  mr->mr.addr = addr;
+  mr->mr.length = length;
+  mr->mr.handle = rep.lkey;
+  mr->mr.lkey = rep.lkey;
+  mr->mr.rkey = rep.rkey;
+  return &mr->mr;
+}
+
+}  // namespace
+
+UROCE_EXPORT ibv_pd* ibv_alloc_pd(ibv_context* context) {
+  UContext* c = to_uctx(context);
+  abi::AllocPdReply rep;
+  if (int err = c->conn.call(abi::CtlOp::kAllocPd, nullptr, 0, &rep, sizeof(rep))) {
+    errno = err;
+    return nullptr;
+  }
+  auto* pd = new UPd{};
+  pd->pd.context = context;
+  pd->pd.handle = uint32_t(rep.handle);
+  pd->handle = rep.handle;
+  return &pd->pd;
+}
+
+UROCE_EXPORT int ibv_dealloc_pd(ibv_pd* pd) {
+  auto* u = reinterpret_cast<UPd*>(pd);
+  abi::HandleRequest req{u->handle};
+  int err = to_uctx(pd->context)->conn.call(abi::CtlOp::kDeallocPd, &req, sizeof(req), nullptr, 0);
+  if (err && err != EIO) return err;
+  delete u;
+  return 0;
+}
+
+UROCE_EXPORT ibv_mr* ibv_reg_mr(ibv_pd* pd, void* addr, size_t length, int access) {
+  return reg_mr(pd, addr, length, uint64_t(uintptr_t(addr)), unsigned(access));
+}
+
+UROCE_EXPORT ibv_mr* ibv_reg_mr_iova(ibv_pd* pd, void* addr, size_t length, uint64_t iova,
+                                     int access) {
+  return reg_mr(pd, addr, length, iova, unsigned(access));
+}
+
+UROCE_EXPORT ibv_mr* ibv_reg_mr_iova2(ibv_pd* pd, void* addr, size_t length, uint64_t iova,
+                                      unsigned int access) {
+  return reg_mr(pd, addr, length, iova, access);
+}
+
+UROCE_EXPORT int ibv_rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, size_t length,
+                              int access) {
+  auto* u = reinterpret_cast<UMr*>(mr);
+  if (flags & ~IBV_REREG_MR_FLAGS_SUPPORTED) return IBV_REREG_MR_ERR_INPUT;
+  if (!(flags & (IBV_REREG_MR_CHANGE_TRANSLATION | IBV_REREG_MR_CHANGE_PD |
+                 IBV_REREG_MR_CHANGE_ACCESS)))
+    return IBV_REREG_MR_ERR_INPUT;
+  if ((flags & IBV_REREG_MR_CHANGE_TRANSLATION) && (!addr || !length)) return IBV_REREG_MR_ERR_INPUT;
+  if ((flags & IBV_REREG_MR_CHANGE_PD) && !pd) return IBV_REREG_MR_ERR_INPUT;
+  abi::ReregMrRequest req{};
+  req.handle = u->handle;
+  req.flags = uint32_t(flags);
+  req.access = uint32_t(access);
+  req.pd = (flags & IBV_REREG_MR_CHANGE_PD) ? reinterpret_cast<UPd*>(pd)->handle : 0;
+  req.addr = uint64_t(uintptr_t(addr));
+  req.length = length;
+  abi::RegMrReply rep;
+  if (int err = to_uctx(mr->context)->conn.call(abi::CtlOp::kReregMr, &req, sizeof(req), &rep,
+                                                sizeof(rep))) {
+    errno = err;
+    return IBV_REREG_MR_ERR_CMD;
+  }
+  u->handle = rep.handle;
+  mr->lkey = mr->handle = rep.lkey;
+  mr->rkey = rep.rkey;
+  if (flags & IBV_REREG_MR_CHANGE_PD) mr->pd = pd;
+  if (flags & IBV_REREG_MR_CHANGE_TRANSLATION) {
+    mr->addr = addr;
+    mr->length = length;
+  }
+  return 0;
+}
+
+UROCE_EXPORT int ibv_dereg_mr(ibv_mr* mr) {
+  auto* u = reinterpret_cast<UMr*>(mr);
+  abi::HandleRequest req{u->handle};
+  int err = to_uctx(mr->context)->conn.call(abi::CtlOp::kDeregMr, &req, sizeof(req), nullptr, 0);
+  if (err && err != EIO) return err;
+  delete u;
+  return 0;
+}

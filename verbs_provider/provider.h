@@ -1,0 +1,164 @@
+// The provider's objects. Each embeds the libibverbs struct as its first
+// member (the context: a verbs_context), so the inline verbs in
+// <infiniband/verbs.h> reach our ops, and to_*() converts back.
+#pragma once
+
+#include <infiniband/verbs.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+
+#include "uroce/abi.h"
+
+#define UROCE_EXPORT extern "C" __attribute__((visibility("default")))
+
+namespace uroce::provider {
+
+// Mirrors rdma-core's struct verbs_device (driver.h): vendor checks such as
+// mlx5dv_is_supported() read `ops` through verbs_get_device().
+struct UDevice {
+  ibv_device device;  // must be first
+  const void* ops;    // never a vendor's ops table
+  std::atomic<int> refcount;
+  void* entry[2];
+  void* sysfs;
+  uint64_t core_support;
+  // ours
+  char socket_path[108];
+  abi::DeviceInfo info;
+  int index;
+};
+
+// Control channel to the engine: one request, one reply, fds alongside.
+class Connection {
+ public:
+  int fd() const { return fd_; }
+  // Returns 0 or an errno (EIO once the engine is gone).
+  int connect_to(const char* path);
+  int call(abi::CtlOp op, const void* req, size_t req_len, void* rep, size_t rep_len,
+           const int* fds_in = nullptr, size_t nfds_in = 0, int* fds_out = nullptr,
+           size_t nfds_out = 0);
+  void close_fd();
+
+ private:
+  std::mutex mu_;
+  int fd_ = -1;
+};
+
+struct UContext {
+  verbs_context vctx;  // ibv_context is its last member
+  UDevice* dev;
+  Connection conn;
+  abi::DeviceInfo info;
+  const abi::EngineShared* shared;
+  int doorbell_fd;
+  std::atomic<bool> engine_gone;
+  std::atomic<bool> fatal_reported;
+
+  void ring_doorbell() const {
+    // Pairs with the engine's fence between setting `sleeping` and its last look.
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (shared->sleeping.load(std::memory_order_relaxed)) {
+      uint64_t one = 1;
+      [[maybe_unused]] ssize_t n = ::write(doorbell_fd, &one, sizeof(one));
+    }
+  }
+};
+
+inline UContext* to_uctx(ibv_context* c) {
+  return reinterpret_cast<UContext*>(reinterpret_cast<uint8_t*>(c) - offsetof(verbs_context, context));
+}
+
+struct UPd {
+  ibv_pd pd;
+  uint64_t handle;
+};
+
+struct UMr {
+  ibv_mr mr;
+  uint64_t handle;  // the key
+};
+
+struct UChannel {
+  ibv_comp_channel ch;
+  int write_fd;  // our copy, to raise an event at arm time (see req_notify_cq)
+  uint64_t handle;
+};
+
+// Client view of one shared-memory ring.
+struct URing {
+  abi::QueueHeader* hdr = nullptr;
+  uint8_t* entries = nullptr;
+  uint32_t log2 = 0;
+  uint32_t stride = 0;
+  uint32_t prod = 0;  // our producer (SQ/RQ) or consumer (CQ) index
+  uint32_t mask() const { return (1u << log2) - 1; }
+  uint32_t size() const { return 1u << log2; }
+  uint8_t* slot(uint32_t i) const { return entries + size_t(i & mask()) * stride; }
+  void attach(uint8_t* at) {
+    hdr = reinterpret_cast<abi::QueueHeader*>(at);
+    entries = at + abi::kQueueEntriesOffset;
+  }
+};
+
+struct UCq {
+  ibv_cq_ex ex;  // ibv_cq is its prefix
+  UContext* ctx;
+  uint64_t handle;
+  void* map;
+  size_t map_size;
+  URing ring;  // ring.prod is our consumer index
+  std::mutex mu;
+  UChannel* channel;
+  uint64_t wc_flags;  // ibv_create_cq_ex: fields the reader may ask for
+  abi::Cqe cur;       // the entry start_poll/next_poll stand on
+};
+
+inline UCq* to_ucq(ibv_cq* cq) { return reinterpret_cast<UCq*>(cq); }
+inline UCq* to_ucq(ibv_cq_ex* cq) { return reinterpret_cast<UCq*>(cq); }
+
+struct UAh {
+  ibv_ah ah;
+  abi::AddressVector av;
+};
+
+struct UQp {
+  ibv_qp_ex qpx;  // ibv_qp is its prefix
+  UContext* ctx;
+  uint32_t qpn;
+  void* map;
+  size_t map_size;
+  URing sq, rq;
+  std::mutex sq_mu, rq_mu;
+  abi::QpCaps caps;
+  bool sq_sig_all;
+  // ibv_wr_* batch state (between wr_start and wr_complete/wr_abort).
+  uint32_t batch_start;
+  abi::SendWqe* batch_cur;
+  int batch_err;
+};
+
+inline UQp* to_uqp(ibv_qp* qp) { return reinterpret_cast<UQp*>(qp); }
+inline UQp* to_uqp(ibv_qp_ex* qp) { return reinterpret_cast<UQp*>(qp); }
+
+// Shared helpers.
+int errno_from_call(int err);  // maps transport failures to EIO
+void* map_queue(int fd, size_t size);
+void unmap_queue(void* p, size_t size);
+void fill_qp_ex_ops(UQp* qp);
+int post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr);
+int post_recv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr);
+int poll_cq(ibv_cq* cq, int num_entries, ibv_wc* wc);
+int req_notify_cq(ibv_cq* cq, int solicited_only);
+void fill_cq_ex_ops(UCq* cq);
+ibv_cq_ex* create_cq_ex(ibv_context* ctx, ibv_cq_init_attr_ex* attr);
+ibv_qp* create_qp_ex(ibv_context* ctx, ibv_qp_init_attr_ex* attr);
+int query_device_ex(ibv_context* ctx, const ibv_query_device_ex_input* input,
+                    ibv_device_attr_ex* attr, size_t attr_size);
+int query_port(ibv_context* ctx, uint8_t port, ibv_port_attr* attr, size_t attr_len);
+void to_abi_av(const ibv_ah_attr& in, abi::AddressVector* out);
+UDevice** device_registry_snapshot(int* count);
+
+}  // namespace uroce::provider

@@ -1,0 +1,319 @@
+// Queue pairs (create, modify, query, destroy) and address handles.
+#include <arpa/inet.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "verbs_provider/provider.h"
+
+namespace uroce::provider {
+
+void to_abi_av(const ibv_ah_attr& in, abi::AddressVector* out) {
+  std::memset(out, 0, sizeof(*out));
+  std::memcpy(out->dgid, in.grh.dgid.raw, 16);
+  out->flow_label = in.grh.flow_label;
+  out->sgid_index = in.grh.sgid_index;
+  out->hop_limit = in.grh.hop_limit;
+  out->traffic_class = in.grh.traffic_class;
+  out->sl = in.sl;
+  out->is_global = in.is_global;
+  out->port_num = in.port_num;
+}
+
+namespace {
+
+void from_abi_av(const abi::AddressVector& in, ibv_ah_attr* out) {
+  std::memset(out, 0, sizeof(*out));
+  std::memcpy(out->grh.dgid.raw, in.dgid, 16);
+  out->grh.flow_label = in.flow_label;
+  out->grh.sgid_index = in.sgid_index;
+  out->grh.hop_limit = in.hop_limit;
+  out->grh.traffic_class = in.traffic_class;
+  out->sl = in.sl;
+  out->is_global = in.is_global;
+  out->port_num = in.port_num;
+}
+
+constexpr uint64_t kSupportedSendOps =
+    IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | IBV_QP_EX_WITH_SEND |
+    IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
+    IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_SEND_WITH_INV;
+
+}  // namespace
+
+ibv_qp* create_qp_ex(ibv_context* context, ibv_qp_init_attr_ex* attr) {
+  UContext* c = to_uctx(context);
+  const uint32_t known = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+  if (attr->comp_mask & ~known) {
+    errno = EOPNOTSUPP;
+    return nullptr;
+  }
+  if (!(attr->comp_mask & IBV_QP_INIT_ATTR_PD) || !attr->pd || !attr->send_cq || !attr->recv_cq) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  if (attr->qp_type != IBV_QPT_RC && attr->qp_type != IBV_QPT_UC && attr->qp_type != IBV_QPT_UD) {
+    errno = EOPNOTSUPP;
+    return nullptr;
+  }
+  if (attr->srq) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  if ((attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) &&
+      (attr->send_ops_flags & ~kSupportedSendOps)) {
+    errno = EOPNOTSUPP;
+    return nullptr;
+  }
+  auto* qp = new (std::nothrow) UQp{};
+  if (!qp) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  abi::CreateQpRequest req{};
+  req.pd = reinterpret_cast<UPd*>(attr->pd)->handle;
+  req.send_cq = to_ucq(attr->send_cq)->handle;
+  req.recv_cq = to_ucq(attr->recv_cq)->handle;
+  req.cookie = uint64_t(uintptr_t(qp));
+  req.qp_type = attr->qp_type;
+  req.sq_sig_all = attr->sq_sig_all;
+  req.caps = {attr->cap.max_send_wr, attr->cap.max_recv_wr, attr->cap.max_send_sge,
+              attr->cap.max_recv_sge, attr->cap.max_inline_data, 0};
+  abi::CreateQpReply rep;
+  int fd = -1;
+  if (int err = c->conn.call(abi::CtlOp::kCreateQp, &req, sizeof(req), &rep, sizeof(rep), nullptr, 0,
+                             &fd, 1)) {
+    delete qp;
+    errno = err;
+    return nullptr;
+  }
+  qp->map = map_queue(fd, rep.shm_size);
+  close(fd);
+  if (!qp->map) {
+    abi::HandleRequest d{rep.handle};
+    c->conn.call(abi::CtlOp::kDestroyQp, &d, sizeof(d), nullptr, 0);
+    delete qp;
+    errno = ENOMEM;
+    return nullptr;
+  }
+  qp->ctx = c;
+  qp->qpn = rep.qpn;
+  qp->map_size = rep.shm_size;
+  auto* base = static_cast<uint8_t*>(qp->map);
+  qp->sq.attach(base + rep.sq_offset);
+  qp->sq.log2 = rep.sq_log2;
+  qp->sq.stride = rep.sq_stride;
+  qp->sq.prod = qp->sq.hdr->producer.load();
+  qp->rq.attach(base + rep.rq_offset);
+  qp->rq.log2 = rep.rq_log2;
+  qp->rq.stride = rep.rq_stride;
+  qp->rq.prod = qp->rq.hdr->producer.load();
+  qp->caps = rep.caps;
+  qp->sq_sig_all = attr->sq_sig_all;
+  attr->cap.max_send_wr = rep.caps.max_send_wr;
+  attr->cap.max_recv_wr = rep.caps.max_recv_wr;
+  attr->cap.max_send_sge = rep.caps.max_send_sge;
+  attr->cap.max_recv_sge = rep.caps.max_recv_sge;
+  attr->cap.max_inline_data = rep.caps.max_inline_data;
+
+  ibv_qp& q = qp->qpx.qp_base;
+  q.context = context;
+  q.qp_context = attr->qp_context;
+  q.pd = attr->pd;
+  q.send_cq = attr->send_cq;
+  q.recv_cq = attr->recv_cq;
+  q.srq = nullptr;
+  q.handle = uint32_t(rep.handle);
+  q.qp_num = rep.qpn;
+  q.state = IBV_QPS_RESET;
+  q.qp_type = attr->qp_type;
+  pthread_mutex_init(&q.mutex, nullptr);
+  pthread_cond_init(&q.cond, nullptr);
+  fill_qp_ex_ops(qp);
+  return &q;
+}
+
+}  // namespace uroce::provider
+
+using namespace uroce;
+using namespace uroce::provider;
+
+UROCE_EXPORT ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* init) {
+  ibv_qp_init_attr_ex ex{};
+  ex.qp_context = init->qp_context;
+  ex.send_cq = init->send_cq;
+  ex.recv_cq = init->recv_cq;
+  ex.srq = init->srq;
+  ex.cap = init->cap;
+  ex.qp_type = init->qp_type;
+  ex.sq_sig_all = init->sq_sig_all;
+  ex.comp_mask = IBV_QP_INIT_ATTR_PD;
+  ex.pd = pd;
+  ibv_qp* qp = create_qp_ex(pd->context, &ex);
+  if (qp) init->cap = ex.cap;
+  return qp;
+}
+
+UROCE_EXPORT ibv_qp_ex* ibv_qp_to_qp_ex(ibv_qp* qp) { return &to_uqp(qp)->qpx; }
+
+UROCE_EXPORT int ibv_modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask) {
+  abi::ModifyQpRequest req{};
+  req.handle = qp->handle;
+  req.attr_mask = uint32_t(attr_mask);
+  abi::QpAttr& a = req.attr;
+  a.qp_state = attr->qp_state;
+  a.cur_qp_state = attr->cur_qp_state;
+  a.path_mtu = attr->path_mtu;
+  a.qkey = attr->qkey;
+  a.rq_psn = attr->rq_psn;
+  a.sq_psn = attr->sq_psn;
+  a.dest_qp_num = attr->dest_qp_num;
+  a.qp_access_flags = uint32_t(attr->qp_access_flags);
+  a.pkey_index = attr->pkey_index;
+  a.en_sqd_async_notify = attr->en_sqd_async_notify;
+  a.max_rd_atomic = attr->max_rd_atomic;
+  a.max_dest_rd_atomic = attr->max_dest_rd_atomic;
+  a.min_rnr_timer = attr->min_rnr_timer;
+  a.port_num = attr->port_num;
+  a.timeout = attr->timeout;
+  a.retry_cnt = attr->retry_cnt;
+  a.rnr_retry = attr->rnr_retry;
+  if (attr_mask & IBV_QP_AV) to_abi_av(attr->ah_attr, &a.ah);
+  if (int err = to_uqp(qp)->ctx->conn.call(abi::CtlOp::kModifyQp, &req, sizeof(req), nullptr, 0))
+    return err;
+  if (attr_mask & IBV_QP_STATE) qp->state = attr->qp_state;
+  return 0;
+}
+
+UROCE_EXPORT int ibv_query_qp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask, ibv_qp_init_attr* init) {
+  UQp* u = to_uqp(qp);
+  abi::HandleRequest req{qp->handle};
+  abi::QueryQpReply rep;
+  if (int err = u->ctx->conn.call(abi::CtlOp::kQueryQp, &req, sizeof(req), &rep, sizeof(rep)))
+    return err;
+  const abi::QpAttr& a = rep.attr;
+  std::memset(attr, 0, sizeof(*attr));
+  attr->qp_state = ibv_qp_state(a.qp_state);
+  attr->cur_qp_state = ibv_qp_state(a.cur_qp_state);
+  attr->path_mtu = ibv_mtu(a.path_mtu);
+  attr->path_mig_state = IBV_MIG_MIGRATED;
+  attr->qkey = a.qkey;
+  attr->rq_psn = a.rq_psn;
+  attr->sq_psn = a.sq_psn;
+  attr->dest_qp_num = a.dest_qp_num;
+  attr->qp_access_flags = int(a.qp_access_flags);
+  attr->cap.max_send_wr = a.caps.max_send_wr;
+  attr->cap.max_recv_wr = a.caps.max_recv_wr;
+  attr->cap.max_send_sge = a.caps.max_send_sge;
+  attr->cap.max_recv_sge = a.caps.max_recv_sge;
+  attr->cap.max_inline_data = a.caps.max_inline_data;
+  from_abi_av(a.ah, &attr->ah_attr);
+  attr->pkey_index = a.pkey_index;
+  attr->en_sqd_async_notify = a.en_sqd_async_notify;
+  attr->sq_draining = a.sq_draining;
+  attr->max_rd_atomic = a.max_rd_atomic;
+  attr->max_dest_rd_atomic = a.max_dest_rd_atomic;
+  attr->min_rnr_timer = a.min_rnr_timer;
+  attr->port_num = a.port_num;
+  attr->timeout = a.timeout;
+  attr->retry_cnt = a.retry_cnt;
+  attr->rnr_retry = a.rnr_retry;
+  qp->state = attr->qp_state;
+  if (init) {
+    std::memset(init, 0, sizeof(*init));
+    init->qp_context = qp->qp_context;
+    init->send_cq = qp->send_cq;
+    init->recv_cq = qp->recv_cq;
+    init->srq = qp->srq;
+    init->cap = attr->cap;
+    init->qp_type = qp->qp_type;
+    init->sq_sig_all = u->sq_sig_all;
+  }
+  (void)attr_mask;
+  return 0;
+}
+
+UROCE_EXPORT int ibv_destroy_qp(ibv_qp* qp) {
+  UQp* u = to_uqp(qp);
+  abi::HandleRequest req{qp->handle};
+  int err = u->ctx->conn.call(abi::CtlOp::kDestroyQp, &req, sizeof(req), nullptr, 0);
+  if (err && err != EIO) return err;
+  unmap_queue(u->map, u->map_size);
+  pthread_cond_destroy(&qp->cond);
+  pthread_mutex_destroy(&qp->mutex);
+  delete u;
+  return 0;
+}
+
+// ---- address handles --------------------------------------------------------
+
+UROCE_EXPORT ibv_ah* ibv_create_ah(ibv_pd* pd, ibv_ah_attr* attr) {
+  UContext* c = to_uctx(pd->context);
+  // RoCE: an address without a GRH cannot be routed (IBA A16.4.1), as every
+  // RoCE provider answers.
+  if (!attr->is_global || attr->port_num != 1 ||
+      attr->grh.sgid_index >= c->info.port.gid_tbl_len || !c->info.gids[attr->grh.sgid_index].valid) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  auto* ah = new (std::nothrow) UAh{};
+  if (!ah) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  ah->ah.context = pd->context;
+  ah->ah.pd = pd;
+  to_abi_av(*attr, &ah->av);
+  return &ah->ah;
+}
+
+UROCE_EXPORT int ibv_destroy_ah(ibv_ah* ah) {
+  delete reinterpret_cast<UAh*>(ah);
+  return 0;
+}
+
+UROCE_EXPORT int ibv_init_ah_from_wc(ibv_context* context, uint8_t port_num, ibv_wc* wc,
+                                     ibv_grh* grh, ibv_ah_attr* ah_attr) {
+  UContext* c = to_uctx(context);
+  std::memset(ah_attr, 0, sizeof(*ah_attr));
+  ah_attr->port_num = port_num;
+  ah_attr->dlid = wc->slid;
+  ah_attr->sl = wc->sl;
+  ah_attr->src_path_bits = wc->dlid_path_bits;
+  if (!(wc->wc_flags & IBV_WC_GRH)) return 0;
+  ah_attr->is_global = 1;
+  uint8_t local[16] = {};
+  const auto* raw = reinterpret_cast<const uint8_t*>(grh);
+  if ((raw[20] >> 4) == 4 && raw[0] == 0) {
+    // RoCEv2 over IPv4: the IPv4 header fills the GRH's last 20 bytes.
+    auto& d = ah_attr->grh.dgid.raw;
+    std::memset(d, 0, 16);
+    d[10] = d[11] = 0xff;
+    std::memcpy(d + 12, raw + 20 + 12, 4);  // source address
+    local[10] = local[11] = 0xff;
+    std::memcpy(local + 12, raw + 20 + 16, 4);  // destination address
+    ah_attr->grh.traffic_class = raw[20 + 1];
+  } else {
+    ah_attr->grh.dgid = grh->sgid;
+    std::memcpy(local, grh->dgid.raw, 16);
+    const uint32_t vtf = ntohl(grh->version_tclass_flow);
+    ah_attr->grh.flow_label = vtf & 0xfffff;
+    ah_attr->grh.traffic_class = uint8_t(vtf >> 20);
+  }
+  ah_attr->grh.hop_limit = 0xff;
+  for (uint32_t i = 0; i < c->info.port.gid_tbl_len; ++i) {
+    if (c->info.gids[i].valid && std::memcmp(c->info.gids[i].gid, local, 16) == 0) {
+      ah_attr->grh.sgid_index = uint8_t(i);
+      return 0;
+    }
+  }
+  errno = ENOENT;
+  return -1;
+}
+
+UROCE_EXPORT ibv_ah* ibv_create_ah_from_wc(ibv_pd* pd, ibv_wc* wc, ibv_grh* grh, uint8_t port_num) {
+  ibv_ah_attr attr;
+  if (ibv_init_ah_from_wc(pd->context, port_num, wc, grh, &attr)) return nullptr;
+  return ibv_create_ah(pd, &attr);
+}
