@@ -1,0 +1,210 @@
+// Verbs semantics: UD (address handles, the GRH, Q_Keys, ibv_wr_* with UD
+// addresses) and UC.
+#include "tests/integration/verbs_fixture.h"
+
+namespace vt {
+namespace {
+
+// UD: two UD QPs of this process; every receive starts with a 40-byte GRH.
+class Ud : public VerbsTest {
+ protected:
+  static int post_ud(ibv_qp* qp, uint64_t wr_id, ibv_sge* s, ibv_ah* ah, uint32_t qpn,
+                     uint32_t qkey) {
+    ibv_send_wr wr{};
+    wr.wr_id = wr_id;
+    wr.opcode = IBV_WR_SEND;
+    wr.sg_list = s;
+    wr.num_sge = 1;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    wr.wr.ud.ah = ah;
+    wr.wr.ud.remote_qpn = qpn;
+    wr.wr.ud.remote_qkey = qkey;
+    ibv_send_wr* bad;
+    return ibv_post_send(qp, &wr, &bad);
+  }
+};
+
+TEST_F(Ud, SendWithGrhAndReplyThroughAhFromWc) {
+  ConnectOpts o;
+  o.qkey = 0x11111111;
+  Pair p = make_pair(IBV_QPT_UD, o);
+  ASSERT_FALSE(HasFailure());
+  ibv_ah_attr av = loopback_av();
+  ibv_ah* ah = make_ah(&av);
+  ASSERT_NE(ah, nullptr) << std::strerror(errno);
+  ibv_mr* mr = reg_buffer(8192, IBV_ACCESS_LOCAL_WRITE, 0);
+  ASSERT_NE(mr, nullptr);
+  auto* base = static_cast<uint8_t*>(mr->addr);
+  for (int i = 0; i < 100; ++i) base[i] = uint8_t(200 + i);
+
+  ASSERT_EQ(post_recv_mr(p.b.qp, 1, mr, 4096, 40 + 256), 0);
+  ibv_sge s = sge_of(mr, 0, 100);
+  // A wrong Q_Key is dropped silently by the receiver (the sender still succeeds).
+  ASSERT_EQ(post_ud(p.a.qp, 10, &s, ah, p.b.qp->qp_num, 0x2222), 0);
+  ibv_wc wc;
+  VT_POLL_ONE(p.a.cq, &wc);
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << describe(wc);
+  EXPECT_TRUE(drain_for(p.b.cq, 100).empty()) << "Q_Key mismatch must be dropped";
+
+  ASSERT_EQ(post_ud(p.a.qp, 11, &s, ah, p.b.qp->qp_num, o.qkey), 0);
+  VT_POLL_ONE(p.a.cq, &wc);
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << describe(wc);
+  ibv_wc rwc;
+  VT_POLL_ONE(p.b.cq, &rwc);
+  ASSERT_EQ(rwc.status, IBV_WC_SUCCESS) << describe(rwc);
+  EXPECT_EQ(rwc.wr_id, 1u);
+  EXPECT_EQ(rwc.opcode, IBV_WC_RECV);
+  EXPECT_EQ(rwc.byte_len, 140u) << "40-byte GRH plus the payload";
+  EXPECT_TRUE(rwc.wc_flags & IBV_WC_GRH);
+  EXPECT_EQ(rwc.src_qp, p.a.qp->qp_num);
+  uint8_t* grh = base + 4096;
+  EXPECT_EQ(std::memcmp(grh + 40, base, 100), 0);
+  // RoCEv2 over IPv4: the IPv4 header fills the GRH's last 20 bytes.
+  ASSERT_TRUE(gid_.raw[10] == 0xff && gid_.raw[11] == 0xff) << "GID 0 is IPv4-mapped";
+  EXPECT_EQ(grh[20] >> 4, 4) << "IPv4 version nibble";
+  EXPECT_EQ(std::memcmp(grh + 20 + 12, gid_.raw + 12, 4), 0) << "source address";
+  EXPECT_EQ(std::memcmp(grh + 20 + 16, gid_.raw + 12, 4), 0) << "destination address";
+
+  // Reply to the sender with an AH built from the completion.
+  ibv_ah* reply = ibv_create_ah_from_wc(pd_, &rwc, reinterpret_cast<ibv_grh*>(grh), 1);
+  ASSERT_NE(reply, nullptr) << std::strerror(errno);
+  defer([reply] { EXPECT_EQ(ibv_destroy_ah(reply), 0); });
+  ASSERT_EQ(post_recv_mr(p.a.qp, 2, mr, 6144, 40 + 256), 0);
+  ibv_sge s2 = sge_of(mr, 200, 33);
+  ASSERT_EQ(post_ud(p.b.qp, 12, &s2, reply, rwc.src_qp, o.qkey), 0);
+  VT_POLL_ONE(p.b.cq, &wc);
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << describe(wc);
+  std::vector<ibv_wc> got = poll_n(p.a.cq, 1);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].wr_id, 2u);
+  EXPECT_EQ(got[0].status, IBV_WC_SUCCESS) << describe(got[0]);
+  EXPECT_EQ(got[0].byte_len, 73u);
+  EXPECT_EQ(got[0].src_qp, p.b.qp->qp_num);
+}
+
+TEST_F(Ud, AddressHandleWithoutGrhIsRejectedOnRoce) {
+  ibv_ah_attr av = loopback_av();
+  av.is_global = 0;
+  errno = 0;
+  ibv_ah* ah = ibv_create_ah(pd_, &av);
+  EXPECT_EQ(ah, nullptr);
+  EXPECT_EQ(errno, EINVAL);
+  if (ah) ibv_destroy_ah(ah);
+}
+
+class Uc : public VerbsTest {};
+
+TEST_F(Uc, SendAndWrite) {
+  Pair p = make_pair(IBV_QPT_UC);
+  ASSERT_FALSE(HasFailure());
+  ibv_mr* src = reg_buffer(3000, IBV_ACCESS_LOCAL_WRITE);
+  ibv_mr* dst = reg_buffer(8192, kRw, 0);
+  ASSERT_TRUE(src && dst);
+  auto* s = static_cast<uint8_t*>(src->addr);
+  for (int i = 0; i < 3000; ++i) s[i] = uint8_t(i * 13);
+  ASSERT_EQ(post_recv_mr(p.b.qp, 1, dst, 0, 4096), 0);
+  ibv_sge sg = sge_of(src, 0, 3000);
+  ASSERT_EQ(post_send(p.a.qp, 2, IBV_WR_SEND, &sg, 1), 0);
+  ibv_wc wc;
+  VT_POLL_ONE(p.b.cq, &wc);
+  ASSERT_EQ(wc.status, IBV_WC_SUCCESS) << describe(wc);
+  EXPECT_EQ(wc.byte_len, 3000u);
+  EXPECT_EQ(std::memcmp(dst->addr, src->addr, 3000), 0);
+  VT_POLL_ONE(p.a.cq, &wc);
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << describe(wc);
+
+  ASSERT_EQ(post_send(p.a.qp, 3, IBV_WR_RDMA_WRITE, &sg, 1, IBV_SEND_SIGNALED, addr_of(dst, 4096),
+                      dst->rkey),
+            0);
+  VT_POLL_ONE(p.a.cq, &wc);
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << describe(wc);
+  // UC completes at send time; give the loopback a moment to deliver.
+  const auto end = deadline_after(kWaitSeconds);
+  while (std::memcmp(static_cast<uint8_t*>(dst->addr) + 4096, s, 3000) != 0 && Clock::now() < end)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_EQ(std::memcmp(static_cast<uint8_t*>(dst->addr) + 4096, s, 3000), 0);
+}
+
+TEST_F(Ud, GrhIntoItsOwnSgeAndInlineSend) {
+  ConnectOpts o;
+  Pair p = make_pair(IBV_QPT_UD, o);
+  ASSERT_FALSE(HasFailure());
+  ibv_ah_attr av = loopback_av();
+  ibv_ah* ah = make_ah(&av);
+  ASSERT_NE(ah, nullptr);
+  ibv_mr* grh = reg_buffer(40, IBV_ACCESS_LOCAL_WRITE, 0);
+  ibv_mr* data = reg_buffer(512, IBV_ACCESS_LOCAL_WRITE, 0);
+  ASSERT_TRUE(grh && data);
+  ibv_sge rs[2] = {sge_of(grh, 0, 40), sge_of(data, 0, 512)};
+  ASSERT_EQ(post_recv(p.b.qp, 1, rs, 2), 0);
+  char msg[] = "ud inline message";
+  ibv_sge s{uint64_t(uintptr_t(msg)), sizeof(msg), 0};
+  ibv_send_wr wr{};
+  wr.wr_id = 2;
+  wr.opcode = IBV_WR_SEND_WITH_IMM;
+  wr.imm_data = htonl(31337);
+  wr.sg_list = &s;
+  wr.num_sge = 1;
+  wr.send_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE;
+  wr.wr.ud.ah = ah;
+  wr.wr.ud.remote_qpn = p.b.qp->qp_num;
+  wr.wr.ud.remote_qkey = o.qkey;
+  ibv_send_wr* bad;
+  ASSERT_EQ(ibv_post_send(p.a.qp, &wr, &bad), 0);
+  ibv_wc wc;
+  VT_POLL_ONE(p.b.cq, &wc);
+  ASSERT_EQ(wc.status, IBV_WC_SUCCESS) << describe(wc);
+  EXPECT_EQ(wc.byte_len, 40 + sizeof(msg));
+  EXPECT_TRUE(wc.wc_flags & IBV_WC_WITH_IMM);
+  EXPECT_EQ(ntohl(wc.imm_data), 31337u);
+  EXPECT_STREQ(static_cast<char*>(data->addr), msg);
+  EXPECT_EQ(static_cast<uint8_t*>(grh->addr)[20] >> 4, 4);
+  VT_POLL_ONE(p.a.cq, &wc);
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << describe(wc);
+}
+
+TEST_F(Ud, WrApiWithUdAddress) {
+  ConnectOpts o;
+  ibv_cq* cqa = make_cq();
+  ibv_cq* cqb = make_cq();
+  ASSERT_TRUE(cqa && cqb);
+  ibv_qp_init_attr_ex ix{};
+  ix.qp_type = IBV_QPT_UD;
+  ix.send_cq = ix.recv_cq = cqa;
+  ix.cap = {16, 16, 1, 1, 64};
+  ix.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+  ix.pd = pd_;
+  ix.send_ops_flags = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM;
+  ibv_qp* qa = make_qp_ex(&ix);
+  ibv_qp* qb = make_qp(IBV_QPT_UD, cqb, cqb);
+  ASSERT_TRUE(qa && qb) << std::strerror(errno);
+  connect_qp(qa, 0, o);
+  connect_qp(qb, 0, o);
+  ASSERT_FALSE(HasFailure());
+  ibv_ah_attr av = loopback_av();
+  ibv_ah* ah = make_ah(&av);
+  ASSERT_NE(ah, nullptr);
+  ibv_mr* mr = reg_buffer(4096, IBV_ACCESS_LOCAL_WRITE, 0x21);
+  ASSERT_NE(mr, nullptr);
+  ASSERT_EQ(post_recv_mr(qb, 1, mr, 1024, 1024), 0);
+  ibv_qp_ex* x = ibv_qp_to_qp_ex(qa);
+  ibv_wr_start(x);
+  x->wr_id = 5;
+  x->wr_flags = IBV_SEND_SIGNALED;
+  ibv_wr_send_imm(x, htonl(5150));
+  ibv_wr_set_ud_addr(x, ah, qb->qp_num, o.qkey);
+  ibv_wr_set_sge(x, mr->lkey, addr_of(mr), 64);
+  ASSERT_EQ(ibv_wr_complete(x), 0);
+  ibv_wc wc;
+  VT_POLL_ONE(cqa, &wc);
+  EXPECT_EQ(wc.wr_id, 5u);
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << describe(wc);
+  VT_POLL_ONE(cqb, &wc);
+  ASSERT_EQ(wc.status, IBV_WC_SUCCESS) << describe(wc);
+  EXPECT_EQ(wc.byte_len, 40u + 64u);
+  EXPECT_EQ(ntohl(wc.imm_data), 5150u);
+  EXPECT_EQ(wc.src_qp, qa->qp_num);
+}
+
+}  // namespace
+}  // namespace vt
