@@ -14,9 +14,6 @@ namespace {
 
 using MrCheck = Device::MrCheck;
 
-constexpr uint32_t kAllAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
-                                IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
-
 class MrTest : public DeviceFixture {
  protected:
   MrCheck check(uint32_t key, uint64_t va, uint64_t len, uint32_t access, uint32_t pd = 0) {

@@ -8,7 +8,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <numeric>
 #include <vector>
 
 #include "device/test_env.h"
@@ -16,70 +15,7 @@
 namespace uroce::device {
 namespace {
 
-constexpr uint32_t kAllAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
-                                IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
-constexpr size_t kBufSize = 64 * 1024;
-
-// Distinct patterns so a byte from the wrong place shows.
-void fill(std::vector<uint8_t>& v, uint8_t seed) {
-  for (size_t i = 0; i < v.size(); ++i) v[i] = uint8_t(seed + i * 13 + (i >> 8));
-}
-
-abi::SendWqe wqe(uint32_t opcode, uint64_t wr_id, uint32_t flags = IBV_SEND_SIGNALED) {
-  abi::SendWqe w{};
-  w.opcode = opcode;
-  w.wr_id = wr_id;
-  w.flags = flags;
-  return w;
-}
-
-// Two RC QPs, A and B, connected to each other, each with its own send and
-// receive CQ, and a 64 KiB registered buffer on each side.
-class TransportTest : public DeviceFixture {
- protected:
-  void SetUp() override {
-    DeviceFixture::SetUp();
-    a_buf_.resize(kBufSize);
-    b_buf_.resize(kBufSize);
-    fill(a_buf_, 1);
-    fill(b_buf_, 101);
-    a_key_ = reg_mr(a_buf_.data(), kBufSize, kAllAccess);
-    b_key_ = reg_mr(b_buf_.data(), kBufSize, kAllAccess);
-    a_scq_ = create_cq();
-    a_rcq_ = create_cq();
-    b_scq_ = create_cq();
-    b_rcq_ = create_cq();
-  }
-
-  void make_pair(ibv_qp_type type, abi::QpAttr attr_a = default_attr(),
-                 abi::QpAttr attr_b = default_attr(), abi::QpCaps caps = default_caps()) {
-    a_ = create_qp(type, a_scq_, a_rcq_, caps);
-    b_ = create_qp(type, b_scq_, b_rcq_, caps);
-    connect(a_, b_, attr_a, /*sq_psn=*/1000, /*rq_psn=*/2000);
-    connect(b_, a_, attr_b, /*sq_psn=*/2000, /*rq_psn=*/1000);
-  }
-
-  Qp& A() { return *dev_.qp(a_); }
-  Qp& B() { return *dev_.qp(b_); }
-  uint8_t* a(size_t off = 0) { return a_buf_.data() + off; }
-  uint8_t* b(size_t off = 0) { return b_buf_.data() + off; }
-  uint64_t b_addr(size_t off = 0) { return reinterpret_cast<uint64_t>(b(off)); }
-  uint64_t a_addr(size_t off = 0) { return reinterpret_cast<uint64_t>(a(off)); }
-
-  // Exactly one CQE on the CQ; returns it (zeroed on failure).
-  abi::Cqe one_cqe(uint32_t cq) {
-    auto v = drain_cq(dev_, cq);
-    EXPECT_EQ(v.size(), 1u);
-    return v.empty() ? abi::Cqe{} : v[0];
-  }
-
-  const Counters& counters() { return dev_.counters(); }
-
-  std::vector<uint8_t> a_buf_, b_buf_;
-  uint32_t a_key_ = 0, b_key_ = 0;
-  uint32_t a_scq_ = 0, a_rcq_ = 0, b_scq_ = 0, b_rcq_ = 0;
-  uint32_t a_ = 0, b_ = 0;
-};
+class TransportTest : public PairFixture {};
 
 // ---- SEND ------------------------------------------------------------------
 
@@ -636,6 +572,26 @@ TEST_F(TransportTest, BadRkeyIsRemoteAccessError) {
   EXPECT_EQ(counters().remote_errors, 1u);
 }
 
+// DISABLED: exposes a bug (completer.cc fail_head). B NAKs the first packet
+// of a long WRITE while A is still sending it (sq_next == sq_head, req_offset
+// > 0). fail_head() only completes the head when sq_next is past it, so here
+// it just calls qp_to_error(), and the WRITE is reported as
+// IBV_WC_WR_FLUSH_ERR instead of IBV_WC_REM_ACCESS_ERR. The same happens to
+// IBV_WC_RETRY_EXC_ERR (see requester_test DISABLED_SqdFinishesTheMessageInProgress).
+TEST_F(TransportTest, DISABLED_LongWriteWithBadRkeyIsRemoteAccessError) {
+  abi::QpAttr attr = default_attr();
+  attr.path_mtu = IBV_MTU_256;
+  make_pair(IBV_QPT_RC, attr, attr);
+  abi::SendWqe w = wqe(IBV_WR_RDMA_WRITE, 1);
+  w.remote_addr = b_addr(0);
+  w.rkey = b_key_ ^ 0x40;
+  post_send(A(), w, {sge(a(0), 200 * 256, a_key_)});  // 200 packets, 64 per poll
+  ASSERT_TRUE(run());
+  abi::Cqe s = one_cqe(a_scq_);
+  EXPECT_EQ(s.wr_id, 1u);
+  EXPECT_EQ(s.status, uint32_t(IBV_WC_REM_ACCESS_ERR));
+}
+
 TEST_F(TransportTest, RemoteAccessOutOfBoundsAndReadWithoutRights) {
   make_pair(IBV_QPT_RC);
   abi::SendWqe w = wqe(IBV_WR_RDMA_READ, 1);
@@ -891,10 +847,10 @@ TEST_F(TransportTest, WorkPostedInErrorIsFlushed) {
 }
 
 // Four signaled SENDs into a send CQ whose ring holds two.
-class CqOverflowTest : public TransportTest {
+class CqOverflowTest : public PairFixture {
  protected:
   void SetUp() override {
-    TransportTest::SetUp();
+    PairFixture::SetUp();
     small_ = create_cq(1);
     size_ = dev_.cq(small_)->ring.size();
     a_ = create_qp(IBV_QPT_RC, small_, a_rcq_);
@@ -982,10 +938,10 @@ TEST_F(TransportTest, UcSendWithoutReceiveIsDropped) {
 
 // ---- UD -------------------------------------------------------------------------
 
-class UdTest : public TransportTest {
+class UdTest : public PairFixture {
  protected:
   void SetUp() override {
-    TransportTest::SetUp();
+    PairFixture::SetUp();
     abi::QpAttr attr = default_attr();
     attr.qkey = kQkey;
     a_ = create_qp(IBV_QPT_UD, a_scq_, a_rcq_);
