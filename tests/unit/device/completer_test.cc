@@ -230,13 +230,15 @@ TEST_F(CompleterTest, DISABLED_ReadResponseEndingEarlyIsNotASuccess) {
   for (const abi::Cqe& c : drain_cq(dev_, a_scq_)) EXPECT_NE(c.status, uint32_t(IBV_WC_SUCCESS));
 }
 
-// DISABLED: the completer half of the READ-then-SEND bug (see
-// transport_test.cc DISABLED_ReadFollowedBySend). An ACK whose PSN lies past
-// an outstanding READ arrives before the READ's responses; on_ack() ->
-// progress() moves comp_psn past the READ, so its responses are then dropped
-// as stale and every timeout rewinds to after the READ. rxe treats such an ACK
-// as a reason to retry the READ (check_psn: COMPST_ERROR_RETRY). Expected:
-// the READ still completes with its data, then the SEND.
+// DISABLED: exposes a bug (completer.cc on_ack -> progress). An ACK whose PSN
+// lies past an outstanding READ arrives before (or instead of) the READ's
+// responses: the responses were lost on the wire, or the responder answered
+// out of order (see transport_test DISABLED_ReadFollowedBySend). progress()
+// moves comp_psn past the READ, so its responses are then dropped as stale
+// and every timeout rewinds to after the READ: it is never asked for again
+// and fails with IBV_WC_RETRY_EXC_ERR. rxe treats such an ACK as lost READ
+// responses and retries the READ (rxe_comp.c check_psn: COMPST_ERROR_RETRY).
+// Expected: the READ still completes with its data, then the SEND.
 TEST_F(CompleterTest, DISABLED_AckBeyondAnOutstandingReadDoesNotLoseIt) {
   post_read(7, 2000);  // PSNs kPsn, kPsn + 1
   post_send(A(), wqe(IBV_WR_SEND, 8), {sge(a(5000), 8, a_key_)});  // kPsn + 2

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 #include <infiniband/verbs.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -41,6 +42,28 @@ class DeviceTestPeer {
   static void requeue(Device& dev, net::Packet* p) { dev.loopback_.tx(p); }
   static void drop(Device& dev, net::Packet* p) { dev.pool_.put(p); }
   static bool in_flight(const Device& dev) { return dev.loopback_.pending(); }
+};
+
+// A non-blocking pipe; the device owns and closes the write end it is given.
+struct Pipe {
+  int rd = -1, wr = -1;
+  Pipe() {
+    int fds[2];
+    if (pipe2(fds, O_NONBLOCK | O_CLOEXEC) == 0) {
+      rd = fds[0];
+      wr = fds[1];
+    }
+  }
+  ~Pipe() {
+    if (rd >= 0) close(rd);
+  }
+  template <typename T>
+  std::vector<T> read_all() {
+    std::vector<T> out;
+    T rec;
+    while (::read(rd, &rec, sizeof(rec)) == ssize_t(sizeof(rec))) out.push_back(rec);
+    return out;
+  }
 };
 
 // One client process: this one.
