@@ -30,6 +30,9 @@ void complete_acked(Device& dev, Qp& qp, uint32_t acked_psn) {
 
 void progress(Device& dev, Qp& qp, uint32_t next_psn) {
   if (psn_diff(next_psn, qp.comp_psn) > 0) qp.comp_psn = next_psn;
+  // Acknowledgements can overtake a go-back-N retransmission: never resend
+  // what the responder has confirmed.
+  if (psn_diff(qp.comp_psn, qp.req_psn) > 0) position_requester(qp, qp.comp_psn);
   qp.retry_left = qp.retry_cnt;
   qp.rnr_retry_left = qp.rnr_retry;
   const bool outstanding = qp.sq_head != qp.sq_next || qp.req_offset;
@@ -50,10 +53,22 @@ void on_ack(Device& dev, Qp& qp, const net::Packet& p) {
   const uint32_t psn = p.bth()->psn();
   const uint8_t syn = p.hdr<net::Aeth>(p.info().aeth_off)->syndrome();
   switch (syn & net::aeth::kTypeMask) {
-    case net::aeth::kAck:
+    case net::aeth::kAck: {
       complete_acked(dev, qp, psn);
+      if (qp.sq_head != qp.sq_next) {
+        const SendWqeState& st = wqe_state(qp, qp.sq_head);
+        if (st.is_rd_atomic && st.started && psn_diff(psn, st.first_psn) >= 0) {
+          // An ACK beyond an outstanding READ or atomic: its responses were
+          // lost (implicit NAK, IBA 9.7.5.1.5). Ask again from what arrived.
+          const uint32_t expect = psn_add(st.first_psn, st.resp_bytes / qp.mtu_bytes());
+          if (psn_diff(expect, qp.comp_psn) > 0) qp.comp_psn = expect;
+          rewind_requester(dev, qp, qp.comp_psn);
+          return;
+        }
+      }
       progress(dev, qp, psn_add(psn, 1));
       return;
+    }
     case net::aeth::kRnrNak: {
       // Everything before the NAKed PSN arrived (IBA 9.7.5.2.8).
       ++dev.counters_mut().rnr_nak_received;
@@ -135,7 +150,7 @@ void on_read_or_atomic_response(Device& dev, Qp& qp, const net::Packet& p) {
     const uint64_t orig = p.hdr<net::AtomicAckEth>(info.atomicack_off)->orig;
     if (!scatter_sges(qp.owner->mem, wqe_sges(qp, index), w.num_sge, 0,
                       reinterpret_cast<const uint8_t*>(&orig), 8)) {
-      ++dev.counters_mut().memory_faults;
+      dev.memory_fault("atomic response", qp.owner, wqe_sges(qp, index)[0].addr, 8);
       fail_head(dev, qp, IBV_WC_LOC_PROT_ERR);
       return;
     }
@@ -153,7 +168,7 @@ void on_read_or_atomic_response(Device& dev, Qp& qp, const net::Packet& p) {
   }
   if (p.payload_len && !scatter_sges(qp.owner->mem, wqe_sges(qp, index), w.num_sge, offset,
                                      p.payload(), p.payload_len)) {
-    ++dev.counters_mut().memory_faults;
+    dev.memory_fault("read response", qp.owner, wqe_sges(qp, index)[0].addr + offset, p.payload_len);
     fail_head(dev, qp, IBV_WC_LOC_PROT_ERR);
     return;
   }
@@ -171,7 +186,7 @@ void completer_receive(Device& dev, Qp& qp, net::Packet& p) {
   }
   // Only responses to PSNs we sent and have not retired are meaningful.
   const uint32_t psn = p.bth()->psn();
-  if (psn_diff(psn, qp.comp_psn) < -1 || psn_diff(psn, qp.req_psn) >= 0) {
+  if (psn_diff(psn, qp.comp_psn) < -1 || psn_diff(psn, qp.req_max_psn) >= 0) {
     ++dev.counters_mut().rx_stale_response;
     return;
   }

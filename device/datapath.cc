@@ -1,6 +1,8 @@
 // The device's poll loop and packet plumbing: requesters, ingress dispatch,
 // responders, timers. Datapath: no exceptions, no allocation once warm.
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <sstream>
 
 #include "device/device.h"
@@ -92,6 +94,20 @@ uint64_t Device::next_deadline_ns() const {
     take(q->rnr_wait_until_ns);
   }
   return next;
+}
+
+void Device::memory_fault(const char* what, const Owner* owner, uint64_t addr, uint64_t len) {
+  const int err = errno;
+  ++counters_.memory_faults;
+  // At most 10 lines a second: a misbehaving client must not flood the log.
+  if (now_ns_ - fault_log_window_ns_ > 1'000'000'000) {
+    fault_log_window_ns_ = now_ns_;
+    fault_logs_in_window_ = 0;
+  }
+  if (++fault_logs_in_window_ > 10) return;
+  std::fprintf(stderr, "uroced: %s: pid %d addr 0x%llx len %llu: %s\n", what,
+               owner ? int(owner->mem.pid()) : -1, (unsigned long long)addr,
+               (unsigned long long)len, std::strerror(err));
 }
 
 std::string Device::status_text() const {

@@ -350,7 +350,7 @@ Result<uint32_t> Device::create_qp(Owner* o, const abi::CreateQpRequest& req) {
   qp->rq.init(qp->mem.base() + sq_bytes, rq_log2, rq_stride);
   qp->sq_copy.resize(size_t(1u << sq_log2) * sq_stride);
   qp->sq_state.resize(1u << sq_log2);
-  qp->read_responses.reserve(kMaxQpRdAtomic);
+  qp->responses.reserve(2 * kMaxQpRdAtomic);
 
   // Report what the rings really hold (ibv_create_qp writes caps back).
   caps.max_send_wr = 1u << sq_log2;

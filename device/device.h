@@ -87,6 +87,8 @@ class Device {
   void qp_to_error(Qp& qp);
   void flush_qp(Qp& qp);
   uint64_t now_ns() const { return now_ns_; }
+  // Counts a failed access to client memory and logs it at a limited rate.
+  void memory_fault(const char* what, const Owner* owner, uint64_t addr, uint64_t len);
   Counters& counters_mut() { return counters_; }
 
  private:
@@ -106,6 +108,8 @@ class Device {
   Counters counters_;
   uint64_t now_ns_ = 0;
   uint8_t mr_generation_ = 0;
+  uint64_t fault_log_window_ns_ = 0;
+  uint32_t fault_logs_in_window_ = 0;
 
   Table<Pd> pds_;
   Table<Mr> mrs_;
@@ -123,6 +127,7 @@ bool responder_run(Device& dev, Qp& qp);
 void completer_receive(Device& dev, Qp& qp, net::Packet& p);
 bool completer_timers(Device& dev, Qp& qp);
 void rewind_requester(Device& dev, Qp& qp, uint32_t psn);
+void position_requester(Qp& qp, uint32_t psn);
 
 // 24-bit PSN arithmetic (IBA 9.7.1): a - b as a signed distance.
 inline int32_t psn_diff(uint32_t a, uint32_t b) { return int32_t((a - b) << 8) >> 8; }

@@ -22,15 +22,23 @@ struct SendWqeState {
   uint32_t resp_bytes = 0; // READ response bytes received
   uint32_t status = IBV_WC_SUCCESS;
   bool is_rd_atomic = false;
+  bool started = false;    // first_psn is valid: at least one packet went out
 };
 
-// A pending RDMA READ response the responder is still emitting.
-struct ReadResponse {
-  uint64_t va = 0;        // in the MR owner's address space
-  uint32_t remaining = 0;
-  uint32_t psn = 0;       // next response PSN
+// A response the responder still owes, in PSN order: READ data is emitted a
+// budget of packets per poll, and ACKs/NAKs/atomic ACKs for later requests
+// queue behind it so no answer overtakes an earlier one (IBA 9.7.5.1.1).
+struct Response {
+  enum class Kind : uint8_t { kRead, kAeth, kAtomicAck };
+  Kind kind = Kind::kRead;
   bool first = true;
-  uint32_t mr_key = 0;
+  bool fatal = false;     // kAeth: a NAK after which the responder QP errs
+  uint8_t syndrome = 0;   // kAeth, kAtomicAck
+  uint32_t psn = 0;       // next response PSN
+  uint32_t remaining = 0; // kRead: bytes still to send
+  uint32_t mr_key = 0;    // kRead
+  uint64_t va = 0;        // kRead: in the MR owner's address space
+  uint64_t orig = 0;      // kAtomicAck
 };
 
 struct AtomicReplay {
@@ -77,6 +85,7 @@ struct Qp {
   uint32_t sq_next = 0;     // WQE being sent
   uint32_t sq_fetched = 0;  // WQEs copied out of shared memory
   uint32_t req_psn = 0;     // next PSN to send
+  uint32_t req_max_psn = 0; // one past the highest PSN ever sent (responses beyond it are stale)
   uint64_t req_offset = 0;  // bytes of sq_next already sent
   uint32_t rd_atomic_inflight = 0;
   uint32_t retry_left = 0, rnr_retry_left = 0;
@@ -94,6 +103,7 @@ struct Qp {
   bool resp_in_msg = false;      // between FIRST and LAST of a multi-packet message
   bool resp_recv_valid = false;
   bool resp_msg_dropped = false; // UC: discard the rest of a broken message
+  bool resp_fatal_pending = false; // a fatal NAK is queued: accept nothing more
   uint32_t resp_last_opcode = 0;
   RecvInProgress resp_recv;
   uint64_t resp_offset = 0;      // bytes placed so far in this message
@@ -101,7 +111,7 @@ struct Qp {
   uint32_t resp_write_key = 0;
   uint64_t resp_write_left = 0;
   uint32_t rq_head = 0;          // RQ consumer (engine)
-  std::vector<ReadResponse> read_responses;  // FIFO of pending READ replies
+  std::vector<Response> responses;  // FIFO of answers not yet sent
   std::array<AtomicReplay, kAtomicReplayDepth> atomic_replay{};
   uint32_t atomic_replay_next = 0;
   uint32_t resp_ack_pending_psn = 0;

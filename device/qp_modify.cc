@@ -163,7 +163,7 @@ int Device::modify_qp(Owner* o, uint32_t qpn, uint32_t mask, const abi::QpAttr& 
   if (mask & IBV_QP_MAX_QP_RD_ATOMIC) qp->max_rd_atomic = a.max_rd_atomic;
   if (mask & IBV_QP_EN_SQD_ASYNC_NOTIFY) qp->en_sqd_async_notify = a.en_sqd_async_notify;
   if (mask & IBV_QP_SQ_PSN) {
-    qp->req_psn = qp->comp_psn = a.sq_psn & 0xffffff;
+    qp->req_psn = qp->comp_psn = qp->req_max_psn = a.sq_psn & 0xffffff;
   }
   if (mask & IBV_QP_RETRY_CNT) qp->retry_left = qp->retry_cnt;
   if (mask & IBV_QP_RNR_RETRY) qp->rnr_retry_left = qp->rnr_retry;
@@ -179,7 +179,7 @@ int Device::modify_qp(Owner* o, uint32_t qpn, uint32_t mask, const abi::QpAttr& 
     qp->req_offset = 0;
     qp->rd_atomic_inflight = 0;
     qp->resp_in_msg = qp->resp_recv_valid = qp->resp_nak_sent = false;
-    qp->read_responses.clear();
+    qp->responses.clear();
     qp->rnr_wait_until_ns = qp->retrans_deadline_ns = 0;
     qp->last_wqe_reached_sent = false;
   }
@@ -232,7 +232,7 @@ void Device::flush_qp(Qp& qp) {
   qp.sq.hdr->consumer.store(qp.sq_head, std::memory_order_release);
   qp.req_offset = 0;
   qp.rd_atomic_inflight = 0;
-  qp.read_responses.clear();
+  qp.responses.clear();
   if (qp.resp_recv_valid) {
     abi::Cqe cqe{};
     cqe.wr_id = qp.resp_recv.wr_id;

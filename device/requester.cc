@@ -90,7 +90,10 @@ bool send_next_packet(Device& dev, Qp& qp) {
   SendWqeState& st = wqe_state(qp, index);
   const uint32_t mtu = qp.type == IBV_QPT_UD ? 4096 : qp.mtu_bytes();
   const net::Transport tr = transport_of(qp.type);
-  if (qp.req_offset == 0) st.first_psn = qp.req_psn;
+  if (qp.req_offset == 0) {
+    st.first_psn = qp.req_psn;
+    st.started = true;
+  }
 
   if (w.opcode == IBV_WR_RDMA_READ) {
     // One request covers the rest of the message; responses use npsn PSNs.
@@ -154,7 +157,7 @@ bool send_next_packet(Device& dev, Qp& qp) {
   if (!ok) {
     // The client unmapped memory it had registered: a local protection error,
     // reported in order by requester_run.
-    ++dev.counters_mut().memory_faults;
+    dev.memory_fault("send gather", qp.owner, w.num_sge ? wqe_sges(qp, index)[0].addr : 0, len);
     st.status = IBV_WC_LOC_PROT_ERR;
     dev.free_packet(p);
     qp.req_offset = 0;
@@ -216,8 +219,9 @@ void complete_send_head(Device& dev, Qp& qp, uint32_t status) {
   const uint32_t index = qp.sq_head;
   const abi::SendWqe& w = wqe_at(qp, index);
   const SendWqeState& st = wqe_state(qp, index);
-  if (status != IBV_WC_SUCCESS || qp.sq_sig_all || (w.flags & IBV_SEND_SIGNALED)) {
-    abi::Cqe cqe{};
+  const bool report = status != IBV_WC_SUCCESS || qp.sq_sig_all || (w.flags & IBV_SEND_SIGNALED);
+  abi::Cqe cqe{};
+  if (report) {
     cqe.wr_id = w.wr_id;
     cqe.status = status;
     cqe.opcode = wc_opcode_for(w.opcode);
@@ -231,16 +235,20 @@ void complete_send_head(Device& dev, Qp& qp, uint32_t status) {
       else
         ++dev.counters_mut().remote_errors;
     }
-    if (!dev.complete(qp, true, cqe, false)) {
-      qp.owner->post_async(IBV_EVENT_QP_FATAL, qp.cookie);
-      dev.qp_to_error(qp);
-      return;
-    }
   }
   if (st.is_rd_atomic && qp.rd_atomic_inflight) --qp.rd_atomic_inflight;
+  // Free the slot before the completion is visible: a client that sees the
+  // CQE may post into the slot at once (perftest counts on it).
   ++qp.sq_head;
   qp.sq.hdr->consumer.store(qp.sq_head, std::memory_order_release);
-  if (qp.sq_next - qp.sq_head > qp.sq_fetched - qp.sq_head) qp.sq_next = qp.sq_head;
+  if (int32_t(qp.sq_next - qp.sq_head) < 0) {  // completed what a retransmission was resending
+    qp.sq_next = qp.sq_head;
+    qp.req_offset = 0;
+  }
+  if (report && !dev.complete(qp, true, cqe, false)) {
+    qp.owner->post_async(IBV_EVENT_QP_FATAL, qp.cookie);
+    dev.qp_to_error(qp);
+  }
 }
 
 bool requester_run(Device& dev, Qp& qp) {
@@ -291,7 +299,9 @@ bool requester_run(Device& dev, Qp& qp) {
       if (st.is_rd_atomic) ++qp.rd_atomic_inflight;
     }
     work = true;
-    if (send_next_packet(dev, qp)) {
+    const bool done = send_next_packet(dev, qp);
+    if (psn_diff(qp.req_psn, qp.req_max_psn) > 0) qp.req_max_psn = qp.req_psn;
+    if (done) {
       ++qp.sq_next;
       qp.req_offset = 0;
       if (qp.type != IBV_QPT_RC) complete_unreliable(dev, qp);
@@ -303,31 +313,40 @@ bool requester_run(Device& dev, Qp& qp) {
   return work;
 }
 
-void rewind_requester(Device& dev, Qp& qp, uint32_t psn) {
+// Points the requester at `psn`: backwards for go-back-N retransmission, or
+// forwards when acknowledgements overtook a retransmission in progress.
+void position_requester(Qp& qp, uint32_t psn) {
   const uint32_t mtu = qp.mtu_bytes();
   uint32_t idx = qp.sq_head;
-  for (; idx != qp.sq_next; ++idx) {
+  for (; idx != qp.sq_fetched; ++idx) {
     const SendWqeState& st = wqe_state(qp, idx);
+    if (!st.started || st.status != IBV_WC_SUCCESS) break;
     if (psn_diff(psn, psn_add(st.first_psn, st.npsn)) < 0) break;
   }
-  if (idx == qp.sq_next && qp.req_offset == 0) {
-    qp.req_psn = psn;  // nothing of the current WQE is out yet
-    return;
-  }
-  const SendWqeState& st = wqe_state(qp, idx);
-  int32_t into = psn_diff(psn, st.first_psn);
-  if (into < 0) into = 0;
   qp.sq_next = idx;
-  const abi::SendWqe& w = wqe_at(qp, idx);
-  const bool atomic = w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP || w.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD;
-  qp.req_offset = atomic ? 0 : std::min<uint64_t>(uint64_t(into) * mtu, st.length);
-  if (w.opcode == IBV_WR_RDMA_READ) qp.req_offset = uint64_t(into) * mtu;
-  if (qp.req_offset >= st.length && st.length) qp.req_offset = 0;
-  qp.req_psn = qp.req_offset ? psn : st.first_psn;
-  // READs and atomics from idx on will be sent again.
+  qp.req_offset = 0;
+  qp.req_psn = psn;
+  if (idx != qp.sq_fetched) {
+    const SendWqeState& st = wqe_state(qp, idx);
+    if (st.started && st.status == IBV_WC_SUCCESS) {
+      const int32_t into = std::max<int32_t>(0, psn_diff(psn, st.first_psn));
+      const abi::SendWqe& w = wqe_at(qp, idx);
+      const bool atomic =
+          w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP || w.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD;
+      qp.req_offset = atomic ? 0 : std::min<uint64_t>(uint64_t(into) * mtu, st.length);
+      if (qp.req_offset >= st.length) qp.req_offset = 0;
+      qp.req_psn = qp.req_offset ? psn : st.first_psn;
+    }
+  }
+  // READs and atomics before the new position are still outstanding.
   uint32_t inflight = 0;
-  for (uint32_t i = qp.sq_head; i != idx; ++i) inflight += wqe_state(qp, i).is_rd_atomic;
+  for (uint32_t i = qp.sq_head; i != qp.sq_next; ++i) inflight += wqe_state(qp, i).is_rd_atomic;
+  if (qp.req_offset && wqe_state(qp, qp.sq_next).is_rd_atomic) ++inflight;
   qp.rd_atomic_inflight = inflight;
+}
+
+void rewind_requester(Device& dev, Qp& qp, uint32_t psn) {
+  position_requester(qp, psn);
   ++qp.retransmits;
   ++dev.counters_mut().retransmits;
 }

@@ -13,23 +13,72 @@ namespace {
 
 using net::OpcodeInfo;
 
-uint8_t ack_opcode(const Qp& qp) { return net::make_opcode(net::Transport::kRc, net::op::kAck); }
+uint8_t ack_opcode() { return net::make_opcode(net::Transport::kRc, net::op::kAck); }
 
-void send_aeth(Device& dev, Qp& qp, uint8_t opcode, uint32_t psn, uint8_t syndrome) {
+uint32_t aeth_word(const Qp& qp, uint8_t syndrome) {
+  return (uint32_t(syndrome) << 24) | (qp.resp_msn & 0xffffff);
+}
+
+void emit_aeth(Device& dev, Qp& qp, uint8_t opcode, uint32_t psn, uint8_t syndrome) {
   net::Packet* p = dev.new_packet(qp, opcode, psn, false);
-  p->hdr<net::Aeth>(p->info().aeth_off)->syndrome_msn = (uint32_t(syndrome) << 24) | (qp.resp_msn & 0xffffff);
+  p->hdr<net::Aeth>(p->info().aeth_off)->syndrome_msn = aeth_word(qp, syndrome);
   dev.send_packet(qp, p);
 }
 
+void emit_atomic_ack(Device& dev, Qp& qp, uint32_t psn, uint64_t orig) {
+  net::Packet* a =
+      dev.new_packet(qp, net::make_opcode(net::Transport::kRc, net::op::kAtomicAck), psn, false);
+  a->hdr<net::Aeth>(a->info().aeth_off)->syndrome_msn =
+      aeth_word(qp, net::aeth::kAck | net::aeth::kCreditInvalid);
+  a->hdr<net::AtomicAckEth>(a->info().atomicack_off)->orig = orig;
+  dev.send_packet(qp, a);
+}
+
+// ACKs and NAKs go out now unless READ data is still queued: then they wait
+// their turn, as responses leave in PSN order.
+void send_aeth(Device& dev, Qp& qp, uint32_t psn, uint8_t syndrome, bool fatal = false) {
+  if (qp.responses.empty()) {
+    emit_aeth(dev, qp, ack_opcode(), psn, syndrome);
+    if (fatal) dev.qp_to_error(qp);
+    return;
+  }
+  Response r;
+  r.kind = Response::Kind::kAeth;
+  r.psn = psn;
+  r.syndrome = syndrome;
+  r.fatal = fatal;
+  qp.responses.push_back(r);
+  if (fatal) qp.resp_fatal_pending = true;
+}
+
 void send_ack(Device& dev, Qp& qp, uint32_t psn) {
-  send_aeth(dev, qp, ack_opcode(qp), psn, net::aeth::kAck | net::aeth::kCreditInvalid);
+  send_aeth(dev, qp, psn, net::aeth::kAck | net::aeth::kCreditInvalid);
 }
 
 // A NAK that ends the connection: the responder QP goes to error too (class C).
-void nak_and_fail(Device& dev, Qp& qp, uint32_t psn, uint8_t syndrome) {
+// When no receive completion reports the error, the responder's owner learns
+// of it through an affiliated async event (IBA C9-222.1.1; mlx5 and rxe too).
+void nak_and_fail(Device& dev, Qp& qp, uint32_t psn, uint8_t syndrome, bool raise_event = true) {
   ++dev.counters_mut().nak_sent;
-  send_aeth(dev, qp, ack_opcode(qp), psn, syndrome);
-  dev.qp_to_error(qp);
+  if (raise_event) {
+    const ibv_event_type ev = syndrome == net::aeth::kNakRemoteAccessError ? IBV_EVENT_QP_ACCESS_ERR
+                              : syndrome == net::aeth::kNakInvalidRequest  ? IBV_EVENT_QP_REQ_ERR
+                                                                           : IBV_EVENT_QP_FATAL;
+    qp.owner->post_async(ev, qp.cookie);
+  }
+  send_aeth(dev, qp, psn, syndrome, true);
+}
+
+void send_rnr_nak(Device& dev, Qp& qp, uint32_t psn) {
+  // Receiver not ready (IBA 9.7.5.2.8): the requester retries after the timer.
+  ++dev.counters_mut().rnr_nak_sent;
+  send_aeth(dev, qp, psn, net::aeth::kRnrNak | (qp.min_rnr_timer & 0x1f));
+}
+
+size_t pending_rd_atomic(const Qp& qp) {
+  size_t n = 0;
+  for (const Response& r : qp.responses) n += r.kind != Response::Kind::kAeth;
+  return n;
 }
 
 // Takes the next receive WQE from the RQ into qp.resp_recv, translating each
@@ -145,7 +194,7 @@ void receive_ud(Device& dev, Qp& qp, net::Packet& p) {
             (p.payload_len == 0 ||
              scatter_sges(qp.owner->mem, r.sge.data(), r.num_sge, 40, p.payload(), p.payload_len));
   if (!ok) {
-    ++dev.counters_mut().memory_faults;
+    dev.memory_fault("UD receive", qp.owner, r.sge[0].addr, p.payload_len);
     complete_recv(dev, qp, IBV_WC_LOC_PROT_ERR, IBV_WC_RECV, 0, nullptr, false);
     return;
   }
@@ -165,20 +214,25 @@ void answer_duplicate(Device& dev, Qp& qp, net::Packet& p) {
     if (dev.check_mr(reth->rkey, qp.pd, reth->va, reth->dma_len, IBV_ACCESS_REMOTE_READ, true,
                      &mr) != Device::MrCheck::kOk)
       return;
-    qp.read_responses.push_back(
-        {mr->addr + (reth->va - mr->iova), uint32_t(reth->dma_len), psn, true, mr->key});
+    Response r;
+    r.kind = Response::Kind::kRead;
+    r.psn = psn;
+    r.remaining = reth->dma_len;
+    r.mr_key = mr->key;
+    r.va = mr->addr + (reth->va - mr->iova);
+    qp.responses.push_back(r);
     return;
   }
   if (info.has(net::kAtomic)) {
     // Never execute an atomic twice: answer from the replay cache.
     for (const AtomicReplay& r : qp.atomic_replay) {
       if (r.valid && r.psn == psn) {
-        net::Packet* a = dev.new_packet(
-            qp, net::make_opcode(net::Transport::kRc, net::op::kAtomicAck), psn, false);
-        a->hdr<net::Aeth>(a->info().aeth_off)->syndrome_msn =
-            (uint32_t(net::aeth::kAck | net::aeth::kCreditInvalid) << 24) | (qp.resp_msn & 0xffffff);
-        a->hdr<net::AtomicAckEth>(a->info().atomicack_off)->orig = r.orig;
-        dev.send_packet(qp, a);
+        if (qp.responses.empty()) return emit_atomic_ack(dev, qp, psn, r.orig);
+        Response resp;
+        resp.kind = Response::Kind::kAtomicAck;
+        resp.psn = psn;
+        resp.orig = r.orig;
+        qp.responses.push_back(resp);
         return;
       }
     }
@@ -214,7 +268,7 @@ void receive_connected(Device& dev, Qp& qp, net::Packet& p) {
       if (!qp.resp_nak_sent) {
         qp.resp_nak_sent = true;
         ++dev.counters_mut().nak_sent;
-        send_aeth(dev, qp, ack_opcode(qp), qp.resp_epsn, net::aeth::kNakPsnSeqError);
+        send_aeth(dev, qp, qp.resp_epsn, net::aeth::kNakPsnSeqError);
       }
       return;
     }
@@ -251,9 +305,7 @@ void execute_send(Device& dev, Qp& qp, net::Packet& p) {
       uint32_t status;
       if (!take_recv_wqe(dev, qp, &status)) {
         if (qp.type == IBV_QPT_RC) {
-          // Receiver not ready (IBA 9.7.5.2.8): the requester retries later.
-          ++dev.counters_mut().rnr_nak_sent;
-          send_aeth(dev, qp, ack_opcode(qp), psn, net::aeth::kRnrNak | (qp.min_rnr_timer & 0x1f));
+          send_rnr_nak(dev, qp, psn);
         } else {
           ++dev.counters_mut().rx_ud_no_recv;
           qp.resp_epsn = psn_add(psn, 1);
@@ -263,7 +315,7 @@ void execute_send(Device& dev, Qp& qp, net::Packet& p) {
       }
       if (status != IBV_WC_SUCCESS) {
         complete_recv(dev, qp, status, IBV_WC_RECV, 0, nullptr, false);
-        if (qp.type == IBV_QPT_RC) nak_and_fail(dev, qp, psn, net::aeth::kNakRemoteOpError);
+        if (qp.type == IBV_QPT_RC) nak_and_fail(dev, qp, psn, net::aeth::kNakRemoteOpError, false);
         else dev.qp_to_error(qp);
         return;
       }
@@ -274,15 +326,15 @@ void execute_send(Device& dev, Qp& qp, net::Packet& p) {
   if (qp.resp_offset + p.payload_len > recv_capacity(r)) {
     // Message longer than the receive buffer (IBA 9.7.5.2.5, class C for RC).
     complete_recv(dev, qp, IBV_WC_LOC_LEN_ERR, IBV_WC_RECV, 0, nullptr, false);
-    if (qp.type == IBV_QPT_RC) nak_and_fail(dev, qp, psn, net::aeth::kNakInvalidRequest);
+    if (qp.type == IBV_QPT_RC) nak_and_fail(dev, qp, psn, net::aeth::kNakInvalidRequest, false);
     else dev.qp_to_error(qp);
     return;
   }
   if (p.payload_len &&
       !scatter_sges(qp.owner->mem, r.sge.data(), r.num_sge, qp.resp_offset, p.payload(), p.payload_len)) {
-    ++dev.counters_mut().memory_faults;
+    dev.memory_fault("receive", qp.owner, r.sge[0].addr, p.payload_len);
     complete_recv(dev, qp, IBV_WC_LOC_PROT_ERR, IBV_WC_RECV, 0, nullptr, false);
-    if (qp.type == IBV_QPT_RC) nak_and_fail(dev, qp, psn, net::aeth::kNakRemoteOpError);
+    if (qp.type == IBV_QPT_RC) nak_and_fail(dev, qp, psn, net::aeth::kNakRemoteOpError, false);
     else dev.qp_to_error(qp);
     return;
   }
@@ -300,8 +352,7 @@ void execute_write(Device& dev, Qp& qp, net::Packet& p) {
     uint32_t status;
     if (!take_recv_wqe(dev, qp, &status)) {
       if (qp.type == IBV_QPT_RC) {
-        ++dev.counters_mut().rnr_nak_sent;
-        send_aeth(dev, qp, ack_opcode(qp), psn, net::aeth::kRnrNak | (qp.min_rnr_timer & 0x1f));
+        send_rnr_nak(dev, qp, psn);
       } else {
         ++dev.counters_mut().rx_ud_no_recv;
         qp.resp_epsn = psn_add(psn, 1);
@@ -311,7 +362,7 @@ void execute_write(Device& dev, Qp& qp, net::Packet& p) {
     }
     if (status != IBV_WC_SUCCESS) {
       complete_recv(dev, qp, status, IBV_WC_RECV_RDMA_WITH_IMM, 0, nullptr, false);
-      if (qp.type == IBV_QPT_RC) nak_and_fail(dev, qp, psn, net::aeth::kNakRemoteOpError);
+      if (qp.type == IBV_QPT_RC) nak_and_fail(dev, qp, psn, net::aeth::kNakRemoteOpError, false);
       else dev.qp_to_error(qp);
       return;
     }
@@ -345,7 +396,7 @@ void execute_write(Device& dev, Qp& qp, net::Packet& p) {
     // The MR may have been deregistered since FIRST: check it still stands.
     const Mr* mr = dev.find_mr(qp.resp_write_key);
     if (!mr || !mr->owner->mem.write(qp.resp_write_va, p.payload(), p.payload_len)) {
-      ++dev.counters_mut().memory_faults;
+      dev.memory_fault("RDMA write", mr ? mr->owner : nullptr, qp.resp_write_va, p.payload_len);
       if (qp.type == IBV_QPT_RC) return nak_and_fail(dev, qp, psn, net::aeth::kNakRemoteAccessError);
       return;
     }
@@ -373,9 +424,15 @@ void execute_read(Device& dev, Qp& qp, net::Packet& p) {
     va = mr->addr + (reth->va - mr->iova);
     key = mr->key;
   }
-  if (qp.read_responses.size() >= std::max<uint32_t>(1, qp.max_dest_rd_atomic) + 1u)
+  if (pending_rd_atomic(qp) >= std::max<uint32_t>(1, qp.max_dest_rd_atomic) + 1u)
     return nak_and_fail(dev, qp, psn, net::aeth::kNakInvalidRequest);  // IBA C9-149
-  qp.read_responses.push_back({va, len, psn, true, key});
+  Response r;
+  r.kind = Response::Kind::kRead;
+  r.psn = psn;
+  r.remaining = len;
+  r.mr_key = key;
+  r.va = va;
+  qp.responses.push_back(r);
   const uint32_t mtu = qp.mtu_bytes();
   qp.resp_epsn = psn_add(psn, std::max<uint32_t>(1, (len + mtu - 1) / mtu));
   ++qp.resp_msn;
@@ -394,26 +451,26 @@ void execute_atomic(Device& dev, Qp& qp, net::Packet& p) {
   // The engine thread serialises every atomic of the device (IBV_ATOMIC_HCA).
   uint64_t orig;
   if (!mr->owner->mem.read(addr, &orig, 8)) {
-    ++dev.counters_mut().memory_faults;
+    dev.memory_fault("atomic read", mr->owner, addr, 8);
     return nak_and_fail(dev, qp, psn, net::aeth::kNakRemoteOpError);
   }
   const bool cas = (p.opcode & 0x1f) == net::op::kCompareSwap;
   const uint64_t value = cas ? (orig == uint64_t(ae->compare) ? uint64_t(ae->swap_add) : orig)
                              : orig + uint64_t(ae->swap_add);
   if (value != orig && !mr->owner->mem.write(addr, &value, 8)) {
-    ++dev.counters_mut().memory_faults;
+    dev.memory_fault("atomic write", mr->owner, addr, 8);
     return nak_and_fail(dev, qp, psn, net::aeth::kNakRemoteOpError);
   }
   AtomicReplay& slot = qp.atomic_replay[qp.atomic_replay_next++ % kAtomicReplayDepth];
   slot = {psn, orig, true};
   ++qp.resp_msn;
   qp.resp_epsn = psn_add(psn, 1);
-  net::Packet* a =
-      dev.new_packet(qp, net::make_opcode(net::Transport::kRc, net::op::kAtomicAck), psn, false);
-  a->hdr<net::Aeth>(a->info().aeth_off)->syndrome_msn =
-      (uint32_t(net::aeth::kAck | net::aeth::kCreditInvalid) << 24) | (qp.resp_msn & 0xffffff);
-  a->hdr<net::AtomicAckEth>(a->info().atomicack_off)->orig = orig;
-  dev.send_packet(qp, a);
+  if (qp.responses.empty()) return emit_atomic_ack(dev, qp, psn, orig);
+  Response r;
+  r.kind = Response::Kind::kAtomicAck;
+  r.psn = psn;
+  r.orig = orig;
+  qp.responses.push_back(r);
 }
 
 void execute_request(Device& dev, Qp& qp, net::Packet& p) {
@@ -438,7 +495,7 @@ void execute_request(Device& dev, Qp& qp, net::Packet& p) {
   const uint64_t rnr_before = dev.counters().rnr_nak_sent;
   if (info.has(net::kSend)) execute_send(dev, qp, p);
   else execute_write(dev, qp, p);
-  if (qp.state == IBV_QPS_ERR || dev.counters().rnr_nak_sent != rnr_before ||
+  if (qp.state == IBV_QPS_ERR || qp.resp_fatal_pending || dev.counters().rnr_nak_sent != rnr_before ||
       qp.resp_epsn != epsn_before)
     return;  // failed, RNR-NAKed, or dropped: the handlers set what follows
   qp.resp_epsn = psn_add(psn, 1);
@@ -455,6 +512,7 @@ void responder_receive(Device& dev, Qp& qp, net::Packet& p) {
     ++dev.counters_mut().rx_bad_state;
     return;
   }
+  if (qp.resp_fatal_pending) return;  // a fatal NAK is on its way out
   const uint8_t transport = p.opcode & 0xe0;
   const uint8_t expected = qp.type == IBV_QPT_RC ? 0x00 : qp.type == IBV_QPT_UC ? 0x20 : 0x60;
   if (transport != expected) {
@@ -465,17 +523,34 @@ void responder_receive(Device& dev, Qp& qp, net::Packet& p) {
   receive_connected(dev, qp, p);
 }
 
-// Emits pending READ responses, a budget of packets per poll.
+// Emits queued responses in order, READ data a budget of packets per poll.
 bool responder_run(Device& dev, Qp& qp) {
-  if (qp.read_responses.empty()) return false;
+  if (qp.responses.empty()) return false;
   if (qp.state != IBV_QPS_RTR && qp.state != IBV_QPS_RTS && qp.state != IBV_QPS_SQD) {
-    qp.read_responses.clear();
+    qp.responses.clear();
+    qp.resp_fatal_pending = false;
     return false;
   }
   const uint32_t mtu = qp.mtu_bytes();
   uint32_t budget = kRequesterBudget;
-  while (budget-- && !qp.read_responses.empty()) {
-    ReadResponse& r = qp.read_responses.front();
+  while (budget-- && !qp.responses.empty()) {
+    Response& r = qp.responses.front();
+    if (r.kind == Response::Kind::kAeth) {
+      const bool fatal = r.fatal;
+      emit_aeth(dev, qp, ack_opcode(), r.psn, r.syndrome);
+      qp.responses.erase(qp.responses.begin());
+      if (fatal) {
+        qp.resp_fatal_pending = false;
+        dev.qp_to_error(qp);
+        return true;
+      }
+      continue;
+    }
+    if (r.kind == Response::Kind::kAtomicAck) {
+      emit_atomic_ack(dev, qp, r.psn, r.orig);
+      qp.responses.erase(qp.responses.begin());
+      continue;
+    }
     const uint32_t len = std::min(r.remaining, mtu);
     const bool last = len == r.remaining;
     using namespace net::op;
@@ -486,15 +561,17 @@ bool responder_run(Device& dev, Qp& qp) {
     const OpcodeInfo& info = p->info();
     if (info.has(net::kHasAeth))
       p->hdr<net::Aeth>(info.aeth_off)->syndrome_msn =
-          (uint32_t(net::aeth::kAck | net::aeth::kCreditInvalid) << 24) | (qp.resp_msn & 0xffffff);
+          aeth_word(qp, net::aeth::kAck | net::aeth::kCreditInvalid);
     if (len) {
       const Mr* mr = dev.find_mr(r.mr_key);
       if (!mr || !mr->owner->mem.read(r.va, p->payload(), len)) {
-        ++dev.counters_mut().memory_faults;
+        dev.memory_fault("RDMA read response", mr ? mr->owner : nullptr, r.va, len);
         dev.free_packet(p);
         const uint32_t psn = r.psn;
-        qp.read_responses.clear();
-        nak_and_fail(dev, qp, psn, net::aeth::kNakRemoteAccessError);
+        qp.responses.clear();
+        ++dev.counters_mut().nak_sent;
+        emit_aeth(dev, qp, ack_opcode(), psn, net::aeth::kNakRemoteAccessError);
+        dev.qp_to_error(qp);
         return true;
       }
     }
@@ -504,7 +581,7 @@ bool responder_run(Device& dev, Qp& qp) {
     r.va += len;
     r.remaining -= len;
     r.psn = psn_add(r.psn, 1);
-    if (last) qp.read_responses.erase(qp.read_responses.begin());
+    if (last) qp.responses.erase(qp.responses.begin());
   }
   return true;
 }

@@ -170,14 +170,14 @@ int poll_cq(ibv_cq* ibcq, int num_entries, ibv_wc* wc) {
 
 int req_notify_cq(ibv_cq* ibcq, int solicited_only) {
   UCq* cq = to_ucq(ibcq);
-  if (!cq->channel) return EINVAL;
+  // Arming a CQ without a channel is allowed (mlx5, rxe): nobody is told.
   cq->ring.hdr->notify.store(solicited_only ? abi::kCqNotifySolicited : abi::kCqNotifyNext,
                              std::memory_order_seq_cst);
   // As mlx5 does when armed with completions still unpolled, raise the event
   // now rather than lose the wakeup (the engine only looks when it adds one).
   std::lock_guard<std::mutex> lock(cq->mu);
   const uint32_t prod = cq->ring.hdr->producer.load(std::memory_order_seq_cst);
-  if (prod != cq->ring.prod && !solicited_only &&
+  if (cq->channel && prod != cq->ring.prod && !solicited_only &&
       cq->ring.hdr->notify.exchange(abi::kCqNotifyNone) != abi::kCqNotifyNone) {
     abi::CompEventRecord rec{uint64_t(uintptr_t(cq))};
     [[maybe_unused]] ssize_t n = write(cq->channel->write_fd, &rec, sizeof(rec));

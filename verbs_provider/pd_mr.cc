@@ -59,6 +59,7 @@ UROCE_EXPORT ibv_pd* ibv_alloc_pd(ibv_context* context) {
 
 UROCE_EXPORT int ibv_dealloc_pd(ibv_pd* pd) {
   auto* u = reinterpret_cast<UPd*>(pd);
+  if (u->ah_count.load()) return EBUSY;
   abi::HandleRequest req{u->handle};
   int err = to_uctx(pd->context)->conn.call(abi::CtlOp::kDeallocPd, &req, sizeof(req), nullptr, 0);
   if (err && err != EIO) return err;

@@ -74,6 +74,7 @@ inline UContext* to_uctx(ibv_context* c) {
 struct UPd {
   ibv_pd pd;
   uint64_t handle;
+  std::atomic<int> ah_count;  // AHs live only in the provider: the engine cannot count them
 };
 
 struct UMr {

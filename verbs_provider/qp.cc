@@ -264,11 +264,13 @@ UROCE_EXPORT ibv_ah* ibv_create_ah(ibv_pd* pd, ibv_ah_attr* attr) {
   }
   ah->ah.context = pd->context;
   ah->ah.pd = pd;
+  reinterpret_cast<UPd*>(pd)->ah_count.fetch_add(1);
   to_abi_av(*attr, &ah->av);
   return &ah->ah;
 }
 
 UROCE_EXPORT int ibv_destroy_ah(ibv_ah* ah) {
+  reinterpret_cast<UPd*>(ah->pd)->ah_count.fetch_sub(1);
   delete reinterpret_cast<UAh*>(ah);
   return 0;
 }

@@ -1,6 +1,6 @@
 // Public libibverbs helpers that do not depend on the device: enum names,
 // rate conversions, kernel-struct marshalling, sysfs reads and fork
-// protection of registered memory; plus the verbs uroce does not support
+// handling (IBV_FORK_UNNEEDED); plus the verbs uroce does not support
 // (import, ECE, dma-buf MRs), which fail the way rdma-core's dummy ops do.
 //
 // Semantics follow rdma-core 44 (libibverbs/enum_strs.c, verbs.c,
@@ -351,232 +351,24 @@ UROCE_EXPORT int ibv_read_sysfs_file(const char* dir, const char* file, char* bu
 }
 
 // ---------------------------------------------------------------------------
-// Fork protection of registered memory
+// fork()
 // ---------------------------------------------------------------------------
 //
-// After ibv_fork_init(), every page range handed to ibv_dontfork_range()
-// (the core calls it from reg_mr) is marked MADV_DONTFORK so a child never
-// takes copy-on-write ownership of pages the device is accessing. Ranges
-// nest and overlap, so each page carries a reference count: the first
-// reference applies MADV_DONTFORK, dropping the last applies MADV_DOFORK.
-//
-// The counts are kept as a step function over the address space: a map
-// from the start of each segment to the count of every page up to the next
-// key. Key 0 is present from the first call on. Neighbouring segments with
-// equal counts are merged, so the map stays as small as the set of distinct
-// registrations.
+// The engine reaches registered memory by process id with process_vm_readv /
+// process_vm_writev, never through pinned pages: after fork() the kernel's
+// copy-on-write gives the child its own copies and the engine keeps reaching
+// the parent's. That is what rdma-core calls IBV_FORK_UNNEEDED (the kernel
+// copy-on-fork case), and there rdma-core's ibv_fork_init() succeeds without
+// tracking ranges and ibv_dontfork_range()/ibv_dofork_range() do nothing.
+// RDMAV_FORK_SAFE / IBV_FORK_SAFE therefore need no handling either.
 
-namespace {
+UROCE_EXPORT int ibv_fork_init(void) { return 0; }
 
-class ForkRangeTracker {
- public:
-  // Applies +1 (MADV_DONTFORK) or -1 (MADV_DOFORK) to [first, last], both
-  // page aligned (last is the last byte). Returns 0, or -1 with errno set
-  // and no change to the counts or the mappings.
-  int apply(uintptr_t first, uintptr_t last, int advice, size_t page) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    try {
-      if (counts_.empty()) counts_.emplace(0, 0);
-      split_at(first);
-      if (last != UINTPTR_MAX) split_at(last + 1);
-    } catch (const std::bad_alloc&) {
-      errno = ENOMEM;  // splitting does not change any count: nothing to undo
-      return -1;
-    }
-    const int inc = advice == MADV_DONTFORK ? 1 : -1;
-    auto begin = counts_.find(first);
-    auto end = last == UINTPTR_MAX ? counts_.end() : counts_.find(last + 1);
+UROCE_EXPORT ibv_fork_status ibv_is_fork_initialized(void) { return IBV_FORK_UNNEEDED; }
 
-    // Pass 1: segments whose count crosses 0 <-> 1 change their mapping.
-    for (auto it = begin; it != end; ++it) {
-      if (!crosses(it->second, inc)) continue;
-      if (advise(it->first, segment_last(it), advice, page) == 0) continue;
-      int saved_errno = errno;
-      for (auto undo = begin; undo != it; ++undo)
-        if (crosses(undo->second, inc))
-          advise(undo->first, segment_last(undo), opposite(advice), page);
-      merge_around(first, last);
-      errno = saved_errno;
-      return -1;
-    }
-    // Pass 2: commit the counts. A range released more often than it was
-    // registered stays at 0 instead of going negative.
-    for (auto it = begin; it != end; ++it) it->second = std::max(0, it->second + inc);
-    merge_around(first, last);
-    return 0;
-  }
+UROCE_EXPORT int ibv_dontfork_range(void*, size_t) { return 0; }
 
- private:
-  static bool crosses(int count, int inc) {
-    return (inc > 0 && count == 0) || (inc < 0 && count == 1);
-  }
-
-  static int opposite(int advice) { return advice == MADV_DONTFORK ? MADV_DOFORK : MADV_DONTFORK; }
-
-  // Like rdma-core: MADV_DOFORK over a range that is no longer one mapping
-  // fails, so it is retried page by page and never reported.
-  static int advise(uintptr_t first, uintptr_t last, int advice, size_t page) {
-    size_t length = last - first + 1;
-    if (madvise(reinterpret_cast<void*>(first), length, advice) == 0) return 0;
-    if (advice == MADV_DONTFORK) return -1;
-    for (uintptr_t p = first; p - first < length; p += page)
-      madvise(reinterpret_cast<void*>(p), page, MADV_DOFORK);
-    return 0;
-  }
-
-  uintptr_t segment_last(std::map<uintptr_t, int>::iterator it) const {
-    auto next = std::next(it);
-    return next == counts_.end() ? UINTPTR_MAX : next->first - 1;
-  }
-
-  void split_at(uintptr_t addr) {
-    auto it = counts_.upper_bound(addr);  // key 0 exists, so --it is valid
-    --it;
-    if (it->first != addr) counts_.emplace_hint(std::next(it), addr, it->second);
-  }
-
-  // Removes keys in [first, last + 1] whose count equals the segment before.
-  void merge_around(uintptr_t first, uintptr_t last) {
-    auto it = counts_.lower_bound(first);
-    if (it == counts_.begin()) ++it;
-    while (it != counts_.end() && (last == UINTPTR_MAX || it->first <= last + 1)) {
-      if (std::prev(it)->second == it->second)
-        it = counts_.erase(it);
-      else
-        ++it;
-    }
-  }
-
-  std::mutex mutex_;
-  std::map<uintptr_t, int> counts_;
-};
-
-struct ForkState {
-  std::atomic<bool> enabled{false};
-  std::atomic<bool> too_late{false};  // ranges were registered before ibv_fork_init
-  std::atomic<bool> huge_pages{false};
-  size_t page_size = 4096;  // written once, before enabled is released
-  ForkRangeTracker ranges;
-  std::mutex init_mutex;
-};
-
-// Never destroyed: applications deregister memory from atexit handlers and
-// static destructors, which may run after ours would have. Constructing it
-// allocates nothing, so it cannot throw.
-ForkState& fork_state() {
-  alignas(ForkState) static unsigned char storage[sizeof(ForkState)];
-  static ForkState* const state = new (storage) ForkState;
-  return *state;
-}
-
-// Page size of the mapping that holds addr, from /proc/self/smaps; used
-// when RDMAV_HUGEPAGES_SAFE says registrations may live in huge pages.
-size_t mapping_page_size(const void* addr, size_t fallback) {
-  FILE* smaps = fopen("/proc/self/smaps", "re");
-  if (!smaps) return fallback;
-  size_t result = fallback;
-  bool in_mapping = false;
-  char line[1024];
-  while (fgets(line, sizeof(line), smaps)) {
-    uintptr_t lo, hi;
-    if (sscanf(line, "%" SCNxPTR "-%" SCNxPTR " ", &lo, &hi) == 2) {
-      if (in_mapping) break;  // left the mapping without a KernelPageSize
-      auto a = reinterpret_cast<uintptr_t>(addr);
-      in_mapping = a >= lo && a < hi;
-      continue;
-    }
-    unsigned long kb;
-    if (in_mapping && sscanf(line, "KernelPageSize: %lu kB", &kb) == 1) {
-      result = kb * 1024;
-      break;
-    }
-  }
-  fclose(smaps);
-  return result;
-}
-
-int madvise_range(void* base, size_t size, int advice) {
-  ForkState& state = fork_state();
-  if (!state.enabled.load(std::memory_order_acquire)) {
-    state.too_late = true;
-    return 0;
-  }
-  if (!base || !size) return 0;
-  size_t page = state.huge_pages ? mapping_page_size(base, state.page_size) : state.page_size;
-  auto addr = reinterpret_cast<uintptr_t>(base);
-  if (size - 1 > UINTPTR_MAX - addr) {
-    errno = EINVAL;
-    return -1;
-  }
-  uintptr_t first = addr & ~(uintptr_t{page} - 1);
-  uintptr_t last = (addr + (size - 1)) | (uintptr_t{page} - 1);
-  return state.ranges.apply(first, last, advice, page);
-}
-
-}  // namespace
-
-UROCE_EXPORT int ibv_fork_init(void) {
-  ForkState& state = fork_state();
-  std::lock_guard<std::mutex> lock(state.init_mutex);
-  if (getenv("RDMAV_HUGEPAGES_SAFE")) state.huge_pages = true;
-  if (state.enabled.load(std::memory_order_relaxed)) return 0;
-  if (state.too_late) return EINVAL;
-
-  long page = sysconf(_SC_PAGESIZE);
-  if (page < 0) return errno;
-  state.page_size = static_cast<size_t>(page);
-
-  // Check that this kernel honours the two advices before relying on them.
-  void* probe = nullptr;
-  if (posix_memalign(&probe, state.page_size, state.page_size)) return ENOMEM;
-  size_t probe_size =
-      state.huge_pages ? mapping_page_size(probe, state.page_size) : state.page_size;
-  void* probe_page =
-      reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(probe) & ~(probe_size - 1));
-  bool ok = madvise(probe_page, probe_size, MADV_DONTFORK) == 0 &&
-            madvise(probe_page, probe_size, MADV_DOFORK) == 0;
-  free(probe);
-  if (!ok) return ENOSYS;
-
-  state.enabled.store(true, std::memory_order_release);
-  return 0;
-}
-
-// Memory is never shared with a kernel driver here, so "unneeded" (the
-// kernel's copy-on-fork for pinned pages) is never the answer.
-UROCE_EXPORT ibv_fork_status ibv_is_fork_initialized(void) {
-  return fork_state().enabled.load(std::memory_order_acquire) ? IBV_FORK_ENABLED
-                                                              : IBV_FORK_DISABLED;
-}
-
-UROCE_EXPORT int ibv_dontfork_range(void* base, size_t size) {
-  return madvise_range(base, size, MADV_DONTFORK);
-}
-
-UROCE_EXPORT int ibv_dofork_range(void* base, size_t size) {
-  return madvise_range(base, size, MADV_DOFORK);
-}
-
-namespace {
-
-// RDMAV_FORK_SAFE / IBV_FORK_SAFE ask for ibv_fork_init() without changing
-// the application. rdma-core checks them on the first ibv_get_device_list();
-// checking at load time is equivalent and keeps this file independent of
-// the core. Any value but "0"/"n"/"no"/"false"/"off" counts as set.
-bool env_is_set(const char* name) {
-  const char* value = getenv(name);
-  if (!value) return false;
-  for (const char* off : {"0", "n", "no", "false", "off"})
-    if (strcasecmp(value, off) == 0) return false;
-  return true;
-}
-
-__attribute__((constructor)) void fork_init_from_environment() {
-  if ((env_is_set("RDMAV_FORK_SAFE") || env_is_set("IBV_FORK_SAFE")) && ibv_fork_init())
-    fprintf(stderr, "libibverbs: Warning: fork()-safety requested but init failed\n");
-}
-
-}  // namespace
+UROCE_EXPORT int ibv_dofork_range(void*, size_t) { return 0; }
 
 // ---------------------------------------------------------------------------
 // Verbs uroce does not support

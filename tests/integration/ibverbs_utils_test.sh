@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Debian's unmodified ibverbs-utils against a uroce engine: device listing,
+# ibv_devinfo -v, and the RC/UC/UD ping-pong examples in every mode that
+# matters (events, the new send API, data check), each bounded in time.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+start_engine uroce0
+failures=0
+check() {  # NAME COMMAND...: run, fail the test on non-zero exit
+  local name=$1
+  shift
+  if "$@"; then
+    echo "ok   $name"
+  else
+    echo "FAIL $name"
+    failures=$((failures + 1))
+  fi
+}
+
+expect_output() {  # PATTERN COMMAND...: the command succeeds and prints PATTERN
+  local pattern=$1 out
+  shift
+  out=$(timeout 20 "$@" 2>&1) || { echo "$out"; return 1; }
+  grep -qE -- "$pattern" <<<"$out" || { echo "$out"; echo "missing: $pattern"; return 1; }
+}
+
+check ibv_devices expect_output 'uroce0[[:space:]]+[0-9a-f]{16}' "$UROCE_BIN" run -- ibv_devices
+check "ibv_devinfo -v" expect_output 'GID\[ *0\]:.*::ffff:127\.0\.0\.1, RoCE v2' "$UROCE_BIN" run -- ibv_devinfo -v
+check "ibv_devinfo link layer" expect_output 'link_layer:[[:space:]]+Ethernet' "$UROCE_BIN" run -- ibv_devinfo -d uroce0
+check "ibv_devinfo port active" expect_output 'state:[[:space:]]+PORT_ACTIVE' "$UROCE_BIN" run -- ibv_devinfo -d uroce0
+
+port=18600
+pingpong() {  # LABEL PROGRAM ARGS...
+  local label=$1 prog=$2
+  shift 2
+  port=$((port + 1))
+  run_pair --label "$label" --forbid 'invalid data|[Ff]ailed|[Cc]ouldn.t' 30 \
+    "$prog" -p "$port" "$@" -- "$prog" -p "$port" "$@" localhost || return 1
+  grep -qE 'iters in [0-9.]+ seconds' "$RUN_PAIR_CLIENT_LOG" || { echo "no result line"; return 1; }
+}
+
+check "rc_pingpong" pingpong rc ibv_rc_pingpong -g 0
+check "rc_pingpong -e" pingpong rc-e ibv_rc_pingpong -g 0 -e
+check "rc_pingpong -N" pingpong rc-N ibv_rc_pingpong -g 0 -N
+check "rc_pingpong -c" pingpong rc-c ibv_rc_pingpong -g 0 -c
+check "rc_pingpong -e -N -c" pingpong rc-all ibv_rc_pingpong -g 0 -e -N -c
+check "rc_pingpong 64KiB -c" pingpong rc-big ibv_rc_pingpong -g 0 -s 65536 -n 200 -c
+check "rc_pingpong mtu 256 -c" pingpong rc-mtu ibv_rc_pingpong -g 0 -m 256 -s 10000 -n 100 -c
+check "uc_pingpong" pingpong uc ibv_uc_pingpong -g 0
+check "uc_pingpong -e" pingpong uc-e ibv_uc_pingpong -g 0 -e
+check "ud_pingpong" pingpong ud ibv_ud_pingpong -g 0
+check "ud_pingpong -e" pingpong ud-e ibv_ud_pingpong -g 0 -e
+
+# On RoCE an address without a GRH cannot be built: like a real RoCE NIC,
+# ibv_rc_pingpong without -g fails instead of running.
+port=$((port + 1))
+timeout 10 "$UROCE_BIN" run -- ibv_rc_pingpong -p "$port" >/dev/null 2>&1 &
+no_grh_server=$!
+sleep 0.3
+if timeout 10 "$UROCE_BIN" run -- ibv_rc_pingpong -p "$port" localhost >/dev/null 2>&1; then
+  echo "FAIL rc_pingpong without GRH unexpectedly succeeded"
+  failures=$((failures + 1))
+else
+  echo "ok   rc_pingpong without GRH is refused"
+fi
+wait "$no_grh_server" || true
+
+echo "failures: $failures"
+((failures == 0))
