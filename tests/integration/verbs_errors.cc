@@ -216,13 +216,7 @@ bool wait_async_event(ibv_context* ctx, ibv_event_type type, ibv_async_event* ou
 // cannot be tied to a receive WQE, so the responder's client learns of it as
 // an affiliated asynchronous error (IBV_EVENT_QP_ACCESS_ERR) and the
 // responder QP enters the error state.
-//
-// DISABLED, engine bug: the responder (device/responder.cc, nak_and_fail on
-// kNakRemoteAccessError) puts its QP in ERR but raises no async event, so the
-// responder's application never learns why its QP died. mlx5 raises
-// IBV_EVENT_QP_ACCESS_ERR here; rxe does since "RDMA/rxe: Generate async error
-// for r_key violations". Run with --gtest_also_run_disabled_tests to check.
-TEST_F(Errors, DISABLED_ResponderOfBadRkeyWriteGetsQpAccessErrEvent) {
+TEST_F(Errors, ResponderOfBadRkeyWriteGetsQpAccessErrEvent) {
   Pair p = make_pair();
   ASSERT_FALSE(HasFailure());
   ibv_mr* local = reg_buffer(256, IBV_ACCESS_LOCAL_WRITE, 1);

@@ -524,17 +524,7 @@ TEST_F(DataPath, PsnWrapsAround) {
 // A READ followed by a WRITE (no fence): the responder answers the READ
 // before it acknowledges the WRITE (IBA 9.7.5.1: responses leave in PSN
 // order), so both complete, in post order.
-//
-// DISABLED, engine bug: the READ always ends in IBV_WC_RETRY_EXC_ERR (and
-// everything after it flushes) when any request follows it before its
-// responses are out. The responder sends the ACK of the later request at
-// once (execute_request -> send_ack) but queues the READ responses for
-// responder_run, so the ACK overtakes them; the requester's completer then
-// moves comp_psn past the READ (on_ack -> progress) and discards the READ
-// responses as stale, retransmits until the retry count is exhausted. A real
-// RC responder answers in PSN order, and a requester treats an ACK beyond an
-// outstanding READ as an implied NAK (retry the READ), never as a skip.
-TEST_F(DataPath, DISABLED_ReadFollowedByWriteWithoutFence) {
+TEST_F(DataPath, ReadFollowedByWriteWithoutFence) {
   Pair p = make_pair();
   ASSERT_FALSE(HasFailure());
   ibv_mr* mr = reg_buffer(8192, kRw, 0x5e);
@@ -564,9 +554,7 @@ TEST_F(DataPath, DISABLED_ReadFollowedByWriteWithoutFence) {
   EXPECT_EQ(wcs[1].status, IBV_WC_SUCCESS) << describe(wcs[1]);
 }
 
-// DISABLED, engine bug: same as DISABLED_ReadFollowedByWriteWithoutFence (the
-// READ, followed by SEND/WRITE/atomic, fails with IBV_WC_RETRY_EXC_ERR).
-TEST_F(DataPath, DISABLED_MixedOperationsCompleteInPostOrder) {
+TEST_F(DataPath, MixedOperationsCompleteInPostOrder) {
   Pair p = make_pair();
   ASSERT_FALSE(HasFailure());
   ibv_mr* mr = reg_buffer(16384, kRw | IBV_ACCESS_REMOTE_ATOMIC, 3);

@@ -324,5 +324,52 @@ TEST_F(CompleterTest, ResponsesToAQpInErrorAreDropped) {
   EXPECT_EQ(counters().rx_bad_state, 1u);
 }
 
+// DISABLED: exposes a bug (requester.cc rewind_requester / requester_run).
+// With max_rd_atomic = 1, a response lost in the middle of a READ makes the
+// completer rewind into that READ: rewind_requester() recounts
+// rd_atomic_inflight over the WQEs before it (none: 0), and requester_run()
+// counts a READ only when it starts it (req_offset == 0), not when it resumes
+// one. So the resumed READ is not counted, and the next READ goes out in the
+// same poll: two READs outstanding against a limit of one (IBA 9.4.4's
+// max_rd_atomic), which a responder with max_dest_rd_atomic = 1 may NAK.
+TEST_F(CompleterTest, DISABLED_ResumedReadStillCountsAgainstMaxRdAtomic) {
+  abi::QpAttr attr = default_attr();
+  attr.max_rd_atomic = 1;
+  // A fresh pair with the limit.
+  ASSERT_EQ(dev_.destroy_qp(&owner_, a_), 0);
+  ASSERT_EQ(dev_.destroy_qp(&owner_, b_), 0);
+  make_pair(IBV_QPT_RC, attr, default_attr());
+  post_read(1, 4000);        // PSNs kPsn .. kPsn + 3
+  post_read(2, 100, 8000);   // kPsn + 4, must wait for the first
+  auto r = step();
+  ASSERT_EQ(r.size(), 1u);
+  std::vector<uint8_t> data(4000, 0x11);
+  reply(kReadRespFirst, kPsn, 0x1f, data.data(), 1024);
+  reply(kReadRespMiddle, kPsn + 2, 0, data.data(), 1024);  // kPsn + 1 was lost
+  r = step();
+  ASSERT_GE(r.size(), 1u);
+  EXPECT_EQ(r[0].opcode, 0x0c);
+  EXPECT_EQ(r[0].psn, kPsn + 1);  // the first READ, resumed
+  EXPECT_EQ(r.size(), 1u) << "the second READ went out while the first is outstanding";
+}
+
+// DISABLED: exposes a bug (completer.cc sets rnr_wait_until_ns; nothing
+// clears it when the QP leaves RTS: requester_run() clears it only in RTS,
+// modify_qp() only on RESET). A QP moved to ERR (or SQD) during an RNR wait
+// keeps its old deadline, so Device::next_deadline_ns() returns a time in the
+// past for as long as the QP exists. Engine::run() then computes wait_ns = 0
+// and never sleeps: the engine spins at 100% CPU.
+TEST_F(CompleterTest, DISABLED_QpLeavingRtsDuringAnRnrWaitLeavesNoDeadline) {
+  send_and_lose(1);
+  reply(kAck, kPsn, 0x20 | 14);  // RNR NAK, 1.28 ms
+  step();
+  ASSERT_NE(dev_.next_deadline_ns(), 0u);
+  ASSERT_EQ(to_state(a_, IBV_QPS_ERR), 0);
+  now_ += 10'000'000;
+  ASSERT_TRUE(run());
+  const uint64_t d = dev_.next_deadline_ns();
+  EXPECT_TRUE(d == 0 || d > now_) << "deadline " << d << " is in the past (now " << now_ << ")";
+}
+
 }  // namespace
 }  // namespace uroce::device
