@@ -9,6 +9,7 @@ namespace uroce::device {
 #define UROCE_COUNTERS(X)                                                        \
   X(rx_packets, "frames received from a port")                                   \
   X(tx_packets, "frames sent to a port")                                         \
+  X(tx_port_down, "frames dropped: port administratively down")                  \
   X(rx_parse_errors, "frames dropped: malformed Ethernet/IP/UDP/BTH or bad ICRC")\
   X(rx_no_qp, "requests dropped: destination QP does not exist")                 \
   X(rx_bad_state, "packets dropped: QP not in a state that receives")            \

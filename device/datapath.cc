@@ -25,6 +25,11 @@ void Device::send_packet(Qp& qp, net::Packet* p) {
   route.src_port = uint16_t(0xc000 | ((qp.qpn * 2654435761u) >> 18));
   route.ttl = qp.av.hop_limit ? qp.av.hop_limit : 64;
   route.tos = qp.av.traffic_class;
+  if (!port_active()) {
+    ++counters_.tx_port_down;
+    pool_.put(p);
+    return;
+  }
   net::finish_roce_packet(*p, route);
   ++qp.tx_packets;
   ++counters_.tx_packets;
@@ -96,6 +101,11 @@ uint64_t Device::next_deadline_ns() const {
   return next;
 }
 
+void Device::set_port_active(bool up) {
+  info_.port.state = up ? IBV_PORT_ACTIVE : IBV_PORT_DOWN;
+  info_.port.phys_state = up ? 5 /* LinkUp */ : 3 /* Disabled */;
+}
+
 void Device::memory_fault(const char* what, const Owner* owner, uint64_t addr, uint64_t len) {
   const int err = errno;
   ++counters_.memory_faults;
@@ -113,7 +123,8 @@ void Device::memory_fault(const char* what, const Owner* owner, uint64_t addr, u
 std::string Device::status_text() const {
   std::ostringstream os;
   os << "device " << info_.name << "  ip " << int(config_.ip[0]) << '.' << int(config_.ip[1]) << '.'
-     << int(config_.ip[2]) << '.' << int(config_.ip[3]) << "  port 1 ACTIVE (loopback)\n";
+     << int(config_.ip[2]) << '.' << int(config_.ip[3]) << "  port 1 "
+     << (port_active() ? "ACTIVE" : "DOWN") << " (loopback)\n";
   os << "objects: pds " << pds_.count() << ", mrs " << mrs_.count() << ", cqs " << cqs_.count()
      << ", qps " << qps_.count() << ", channels " << channels_.count() << '\n';
   static const char* kStates[] = {"RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR", "UNKNOWN"};

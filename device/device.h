@@ -56,6 +56,10 @@ class Device {
   int query_qp(Owner* o, uint32_t qpn, abi::QpAttr* attr);
   int destroy_qp(Owner* o, uint32_t qpn);
   Qp* qp(uint32_t qpn) const;
+  // Administrative link state of port 1. While down, the port drops every
+  // frame (peers see timeouts, as on a pulled cable).
+  void set_port_active(bool up);
+  bool port_active() const { return info_.port.state == IBV_PORT_ACTIVE; }
   // Frees everything the owner still holds (client exited or was killed).
   void release_owner(Owner* o);
 

@@ -138,6 +138,14 @@ void Engine::close_session(Session* s) {
   boost::asio::post(io_, [doomed] {});
 }
 
+void Engine::set_port_state(bool up) {
+  if (device_.port_active() == up) return;
+  device_.set_port_active(up);
+  shared_->port_state.store(up ? IBV_PORT_ACTIVE : IBV_PORT_DOWN, std::memory_order_release);
+  for (auto& [raw, s] : sessions_)
+    s->post_port_event(up ? IBV_EVENT_PORT_ACTIVE : IBV_EVENT_PORT_ERR);
+}
+
 std::string Engine::status_text() const {
   std::ostringstream os;
   os << device_.status_text();

@@ -43,6 +43,9 @@ class Engine {
   int shared_fd() const { return shared_fd_; }
   int doorbell_fd() const { return doorbell_fd_; }
   void close_session(Session* s);
+  // Link up/down: device state, the clients' shared page, and a port event
+  // (IBV_EVENT_PORT_ACTIVE / IBV_EVENT_PORT_ERR) to every client.
+  void set_port_state(bool up);
   std::string status_text() const;
 
  private:

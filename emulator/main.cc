@@ -34,6 +34,7 @@ bool parse_mac(const std::string& s, std::array<uint8_t, 6>& mac) {
 int main(int argc, char** argv) {
   uroce::emulator::EngineConfig config;
   config.runtime_dir = uroce::runtime_dir();
+  bool mac_given = false;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     auto value = [&]() -> std::string {
@@ -61,6 +62,7 @@ int main(int argc, char** argv) {
       }
       std::memcpy(config.device.ip.data(), &a, 4);
     } else if (arg == "--mac") {
+      mac_given = true;
       if (!parse_mac(value(), config.device.mac)) {
         std::fprintf(stderr, "uroced: invalid MAC address\n");
         return 2;
@@ -76,6 +78,14 @@ int main(int argc, char** argv) {
       usage();
       return 2;
     }
+  }
+  if (!mac_given) {
+    // A locally administered MAC (02:75:72:...) from the name and address, so
+    // every engine has its own MAC, node GUID and link-local GID.
+    uint32_t h = 2166136261u;  // FNV-1a
+    for (char c : config.device.name) h = (h ^ uint8_t(c)) * 16777619u;
+    for (uint8_t b : config.device.ip) h = (h ^ b) * 16777619u;
+    config.device.mac = {0x02, 0x75, 0x72, uint8_t(h >> 16), uint8_t(h >> 8), uint8_t(h)};
   }
   try {
     uroce::emulator::Engine engine(config);

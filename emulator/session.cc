@@ -156,6 +156,14 @@ void Session::handle(const abi::CtlRequestHeader& hdr, const uint8_t* body, std:
       abi::HelloReply rep{dev.info()};
       return reply(0, &rep, sizeof(rep));
     }
+    case abi::CtlOp::kSetPortState: {
+      abi::SetPortStateRequest req;
+      if (!body_as(len, body, &req) ||
+          (req.state != IBV_PORT_ACTIVE && req.state != IBV_PORT_DOWN))
+        return reply(EINVAL, nullptr, 0);
+      engine_.set_port_state(req.state == IBV_PORT_ACTIVE);
+      return reply(0, nullptr, 0);
+    }
     case abi::CtlOp::kQueryPort: {
       abi::QueryPortReply rep{dev.info().port};
       return reply(0, &rep, sizeof(rep));

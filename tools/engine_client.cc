@@ -100,7 +100,8 @@ ProbeResult probe_engine(const std::string& socket_path) {
 }
 
 std::optional<CtlReply> control_request(const std::string& socket_path, abi::CtlOp op,
-                                        int timeout_ms, std::string* error) {
+                                        int timeout_ms, std::string* error,
+                                        std::string_view body) {
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   int err = 0;
   UniqueFd fd = connect_seqpacket(socket_path, &err);
@@ -109,10 +110,13 @@ std::optional<CtlReply> control_request(const std::string& socket_path, abi::Ctl
     return std::nullopt;
   }
 
-  abi::CtlRequestHeader request{static_cast<uint32_t>(op), 0};
+  const abi::CtlRequestHeader request_header{static_cast<uint32_t>(op),
+                                             static_cast<uint32_t>(body.size())};
+  std::string request(reinterpret_cast<const char*>(&request_header), sizeof(request_header));
+  request.append(body);
   for (;;) {
-    ssize_t n = ::send(fd.get(), &request, sizeof(request), MSG_NOSIGNAL);
-    if (n == static_cast<ssize_t>(sizeof(request))) break;
+    ssize_t n = ::send(fd.get(), request.data(), request.size(), MSG_NOSIGNAL);
+    if (n == static_cast<ssize_t>(request.size())) break;
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && errno == EAGAIN && wait_for(fd.get(), POLLOUT, deadline)) continue;
     *error = std::string("cannot send request: ") + std::strerror(n < 0 ? errno : EIO);

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "uroce/abi.h"
@@ -65,6 +66,7 @@ struct CtlReply {
 // there is no well-formed reply. File descriptors attached to the reply are
 // closed.
 std::optional<CtlReply> control_request(const std::string& socket_path, abi::CtlOp op,
-                                        int timeout_ms, std::string* error);
+                                        int timeout_ms, std::string* error,
+                                        std::string_view body = {});
 
 }  // namespace uroce::tool

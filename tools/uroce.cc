@@ -44,6 +44,9 @@ Commands:
   run [--] CMD [ARGS...]
                       run CMD with uroce's libibverbs.so.1 (LD_LIBRARY_PATH)
   env                 print the exports that 'run' sets, for eval "$(uroce env)"
+  port [--name NAME] up|down
+                      take the engine's port down or up: clients get
+                      IBV_EVENT_PORT_ERR / IBV_EVENT_PORT_ACTIVE, traffic stops
   help                show this text
 
 NAME defaults to uroce0; applications see the engine as the device NAME.
@@ -277,6 +280,31 @@ int cmd_stats(const Context& ctx, Args args) {
   return show_engines(ctx, args, abi::CtlOp::kStats, true);
 }
 
+int cmd_port(const Context& ctx, Args args) {
+  std::string name = kDefaultName, state;
+  for (size_t i = 0; i < args.size();) {
+    if (take_option(args, i, "--name", &name)) continue;
+    if (!state.empty()) return usage_error("port: unexpected argument '" + args[i] + "'");
+    state = args[i++];
+  }
+  if (state != "up" && state != "down") return usage_error("port: say 'up' or 'down'");
+  abi::SetPortStateRequest req{state == "up" ? 4u /* IBV_PORT_ACTIVE */ : 1u /* IBV_PORT_DOWN */, 0};
+  std::string error;
+  auto reply = control_request(engine_socket_path(ctx.runtime_dir, name), abi::CtlOp::kSetPortState,
+                               2000, &error,
+                               std::string_view(reinterpret_cast<const char*>(&req), sizeof(req)));
+  if (!reply) {
+    std::cerr << "uroce: " << name << ": " << error << '\n';
+    return 1;
+  }
+  if (reply->status) {
+    std::cerr << "uroce: " << name << ": " << std::strerror(reply->status) << '\n';
+    return 1;
+  }
+  std::cout << name << ": port 1 " << state << '\n';
+  return 0;
+}
+
 // Sets the environment that `run` gives a program; returns the values.
 std::pair<std::string, std::string> provider_environment(const Context& ctx) {
   std::string ld_path = prepend_path(provider_dir(), std::getenv("LD_LIBRARY_PATH"));
@@ -345,7 +373,7 @@ int run_main(const std::vector<std::string>& argv) {
   static const std::map<std::string, Handler> kCommands = {
       {"start", cmd_start}, {"stop", cmd_stop}, {"status", cmd_status},
       {"stats", cmd_stats}, {"run", cmd_run},   {"env", cmd_env},
-      {"help", cmd_help},
+      {"help", cmd_help},   {"port", cmd_port},
   };
   if (command == "capture" || command == "bench") return cmd_later(command);
   auto it = kCommands.find(command);

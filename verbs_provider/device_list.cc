@@ -41,7 +41,7 @@ UDevice* find_or_add(const abi::DeviceInfo& info, const std::string& sock) {
   dev.node_type = IBV_NODE_CA;
   dev.transport_type = IBV_TRANSPORT_IB;  // RoCE reports the IB transport
   std::snprintf(dev.name, sizeof(dev.name), "%s", info.name);
-  std::snprintf(dev.dev_name, sizeof(dev.dev_name), "uverbs-%s", info.name);
+  std::snprintf(dev.dev_name, sizeof(dev.dev_name), "uverbs-%.56s", info.name);
   std::snprintf(dev.dev_path, sizeof(dev.dev_path), "/sys/class/infiniband_verbs/uverbs-%s", info.name);
   std::snprintf(dev.ibdev_path, sizeof(dev.ibdev_path), "/sys/class/infiniband/%s", info.name);
   g_devices.push_back(d);

@@ -181,6 +181,7 @@ enum class CtlOp : uint32_t {
   kStatus,  // text reply: devices, clients, objects
   kStats,   // text reply: counters
   kQueryDevice,  // reply: DeviceInfo; no session state (device discovery)
+  kSetPortState, // administrative link up/down (uroce port): raises port events
   kCount,
 };
 
@@ -388,6 +389,11 @@ struct QueryQpReply {
 // kQueryPort: reply.
 struct QueryPortReply {
   PortInfo port;
+};
+
+struct SetPortStateRequest {
+  uint32_t state;  // IBV_PORT_ACTIVE or IBV_PORT_DOWN
+  uint32_t reserved;
 };
 
 // kStatus / kStats: reply body is UTF-8 text (not NUL terminated).

@@ -30,6 +30,14 @@ check "ibv_devinfo -v" expect_output 'GID\[ *0\]:.*::ffff:127\.0\.0\.1, RoCE v2'
 check "ibv_devinfo link layer" expect_output 'link_layer:[[:space:]]+Ethernet' "$UROCE_BIN" run -- ibv_devinfo -d uroce0
 check "ibv_devinfo port active" expect_output 'state:[[:space:]]+PORT_ACTIVE' "$UROCE_BIN" run -- ibv_devinfo -d uroce0
 
+# Several engines at once: each is its own device, listed by ibv_devices.
+start_engine uroce1 --ip 127.0.0.2
+check "two engines listed" expect_output 'uroce0[[:space:]]+[0-9a-f]{16}.*uroce1[[:space:]]+[0-9a-f]{16}' \
+  bash -c '"$0" run -- ibv_devices | tr "\n" " "' "$UROCE_BIN"
+check "second engine's GID" expect_output '::ffff:127\.0\.0\.2, RoCE v2' \
+  "$UROCE_BIN" run -- ibv_devinfo -v -d uroce1
+"$UROCE_BIN" stop --name uroce1 >/dev/null
+
 port=18600
 pingpong() {  # LABEL PROGRAM ARGS...
   local label=$1 prog=$2

@@ -619,5 +619,32 @@ TEST_F(Control, NonBlockingChannelAndAsyncFd) {
   EXPECT_EQ(errno, EAGAIN);
 }
 
+// `uroce port down|up` sets the administrative link state: every client
+// gets IBV_EVENT_PORT_ERR / IBV_EVENT_PORT_ACTIVE for port 1, and
+// ibv_query_port reports the state, as when a real link drops and returns.
+TEST_F(Control, PortDownAndUpRaisePortEvents) {
+  auto next_port_event = [&](ibv_event_type want) {
+    for (int waited = 0; waited < 3000; waited += 100) {
+      if (!fd_readable(ctx_->async_fd, 100)) continue;
+      ibv_async_event ev{};
+      if (ibv_get_async_event(ctx_, &ev) != 0) return false;
+      const bool match = ev.event_type == want && ev.element.port_num == 1;
+      ibv_ack_async_event(&ev);
+      if (match) return true;
+    }
+    return false;
+  };
+  std::string out;
+  ASSERT_EQ(run_command("timeout 10 " + uroce_command() + " port down", &out), 0) << out;
+  EXPECT_TRUE(next_port_event(IBV_EVENT_PORT_ERR));
+  ibv_port_attr pa{};
+  ASSERT_EQ(ibv_query_port(ctx_, 1, &pa), 0);
+  EXPECT_EQ(pa.state, IBV_PORT_DOWN);
+  ASSERT_EQ(run_command("timeout 10 " + uroce_command() + " port up", &out), 0) << out;
+  EXPECT_TRUE(next_port_event(IBV_EVENT_PORT_ACTIVE));
+  ASSERT_EQ(ibv_query_port(ctx_, 1, &pa), 0);
+  EXPECT_EQ(pa.state, IBV_PORT_ACTIVE);
+}
+
 }  // namespace
 }  // namespace vt
