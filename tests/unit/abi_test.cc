@@ -148,7 +148,7 @@ TEST(Abi, ControlMessagesAreFixedLayout) {
   EXPECT_EQ(sizeof(CreateCqRequest), 24u);
   EXPECT_EQ(sizeof(CreateCqReply), 24u);
   EXPECT_EQ(sizeof(QpCaps), 24u);
-  EXPECT_EQ(sizeof(CreateQpRequest), 72u);
+  EXPECT_EQ(sizeof(CreateQpRequest), 80u);
   EXPECT_EQ(offsetof(CreateQpRequest, caps), 48u);
   EXPECT_EQ(sizeof(CreateQpReply), 80u);
   EXPECT_EQ(offsetof(QpAttr, ah) % 4, 0u);

@@ -232,13 +232,13 @@ TEST_F(CompleterTest, DISABLED_ReadResponseEndingEarlyIsNotASuccess) {
 
 // DISABLED: exposes a bug (completer.cc on_ack -> progress). An ACK whose PSN
 // lies past an outstanding READ arrives before (or instead of) the READ's
-// responses: the responses were lost on the wire, or the responder answered
-// out of order (see transport_test DISABLED_ReadFollowedBySend). progress()
-// moves comp_psn past the READ, so its responses are then dropped as stale
-// and every timeout rewinds to after the READ: it is never asked for again
-// and fails with IBV_WC_RETRY_EXC_ERR. rxe treats such an ACK as lost READ
-// responses and retries the READ (rxe_comp.c check_psn: COMPST_ERROR_RETRY).
-// Expected: the READ still completes with its data, then the SEND.
+// responses. Since 4ad2f3a the responder answers in PSN order, so on a real
+// wire this means the READ responses were lost. progress() moves comp_psn
+// past the READ, its responses are then dropped as stale, and every timeout
+// rewinds to after the READ: it is never asked for again and fails with
+// IBV_WC_RETRY_EXC_ERR. rxe treats such an ACK as lost READ responses and
+// retries the READ (rxe_comp.c check_psn: COMPST_ERROR_RETRY). Expected: the
+// READ still completes with its data, then the SEND.
 TEST_F(CompleterTest, DISABLED_AckBeyondAnOutstandingReadDoesNotLoseIt) {
   post_read(7, 2000);  // PSNs kPsn, kPsn + 1
   post_send(A(), wqe(IBV_WR_SEND, 8), {sge(a(5000), 8, a_key_)});  // kPsn + 2
@@ -324,15 +324,11 @@ TEST_F(CompleterTest, ResponsesToAQpInErrorAreDropped) {
   EXPECT_EQ(counters().rx_bad_state, 1u);
 }
 
-// DISABLED: exposes a bug (requester.cc rewind_requester / requester_run).
-// With max_rd_atomic = 1, a response lost in the middle of a READ makes the
-// completer rewind into that READ: rewind_requester() recounts
-// rd_atomic_inflight over the WQEs before it (none: 0), and requester_run()
-// counts a READ only when it starts it (req_offset == 0), not when it resumes
-// one. So the resumed READ is not counted, and the next READ goes out in the
-// same poll: two READs outstanding against a limit of one (IBA 9.4.4's
-// max_rd_atomic), which a responder with max_dest_rd_atomic = 1 may NAK.
-TEST_F(CompleterTest, DISABLED_ResumedReadStillCountsAgainstMaxRdAtomic) {
+// Regression (fixed in 4ad2f3a): with max_rd_atomic = 1, a response lost in
+// the middle of a READ makes the completer rewind into that READ. The resumed
+// READ must still count against the limit, so the next READ waits instead of
+// going out in the same poll (two outstanding against a limit of one).
+TEST_F(CompleterTest, ResumedReadStillCountsAgainstMaxRdAtomic) {
   abi::QpAttr attr = default_attr();
   attr.max_rd_atomic = 1;
   // A fresh pair with the limit.

@@ -229,16 +229,12 @@ TEST_F(TransportTest, RcRdmaReadMultiPacket) {
   EXPECT_TRUE(drain_cq(dev_, b_rcq_).empty());
 }
 
-// DISABLED: exposes a bug (responder.cc + completer.cc). B receives the READ
-// request (PSN P, 3 response PSNs), the SEND (P+3) and the second READ (P+4)
-// in one RX burst. execute_request() ACKs the SEND at once, while the READ
-// responses wait in read_responses until responder_run(), so the ACK for P+3
-// reaches A before the responses for P..P+2 (IBA 9.7.5: responses in PSN
-// order). A's on_ack() -> progress() then moves comp_psn to P+4, past the
-// unfinished READ; its responses are dropped as stale, and every timeout
-// rewinds to comp_psn, after the READ, so it is never asked for again. The
-// READ ends with IBV_WC_RETRY_EXC_ERR after retry_cnt timeouts.
-TEST_F(TransportTest, DISABLED_ReadsAndSendsCompleteInOrder) {
+// Regression (fixed in 4ad2f3a): B receives the READ request (PSN P, 3
+// response PSNs), the SEND (P+3) and the second READ (P+4) in one RX burst.
+// The ACK for the SEND must not overtake the READ responses (IBA 9.7.5:
+// responses in PSN order), or A retires the READ's PSNs early and the READ
+// ends with IBV_WC_RETRY_EXC_ERR.
+TEST_F(TransportTest, ReadsAndSendsCompleteInOrder) {
   make_pair(IBV_QPT_RC);
   post_recv(B(), 1, {sge(b(30000), 64, b_key_)});
   abi::SendWqe r = wqe(IBV_WR_RDMA_READ, 1);
@@ -262,9 +258,9 @@ TEST_F(TransportTest, DISABLED_ReadsAndSendsCompleteInOrder) {
   EXPECT_EQ(std::memcmp(b(30000), a(5000), 64), 0);
 }
 
-// DISABLED: the same bug as DISABLED_ReadsAndSendsCompleteInOrder, in its
-// smallest form: one READ then one SEND posted together.
-TEST_F(TransportTest, DISABLED_ReadFollowedBySend) {
+// Regression: the same as ReadsAndSendsCompleteInOrder, in its smallest
+// form: one READ then one SEND posted together.
+TEST_F(TransportTest, ReadFollowedBySend) {
   make_pair(IBV_QPT_RC);
   post_recv(B(), 1, {sge(b(30000), 64, b_key_)});
   abi::SendWqe r = wqe(IBV_WR_RDMA_READ, 1);
