@@ -233,11 +233,12 @@ TEST_F(DeviceTest, QpCreationChecksItsArguments) {
     EXPECT_EQ(dev_.create_qp(&owner_, r).err, err);
   };
   bad([](auto& r) { r.qp_type = IBV_QPT_RAW_PACKET; }, EOPNOTSUPP);
-  bad([](auto& r) { r.qp_type = IBV_QPT_XRC_SEND; }, EOPNOTSUPP);
+  bad([](auto& r) { r.qp_type = IBV_QPT_DRIVER; }, EOPNOTSUPP);
+  bad([](auto& r) { r.qp_type = 1000; }, EOPNOTSUPP);
   bad([](auto& r) { r.pd = 999; }, EINVAL);
   bad([](auto& r) { r.send_cq = 999; }, EINVAL);
   bad([](auto& r) { r.recv_cq = 0; }, EINVAL);
-  bad([](auto& r) { r.srq = 1; }, EINVAL);
+  bad([](auto& r) { r.srq = 999; }, EINVAL);  // no such SRQ
   bad([](auto& r) { r.caps.max_send_wr = kMaxQpWr + 1; }, EINVAL);
   bad([](auto& r) { r.caps.max_recv_sge = kMaxSge + 1; }, EINVAL);
   bad([](auto& r) { r.caps.max_inline_data = kMaxInlineData + 1; }, EINVAL);
