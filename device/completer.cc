@@ -179,7 +179,7 @@ void on_read_or_atomic_response(Device& dev, Qp& qp, const net::Packet& p) {
 }  // namespace
 
 void completer_receive(Device& dev, Qp& qp, net::Packet& p) {
-  if (qp.type != IBV_QPT_RC) return;
+  if (qp.type != IBV_QPT_RC && qp.type != IBV_QPT_XRC_SEND) return;
   if (qp.state != IBV_QPS_RTS && qp.state != IBV_QPS_SQD) {
     ++dev.counters_mut().rx_bad_state;
     return;

@@ -57,7 +57,8 @@ void Device::init_info() {
   d.max_qp_wr = kMaxQpWr;
   d.device_cap_flags = IBV_DEVICE_BAD_PKEY_CNTR | IBV_DEVICE_BAD_QKEY_CNTR |
                        IBV_DEVICE_SYS_IMAGE_GUID | IBV_DEVICE_RC_RNR_NAK_GEN |
-                       IBV_DEVICE_PORT_ACTIVE_EVENT | IBV_DEVICE_CHANGE_PHY_PORT;
+                       IBV_DEVICE_PORT_ACTIVE_EVENT | IBV_DEVICE_CHANGE_PHY_PORT |
+                       IBV_DEVICE_SRQ_RESIZE | IBV_DEVICE_XRC;
   d.max_sge = kMaxSge;
   d.max_cq = kMaxCq;
   d.max_cqe = kMaxCqe;
@@ -66,9 +67,9 @@ void Device::init_info() {
   d.max_qp_rd_atom = kMaxQpRdAtomic;
   d.max_qp_init_rd_atom = kMaxQpRdAtomic;
   d.max_res_rd_atom = kMaxQpRdAtomic * kMaxQp;
-  d.max_srq = 0;  // shared receive queues arrive with their own issue
-  d.max_srq_wr = 0;
-  d.max_srq_sge = 0;
+  d.max_srq = kMaxSrq;
+  d.max_srq_wr = kMaxSrqWr - 1;  // the ring keeps one slot empty
+  d.max_srq_sge = kMaxSrqSge;
   d.max_ah = kMaxAh;
   d.max_inline_data = kMaxInlineData;
   d.atomic_cap = IBV_ATOMIC_HCA;
@@ -278,7 +279,11 @@ int Device::destroy_cq(Owner* o, uint32_t handle) {
 }
 
 bool Device::complete(Qp& qp, bool send_cq, const abi::Cqe& cqe, bool solicited) {
-  Cq* cq = cqs_.get(send_cq ? qp.send_cq : qp.recv_cq);
+  return complete_to(send_cq ? qp.send_cq : qp.recv_cq, cqe, solicited);
+}
+
+bool Device::complete_to(uint32_t cq_handle, const abi::Cqe& cqe, bool solicited) {
+  Cq* cq = cqs_.get(cq_handle);
   if (!cq || cq->error) return false;
   const uint32_t cons = cq->ring.hdr->consumer.load(std::memory_order_acquire);
   if (cq->prod - cons >= cq->ring.size()) {
@@ -314,14 +319,31 @@ Qp* Device::qp(uint32_t qpn) const {
 
 Result<uint32_t> Device::create_qp(Owner* o, const abi::CreateQpRequest& req) {
   const ibv_qp_type type = ibv_qp_type(req.qp_type);
-  if (type != IBV_QPT_RC && type != IBV_QPT_UC && type != IBV_QPT_UD) return {EOPNOTSUPP};
+  if (type != IBV_QPT_RC && type != IBV_QPT_UC && type != IBV_QPT_UD &&
+      type != IBV_QPT_XRC_SEND && type != IBV_QPT_XRC_RECV)
+    return {EOPNOTSUPP};
   Pd* pd = pds_.get(req.pd);
   Cq* scq = cqs_.get(req.send_cq);
   Cq* rcq = cqs_.get(req.recv_cq);
-  if (!pd || pd->owner != o || !scq || scq->owner != o || !rcq || rcq->owner != o)
-    return {EINVAL};
-  if (req.srq) return {EINVAL};  // no SRQ objects exist yet
+  Srq* srq = srqs_.get(req.srq);
+  XrcdHandle* xh = xrcd_handles_.get(req.xrcd);
   abi::QpCaps caps = req.caps;
+  if (type == IBV_QPT_XRC_RECV) {
+    // A target QP has no queues, PD or CQs: each request names its SRQ.
+    if (!xh || xh->owner != o) return {EINVAL};
+    pd = nullptr, scq = rcq = nullptr, srq = nullptr;
+    caps = {};
+  } else {
+    if (!pd || pd->owner != o || !scq || scq->owner != o) return {EINVAL};
+    if (type == IBV_QPT_XRC_SEND) {
+      rcq = nullptr, srq = nullptr;  // an initiator only sends
+      caps.max_recv_wr = caps.max_recv_sge = 0;
+    } else {
+      if (!rcq || rcq->owner != o) return {EINVAL};
+      if (req.srq && (!srq || srq->owner != o || srq->type != IBV_SRQT_BASIC)) return {EINVAL};
+      if (srq) caps.max_recv_wr = caps.max_recv_sge = 0;  // receives come from the SRQ
+    }
+  }
   if (caps.max_send_wr > kMaxQpWr || caps.max_recv_wr > kMaxQpWr ||
       caps.max_send_sge > kMaxSge || caps.max_recv_sge > kMaxSge ||
       caps.max_inline_data > kMaxInlineData)
@@ -332,9 +354,14 @@ Result<uint32_t> Device::create_qp(Owner* o, const abi::CreateQpRequest& req) {
   qp->owner = o;
   qp->cookie = req.cookie;
   qp->type = type;
-  qp->pd = uint32_t(req.pd);
-  qp->send_cq = uint32_t(req.send_cq);
-  qp->recv_cq = uint32_t(req.recv_cq);
+  qp->pd = pd ? uint32_t(req.pd) : 0;
+  qp->send_cq = scq ? uint32_t(req.send_cq) : 0;
+  qp->recv_cq = rcq ? uint32_t(req.recv_cq) : 0;
+  qp->srq = srq ? uint32_t(req.srq) : 0;
+  if (xh && type == IBV_QPT_XRC_RECV) {
+    qp->xrcd = xh->xrcd;
+    qp->xrcd_handle = uint32_t(req.xrcd);
+  }
   qp->sq_sig_all = req.sq_sig_all;
 
   const uint32_t sq_log2 = log2_ceil(std::max(caps.max_send_wr, 1u));
@@ -353,19 +380,26 @@ Result<uint32_t> Device::create_qp(Owner* o, const abi::CreateQpRequest& req) {
   qp->responses.reserve(2 * kMaxQpRdAtomic);
 
   // Report what the rings really hold (ibv_create_qp writes caps back).
-  caps.max_send_wr = 1u << sq_log2;
-  caps.max_recv_wr = 1u << rq_log2;
-  caps.max_send_sge = std::min<uint32_t>((sq_stride - sizeof(abi::SendWqe)) / sizeof(abi::Sge), kMaxSge);
-  caps.max_recv_sge = std::min<uint32_t>((rq_stride - sizeof(abi::RecvWqe)) / sizeof(abi::Sge), kMaxSge);
-  caps.max_inline_data = std::min<uint32_t>(sq_stride - sizeof(abi::SendWqe), kMaxInlineData);
+  const bool has_sq = type != IBV_QPT_XRC_RECV;
+  const bool has_rq = has_sq && type != IBV_QPT_XRC_SEND && !srq;
+  caps.max_send_wr = has_sq ? 1u << sq_log2 : 0;
+  caps.max_recv_wr = has_rq ? 1u << rq_log2 : 0;
+  caps.max_send_sge = has_sq ? std::min<uint32_t>((sq_stride - sizeof(abi::SendWqe)) / sizeof(abi::Sge), kMaxSge) : 0;
+  caps.max_recv_sge = has_rq ? std::min<uint32_t>((rq_stride - sizeof(abi::RecvWqe)) / sizeof(abi::Sge), kMaxSge) : 0;
+  caps.max_inline_data = has_sq ? std::min<uint32_t>(sq_stride - sizeof(abi::SendWqe), kMaxInlineData) : 0;
   qp->caps = caps;
 
   Qp* raw = qp.get();
   const uint32_t idx = qps_.insert(std::move(qp));
   raw->qpn = idx + kFirstQpn - 1;
-  ++pd->refs;
-  ++scq->refs;
-  ++rcq->refs;
+  if (pd) ++pd->refs;
+  if (scq) ++scq->refs;
+  if (rcq) ++rcq->refs;
+  if (srq) ++srq->refs;
+  if (type == IBV_QPT_XRC_RECV) {
+    ++xh->objects;
+    ++xrcds_.get(xh->xrcd)->users;
+  }
   ++qp_count_;
   active_qps_.push_back(raw);
   return {0, raw->qpn};
@@ -373,22 +407,68 @@ Result<uint32_t> Device::create_qp(Owner* o, const abi::CreateQpRequest& req) {
 
 int Device::destroy_qp(Owner* o, uint32_t qpn) {
   Qp* qp = this->qp(qpn);
-  if (!qp || qp->owner != o) return EINVAL;
+  if (!qp) return EINVAL;
+  if (qp->owner != o) {
+    // A handle from ibv_open_qp: drop it; the QP stays for its other holders.
+    auto it = std::find_if(qp->opened_by.begin(), qp->opened_by.end(),
+                           [o](const auto& h) { return h.first == o; });
+    if (it == qp->opened_by.end()) return EINVAL;
+    qp->opened_by.erase(it);
+    return 0;
+  }
+  if (!qp->opened_by.empty()) {
+    // The creator lets go but others hold the shared target QP: hand it over.
+    qp->owner = qp->opened_by.front().first;
+    qp->cookie = qp->opened_by.front().second;
+    qp->opened_by.erase(qp->opened_by.begin());
+    if (XrcdHandle* h = xrcd_handles_.get(qp->xrcd_handle)) --h->objects;
+    qp->xrcd_handle = 0;  // its domain is kept alive by xrcds_ users
+    return 0;
+  }
   if (Pd* pd = pds_.get(qp->pd)) --pd->refs;
   if (Cq* c = cqs_.get(qp->send_cq)) --c->refs;
   if (Cq* c = cqs_.get(qp->recv_cq)) --c->refs;
+  if (Srq* s = srqs_.get(qp->srq)) --s->refs;
+  if (qp->type == IBV_QPT_XRC_RECV) {
+    if (XrcdHandle* h = xrcd_handles_.get(qp->xrcd_handle)) --h->objects;
+    if (Xrcd* x = xrcds_.get(qp->xrcd); x && --x->users == 0 && x->handles == 0)
+      xrcds_.erase(qp->xrcd);
+  }
   active_qps_.erase(std::find(active_qps_.begin(), active_qps_.end(), qp));
   qps_.erase(qp_index(qpn));
   --qp_count_;
   return 0;
 }
 
-void Device::post_qp_event(Qp& qp, ibv_event_type type) { qp.owner->post_async(type, qp.cookie); }
+Result<uint32_t> Device::open_qp(Owner* o, uint32_t xrcd_handle, uint32_t qpn, uint64_t cookie) {
+  XrcdHandle* xh = xrcd_handles_.get(xrcd_handle);
+  Qp* qp = this->qp(qpn);
+  if (!xh || xh->owner != o || !qp || qp->type != IBV_QPT_XRC_RECV || qp->xrcd != xh->xrcd)
+    return {EINVAL};
+  if (qp->owner == o) return {EINVAL};  // the creator already holds it
+  qp->opened_by.emplace_back(o, cookie);
+  return {0, qpn};
+}
+
+void Device::post_qp_event(Qp& qp, ibv_event_type type) {
+  qp.owner->post_async(type, qp.cookie);
+  for (auto& [owner, cookie] : qp.opened_by) owner->post_async(type, cookie);
+}
 
 void Device::release_owner(Owner* o) {
   std::vector<uint32_t> ids;
-  qps_.for_each([&](uint32_t, Qp& q) { if (q.owner == o) ids.push_back(q.qpn); });
+  qps_.for_each([&](uint32_t, Qp& q) {
+    if (q.owner == o) ids.push_back(q.qpn);
+    for (auto& h : q.opened_by)
+      if (h.first == o) ids.push_back(q.qpn);
+  });
   for (uint32_t qpn : ids) destroy_qp(o, qpn);
+  ids.clear();
+  srqs_.for_each([&](uint32_t i, Srq& s) { if (s.owner == o) ids.push_back(i); });
+  for (uint32_t i : ids) {
+    srqs_.get(i)->refs = 0;  // its QPs are gone with the owner
+    destroy_srq(o, i);
+  }
   ids.clear();
   cqs_.for_each([&](uint32_t i, Cq& c) { if (c.owner == o) ids.push_back(i); });
   for (uint32_t i : ids) destroy_cq(o, i);
@@ -398,6 +478,12 @@ void Device::release_owner(Owner* o) {
   ids.clear();
   pds_.for_each([&](uint32_t i, Pd& p) { if (p.owner == o) ids.push_back(i); });
   for (uint32_t i : ids) dealloc_pd(o, i);
+  ids.clear();
+  xrcd_handles_.for_each([&](uint32_t i, XrcdHandle& h) { if (h.owner == o) ids.push_back(i); });
+  for (uint32_t i : ids) {
+    xrcd_handles_.get(i)->objects = 0;
+    close_xrcd(o, i);
+  }
   ids.clear();
   channels_.for_each([&](uint32_t i, CompChannel& c) { if (c.owner == o) ids.push_back(i); });
   for (uint32_t i : ids) destroy_comp_channel(o, i);

@@ -56,6 +56,16 @@ class Device {
   int query_qp(Owner* o, uint32_t qpn, abi::QpAttr* attr);
   int destroy_qp(Owner* o, uint32_t qpn);
   Qp* qp(uint32_t qpn) const;
+  Result<uint32_t> create_srq(Owner* o, const abi::CreateSrqRequest& req);  // returns handle
+  int modify_srq(Owner* o, uint32_t handle, uint32_t mask, uint32_t max_wr, uint32_t limit);
+  Srq* srq(uint32_t handle) const { return srqs_.get(handle); }
+  int destroy_srq(Owner* o, uint32_t handle);
+  // fd < 0: a private domain; else the file decides which domain (O_CREAT, O_EXCL).
+  Result<uint32_t> open_xrcd(Owner* o, int fd, uint32_t oflags);  // returns a handle
+  int close_xrcd(Owner* o, uint32_t handle);
+  Result<uint32_t> open_qp(Owner* o, uint32_t xrcd_handle, uint32_t qpn, uint64_t cookie);
+  // Events of a QP reach every process holding a handle on it.
+  void post_qp_event(Qp& qp, ibv_event_type type);
   // Administrative link state of port 1. While down, the port drops every
   // frame (peers see timeouts, as on a pulled cable).
   void set_port_active(bool up);
@@ -88,6 +98,10 @@ class Device {
   void free_packet(net::Packet* p) { pool_.put(p); }
   // Completion queue entry for qp's send or recv CQ; false if the CQ overflowed.
   bool complete(Qp& qp, bool send_cq, const abi::Cqe& cqe, bool solicited);
+  bool complete_to(uint32_t cq, const abi::Cqe& cqe, bool solicited);
+  // Called after a WQE left an SRQ: fires IBV_EVENT_SRQ_LIMIT_REACHED once
+  // when the posted count drops below an armed limit (IBA 10.2.9.3).
+  void srq_consumed(Srq& srq);
   void qp_to_error(Qp& qp);
   void flush_qp(Qp& qp);
   uint64_t now_ns() const { return now_ns_; }
@@ -102,7 +116,6 @@ class Device {
   bool poll_rx();
   bool poll_timers();
   void dispatch(net::Packet* p);
-  void post_qp_event(Qp& qp, ibv_event_type type);
 
   DeviceConfig config_;
   abi::DeviceInfo info_{};
@@ -120,6 +133,9 @@ class Device {
   Table<CompChannel> channels_;
   Table<Cq> cqs_;
   Table<Qp> qps_;  // index = qpn - kFirstQpn + 1
+  Table<Srq> srqs_;  // index = SRQ number
+  Table<Xrcd> xrcds_;
+  Table<XrcdHandle> xrcd_handles_;
   size_t qp_count_ = 0;
   std::vector<Qp*> active_qps_;  // QPs whose SQ may hold work (RTS, SQD, ERR)
 };
@@ -136,5 +152,19 @@ void position_requester(Qp& qp, uint32_t psn);
 // 24-bit PSN arithmetic (IBA 9.7.1): a - b as a signed distance.
 inline int32_t psn_diff(uint32_t a, uint32_t b) { return int32_t((a - b) << 8) >> 8; }
 inline uint32_t psn_add(uint32_t a, uint32_t n) { return (a + n) & 0xffffff; }
+
+// RC and both XRC halves run the reliable protocol (ACKs, PSN checks, retries).
+inline bool is_reliable(const Qp& qp) {
+  return qp.type == IBV_QPT_RC || qp.type == IBV_QPT_XRC_SEND || qp.type == IBV_QPT_XRC_RECV;
+}
+inline net::Transport transport_of(const Qp& qp) {
+  switch (qp.type) {
+    case IBV_QPT_UC: return net::Transport::kUc;
+    case IBV_QPT_UD: return net::Transport::kUd;
+    case IBV_QPT_XRC_SEND:
+    case IBV_QPT_XRC_RECV: return net::Transport::kXrc;
+    default: return net::Transport::kRc;
+  }
+}
 
 }  // namespace uroce::device

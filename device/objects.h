@@ -100,4 +100,41 @@ struct Cq {
   uint64_t completions = 0;
 };
 
+// An XRC domain. Processes that open the same file share it (keyed by the
+// file's device and inode); fd -1 makes a private one.
+struct Xrcd {
+  bool has_inode = false;
+  uint64_t dev = 0, ino = 0;
+  uint32_t handles = 0;  // open handles, all processes
+  uint32_t users = 0;    // XRC SRQs and XRC_RECV QPs living in it
+};
+
+// One process's handle on a domain (ibv_open_xrcd); ibv_close_xrcd fails
+// with EBUSY while objects made through it exist.
+struct XrcdHandle {
+  Owner* owner = nullptr;
+  uint32_t xrcd = 0;
+  uint32_t objects = 0;
+};
+
+// Shared receive queue: a ring of receive WQEs that several QPs consume in
+// FIFO order (basic), or that XRC requests name by number (XRC).
+struct Srq {
+  Owner* owner = nullptr;
+  uint64_t cookie = 0;
+  ibv_srq_type type = IBV_SRQT_BASIC;
+  uint32_t pd = 0;
+  uint32_t xrcd = 0;         // XRC: the domain
+  uint32_t xrcd_handle = 0;  // XRC: the handle it was made through
+  uint32_t cq = 0;           // XRC: every receive completes here
+  QueueMemory mem;
+  RingView ring;
+  uint32_t head = 0;     // engine's consumer index
+  uint32_t max_wr = 0;   // usable depth: ring slots - 1
+  uint32_t max_sge = 0;
+  uint32_t limit = 0;    // armed low watermark, 0: disarmed
+  uint32_t refs = 0;     // QPs created with it
+  uint64_t consumed = 0;
+};
+
 }  // namespace uroce::device

@@ -51,6 +51,9 @@ struct AtomicReplay {
 struct RecvInProgress {
   uint64_t wr_id = 0;
   uint32_t num_sge = 0;
+  uint32_t cq = 0;             // where the completion goes
+  bool from_srq = false;       // the slot was freed when taken
+  const Owner* owner = nullptr;  // whose memory the SGEs address
   std::array<abi::Sge, kMaxSge> sge{};
 };
 
@@ -62,6 +65,10 @@ struct Qp {
   uint32_t pd = 0, send_cq = 0, recv_cq = 0, srq = 0;
   bool sq_sig_all = false;
   abi::QpCaps caps{};
+  uint32_t xrcd = 0, xrcd_handle = 0;  // XRC_RECV: its domain
+  // XRC_RECV QPs opened by other processes (ibv_open_qp): their owners get
+  // the QP's events; the QP lives until its last handle is destroyed.
+  std::vector<std::pair<Owner*, uint64_t>> opened_by;
 
   // Attributes (ibv_modify_qp).
   ibv_qp_state state = IBV_QPS_RESET;

@@ -15,7 +15,7 @@ struct Transition {
   uint32_t opt[3] = {0, 0, 0};
 };
 
-int transport_slot(ibv_qp_type t) { return t == IBV_QPT_RC ? 0 : t == IBV_QPT_UC ? 1 : 2; }
+int transport_slot(ibv_qp_type t) { return t == IBV_QPT_UC ? 1 : t == IBV_QPT_UD ? 2 : 0; }
 
 constexpr uint32_t S(ibv_qp_attr_mask m) { return uint32_t(m); }
 
@@ -107,9 +107,19 @@ void export_attr(const Qp& qp, abi::QpAttr* a) {
 
 }  // namespace
 
+namespace {
+// The creator or a process that opened the (XRC target) QP.
+bool holds(const Qp& qp, const Owner* o) {
+  if (qp.owner == o) return true;
+  for (const auto& h : qp.opened_by)
+    if (h.first == o) return true;
+  return false;
+}
+}  // namespace
+
 int Device::modify_qp(Owner* o, uint32_t qpn, uint32_t mask, const abi::QpAttr& a) {
   Qp* qp = this->qp(qpn);
-  if (!qp || qp->owner != o) return EINVAL;
+  if (!qp || !holds(*qp, o)) return EINVAL;
   const ibv_qp_state cur =
       (mask & IBV_QP_CUR_STATE) ? ibv_qp_state(a.cur_qp_state) : qp->state;
   const ibv_qp_state next = (mask & IBV_QP_STATE) ? ibv_qp_state(a.qp_state) : cur;
@@ -120,10 +130,18 @@ int Device::modify_qp(Owner* o, uint32_t qpn, uint32_t mask, const abi::QpAttr& 
     return EINVAL;
   const Transition t = transition(cur, next);
   if (!t.valid) return EINVAL;
-  if (qp->type == IBV_QPT_RC && cur == IBV_QPS_SQE) return EINVAL;
+  if (is_reliable(*qp) && cur == IBV_QPS_SQE) return EINVAL;
   const int slot = transport_slot(qp->type);
+  // XRC halves use RC's table minus what they lack; like the kernel, drop
+  // those bits first so callers may pass the full RC masks (uverbs modify_qp).
+  uint32_t ignored = 0;
+  if (qp->type == IBV_QPT_XRC_SEND) ignored = IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
+  if (qp->type == IBV_QPT_XRC_RECV)
+    ignored = IBV_QP_MAX_QP_RD_ATOMIC | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY;
+  mask &= ~ignored;
   const uint32_t attrs = mask & ~uint32_t(IBV_QP_STATE);
-  if ((attrs & t.req[slot]) != t.req[slot]) return EINVAL;
+  const uint32_t required = t.req[slot] & ~ignored;
+  if ((attrs & required) != required) return EINVAL;
   if (attrs & ~(t.req[slot] | t.opt[slot])) return EINVAL;
 
   // Value checks before anything changes (no half-applied modify).
@@ -199,7 +217,7 @@ int Device::modify_qp(Owner* o, uint32_t qpn, uint32_t mask, const abi::QpAttr& 
 
 int Device::query_qp(Owner* o, uint32_t qpn, abi::QpAttr* attr) {
   Qp* qp = this->qp(qpn);
-  if (!qp || qp->owner != o) return EINVAL;
+  if (!qp || !holds(*qp, o)) return EINVAL;
   export_attr(*qp, attr);
   return 0;
 }
@@ -234,14 +252,21 @@ void Device::flush_qp(Qp& qp) {
   qp.rd_atomic_inflight = 0;
   qp.responses.clear();
   if (qp.resp_recv_valid) {
+    // The receive a message was filling ends flushed; from an SRQ only this
+    // one does (the SRQ's other WQEs belong to no QP).
     abi::Cqe cqe{};
     cqe.wr_id = qp.resp_recv.wr_id;
     cqe.status = IBV_WC_WR_FLUSH_ERR;
     cqe.opcode = IBV_WC_RECV;
     cqe.qp_num = qp.qpn;
-    complete(qp, false, cqe, false);
+    complete_to(qp.resp_recv.cq, cqe, false);
     qp.resp_recv_valid = false;
-    ++qp.rq_head;
+    if (!qp.resp_recv.from_srq) ++qp.rq_head;
+  }
+  if (qp.srq && !qp.last_wqe_reached_sent) {
+    // IBA 11.6.3.1: the QP will take no more WQEs from its SRQ.
+    qp.last_wqe_reached_sent = true;
+    post_qp_event(qp, IBV_EVENT_QP_LAST_WQE_REACHED);
   }
   const uint32_t rq_prod = qp.rq.hdr->producer.load(std::memory_order_acquire);
   if (rq_prod - qp.rq_head <= qp.rq.size()) {

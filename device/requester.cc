@@ -14,10 +14,6 @@ using net::op::kCompareSwap;
 using net::op::kFetchAdd;
 using net::op::kReadRequest;
 
-net::Transport transport_of(ibv_qp_type t) {
-  return t == IBV_QPT_RC ? net::Transport::kRc
-                         : t == IBV_QPT_UC ? net::Transport::kUc : net::Transport::kUd;
-}
 
 // Copies SQ slot `index` out of shared memory and checks it. Returns the
 // completion status the WQE will end with if it cannot be executed.
@@ -65,6 +61,12 @@ uint32_t fetch_wqe(Device& dev, Qp& qp, uint32_t index) {
   return IBV_WC_SUCCESS;
 }
 
+// XRC requests name the receiving SRQ in every packet (XRCETH).
+void set_xrc_srqn(const Qp& qp, const abi::SendWqe& w, net::Packet& p) {
+  if (qp.type == IBV_QPT_XRC_SEND)
+    p.hdr<net::XrcEth>(p.info().xrceth_off)->srqn = w.xrc_remote_srqn & 0xffffff;
+}
+
 uint8_t send_code(uint32_t op, bool first, bool last) {
   using namespace net::op;
   const bool imm = op == IBV_WR_SEND_WITH_IMM, inv = op == IBV_WR_SEND_WITH_INV;
@@ -89,7 +91,7 @@ bool send_next_packet(Device& dev, Qp& qp) {
   abi::SendWqe& w = wqe_at(qp, index);
   SendWqeState& st = wqe_state(qp, index);
   const uint32_t mtu = qp.type == IBV_QPT_UD ? 4096 : qp.mtu_bytes();
-  const net::Transport tr = transport_of(qp.type);
+  const net::Transport tr = transport_of(qp);
   if (qp.req_offset == 0) {
     st.first_psn = qp.req_psn;
     st.started = true;
@@ -100,6 +102,7 @@ bool send_next_packet(Device& dev, Qp& qp) {
     const uint32_t left = uint32_t(st.length - qp.req_offset);
     const uint32_t npsn = std::max<uint32_t>(1, (left + mtu - 1) / mtu);
     net::Packet* p = dev.new_packet(qp, net::make_opcode(tr, kReadRequest), qp.req_psn, true);
+    set_xrc_srqn(qp, w, *p);
     auto* reth = p->hdr<net::Reth>(p->info().reth_off);
     reth->va = w.remote_addr + qp.req_offset;
     reth->rkey = w.rkey;
@@ -112,6 +115,7 @@ bool send_next_packet(Device& dev, Qp& qp) {
   if (w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP || w.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) {
     const uint8_t code = w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP ? kCompareSwap : kFetchAdd;
     net::Packet* p = dev.new_packet(qp, net::make_opcode(tr, code), qp.req_psn, true);
+    set_xrc_srqn(qp, w, *p);
     auto* ae = p->hdr<net::AtomicEth>(p->info().atomiceth_off);
     ae->va = w.remote_addr;
     ae->rkey = w.rkey;
@@ -128,11 +132,12 @@ bool send_next_packet(Device& dev, Qp& qp) {
   const uint32_t len = uint32_t(std::min<uint64_t>(mtu, st.length - qp.req_offset));
   const bool last = qp.req_offset + len == st.length;
   const uint8_t code = is_write ? write_code(w.opcode, first, last) : send_code(w.opcode, first, last);
-  const bool ack_req = qp.type == IBV_QPT_RC &&
+  const bool ack_req = is_reliable(qp) &&
                        (last || ++qp.packets_since_ack_req >= kAckEveryPackets);
   if (ack_req) qp.packets_since_ack_req = 0;
   net::Packet* p = dev.new_packet(qp, net::make_opcode(tr, code), qp.req_psn, ack_req);
   const net::OpcodeInfo& info = p->info();
+  set_xrc_srqn(qp, w, *p);
   if (info.has(net::kHasReth)) {
     auto* reth = p->hdr<net::Reth>(info.reth_off);
     reth->va = w.remote_addr;
@@ -246,7 +251,7 @@ void complete_send_head(Device& dev, Qp& qp, uint32_t status) {
     qp.req_offset = 0;
   }
   if (report && !dev.complete(qp, true, cqe, false)) {
-    qp.owner->post_async(IBV_EVENT_QP_FATAL, qp.cookie);
+    dev.post_qp_event(qp, IBV_EVENT_QP_FATAL);
     dev.qp_to_error(qp);
   }
 }
@@ -267,7 +272,7 @@ bool requester_run(Device& dev, Qp& qp) {
     // The client wrote a producer index no ring can hold: no completion can
     // describe that, so the QP is fatal (IBA 11.6.2 "local work queue catastrophic").
     ++dev.counters_mut().bad_wqes;
-    qp.owner->post_async(IBV_EVENT_QP_FATAL, qp.cookie);
+    dev.post_qp_event(qp, IBV_EVENT_QP_FATAL);
     qp.state = IBV_QPS_ERR;
     qp.sq.hdr->producer.store(qp.sq_head, std::memory_order_relaxed);
     dev.flush_qp(qp);
@@ -291,7 +296,7 @@ bool requester_run(Device& dev, Qp& qp) {
       return true;
     }
     abi::SendWqe& w = wqe_at(qp, qp.sq_next);
-    if (qp.type == IBV_QPT_RC && qp.req_offset == 0) {
+    if (is_reliable(qp) && qp.req_offset == 0) {
       if (psn_diff(qp.req_psn, qp.comp_psn) >= int32_t(kMaxInflightPackets)) break;
       if (st.is_rd_atomic && qp.rd_atomic_inflight >= std::max<uint32_t>(1, qp.max_rd_atomic)) break;
       // IBV_SEND_FENCE: wait for outstanding READs and atomics (IBA 10.8.3.3).
@@ -304,11 +309,11 @@ bool requester_run(Device& dev, Qp& qp) {
     if (done) {
       ++qp.sq_next;
       qp.req_offset = 0;
-      if (qp.type != IBV_QPT_RC) complete_unreliable(dev, qp);
+      if (!is_reliable(qp)) complete_unreliable(dev, qp);
     }
     if (qp.state != IBV_QPS_RTS) break;
   }
-  if (work && qp.type == IBV_QPT_RC && !qp.retrans_deadline_ns && qp.timeout)
+  if (work && is_reliable(qp) && !qp.retrans_deadline_ns && qp.timeout)
     qp.retrans_deadline_ns = dev.now_ns() + (4096ull << qp.timeout);
   return work;
 }

@@ -13,7 +13,8 @@ namespace {
 
 using net::OpcodeInfo;
 
-uint8_t ack_opcode() { return net::make_opcode(net::Transport::kRc, net::op::kAck); }
+uint8_t response_opcode(const Qp& qp, uint8_t code) { return net::make_opcode(transport_of(qp), code); }
+uint8_t ack_opcode(const Qp& qp) { return response_opcode(qp, net::op::kAck); }
 
 uint32_t aeth_word(const Qp& qp, uint8_t syndrome) {
   return (uint32_t(syndrome) << 24) | (qp.resp_msn & 0xffffff);
@@ -27,7 +28,7 @@ void emit_aeth(Device& dev, Qp& qp, uint8_t opcode, uint32_t psn, uint8_t syndro
 
 void emit_atomic_ack(Device& dev, Qp& qp, uint32_t psn, uint64_t orig) {
   net::Packet* a =
-      dev.new_packet(qp, net::make_opcode(net::Transport::kRc, net::op::kAtomicAck), psn, false);
+      dev.new_packet(qp, response_opcode(qp, net::op::kAtomicAck), psn, false);
   a->hdr<net::Aeth>(a->info().aeth_off)->syndrome_msn =
       aeth_word(qp, net::aeth::kAck | net::aeth::kCreditInvalid);
   a->hdr<net::AtomicAckEth>(a->info().atomicack_off)->orig = orig;
@@ -38,7 +39,7 @@ void emit_atomic_ack(Device& dev, Qp& qp, uint32_t psn, uint64_t orig) {
 // their turn, as responses leave in PSN order.
 void send_aeth(Device& dev, Qp& qp, uint32_t psn, uint8_t syndrome, bool fatal = false) {
   if (qp.responses.empty()) {
-    emit_aeth(dev, qp, ack_opcode(), psn, syndrome);
+    emit_aeth(dev, qp, ack_opcode(qp), psn, syndrome);
     if (fatal) dev.qp_to_error(qp);
     return;
   }
@@ -64,7 +65,7 @@ void nak_and_fail(Device& dev, Qp& qp, uint32_t psn, uint8_t syndrome, bool rais
     const ibv_event_type ev = syndrome == net::aeth::kNakRemoteAccessError ? IBV_EVENT_QP_ACCESS_ERR
                               : syndrome == net::aeth::kNakInvalidRequest  ? IBV_EVENT_QP_REQ_ERR
                                                                            : IBV_EVENT_QP_FATAL;
-    qp.owner->post_async(ev, qp.cookie);
+    dev.post_qp_event(qp, ev);
   }
   send_aeth(dev, qp, psn, syndrome, true);
 }
@@ -81,36 +82,74 @@ size_t pending_rd_atomic(const Qp& qp) {
   return n;
 }
 
-// Takes the next receive WQE from the RQ into qp.resp_recv, translating each
-// SGE. Returns false if none is posted; sets *status on a bad WQE.
-bool take_recv_wqe(Device& dev, Qp& qp, uint32_t* status) {
+// The SRQ an XRC request names in its XRCETH; it must live in the target
+// QP's domain (XRC annex: otherwise an invalid request).
+Srq* xrc_target_srq(Device& dev, const Qp& qp, const net::Packet& p) {
+  const OpcodeInfo& info = p.info();
+  if (!info.has(net::kHasXrcEth)) return nullptr;
+  Srq* srq = dev.srq(p.hdr<net::XrcEth>(info.xrceth_off)->srqn & 0xffffff);
+  if (!srq || srq->type != IBV_SRQT_XRC || srq->xrcd != qp.xrcd) return nullptr;
+  return srq;
+}
+
+// The PD that memory keys of this request are checked against: the QP's, or
+// for an XRC target the named SRQ's (0 when the SRQ is invalid: every check fails).
+uint32_t request_pd(Device& dev, const Qp& qp, const net::Packet& p) {
+  if (qp.type != IBV_QPT_XRC_RECV) return qp.pd;
+  const Srq* srq = xrc_target_srq(dev, qp, p);
+  return srq ? srq->pd : 0;
+}
+
+// Takes the next receive WQE into qp.resp_recv, from the QP's RQ, its SRQ or
+// (XRC) the SRQ the request names, translating each SGE. Returns false if
+// none is posted; sets *status for a WQE that cannot be used.
+bool take_recv_wqe(Device& dev, Qp& qp, const net::Packet& p, uint32_t* status) {
   *status = IBV_WC_SUCCESS;
-  const uint32_t prod = qp.rq.hdr->producer.load(std::memory_order_acquire);
-  if (prod == qp.rq_head) return false;
-  if (prod - qp.rq_head > qp.rq.size()) {
+  Srq* srq = qp.type == IBV_QPT_XRC_RECV ? xrc_target_srq(dev, qp, p) : dev.srq(qp.srq);
+  if (qp.type == IBV_QPT_XRC_RECV && !srq) {
+    *status = IBV_WC_REM_INV_REQ_ERR;  // caller NAKs: no such SRQ in this domain
+    return true;
+  }
+  const RingView& ring = srq ? srq->ring : qp.rq;
+  uint32_t& head = srq ? srq->head : qp.rq_head;
+  const uint32_t max_sge = srq ? srq->max_sge : qp.caps.max_recv_sge;
+  const uint32_t pd = srq ? srq->pd : qp.pd;
+  const uint32_t prod = ring.hdr->producer.load(std::memory_order_acquire);
+  if (prod == head) return false;
+  if (prod - head > ring.size()) {
     ++dev.counters_mut().bad_wqes;
     *status = IBV_WC_LOC_QP_OP_ERR;
     return true;
   }
   abi::RecvWqe hdr;
-  const uint8_t* slot = qp.rq.slot(qp.rq_head);
+  const uint8_t* slot = ring.slot(head);
   std::memcpy(&hdr, slot, sizeof(hdr));
   RecvInProgress& r = qp.resp_recv;
   r.wr_id = hdr.wr_id;
   r.num_sge = hdr.num_sge;
+  r.from_srq = srq != nullptr;
+  r.cq = srq && srq->type == IBV_SRQT_XRC ? srq->cq : qp.recv_cq;
+  r.owner = srq ? srq->owner : qp.owner;
   qp.resp_recv_valid = true;
-  if (hdr.num_sge > qp.caps.max_recv_sge ||
-      sizeof(abi::RecvWqe) + hdr.num_sge * sizeof(abi::Sge) > qp.rq.stride) {
+  const bool fits = hdr.num_sge <= max_sge &&
+                    sizeof(abi::RecvWqe) + hdr.num_sge * sizeof(abi::Sge) <= ring.stride;
+  if (fits) std::memcpy(r.sge.data(), slot + sizeof(abi::RecvWqe), hdr.num_sge * sizeof(abi::Sge));
+  if (srq) {
+    // An SRQ WQE leaves the queue when a QP takes it (rxe get_srq_wqe).
+    ++head;
+    ring.hdr->consumer.store(head, std::memory_order_release);
+    dev.srq_consumed(*srq);
+  }
+  if (!fits) {
     ++dev.counters_mut().bad_wqes;
     r.num_sge = 0;
     *status = IBV_WC_LOC_LEN_ERR;
     return true;
   }
-  std::memcpy(r.sge.data(), slot + sizeof(abi::RecvWqe), hdr.num_sge * sizeof(abi::Sge));
   for (uint32_t i = 0; i < r.num_sge; ++i) {
     if (r.sge[i].length == 0) continue;
     const Mr* mr;
-    if (dev.check_mr(r.sge[i].lkey, qp.pd, r.sge[i].addr, r.sge[i].length, IBV_ACCESS_LOCAL_WRITE,
+    if (dev.check_mr(r.sge[i].lkey, pd, r.sge[i].addr, r.sge[i].length, IBV_ACCESS_LOCAL_WRITE,
                      false, &mr) != Device::MrCheck::kOk) {
       *status = IBV_WC_LOC_PROT_ERR;
       return true;
@@ -153,10 +192,12 @@ void complete_recv(Device& dev, Qp& qp, uint32_t status, uint32_t opcode, uint32
   }
   if (status != IBV_WC_SUCCESS) cqe.vendor_err = status;
   qp.resp_recv_valid = false;
-  ++qp.rq_head;
-  qp.rq.hdr->consumer.store(qp.rq_head, std::memory_order_release);
-  if (!dev.complete(qp, false, cqe, solicited)) {
-    qp.owner->post_async(IBV_EVENT_QP_FATAL, qp.cookie);
+  if (!qp.resp_recv.from_srq) {
+    ++qp.rq_head;
+    qp.rq.hdr->consumer.store(qp.rq_head, std::memory_order_release);
+  }
+  if (!dev.complete_to(qp.resp_recv.cq, cqe, solicited)) {
+    dev.post_qp_event(qp, IBV_EVENT_QP_FATAL);
     dev.qp_to_error(qp);
   }
 }
@@ -171,7 +212,7 @@ void receive_ud(Device& dev, Qp& qp, net::Packet& p) {
     return;
   }
   uint32_t status;
-  if (!take_recv_wqe(dev, qp, &status)) {
+  if (!take_recv_wqe(dev, qp, p, &status)) {
     ++dev.counters_mut().rx_ud_no_recv;
     return;
   }
@@ -190,11 +231,11 @@ void receive_ud(Device& dev, Qp& qp, net::Packet& p) {
     return;
   }
   const RecvInProgress& r = qp.resp_recv;
-  bool ok = scatter_sges(qp.owner->mem, r.sge.data(), r.num_sge, 0, grh, 40) &&
+  bool ok = scatter_sges(r.owner->mem, r.sge.data(), r.num_sge, 0, grh, 40) &&
             (p.payload_len == 0 ||
-             scatter_sges(qp.owner->mem, r.sge.data(), r.num_sge, 40, p.payload(), p.payload_len));
+             scatter_sges(r.owner->mem, r.sge.data(), r.num_sge, 40, p.payload(), p.payload_len));
   if (!ok) {
-    dev.memory_fault("UD receive", qp.owner, r.sge[0].addr, p.payload_len);
+    dev.memory_fault("UD receive", r.owner, r.sge[0].addr, p.payload_len);
     complete_recv(dev, qp, IBV_WC_LOC_PROT_ERR, IBV_WC_RECV, 0, nullptr, false);
     return;
   }
@@ -211,7 +252,7 @@ void answer_duplicate(Device& dev, Qp& qp, net::Packet& p) {
     // READs are idempotent: regenerate the response for the range asked again.
     const auto* reth = p.hdr<net::Reth>(info.reth_off);
     const Mr* mr;
-    if (dev.check_mr(reth->rkey, qp.pd, reth->va, reth->dma_len, IBV_ACCESS_REMOTE_READ, true,
+    if (dev.check_mr(reth->rkey, request_pd(dev, qp, p), reth->va, reth->dma_len, IBV_ACCESS_REMOTE_READ, true,
                      &mr) != Device::MrCheck::kOk)
       return;
     Response r;
@@ -260,7 +301,7 @@ void execute_request(Device& dev, Qp& qp, net::Packet& p);
 void receive_connected(Device& dev, Qp& qp, net::Packet& p) {
   const uint32_t psn = p.bth()->psn();
   const int32_t d = psn_diff(psn, qp.resp_epsn);
-  if (qp.type == IBV_QPT_RC) {
+  if (is_reliable(qp)) {
     if (d < 0) return answer_duplicate(dev, qp, p);
     if (d > 0) {
       // Gap: one NAK per sequence error, then silence until the gap closes (C9-112).
@@ -287,7 +328,7 @@ void receive_connected(Device& dev, Qp& qp, net::Packet& p) {
     return;
   }
   if (!check_sequence(dev, qp, p)) {
-    if (qp.type == IBV_QPT_RC) return nak_and_fail(dev, qp, psn, net::aeth::kNakInvalidRequest);
+    if (is_reliable(qp)) return nak_and_fail(dev, qp, psn, net::aeth::kNakInvalidRequest);
     qp.resp_in_msg = false;
     qp.resp_offset = 0;
     qp.resp_epsn = psn_add(psn, 1);
@@ -303,8 +344,8 @@ void execute_send(Device& dev, Qp& qp, net::Packet& p) {
   if (info.has(net::kFirst)) {
     if (!qp.resp_recv_valid) {
       uint32_t status;
-      if (!take_recv_wqe(dev, qp, &status)) {
-        if (qp.type == IBV_QPT_RC) {
+      if (!take_recv_wqe(dev, qp, p, &status)) {
+        if (is_reliable(qp)) {
           send_rnr_nak(dev, qp, psn);
         } else {
           ++dev.counters_mut().rx_ud_no_recv;
@@ -313,9 +354,11 @@ void execute_send(Device& dev, Qp& qp, net::Packet& p) {
         }
         return;
       }
+      if (status == IBV_WC_REM_INV_REQ_ERR)  // XRC: no such SRQ in this domain
+        return nak_and_fail(dev, qp, psn, net::aeth::kNakInvalidRequest);
       if (status != IBV_WC_SUCCESS) {
         complete_recv(dev, qp, status, IBV_WC_RECV, 0, nullptr, false);
-        if (qp.type == IBV_QPT_RC) nak_and_fail(dev, qp, psn, net::aeth::kNakRemoteOpError, false);
+        if (is_reliable(qp)) nak_and_fail(dev, qp, psn, net::aeth::kNakRemoteOpError, false);
         else dev.qp_to_error(qp);
         return;
       }
@@ -326,15 +369,15 @@ void execute_send(Device& dev, Qp& qp, net::Packet& p) {
   if (qp.resp_offset + p.payload_len > recv_capacity(r)) {
     // Message longer than the receive buffer (IBA 9.7.5.2.5, class C for RC).
     complete_recv(dev, qp, IBV_WC_LOC_LEN_ERR, IBV_WC_RECV, 0, nullptr, false);
-    if (qp.type == IBV_QPT_RC) nak_and_fail(dev, qp, psn, net::aeth::kNakInvalidRequest, false);
+    if (is_reliable(qp)) nak_and_fail(dev, qp, psn, net::aeth::kNakInvalidRequest, false);
     else dev.qp_to_error(qp);
     return;
   }
   if (p.payload_len &&
-      !scatter_sges(qp.owner->mem, r.sge.data(), r.num_sge, qp.resp_offset, p.payload(), p.payload_len)) {
-    dev.memory_fault("receive", qp.owner, r.sge[0].addr, p.payload_len);
+      !scatter_sges(r.owner->mem, r.sge.data(), r.num_sge, qp.resp_offset, p.payload(), p.payload_len)) {
+    dev.memory_fault("receive", r.owner, r.sge[0].addr, p.payload_len);
     complete_recv(dev, qp, IBV_WC_LOC_PROT_ERR, IBV_WC_RECV, 0, nullptr, false);
-    if (qp.type == IBV_QPT_RC) nak_and_fail(dev, qp, psn, net::aeth::kNakRemoteOpError, false);
+    if (is_reliable(qp)) nak_and_fail(dev, qp, psn, net::aeth::kNakRemoteOpError, false);
     else dev.qp_to_error(qp);
     return;
   }
@@ -350,8 +393,8 @@ void execute_write(Device& dev, Qp& qp, net::Packet& p) {
   if (info.has(net::kHasImm) && !qp.resp_recv_valid) {
     // WRITE with immediate consumes a receive WQE; check before placing data.
     uint32_t status;
-    if (!take_recv_wqe(dev, qp, &status)) {
-      if (qp.type == IBV_QPT_RC) {
+    if (!take_recv_wqe(dev, qp, p, &status)) {
+      if (is_reliable(qp)) {
         send_rnr_nak(dev, qp, psn);
       } else {
         ++dev.counters_mut().rx_ud_no_recv;
@@ -360,9 +403,11 @@ void execute_write(Device& dev, Qp& qp, net::Packet& p) {
       }
       return;
     }
+    if (status == IBV_WC_REM_INV_REQ_ERR)
+      return nak_and_fail(dev, qp, psn, net::aeth::kNakInvalidRequest);
     if (status != IBV_WC_SUCCESS) {
       complete_recv(dev, qp, status, IBV_WC_RECV_RDMA_WITH_IMM, 0, nullptr, false);
-      if (qp.type == IBV_QPT_RC) nak_and_fail(dev, qp, psn, net::aeth::kNakRemoteOpError, false);
+      if (is_reliable(qp)) nak_and_fail(dev, qp, psn, net::aeth::kNakRemoteOpError, false);
       else dev.qp_to_error(qp);
       return;
     }
@@ -376,9 +421,9 @@ void execute_write(Device& dev, Qp& qp, net::Packet& p) {
       const Mr* mr;
       // IBA 9.7.5.1.3 / C9-88: R_Key, bounds and access checked before any write.
       if (!(qp.access & IBV_ACCESS_REMOTE_WRITE) ||
-          dev.check_mr(reth->rkey, qp.pd, reth->va, reth->dma_len, IBV_ACCESS_REMOTE_WRITE, true,
+          dev.check_mr(reth->rkey, request_pd(dev, qp, p), reth->va, reth->dma_len, IBV_ACCESS_REMOTE_WRITE, true,
                        &mr) != Device::MrCheck::kOk) {
-        if (qp.type == IBV_QPT_RC) return nak_and_fail(dev, qp, psn, net::aeth::kNakRemoteAccessError);
+        if (is_reliable(qp)) return nak_and_fail(dev, qp, psn, net::aeth::kNakRemoteAccessError);
         qp.resp_msg_dropped = !info.has(net::kLast);
         qp.resp_epsn = psn_add(psn, 1);
         return;
@@ -388,7 +433,7 @@ void execute_write(Device& dev, Qp& qp, net::Packet& p) {
     }
   }
   if (p.payload_len > qp.resp_write_left) {
-    if (qp.type == IBV_QPT_RC) return nak_and_fail(dev, qp, psn, net::aeth::kNakInvalidRequest);
+    if (is_reliable(qp)) return nak_and_fail(dev, qp, psn, net::aeth::kNakInvalidRequest);
     qp.resp_in_msg = false;
     return;
   }
@@ -397,7 +442,7 @@ void execute_write(Device& dev, Qp& qp, net::Packet& p) {
     const Mr* mr = dev.find_mr(qp.resp_write_key);
     if (!mr || !mr->owner->mem.write(qp.resp_write_va, p.payload(), p.payload_len)) {
       dev.memory_fault("RDMA write", mr ? mr->owner : nullptr, qp.resp_write_va, p.payload_len);
-      if (qp.type == IBV_QPT_RC) return nak_and_fail(dev, qp, psn, net::aeth::kNakRemoteAccessError);
+      if (is_reliable(qp)) return nak_and_fail(dev, qp, psn, net::aeth::kNakRemoteAccessError);
       return;
     }
   }
@@ -418,7 +463,7 @@ void execute_read(Device& dev, Qp& qp, net::Packet& p) {
   if (len) {
     const Mr* mr;
     if (!(qp.access & IBV_ACCESS_REMOTE_READ) ||
-        dev.check_mr(reth->rkey, qp.pd, reth->va, len, IBV_ACCESS_REMOTE_READ, true, &mr) !=
+        dev.check_mr(reth->rkey, request_pd(dev, qp, p), reth->va, len, IBV_ACCESS_REMOTE_READ, true, &mr) !=
             Device::MrCheck::kOk)
       return nak_and_fail(dev, qp, psn, net::aeth::kNakRemoteAccessError);
     va = mr->addr + (reth->va - mr->iova);
@@ -445,7 +490,7 @@ void execute_atomic(Device& dev, Qp& qp, net::Packet& p) {
   if (va & 7) return nak_and_fail(dev, qp, psn, net::aeth::kNakInvalidRequest);  // C9-181
   const Mr* mr;
   if (!(qp.access & IBV_ACCESS_REMOTE_ATOMIC) ||
-      dev.check_mr(ae->rkey, qp.pd, va, 8, IBV_ACCESS_REMOTE_ATOMIC, true, &mr) != Device::MrCheck::kOk)
+      dev.check_mr(ae->rkey, request_pd(dev, qp, p), va, 8, IBV_ACCESS_REMOTE_ATOMIC, true, &mr) != Device::MrCheck::kOk)
     return nak_and_fail(dev, qp, psn, net::aeth::kNakRemoteAccessError);
   const uint64_t addr = mr->addr + (va - mr->iova);
   // The engine thread serialises every atomic of the device (IBV_ATOMIC_HCA).
@@ -479,16 +524,16 @@ void execute_request(Device& dev, Qp& qp, net::Packet& p) {
   // Every packet but the last of a message carries exactly one MTU (C9-59).
   if (info.has(net::kHasPayload) && (p.payload_len > qp.mtu_bytes() ||
                                      (!info.has(net::kLast) && p.payload_len != qp.mtu_bytes()))) {
-    if (qp.type == IBV_QPT_RC) return nak_and_fail(dev, qp, psn, net::aeth::kNakInvalidRequest);
+    if (is_reliable(qp)) return nak_and_fail(dev, qp, psn, net::aeth::kNakInvalidRequest);
     qp.resp_in_msg = false;
     return;
   }
   if (info.has(net::kRead)) {
-    if (qp.type != IBV_QPT_RC) return;
+    if (!is_reliable(qp)) return;
     return execute_read(dev, qp, p);
   }
   if (info.has(net::kAtomic)) {
-    if (qp.type != IBV_QPT_RC) return;
+    if (!is_reliable(qp)) return;
     return execute_atomic(dev, qp, p);
   }
   const uint32_t epsn_before = qp.resp_epsn;
@@ -502,7 +547,7 @@ void execute_request(Device& dev, Qp& qp, net::Packet& p) {
   qp.resp_in_msg = !info.has(net::kLast);
   qp.resp_last_opcode = p.opcode;
   if (info.has(net::kLast)) ++qp.resp_msn;
-  if (qp.type == IBV_QPT_RC && p.bth()->ack_req()) send_ack(dev, qp, psn);
+  if (is_reliable(qp) && p.bth()->ack_req()) send_ack(dev, qp, psn);
 }
 
 }  // namespace
@@ -514,7 +559,7 @@ void responder_receive(Device& dev, Qp& qp, net::Packet& p) {
   }
   if (qp.resp_fatal_pending) return;  // a fatal NAK is on its way out
   const uint8_t transport = p.opcode & 0xe0;
-  const uint8_t expected = qp.type == IBV_QPT_RC ? 0x00 : qp.type == IBV_QPT_UC ? 0x20 : 0x60;
+  const uint8_t expected = uint8_t(transport_of(qp));
   if (transport != expected) {
     ++dev.counters_mut().rx_bad_transport;
     return;
@@ -537,7 +582,7 @@ bool responder_run(Device& dev, Qp& qp) {
     Response& r = qp.responses.front();
     if (r.kind == Response::Kind::kAeth) {
       const bool fatal = r.fatal;
-      emit_aeth(dev, qp, ack_opcode(), r.psn, r.syndrome);
+      emit_aeth(dev, qp, ack_opcode(qp), r.psn, r.syndrome);
       qp.responses.erase(qp.responses.begin());
       if (fatal) {
         qp.resp_fatal_pending = false;
@@ -557,7 +602,7 @@ bool responder_run(Device& dev, Qp& qp) {
     const uint8_t code = r.first && last ? kReadRespOnly : r.first ? kReadRespFirst
                                                          : last    ? kReadRespLast
                                                                    : kReadRespMiddle;
-    net::Packet* p = dev.new_packet(qp, net::make_opcode(net::Transport::kRc, code), r.psn, false);
+    net::Packet* p = dev.new_packet(qp, response_opcode(qp, code), r.psn, false);
     const OpcodeInfo& info = p->info();
     if (info.has(net::kHasAeth))
       p->hdr<net::Aeth>(info.aeth_off)->syndrome_msn =
@@ -570,7 +615,7 @@ bool responder_run(Device& dev, Qp& qp) {
         const uint32_t psn = r.psn;
         qp.responses.clear();
         ++dev.counters_mut().nak_sent;
-        emit_aeth(dev, qp, ack_opcode(), psn, net::aeth::kNakRemoteAccessError);
+        emit_aeth(dev, qp, ack_opcode(qp), psn, net::aeth::kNakRemoteAccessError);
         dev.qp_to_error(qp);
         return true;
       }

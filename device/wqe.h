@@ -23,7 +23,13 @@ constexpr uint32_t kUcWrOps = wr_bit(IBV_WR_SEND) | wr_bit(IBV_WR_SEND_WITH_IMM)
 constexpr uint32_t kUdWrOps = wr_bit(IBV_WR_SEND) | wr_bit(IBV_WR_SEND_WITH_IMM);
 
 inline uint32_t allowed_wr_ops(ibv_qp_type t) {
-  return t == IBV_QPT_RC ? kRcWrOps : t == IBV_QPT_UC ? kUcWrOps : kUdWrOps;
+  switch (t) {
+    case IBV_QPT_RC:
+    case IBV_QPT_XRC_SEND: return kRcWrOps;
+    case IBV_QPT_UC: return kUcWrOps;
+    case IBV_QPT_UD: return kUdWrOps;
+    default: return 0;  // XRC_RECV has no send queue
+  }
 }
 
 inline bool is_rd_atomic(uint32_t op) {

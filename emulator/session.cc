@@ -129,6 +129,20 @@ void Session::reply(int status, const void* body, size_t len, const int* fds, si
   (void)sendmsg(socket_.native_handle(), &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
 }
 
+void Session::reply_srq(uint32_t handle, bool with_fd) {
+  const device::Srq* s = engine_.device().srq(handle);
+  abi::CreateSrqReply rep{};
+  rep.handle = handle;
+  rep.srqn = handle;
+  rep.max_wr = s->max_wr;
+  rep.max_sge = s->max_sge;
+  rep.log2 = s->ring.log2;
+  rep.stride = s->ring.stride;
+  rep.shm_size = s->mem.size();
+  int fd = s->mem.fd();
+  reply(0, &rep, sizeof(rep), with_fd ? &fd : nullptr, with_fd ? 1 : 0);
+}
+
 void Session::handle(const abi::CtlRequestHeader& hdr, const uint8_t* body, std::vector<int>& fds) {
   device::Device& dev = engine_.device();
   const uint32_t len = hdr.len;
@@ -239,7 +253,7 @@ void Session::handle(const abi::CtlRequestHeader& hdr, const uint8_t* body, std:
     case abi::CtlOp::kCreateQp: {
       abi::CreateQpRequest req;
       if (!body_as(len, body, &req) || req.pd > UINT32_MAX || req.send_cq > UINT32_MAX ||
-          req.recv_cq > UINT32_MAX || req.srq > UINT32_MAX)
+          req.recv_cq > UINT32_MAX || req.srq > UINT32_MAX || req.xrcd > UINT32_MAX)
         return reply(EINVAL, nullptr, 0);
       auto r = dev.create_qp(&owner_, req);
       if (r.err) return reply(r.err, nullptr, 0);
@@ -257,6 +271,60 @@ void Session::handle(const abi::CtlRequestHeader& hdr, const uint8_t* body, std:
       rep.shm_size = qp->mem.size();
       int fd = qp->mem.fd();
       return reply(0, &rep, sizeof(rep), &fd, 1);
+    }
+    case abi::CtlOp::kCreateSrq: {
+      abi::CreateSrqRequest req;
+      if (!body_as(len, body, &req) || req.pd > UINT32_MAX || req.xrcd > UINT32_MAX ||
+          req.cq > UINT32_MAX)
+        return reply(EINVAL, nullptr, 0);
+      auto r = dev.create_srq(&owner_, req);
+      if (r.err) return reply(r.err, nullptr, 0);
+      return reply_srq(r.value, true);
+    }
+    case abi::CtlOp::kModifySrq: {
+      abi::ModifySrqRequest req;
+      if (!body_as(len, body, &req) || req.handle > UINT32_MAX) return reply(EINVAL, nullptr, 0);
+      const device::Srq* before = dev.srq(uint32_t(req.handle));
+      const int old_fd = before ? before->mem.fd() : -1;
+      int err = dev.modify_srq(&owner_, uint32_t(req.handle), req.attr_mask, req.max_wr, req.srq_limit);
+      if (err) return reply(err, nullptr, 0);
+      return reply_srq(uint32_t(req.handle), dev.srq(uint32_t(req.handle))->mem.fd() != old_fd);
+    }
+    case abi::CtlOp::kQuerySrq: {
+      abi::HandleRequest req;
+      if (!body_as(len, body, &req) || req.handle > UINT32_MAX) return reply(EINVAL, nullptr, 0);
+      const device::Srq* s = dev.srq(uint32_t(req.handle));
+      if (!s || s->owner != &owner_) return reply(EINVAL, nullptr, 0);
+      abi::QuerySrqReply rep{s->max_wr, s->max_sge, s->limit, 0};
+      return reply(0, &rep, sizeof(rep));
+    }
+    case abi::CtlOp::kDestroySrq: {
+      abi::HandleRequest req;
+      if (!body_as(len, body, &req) || req.handle > UINT32_MAX) return reply(EINVAL, nullptr, 0);
+      return reply(dev.destroy_srq(&owner_, uint32_t(req.handle)), nullptr, 0);
+    }
+    case abi::CtlOp::kOpenXrcd: {
+      abi::OpenXrcdRequest req;
+      if (!body_as(len, body, &req)) return reply(EINVAL, nullptr, 0);
+      int fd = req.has_fd ? take_fd(fds, 0) : -1;
+      if (req.has_fd && fd < 0) return reply(EBADF, nullptr, 0);
+      auto r = dev.open_xrcd(&owner_, fd, req.oflags);
+      if (fd >= 0) close(fd);
+      abi::OpenXrcdReply rep{r.value};
+      return reply(r.err, &rep, r.err ? 0 : sizeof(rep));
+    }
+    case abi::CtlOp::kCloseXrcd: {
+      abi::HandleRequest req;
+      if (!body_as(len, body, &req) || req.handle > UINT32_MAX) return reply(EINVAL, nullptr, 0);
+      return reply(dev.close_xrcd(&owner_, uint32_t(req.handle)), nullptr, 0);
+    }
+    case abi::CtlOp::kOpenQp: {
+      abi::OpenQpRequest req;
+      if (!body_as(len, body, &req) || req.xrcd > UINT32_MAX) return reply(EINVAL, nullptr, 0);
+      if (req.qp_type != IBV_QPT_XRC_RECV) return reply(EINVAL, nullptr, 0);
+      auto r = dev.open_qp(&owner_, uint32_t(req.xrcd), req.qpn, req.cookie);
+      abi::OpenQpReply rep{r.value};
+      return reply(r.err, &rep, r.err ? 0 : sizeof(rep));
     }
     case abi::CtlOp::kModifyQp: {
       abi::ModifyQpRequest req;

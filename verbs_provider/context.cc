@@ -59,11 +59,6 @@ void allow_engine_access(pid_t engine) {
 int compat_query_port(ibv_context* ctx, uint8_t port, _compat_ibv_port_attr* attr);
 int compat_query_device(ibv_context* ctx, ibv_device_attr* attr);
 
-int unsupported_post_srq_recv(ibv_srq*, ibv_recv_wr* wr, ibv_recv_wr** bad) {
-  *bad = wr;
-  return EOPNOTSUPP;
-}
-
 void fill_device_attr(const abi::DeviceInfo& d, ibv_device_attr* a) {
   std::memset(a, 0, sizeof(*a));
   std::snprintf(a->fw_ver, sizeof(a->fw_ver), "%s", d.fw_ver);
@@ -204,13 +199,18 @@ UROCE_EXPORT ibv_context* ibv_open_device(ibv_device* device) {
   ctx.ops.req_notify_cq = req_notify_cq;
   ctx.ops.post_send = post_send;
   ctx.ops.post_recv = post_recv;
-  ctx.ops.post_srq_recv = unsupported_post_srq_recv;
+  ctx.ops.post_srq_recv = post_srq_recv;
   verbs_context& v = c->vctx;
   v.sz = sizeof(verbs_context);
   v.query_port = query_port;
   v.query_device_ex = query_device_ex;
   v.create_cq_ex = create_cq_ex;
   v.create_qp_ex = create_qp_ex;
+  v.create_srq_ex = create_srq_ex;
+  v.get_srq_num = get_srq_num;
+  v.open_xrcd = open_xrcd;
+  v.close_xrcd = close_xrcd;
+  v.open_qp = open_qp;
   register_context(c);
   return &ctx;
 }

@@ -17,7 +17,13 @@ uint32_t allowed_ops(ibv_qp_type t) {
                       bit(IBV_WR_SEND_WITH_INV);
   const uint32_t rc = uc | bit(IBV_WR_RDMA_READ) | bit(IBV_WR_ATOMIC_CMP_AND_SWP) |
                       bit(IBV_WR_ATOMIC_FETCH_AND_ADD);
-  return t == IBV_QPT_RC ? rc : t == IBV_QPT_UC ? uc : ud;
+  switch (t) {
+    case IBV_QPT_RC:
+    case IBV_QPT_XRC_SEND: return rc;
+    case IBV_QPT_UC: return uc;
+    case IBV_QPT_UD: return ud;
+    default: return 0;  // an XRC target has no send queue
+  }
 }
 
 bool is_rd_atomic(uint32_t op) {
@@ -77,6 +83,7 @@ int build_send_wqe(UQp* qp, const ibv_send_wr* wr, abi::SendWqe* w) {
     default:
       break;
   }
+  if (type == IBV_QPT_XRC_SEND) w->xrc_remote_srqn = wr->qp_type.xrc.remote_srqn;
   if (type == IBV_QPT_UD) {
     if (!wr->wr.ud.ah) return EINVAL;
     w->av = reinterpret_cast<const UAh*>(wr->wr.ud.ah)->av;
@@ -140,7 +147,15 @@ void wr_bind_mw(ibv_qp_ex* q, ibv_mw*, uint32_t, const ibv_mw_bind_info*) { unsu
 void wr_local_inv(ibv_qp_ex* q, uint32_t) { unsupported_op(q); }
 void wr_send_tso(ibv_qp_ex* q, void*, uint16_t, uint16_t) { unsupported_op(q); }
 void wr_atomic_write(ibv_qp_ex* q, uint32_t, uint64_t, const void*) { unsupported_op(q); }
-void wr_set_xrc_srqn(ibv_qp_ex* q, uint32_t) { unsupported_op(q); }
+void wr_set_xrc_srqn(ibv_qp_ex* q, uint32_t remote_srqn) {
+  UQp* qp = to_uqp(q);
+  if (qp->batch_err || !qp->batch_cur) return;
+  if (q->qp_base.qp_type != IBV_QPT_XRC_SEND) {
+    qp->batch_err = EINVAL;
+    return;
+  }
+  qp->batch_cur->xrc_remote_srqn = remote_srqn;
+}
 
 void wr_set_ud_addr(ibv_qp_ex* q, ibv_ah* ah, uint32_t remote_qpn, uint32_t remote_qkey) {
   UQp* qp = to_uqp(q);
@@ -254,6 +269,10 @@ int post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
     *bad_wr = wr;
     return EIO;
   }
+  if (qp->opened || ibqp->qp_type == IBV_QPT_XRC_RECV) {  // no send queue
+    *bad_wr = wr;
+    return EINVAL;
+  }
   int err = 0;
   std::lock_guard<std::mutex> lock(qp->sq_mu);
   const uint32_t start = qp->sq.prod;
@@ -279,6 +298,12 @@ int post_recv(ibv_qp* ibqp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
   if (qp->ctx->engine_gone) {
     *bad_wr = wr;
     return EIO;
+  }
+  // Receives of an SRQ-attached or XRC QP come from an SRQ (rxe: EINVAL).
+  if (qp->has_srq || qp->opened || ibqp->qp_type == IBV_QPT_XRC_SEND ||
+      ibqp->qp_type == IBV_QPT_XRC_RECV) {
+    *bad_wr = wr;
+    return EINVAL;
   }
   int err = 0;
   std::lock_guard<std::mutex> lock(qp->rq_mu);

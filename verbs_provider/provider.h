@@ -139,9 +139,31 @@ struct UQp {
   uint32_t batch_start;
   abi::SendWqe* batch_cur;
   int batch_err;
+  bool has_srq;  // receives come from an SRQ: ibv_post_recv is refused
+  bool opened;   // from ibv_open_qp: no queues of its own
 };
 
 inline UQp* to_uqp(ibv_qp* qp) { return reinterpret_cast<UQp*>(qp); }
+
+struct USrq {
+  ibv_srq srq;
+  UContext* ctx;
+  uint64_t handle;
+  uint32_t srqn;
+  ibv_srq_type type;
+  void* map;
+  size_t map_size;
+  URing ring;
+  std::mutex mu;
+  uint32_t max_wr, max_sge;
+};
+
+inline USrq* to_usrq(ibv_srq* s) { return reinterpret_cast<USrq*>(s); }
+
+struct UXrcd {
+  ibv_xrcd xrcd;
+  uint64_t handle;
+};
 inline UQp* to_uqp(ibv_qp_ex* qp) { return reinterpret_cast<UQp*>(qp); }
 
 // Shared helpers.
@@ -160,6 +182,11 @@ int query_device_ex(ibv_context* ctx, const ibv_query_device_ex_input* input,
                     ibv_device_attr_ex* attr, size_t attr_size);
 int query_port(ibv_context* ctx, uint8_t port, ibv_port_attr* attr, size_t attr_len);
 void to_abi_av(const ibv_ah_attr& in, abi::AddressVector* out);
-UDevice** device_registry_snapshot(int* count);
+ibv_srq* create_srq_ex(ibv_context* ctx, ibv_srq_init_attr_ex* attr);
+int post_srq_recv(ibv_srq* srq, ibv_recv_wr* wr, ibv_recv_wr** bad_wr);
+int get_srq_num(ibv_srq* srq, uint32_t* srq_num);
+ibv_xrcd* open_xrcd(ibv_context* ctx, ibv_xrcd_init_attr* attr);
+int close_xrcd(ibv_xrcd* xrcd);
+ibv_qp* open_qp(ibv_context* ctx, ibv_qp_open_attr* attr);
 
 }  // namespace uroce::provider

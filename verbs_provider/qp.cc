@@ -44,20 +44,26 @@ constexpr uint64_t kSupportedSendOps =
 
 ibv_qp* create_qp_ex(ibv_context* context, ibv_qp_init_attr_ex* attr) {
   UContext* c = to_uctx(context);
-  const uint32_t known = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+  const uint32_t known =
+      IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_XRCD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
   if (attr->comp_mask & ~known) {
     errno = EOPNOTSUPP;
     return nullptr;
   }
-  if (!(attr->comp_mask & IBV_QP_INIT_ATTR_PD) || !attr->pd || !attr->send_cq || !attr->recv_cq) {
-    errno = EINVAL;
-    return nullptr;
-  }
-  if (attr->qp_type != IBV_QPT_RC && attr->qp_type != IBV_QPT_UC && attr->qp_type != IBV_QPT_UD) {
+  const ibv_qp_type type = attr->qp_type;
+  if (type != IBV_QPT_RC && type != IBV_QPT_UC && type != IBV_QPT_UD &&
+      type != IBV_QPT_XRC_SEND && type != IBV_QPT_XRC_RECV) {
     errno = EOPNOTSUPP;
     return nullptr;
   }
-  if (attr->srq) {
+  // libibverbs (cmd_qp.c): an XRC target needs its domain; everything else a PD.
+  if (type == IBV_QPT_XRC_RECV) {
+    if (!(attr->comp_mask & IBV_QP_INIT_ATTR_XRCD) || !attr->xrcd) {
+      errno = EINVAL;
+      return nullptr;
+    }
+  } else if (!(attr->comp_mask & IBV_QP_INIT_ATTR_PD) || !attr->pd || !attr->send_cq ||
+             (type != IBV_QPT_XRC_SEND && !attr->recv_cq)) {
     errno = EINVAL;
     return nullptr;
   }
@@ -71,10 +77,17 @@ ibv_qp* create_qp_ex(ibv_context* context, ibv_qp_init_attr_ex* attr) {
     errno = ENOMEM;
     return nullptr;
   }
+  const bool target = type == IBV_QPT_XRC_RECV;
+  const bool uses_srq = !target && type != IBV_QPT_XRC_SEND && attr->srq;
   abi::CreateQpRequest req{};
-  req.pd = reinterpret_cast<UPd*>(attr->pd)->handle;
-  req.send_cq = to_ucq(attr->send_cq)->handle;
-  req.recv_cq = to_ucq(attr->recv_cq)->handle;
+  if (target) {
+    req.xrcd = reinterpret_cast<UXrcd*>(attr->xrcd)->handle;
+  } else {
+    req.pd = reinterpret_cast<UPd*>(attr->pd)->handle;
+    req.send_cq = to_ucq(attr->send_cq)->handle;
+    if (type != IBV_QPT_XRC_SEND) req.recv_cq = to_ucq(attr->recv_cq)->handle;
+    if (uses_srq) req.srq = to_usrq(attr->srq)->handle;
+  }
   req.cookie = uint64_t(uintptr_t(qp));
   req.qp_type = attr->qp_type;
   req.sq_sig_all = attr->sq_sig_all;
@@ -111,6 +124,7 @@ ibv_qp* create_qp_ex(ibv_context* context, ibv_qp_init_attr_ex* attr) {
   qp->rq.prod = qp->rq.hdr->producer.load();
   qp->caps = rep.caps;
   qp->sq_sig_all = attr->sq_sig_all;
+  qp->has_srq = uses_srq;
   attr->cap.max_send_wr = rep.caps.max_send_wr;
   attr->cap.max_recv_wr = rep.caps.max_recv_wr;
   attr->cap.max_send_sge = rep.caps.max_send_sge;
@@ -120,14 +134,54 @@ ibv_qp* create_qp_ex(ibv_context* context, ibv_qp_init_attr_ex* attr) {
   ibv_qp& q = qp->qpx.qp_base;
   q.context = context;
   q.qp_context = attr->qp_context;
-  q.pd = attr->pd;
-  q.send_cq = attr->send_cq;
-  q.recv_cq = attr->recv_cq;
-  q.srq = nullptr;
+  q.pd = target ? nullptr : attr->pd;
+  q.send_cq = target ? nullptr : attr->send_cq;
+  q.recv_cq = target || type == IBV_QPT_XRC_SEND ? nullptr : attr->recv_cq;
+  q.srq = uses_srq ? attr->srq : nullptr;
   q.handle = uint32_t(rep.handle);
   q.qp_num = rep.qpn;
   q.state = IBV_QPS_RESET;
   q.qp_type = attr->qp_type;
+  pthread_mutex_init(&q.mutex, nullptr);
+  pthread_cond_init(&q.cond, nullptr);
+  fill_qp_ex_ops(qp);
+  return &q;
+}
+
+ibv_qp* open_qp(ibv_context* context, ibv_qp_open_attr* attr) {
+  // libibverbs (cmd.c ibv_cmd_open_qp): NUM, XRCD and TYPE are required.
+  const uint32_t need = IBV_QP_OPEN_ATTR_NUM | IBV_QP_OPEN_ATTR_XRCD | IBV_QP_OPEN_ATTR_TYPE;
+  if (attr->comp_mask >= IBV_QP_OPEN_ATTR_RESERVED) {
+    errno = EOPNOTSUPP;
+    return nullptr;
+  }
+  if ((attr->comp_mask & need) != need || !attr->xrcd || attr->qp_type != IBV_QPT_XRC_RECV) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  auto* qp = new (std::nothrow) UQp{};
+  if (!qp) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  abi::OpenQpRequest req{reinterpret_cast<UXrcd*>(attr->xrcd)->handle, uint64_t(uintptr_t(qp)),
+                         attr->qp_num, uint32_t(attr->qp_type)};
+  abi::OpenQpReply rep;
+  if (int err = to_uctx(context)->conn.call(abi::CtlOp::kOpenQp, &req, sizeof(req), &rep, sizeof(rep))) {
+    delete qp;
+    errno = err;
+    return nullptr;
+  }
+  qp->ctx = to_uctx(context);
+  qp->qpn = attr->qp_num;
+  qp->opened = true;
+  ibv_qp& q = qp->qpx.qp_base;
+  q.context = context;
+  q.qp_context = (attr->comp_mask & IBV_QP_OPEN_ATTR_CONTEXT) ? attr->qp_context : nullptr;
+  q.handle = uint32_t(rep.handle);
+  q.qp_num = attr->qp_num;
+  q.qp_type = IBV_QPT_XRC_RECV;
+  q.state = IBV_QPS_UNKNOWN;
   pthread_mutex_init(&q.mutex, nullptr);
   pthread_cond_init(&q.cond, nullptr);
   fill_qp_ex_ops(qp);

@@ -182,6 +182,13 @@ enum class CtlOp : uint32_t {
   kStats,   // text reply: counters
   kQueryDevice,  // reply: DeviceInfo; no session state (device discovery)
   kSetPortState, // administrative link up/down (uroce port): raises port events
+  kCreateSrq,
+  kModifySrq,
+  kQuerySrq,
+  kDestroySrq,
+  kOpenXrcd,
+  kCloseXrcd,
+  kOpenQp,
   kCount,
 };
 
@@ -334,6 +341,7 @@ struct CreateQpRequest {
   uint32_t qp_type;  // enum ibv_qp_type
   uint32_t sq_sig_all;
   QpCaps caps;
+  uint64_t xrcd;  // IBV_QPT_XRC_RECV: the domain handle
 };
 // Reply fds: [queue memfd holding the SQ then the RQ].
 struct CreateQpReply {
@@ -373,6 +381,7 @@ struct QpAttr {
   uint8_t sq_sig_all;
   AddressVector ah;
   QpCaps caps;
+  uint32_t reserved;  // explicit: no uninitialised padding crosses the socket
 };
 
 struct ModifyQpRequest {
@@ -394,6 +403,65 @@ struct QueryPortReply {
 struct SetPortStateRequest {
   uint32_t state;  // IBV_PORT_ACTIVE or IBV_PORT_DOWN
   uint32_t reserved;
+};
+
+// Shared receive queues. The ring holds RecvWqe entries like a QP's RQ.
+struct CreateSrqRequest {
+  uint64_t pd;
+  uint64_t xrcd;  // IBV_SRQT_XRC
+  uint64_t cq;    // IBV_SRQT_XRC: completions go here
+  uint64_t cookie;
+  uint32_t srq_type;  // enum ibv_srq_type
+  uint32_t max_wr;
+  uint32_t max_sge;
+  uint32_t srq_limit;
+};
+// Reply fds: [queue memfd].
+struct CreateSrqReply {
+  uint64_t handle;
+  uint32_t srqn;
+  uint32_t max_wr;   // usable depth (ring slots - 1)
+  uint32_t max_sge;
+  uint32_t log2;
+  uint32_t stride;
+  uint32_t reserved;
+  uint64_t shm_size;
+};
+
+struct ModifySrqRequest {
+  uint64_t handle;
+  uint32_t attr_mask;  // IBV_SRQ_MAX_WR | IBV_SRQ_LIMIT
+  uint32_t max_wr;
+  uint32_t srq_limit;
+  uint32_t reserved;
+};
+// Reply: CreateSrqReply; with IBV_SRQ_MAX_WR, fds: [the new queue memfd].
+using ModifySrqReply = CreateSrqReply;
+
+struct QuerySrqReply {
+  uint32_t max_wr;
+  uint32_t max_sge;
+  uint32_t srq_limit;
+  uint32_t reserved;
+};
+
+// kOpenXrcd. Request fds: [the file] unless has_fd is 0 (a private domain).
+struct OpenXrcdRequest {
+  uint32_t has_fd;
+  uint32_t oflags;  // O_CREAT, O_EXCL
+};
+struct OpenXrcdReply {
+  uint64_t handle;
+};
+
+struct OpenQpRequest {
+  uint64_t xrcd;
+  uint64_t cookie;
+  uint32_t qpn;
+  uint32_t qp_type;
+};
+struct OpenQpReply {
+  uint64_t handle;
 };
 
 // kStatus / kStats: reply body is UTF-8 text (not NUL terminated).

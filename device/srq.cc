@@ -1,0 +1,164 @@
+// Shared receive queues (basic and XRC) and XRC domains: the control verbs.
+// The datapath side (taking a WQE, the limit event) is in responder.cc.
+#include <fcntl.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "device/device.h"
+#include "device/params.h"
+
+namespace uroce::device {
+
+namespace {
+
+// RecvWqe header plus max_sge entries, a power of two (mlx5 rounds the same
+// way, so asking for 2 SGEs reports 3).
+uint32_t srq_stride(uint32_t max_sge) {
+  return 1u << log2_ceil(uint32_t(sizeof(abi::RecvWqe) + std::max(max_sge, 1u) * sizeof(abi::Sge)));
+}
+
+uint32_t posted(const Srq& s) {
+  const uint32_t prod = s.ring.hdr->producer.load(std::memory_order_acquire);
+  const uint32_t n = prod - s.head;
+  return n > s.ring.size() ? 0 : n;  // a corrupt index counts as empty
+}
+
+}  // namespace
+
+Result<uint32_t> Device::create_srq(Owner* o, const abi::CreateSrqRequest& req) {
+  const ibv_srq_type type = ibv_srq_type(req.srq_type);
+  if (type != IBV_SRQT_BASIC && type != IBV_SRQT_XRC) return {EOPNOTSUPP};  // TM: its own issue
+  Pd* pd = pds_.get(req.pd);
+  if (!pd || pd->owner != o) return {EINVAL};
+  XrcdHandle* xh = nullptr;
+  Cq* cq = nullptr;
+  if (type == IBV_SRQT_XRC) {
+    xh = xrcd_handles_.get(req.xrcd);
+    cq = cqs_.get(req.cq);
+    if (!xh || xh->owner != o || !cq || cq->owner != o) return {EINVAL};
+  }
+  // IBA 11.2.3.1 / man ibv_create_srq: zero or over-limit sizes are EINVAL.
+  if (req.max_wr == 0 || req.max_wr > kMaxSrqWr - 1 || req.max_sge > kMaxSrqSge) return {EINVAL};
+  if (srqs_.count() >= kMaxSrq) return {ENOMEM};
+  auto srq = std::make_unique<Srq>();
+  srq->owner = o;
+  srq->cookie = req.cookie;
+  srq->type = type;
+  srq->pd = uint32_t(req.pd);
+  const uint32_t log2 = log2_ceil(req.max_wr + 1);
+  const uint32_t stride = srq_stride(req.max_sge);
+  if (int e = srq->mem.create("uroce-srq", RingView::bytes(log2, stride))) return {e};
+  srq->ring.init(srq->mem.base(), log2, stride);
+  srq->max_wr = (1u << log2) - 1;
+  srq->max_sge = std::min<uint32_t>((stride - sizeof(abi::RecvWqe)) / sizeof(abi::Sge), kMaxSrqSge);
+  // srq_limit is ignored at creation (man ibv_create_srq; mlx5 does the same).
+  ++pd->refs;
+  if (xh) {
+    srq->xrcd = xh->xrcd;
+    srq->xrcd_handle = uint32_t(req.xrcd);
+    srq->cq = uint32_t(req.cq);
+    ++xh->objects;
+    ++xrcds_.get(xh->xrcd)->users;
+    ++cq->refs;
+  }
+  return {0, srqs_.insert(std::move(srq))};
+}
+
+int Device::modify_srq(Owner* o, uint32_t handle, uint32_t mask, uint32_t max_wr, uint32_t limit) {
+  Srq* s = srqs_.get(handle);
+  if (!s || s->owner != o) return EINVAL;
+  if (mask & ~uint32_t(IBV_SRQ_MAX_WR | IBV_SRQ_LIMIT)) return EINVAL;
+  const uint32_t outstanding = posted(*s);
+  // Validate everything before changing anything (man ibv_modify_srq).
+  uint32_t new_log2 = s->ring.log2;
+  if (mask & IBV_SRQ_MAX_WR) {
+    if (max_wr == 0 || max_wr > kMaxSrqWr - 1 || max_wr < outstanding) return EINVAL;
+    new_log2 = log2_ceil(max_wr + 1);
+  }
+  const uint32_t new_max_wr = (1u << new_log2) - 1;
+  if ((mask & IBV_SRQ_LIMIT) && limit > new_max_wr) return EINVAL;
+  if ((mask & IBV_SRQ_MAX_WR) && !(mask & IBV_SRQ_LIMIT) && s->limit > new_max_wr) return EINVAL;
+  if ((mask & IBV_SRQ_MAX_WR) && new_log2 != s->ring.log2) {
+    // Resize (IBV_DEVICE_SRQ_RESIZE): a new ring, the posted WQEs kept in order.
+    QueueMemory mem;
+    if (int e = mem.create("uroce-srq", RingView::bytes(new_log2, s->ring.stride))) return e;
+    RingView ring;
+    ring.init(mem.base(), new_log2, s->ring.stride);
+    for (uint32_t i = 0; i < outstanding; ++i)
+      std::memcpy(ring.slot(i), s->ring.slot(s->head + i), s->ring.stride);
+    ring.hdr->producer.store(outstanding, std::memory_order_release);
+    ring.hdr->consumer.store(0, std::memory_order_release);
+    s->mem = std::move(mem);
+    s->ring = ring;
+    s->head = 0;
+    s->max_wr = new_max_wr;
+  }
+  if (mask & IBV_SRQ_LIMIT) s->limit = limit;  // 0 disarms
+  return 0;
+}
+
+void Device::srq_consumed(Srq& s) {
+  ++s.consumed;
+  if (s.limit && posted(s) < s.limit) {
+    s.limit = 0;  // one event, then disarmed until armed again
+    s.owner->post_async(IBV_EVENT_SRQ_LIMIT_REACHED, s.cookie);
+  }
+}
+
+int Device::destroy_srq(Owner* o, uint32_t handle) {
+  Srq* s = srqs_.get(handle);
+  if (!s || s->owner != o) return EINVAL;
+  if (s->refs) return EBUSY;  // man ibv_create_srq NOTES: QPs still attached
+  if (Pd* pd = pds_.get(s->pd)) --pd->refs;
+  if (s->type == IBV_SRQT_XRC) {
+    if (Cq* cq = cqs_.get(s->cq)) --cq->refs;
+    if (XrcdHandle* h = xrcd_handles_.get(s->xrcd_handle)) --h->objects;
+    if (Xrcd* x = xrcds_.get(s->xrcd); x && --x->users == 0 && x->handles == 0) xrcds_.erase(s->xrcd);
+  }
+  srqs_.erase(handle);
+  return 0;
+}
+
+Result<uint32_t> Device::open_xrcd(Owner* o, int fd, uint32_t oflags) {
+  uint32_t domain = 0;
+  if (fd >= 0) {
+    struct stat st;
+    if (fstat(fd, &st) != 0) return {EBADF};
+    xrcds_.for_each([&](uint32_t i, Xrcd& x) {
+      if (x.has_inode && x.dev == uint64_t(st.st_dev) && x.ino == uint64_t(st.st_ino)) domain = i;
+    });
+    // man ibv_open_xrcd: O_CREAT|O_EXCL on an existing domain fails; without
+    // O_CREAT a missing domain is EAGAIN (the kernel's answers).
+    if (domain && (oflags & O_EXCL) && (oflags & O_CREAT)) return {EINVAL};
+    if (!domain && !(oflags & O_CREAT)) return {EAGAIN};
+    if (!domain) {
+      auto x = std::make_unique<Xrcd>();
+      x->has_inode = true;
+      x->dev = uint64_t(st.st_dev);
+      x->ino = uint64_t(st.st_ino);
+      domain = xrcds_.insert(std::move(x));
+    }
+  } else {
+    domain = xrcds_.insert(std::make_unique<Xrcd>());  // private to this handle
+  }
+  ++xrcds_.get(domain)->handles;
+  auto h = std::make_unique<XrcdHandle>();
+  h->owner = o;
+  h->xrcd = domain;
+  return {0, xrcd_handles_.insert(std::move(h))};
+}
+
+int Device::close_xrcd(Owner* o, uint32_t handle) {
+  XrcdHandle* h = xrcd_handles_.get(handle);
+  if (!h || h->owner != o) return EINVAL;
+  if (h->objects) return EBUSY;
+  const uint32_t domain = h->xrcd;
+  xrcd_handles_.erase(handle);
+  if (Xrcd* x = xrcds_.get(domain); x && --x->handles == 0 && x->users == 0) xrcds_.erase(domain);
+  return 0;
+}
+
+}  // namespace uroce::device

@@ -1,0 +1,394 @@
+// DpdkPort control path: EAL initialisation (once per process), device probe,
+// queue and MTU setup, statistics. May allocate and log; never exits.
+#include "net/dpdk_port.h"
+
+#include <sched.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <mutex>
+#include <sstream>
+
+#ifdef UROCE_HAVE_DPDK
+#include <rte_dev.h>
+#include <rte_eal.h>
+#include <rte_errno.h>
+#include <rte_ethdev.h>
+#include <rte_lcore.h>
+#include <rte_log.h>
+#include <rte_mbuf.h>
+#include <rte_mempool.h>
+#endif
+
+namespace uroce::net {
+
+namespace {
+
+// RTE_MAX_LCORE of Debian's build: EAL refuses CPU ids at or above it.
+constexpr int kMaxEalCpu = 128;
+
+bool is_hex(char c) { return (c >= '0' && c <= '9') || ((c | 0x20) >= 'a' && (c | 0x20) <= 'f'); }
+
+// "uroce0" -> "uroce0"; anything but [A-Za-z0-9_-] becomes '_' (the prefix
+// names files and directories).
+std::string sanitize(const std::string& name) {
+  std::string out = name.empty() ? "uroce" : name;
+  for (char& c : out)
+    if (!(isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_')) c = '_';
+  return out;
+}
+
+std::string driver_name(const std::string& spec) { return spec.substr(0, spec.find(',')); }
+
+bool is_af_packet(const std::string& spec) {
+  const std::string drv = driver_name(spec);
+  return drv.rfind("net_af_packet", 0) == 0 || drv.rfind("eth_af_packet", 0) == 0;
+}
+
+uint16_t sizing_mtu(const DpdkPortConfig& config) {
+  return config.mtu ? config.mtu : DpdkPort::kJumboMtu;
+}
+
+// net_af_packet copies frames through a PACKET_MMAP ring whose frame size
+// (default 2048) bounds both the MTU it accepts and the frames it passes, so
+// a spec without framesz gets one sized for the MTU (page multiple, one frame
+// per block).
+std::string vdev_devargs(const DpdkPortConfig& config) {
+  if (!is_af_packet(config.spec) || config.spec.find("framesz=") != std::string::npos)
+    return config.spec;
+  const uint32_t need = uint32_t(sizing_mtu(config)) + 14 + 4 + 4 + 128;  // L2, VLAN, FCS, tpacket
+  const uint32_t frame = (need + 4095) / 4096 * 4096;
+  std::string out = config.spec;
+  out += ",framesz=" + std::to_string(frame) + ",blocksz=" + std::to_string(frame);
+  if (out.find("framecnt=") == std::string::npos) out += ",framecnt=512";
+  return out;
+}
+
+std::string cpu_list() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  std::string out;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+    for (int cpu = 0; cpu < kMaxEalCpu; ++cpu) {
+      if (!CPU_ISSET(cpu, &set)) continue;
+      if (!out.empty()) out += ',';
+      out += std::to_string(cpu);
+    }
+  }
+  return out.empty() ? "0" : out;
+}
+
+bool hugepages_available() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  long free_pages = 0;
+  while (meminfo >> key) {
+    if (key == "HugePages_Free:") {
+      meminfo >> free_pages;
+      break;
+    }
+    meminfo.ignore(256, '\n');
+  }
+  if (free_pages <= 0) return false;
+  std::ifstream mounts("/proc/mounts");
+  std::string line;
+  while (std::getline(mounts, line))
+    if (line.find(" hugetlbfs ") != std::string::npos) return true;
+  return false;
+}
+
+}  // namespace
+
+bool is_pci_spec(const std::string& spec) {
+  // [domain:]bus:device.function, hexadecimal: "0000:03:00.0" or "03:00.0".
+  const std::string addr = driver_name(spec);
+  size_t i = 0;
+  auto hex_run = [&](size_t n) {
+    for (size_t k = 0; k < n; ++k, ++i)
+      if (i >= addr.size() || !is_hex(addr[i])) return false;
+    return true;
+  };
+  if (addr.size() == 12) {
+    if (!hex_run(4) || addr[i++] != ':') return false;
+  } else if (addr.size() != 7) {
+    return false;
+  }
+  return hex_run(2) && addr[i++] == ':' && hex_run(2) && addr[i++] == '.' && addr[i] >= '0' &&
+         addr[i] <= '7';
+}
+
+std::vector<std::string> build_eal_args(const DpdkPortConfig& config, bool hugepages) {
+  std::vector<std::string> args = {"uroced"};
+  args.push_back("--file-prefix=uroce-" + sanitize(config.engine_name));
+  // One lcore (the calling engine thread), allowed on every CPU the process
+  // may use: EAL would otherwise pin it, and every engine, to CPU 0.
+  args.push_back("--lcores=0@(" + cpu_list() + ")");
+  args.push_back("--log-level=" + std::to_string(config.log_level));
+  args.push_back("--no-telemetry");  // no telemetry socket and thread
+  args.push_back("-m");
+  args.push_back(std::to_string(config.memory_mb));
+  if (config.use_hugepages && hugepages) {
+    args.push_back("--huge-unlink");  // no hugepage files left behind
+  } else {
+    args.push_back("--no-huge");
+    // No shared config files: no secondary processes, no IPC thread, and
+    // nothing left in /var/run/dpdk that a later engine could trip over.
+    args.push_back("--no-shconf");
+  }
+  if (is_pci_spec(config.spec)) {
+    args.push_back("-a");
+    args.push_back(config.spec);
+  } else {
+    args.push_back("--no-pci");
+    args.push_back("--vdev=" + vdev_devargs(config));
+  }
+  for (const std::string& a : config.extra_eal_args) args.push_back(a);
+  return args;
+}
+
+#ifdef UROCE_HAVE_DPDK
+
+namespace {
+
+struct EalState {
+  std::mutex mu;
+  bool tried = false;
+  bool ok = false;
+  std::string error;
+  std::vector<std::string> args;
+  std::string last_log;  // last DPDK log line, for error messages
+  unsigned pools = 0;    // mempool names must be unique
+};
+
+EalState& eal() {
+  static EalState* s = new EalState;  // never destroyed: EAL threads may log at exit
+  return *s;
+}
+
+// DPDK logs go to stderr (the engine's log), not to stdout and syslog as
+// EAL's default stream does; the last line is kept for error messages.
+ssize_t log_write(void*, const char* buf, size_t size) {
+  (void)!::write(STDERR_FILENO, buf, size);
+  std::string line(buf, size);
+  while (!line.empty() && (line.back() == '\n' || line.back() == ' ')) line.pop_back();
+  if (!line.empty()) {
+    std::lock_guard<std::mutex> lock(eal().mu);
+    eal().last_log = line.substr(0, 300);
+  }
+  return ssize_t(size);
+}
+
+std::string last_log() {
+  std::lock_guard<std::mutex> lock(eal().mu);
+  return eal().last_log;
+}
+
+std::string with_log(std::string msg) {
+  const std::string log = last_log();
+  if (!log.empty()) msg += " (DPDK: " + log + ")";
+  return msg;
+}
+
+std::string init_eal(const DpdkPortConfig& config, std::string& notes) {
+  EalState& s = eal();
+  if (s.tried) return s.ok ? "" : s.error;
+  s.tried = true;
+  const bool huge = hugepages_available();
+  if (config.use_hugepages && !huge)
+    notes += "hugepages requested but none free (or no hugetlbfs mount): running with --no-huge; ";
+  s.args = build_eal_args(config, huge);
+
+  cookie_io_functions_t io = {};
+  io.write = log_write;
+  if (FILE* f = fopencookie(nullptr, "w", io)) {
+    setvbuf(f, nullptr, _IOLBF, 0);
+    rte_openlog_stream(f);
+  }
+  std::vector<char*> argv;
+  std::vector<std::string> copy = s.args;  // EAL may permute argv
+  for (std::string& a : copy) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  if (rte_eal_init(int(argv.size() - 1), argv.data()) < 0) {
+    s.error = with_log(std::string("DPDK EAL initialisation failed: ") + rte_strerror(rte_errno));
+    return s.error;
+  }
+  s.ok = true;
+  return "";
+}
+
+std::string port_error(const std::string& what, int ret) {
+  return with_log(what + ": " + rte_strerror(ret < 0 ? -ret : ret));
+}
+
+// The ethdev the spec names, probing it if EAL did not (a second port in one
+// process, or the same port opened again after close()).
+std::string find_port(const DpdkPortConfig& config, uint16_t& port_id) {
+  std::string name = driver_name(config.spec);
+  if (is_pci_spec(config.spec) && name.size() == 7) name = "0000:" + name;
+  if (rte_eth_dev_get_port_by_name(name.c_str(), &port_id) == 0) return "";
+  if (is_pci_spec(config.spec)) {
+    // Some PMDs name their ports otherwise: take the one port EAL found.
+    if (rte_eth_dev_count_avail() == 1) {
+      RTE_ETH_FOREACH_DEV(pid) {
+        port_id = pid;
+        return "";
+      }
+    }
+  }
+  const std::string devargs = is_pci_spec(config.spec) ? config.spec : vdev_devargs(config);
+  const int ret = rte_dev_probe(devargs.c_str());
+  if (ret < 0) return port_error("cannot probe device '" + devargs + "'", ret);
+  if (rte_eth_dev_get_port_by_name(name.c_str(), &port_id) == 0) return "";
+  return with_log("no ethdev port for '" + config.spec + "' (is the driver or device right?)");
+}
+
+}  // namespace
+
+std::vector<std::string> DpdkPort::eal_args() { return eal().args; }
+
+std::string DpdkPort::open(const DpdkPortConfig& config) {
+  if (is_open()) return "port already open";
+  if (config.spec.empty()) return "no port spec (e.g. net_af_packet0,iface=veth0 or a PCI address)";
+  notes_.clear();
+  std::string err = init_eal(config, notes_);
+  if (!err.empty()) return err;
+  uint16_t pid = 0;
+  err = find_port(config, pid);
+  if (!err.empty()) return err;
+
+  rte_eth_dev_info info;
+  int ret = rte_eth_dev_info_get(pid, &info);
+  if (ret != 0) return port_error("cannot query device", ret);
+  uint16_t mtu = config.mtu;
+  if (mtu == 0 && rte_eth_dev_get_mtu(pid, &mtu) != 0) mtu = RTE_ETHER_MTU;
+  if (mtu < info.min_mtu || mtu > info.max_mtu)
+    return "MTU " + std::to_string(mtu) + " outside the device's range " +
+           std::to_string(info.min_mtu) + ".." + std::to_string(info.max_mtu);
+
+  // One frame per mbuf: room for the largest frame the MTU allows (with a
+  // VLAN tag and FCS), and at least for the largest packet buffer.
+  const uint32_t frame_max = std::max<uint32_t>(uint32_t(mtu) + 14 + 4 + 4, kFrameCapacity);
+  const uint32_t room = RTE_PKTMBUF_HEADROOM + (frame_max + 63) / 64 * 64;
+  if (room > UINT16_MAX) return "MTU too large for an mbuf";
+  std::string pool_name;
+  {
+    std::lock_guard<std::mutex> lock(eal().mu);
+    pool_name = "uroce_pool" + std::to_string(eal().pools++);
+  }
+  // Without hugepages all memory is one anonymous mapping: any socket.
+  const int dev_socket = rte_eth_dev_socket_id(pid);
+  const int socket =
+      (dev_socket < 0 || rte_eal_has_hugepages() == 0) ? int(SOCKET_ID_ANY) : dev_socket;
+  rte_mempool* pool = rte_pktmbuf_pool_create(pool_name.c_str(), config.mbufs, 256, 0,
+                                              uint16_t(room), socket);
+  if (!pool)
+    return with_log("cannot create an mbuf pool of " + std::to_string(config.mbufs) + " x " +
+                    std::to_string(room) + " bytes: " + rte_strerror(rte_errno) +
+                    " (raise DpdkPortConfig::memory_mb?)");
+
+  auto fail = [&](const std::string& what, int r) {
+    std::string e = port_error(what, r);
+    rte_eth_dev_stop(pid);
+    rte_eth_dev_close(pid);
+    rte_mempool_free(pool);
+    return e;
+  };
+  rte_eth_conf conf = {};
+  conf.rxmode.mtu = mtu;
+  ret = rte_eth_dev_configure(pid, 1, 1, &conf);
+  if (ret != 0) return fail("cannot configure device", ret);
+  uint16_t nb_rxd = config.rx_descriptors, nb_txd = config.tx_descriptors;
+  ret = rte_eth_dev_adjust_nb_rx_tx_desc(pid, &nb_rxd, &nb_txd);
+  if (ret != 0) return fail("cannot adjust ring sizes", ret);
+  if (config.mtu != 0) {
+    ret = rte_eth_dev_set_mtu(pid, config.mtu);
+    if (ret != 0) return fail("cannot set MTU " + std::to_string(config.mtu), ret);
+  }
+  ret = rte_eth_rx_queue_setup(pid, 0, nb_rxd, socket, nullptr, pool);
+  if (ret != 0) return fail("cannot set up the RX queue", ret);
+  ret = rte_eth_tx_queue_setup(pid, 0, nb_txd, socket, nullptr);
+  if (ret != 0) return fail("cannot set up the TX queue", ret);
+  ret = rte_eth_dev_start(pid);
+  if (ret != 0) return fail("cannot start device", ret);
+  ret = rte_eth_promiscuous_disable(pid);
+  if (ret != 0) notes_ += "promiscuous mode cannot be disabled (" + std::string(rte_strerror(-ret)) + "); ";
+  rte_ether_addr mac;
+  ret = rte_eth_macaddr_get(pid, &mac);
+  if (ret != 0) return fail("cannot read the MAC address", ret);
+
+  std::copy(mac.addr_bytes, mac.addr_bytes + 6, mac_.begin());
+  if (rte_eth_dev_get_mtu(pid, &mtu_) != 0) mtu_ = mtu;
+  char name[RTE_ETH_NAME_MAX_LEN] = {};
+  rte_eth_dev_get_name_by_port(pid, name);
+  device_name_ = name;
+  port_id_ = pid;
+  mbuf_data_room_ = room - RTE_PKTMBUF_HEADROOM;
+  counters_ = {};
+  tx_count_ = 0;
+  pool_ = pool;
+  return "";
+}
+
+void DpdkPort::close() {
+  if (!is_open()) return;
+  flush();
+  if (tx_count_) {
+    rte_pktmbuf_free_bulk(tx_buf_, unsigned(tx_count_));
+    counters_.tx_ring_full += tx_count_;
+    tx_count_ = 0;
+  }
+  rte_eth_dev_info info;
+  rte_device* dev = rte_eth_dev_info_get(port_id_, &info) == 0 ? info.device : nullptr;
+  rte_eth_dev_stop(port_id_);
+  rte_eth_dev_close(port_id_);
+  // A vdev is removed so that opening the same spec again probes it afresh.
+  if (dev && !is_pci_spec(device_name_)) rte_dev_remove(dev);
+  rte_mempool_free(pool_);
+  pool_ = nullptr;
+}
+
+void DpdkPort::refresh_hw_counters() {
+  if (!is_open()) return;
+  rte_eth_stats st;
+  if (rte_eth_stats_get(port_id_, &st) != 0) return;
+  counters_.rx_missed = st.imissed;
+  counters_.rx_errors = st.ierrors;
+  counters_.rx_no_mbuf = st.rx_nombuf;
+  counters_.tx_errors = st.oerrors;
+}
+
+bool DpdkPort::link_up() const {
+  if (!is_open()) return false;
+  rte_eth_link link = {};
+  if (rte_eth_link_get_nowait(port_id_, &link) != 0) return false;
+  return link.link_status == RTE_ETH_LINK_UP;
+}
+
+#else  // !UROCE_HAVE_DPDK
+
+std::vector<std::string> DpdkPort::eal_args() { return {}; }
+
+std::string DpdkPort::open(const DpdkPortConfig&) {
+  return "this uroce was built without DPDK (install libdpdk-dev and reconfigure)";
+}
+void DpdkPort::close() {}
+void DpdkPort::refresh_hw_counters() {}
+bool DpdkPort::link_up() const { return false; }
+
+#endif  // UROCE_HAVE_DPDK
+
+std::string DpdkPort::stats_text() const {
+  std::ostringstream os;
+  os << "port " << (device_name_.empty() ? "dpdk" : device_name_) << '\n';
+#define UROCE_DPDK_COUNTER_LINE(name, desc) \
+  os << "  " << #name << ' ' << counters_.name << "    # " << desc << '\n';
+  UROCE_DPDK_PORT_COUNTERS(UROCE_DPDK_COUNTER_LINE)
+#undef UROCE_DPDK_COUNTER_LINE
+  return os.str();
+}
+
+}  // namespace uroce::net

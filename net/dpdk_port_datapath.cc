@@ -1,0 +1,111 @@
+// DpdkPort datapath: RX bursts copied into Packet buffers, buffered TX.
+// Engine thread only; no exceptions, no allocation once the PacketPool is
+// warm, every dropped frame counted.
+#include "net/dpdk_port.h"
+
+#include <algorithm>
+#include <cstring>
+
+#ifdef UROCE_HAVE_DPDK
+#include <rte_ethdev.h>
+#include <rte_mbuf.h>
+#endif
+
+namespace uroce::net {
+
+#ifdef UROCE_HAVE_DPDK
+
+namespace {
+
+// Copies a (possibly chained) mbuf's frame into p.
+void copy_from_mbuf(const rte_mbuf* m, Packet* p) {
+  uint32_t off = 0;
+  for (const rte_mbuf* seg = m; seg; seg = seg->next) {
+    std::memcpy(p->data + off, rte_pktmbuf_mtod(seg, const uint8_t*), seg->data_len);
+    off += seg->data_len;
+  }
+  p->len = off;
+  p->l3_off = 0;
+  p->bth_off = 0;
+  p->payload_off = 0;
+  p->payload_len = 0;
+  p->opcode = 0;
+}
+
+}  // namespace
+
+size_t DpdkPort::rx_burst(Packet** out, size_t max, PacketPool& pool) {
+  if (!pool_) return 0;
+  rte_mbuf* mbufs[kBurst];
+  const uint16_t n = rte_eth_rx_burst(port_id_, 0, mbufs, uint16_t(std::min(max, kBurst)));
+  size_t got = 0;
+  for (uint16_t i = 0; i < n; ++i) {
+    const rte_mbuf* m = mbufs[i];
+    if (m->pkt_len > kFrameCapacity) {
+      ++counters_.rx_oversize;
+      continue;
+    }
+    Packet* p = pool.get();
+    copy_from_mbuf(m, p);
+    counters_.rx_bytes += p->len;
+    out[got++] = p;
+  }
+  counters_.rx_frames += got;
+  if (n) rte_pktmbuf_free_bulk(mbufs, n);
+  return got;
+}
+
+void DpdkPort::tx(const Packet* p) {
+  if (!pool_) {
+    ++counters_.tx_port_closed;
+    return;
+  }
+  if (p->len > mbuf_data_room_) {
+    ++counters_.tx_oversize;
+    return;
+  }
+  rte_mbuf* m = rte_pktmbuf_alloc(pool_);
+  if (!m) {
+    // The pool may be held by the driver's TX ring: push what we have and
+    // try once more before dropping.
+    flush();
+    m = rte_pktmbuf_alloc(pool_);
+    if (!m) {
+      ++counters_.tx_no_mbuf;
+      return;
+    }
+  }
+  std::memcpy(rte_pktmbuf_mtod(m, uint8_t*), p->data, p->len);
+  m->data_len = uint16_t(p->len);
+  m->pkt_len = p->len;
+  tx_len_[tx_count_] = p->len;
+  tx_buf_[tx_count_++] = m;
+  if (tx_count_ == kBurst) flush();
+}
+
+size_t DpdkPort::flush() {
+  if (!tx_count_) return 0;
+  size_t sent = 0;
+  for (unsigned attempt = 0; attempt < kTxRetries && sent < tx_count_; ++attempt)
+    sent += rte_eth_tx_burst(port_id_, 0, tx_buf_ + sent, uint16_t(tx_count_ - sent));
+  // Sent mbufs belong to the driver now (af_packet frees them at once): the
+  // byte count comes from tx_len_.
+  for (size_t i = 0; i < sent; ++i) counters_.tx_bytes += tx_len_[i];
+  counters_.tx_frames += sent;
+  if (sent < tx_count_) {
+    rte_pktmbuf_free_bulk(tx_buf_ + sent, unsigned(tx_count_ - sent));
+    counters_.tx_ring_full += tx_count_ - sent;
+  }
+  tx_count_ = 0;
+  return sent;
+}
+
+#else  // !UROCE_HAVE_DPDK: open() always fails, so nothing flows.
+
+size_t DpdkPort::rx_burst(Packet**, size_t, PacketPool&) { return 0; }
+void DpdkPort::tx(const Packet*) { ++counters_.tx_port_closed; }
+size_t DpdkPort::flush() { return 0; }
+
+#endif  // UROCE_HAVE_DPDK
+
+}  // namespace uroce::net

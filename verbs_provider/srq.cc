@@ -1,0 +1,240 @@
+// Shared receive queues (basic and XRC) and XRC domains.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "verbs_provider/provider.h"
+
+namespace uroce::provider {
+
+namespace {
+
+void attach_ring(USrq* s, const abi::CreateSrqReply& rep, void* map) {
+  s->map = map;
+  s->map_size = rep.shm_size;
+  s->ring.attach(static_cast<uint8_t*>(map));
+  s->ring.log2 = rep.log2;
+  s->ring.stride = rep.stride;
+  s->ring.prod = s->ring.hdr->producer.load();
+  s->max_wr = rep.max_wr;
+  s->max_sge = rep.max_sge;
+}
+
+}  // namespace
+
+ibv_srq* create_srq_ex(ibv_context* context, ibv_srq_init_attr_ex* attr) {
+  UContext* c = to_uctx(context);
+  // libibverbs' rules (cmd_srq.c): unknown bits EOPNOTSUPP, PD mandatory,
+  // XRC needs its domain and CQ.
+  if (attr->comp_mask >= IBV_SRQ_INIT_ATTR_RESERVED) {
+    errno = EOPNOTSUPP;
+    return nullptr;
+  }
+  if (!(attr->comp_mask & IBV_SRQ_INIT_ATTR_PD) || !attr->pd) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  const ibv_srq_type type =
+      (attr->comp_mask & IBV_SRQ_INIT_ATTR_TYPE) ? attr->srq_type : IBV_SRQT_BASIC;
+  abi::CreateSrqRequest req{};
+  if (type == IBV_SRQT_XRC) {
+    if (!(attr->comp_mask & IBV_SRQ_INIT_ATTR_XRCD) || !(attr->comp_mask & IBV_SRQ_INIT_ATTR_CQ) ||
+        !attr->xrcd || !attr->cq) {
+      errno = EINVAL;
+      return nullptr;
+    }
+    req.xrcd = reinterpret_cast<UXrcd*>(attr->xrcd)->handle;
+    req.cq = to_ucq(attr->cq)->handle;
+  } else if (type != IBV_SRQT_BASIC) {
+    errno = EOPNOTSUPP;  // tag matching arrives with its own issue
+    return nullptr;
+  }
+  auto* s = new (std::nothrow) USrq{};
+  if (!s) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  req.pd = reinterpret_cast<UPd*>(attr->pd)->handle;
+  req.cookie = uint64_t(uintptr_t(s));
+  req.srq_type = type;
+  req.max_wr = attr->attr.max_wr;
+  req.max_sge = attr->attr.max_sge;
+  req.srq_limit = attr->attr.srq_limit;
+  abi::CreateSrqReply rep;
+  int fd = -1;
+  if (int err = c->conn.call(abi::CtlOp::kCreateSrq, &req, sizeof(req), &rep, sizeof(rep), nullptr, 0,
+                             &fd, 1)) {
+    delete s;
+    errno = err;
+    return nullptr;
+  }
+  void* map = map_queue(fd, rep.shm_size);
+  close(fd);
+  if (!map) {
+    abi::HandleRequest d{rep.handle};
+    c->conn.call(abi::CtlOp::kDestroySrq, &d, sizeof(d), nullptr, 0);
+    delete s;
+    errno = ENOMEM;
+    return nullptr;
+  }
+  s->ctx = c;
+  s->handle = rep.handle;
+  s->srqn = rep.srqn;
+  s->type = type;
+  attach_ring(s, rep, map);
+  // The sizes the device really gives are written back (man ibv_create_srq).
+  attr->attr.max_wr = rep.max_wr;
+  attr->attr.max_sge = rep.max_sge;
+  ibv_srq& srq = s->srq;
+  srq.context = context;
+  srq.srq_context = attr->srq_context;
+  srq.pd = attr->pd;
+  srq.handle = uint32_t(rep.handle);
+  pthread_mutex_init(&srq.mutex, nullptr);
+  pthread_cond_init(&srq.cond, nullptr);
+  return &srq;
+}
+
+int post_srq_recv(ibv_srq* ibsrq, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
+  USrq* s = to_usrq(ibsrq);
+  if (s->ctx->engine_gone) {
+    *bad_wr = wr;
+    return EIO;
+  }
+  int err = 0;
+  std::lock_guard<std::mutex> lock(s->mu);
+  const uint32_t start = s->ring.prod;
+  for (; wr; wr = wr->next) {
+    if (wr->num_sge < 0 || uint32_t(wr->num_sge) > s->max_sge) {
+      err = EINVAL;
+      break;
+    }
+    if (s->ring.prod - s->ring.hdr->consumer.load(std::memory_order_acquire) >= s->max_wr) {
+      err = ENOMEM;
+      break;
+    }
+    uint8_t* slot = s->ring.slot(s->ring.prod);
+    abi::RecvWqe hdr{wr->wr_id, uint32_t(wr->num_sge), 0};
+    std::memcpy(slot, &hdr, sizeof(hdr));
+    auto* sge = reinterpret_cast<abi::Sge*>(slot + sizeof(hdr));
+    for (int i = 0; i < wr->num_sge; ++i)
+      sge[i] = {wr->sg_list[i].addr, wr->sg_list[i].length, wr->sg_list[i].lkey};
+    ++s->ring.prod;
+  }
+  if (err) *bad_wr = wr;
+  if (s->ring.prod != start) {
+    s->ring.hdr->producer.store(s->ring.prod, std::memory_order_release);
+    s->ctx->ring_doorbell();
+  }
+  return err;
+}
+
+int get_srq_num(ibv_srq* srq, uint32_t* srq_num) {
+  *srq_num = to_usrq(srq)->srqn;
+  return 0;
+}
+
+ibv_xrcd* open_xrcd(ibv_context* context, ibv_xrcd_init_attr* attr) {
+  // libibverbs (cmd.c ibv_cmd_open_xrcd): unknown bits EOPNOTSUPP, FD and
+  // OFLAGS both required.
+  if (attr->comp_mask >= IBV_XRCD_INIT_ATTR_RESERVED) {
+    errno = EOPNOTSUPP;
+    return nullptr;
+  }
+  if (!(attr->comp_mask & IBV_XRCD_INIT_ATTR_FD) || !(attr->comp_mask & IBV_XRCD_INIT_ATTR_OFLAGS)) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  if (attr->oflags & ~(O_CREAT | O_EXCL)) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  if (attr->fd != -1 && fcntl(attr->fd, F_GETFD) < 0) {
+    errno = EBADF;
+    return nullptr;
+  }
+  abi::OpenXrcdRequest req{attr->fd != -1 ? 1u : 0u, uint32_t(attr->oflags)};
+  abi::OpenXrcdReply rep;
+  if (int err = to_uctx(context)->conn.call(abi::CtlOp::kOpenXrcd, &req, sizeof(req), &rep,
+                                            sizeof(rep), &attr->fd, attr->fd != -1 ? 1 : 0)) {
+    errno = err;
+    return nullptr;
+  }
+  auto* x = new UXrcd{};
+  x->xrcd.context = context;
+  x->handle = rep.handle;
+  return &x->xrcd;
+}
+
+int close_xrcd(ibv_xrcd* xrcd) {
+  auto* x = reinterpret_cast<UXrcd*>(xrcd);
+  abi::HandleRequest req{x->handle};
+  int err = to_uctx(xrcd->context)->conn.call(abi::CtlOp::kCloseXrcd, &req, sizeof(req), nullptr, 0);
+  if (err && err != EIO) return err;
+  delete x;
+  return 0;
+}
+
+}  // namespace uroce::provider
+
+using namespace uroce;
+using namespace uroce::provider;
+
+UROCE_EXPORT ibv_srq* ibv_create_srq(ibv_pd* pd, ibv_srq_init_attr* init) {
+  ibv_srq_init_attr_ex ex{};
+  ex.srq_context = init->srq_context;
+  ex.attr = init->attr;
+  ex.comp_mask = IBV_SRQ_INIT_ATTR_PD;
+  ex.pd = pd;
+  ibv_srq* srq = create_srq_ex(pd->context, &ex);
+  if (srq) init->attr = ex.attr;
+  return srq;
+}
+
+UROCE_EXPORT int ibv_modify_srq(ibv_srq* ibsrq, ibv_srq_attr* attr, int attr_mask) {
+  USrq* s = to_usrq(ibsrq);
+  if (attr_mask & ~(IBV_SRQ_MAX_WR | IBV_SRQ_LIMIT)) return EINVAL;
+  if (!attr_mask) return 0;
+  std::lock_guard<std::mutex> lock(s->mu);
+  abi::ModifySrqRequest req{s->handle, uint32_t(attr_mask), attr->max_wr, attr->srq_limit, 0};
+  abi::ModifySrqReply rep;
+  int fd = -1;
+  if (int err = s->ctx->conn.call(abi::CtlOp::kModifySrq, &req, sizeof(req), &rep, sizeof(rep),
+                                  nullptr, 0, &fd, 1))
+    return err;
+  if (fd >= 0) {
+    // Resized: the engine moved the posted WQEs into a new ring.
+    void* map = map_queue(fd, rep.shm_size);
+    close(fd);
+    if (!map) return ENOMEM;
+    unmap_queue(s->map, s->map_size);
+    attach_ring(s, rep, map);
+  }
+  return 0;
+}
+
+UROCE_EXPORT int ibv_query_srq(ibv_srq* ibsrq, ibv_srq_attr* attr) {
+  USrq* s = to_usrq(ibsrq);
+  abi::HandleRequest req{s->handle};
+  abi::QuerySrqReply rep;
+  if (int err = s->ctx->conn.call(abi::CtlOp::kQuerySrq, &req, sizeof(req), &rep, sizeof(rep)))
+    return err;
+  attr->max_wr = rep.max_wr;
+  attr->max_sge = rep.max_sge;
+  attr->srq_limit = rep.srq_limit;
+  return 0;
+}
+
+UROCE_EXPORT int ibv_destroy_srq(ibv_srq* ibsrq) {
+  USrq* s = to_usrq(ibsrq);
+  abi::HandleRequest req{s->handle};
+  int err = s->ctx->conn.call(abi::CtlOp::kDestroySrq, &req, sizeof(req), nullptr, 0);
+  if (err && err != EIO) return err;
+  unmap_queue(s->map, s->map_size);
+  pthread_cond_destroy(&ibsrq->cond);
+  pthread_mutex_destroy(&ibsrq->mutex);
+  delete s;
+  return 0;
+}
