@@ -233,6 +233,7 @@ std::string find_port(const DpdkPortConfig& config, uint16_t& port_id) {
   if (is_pci_spec(config.spec)) {
     // Some PMDs name their ports otherwise: take the one port EAL found.
     if (rte_eth_dev_count_avail() == 1) {
+      uint16_t pid;
       RTE_ETH_FOREACH_DEV(pid) {
         port_id = pid;
         return "";
