@@ -2,7 +2,10 @@
 // queue and MTU setup, statistics. May allocate and log; never exits.
 #include "net/dpdk_port.h"
 
+#include <net/if.h>
 #include <sched.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,6 +14,7 @@
 #include <cstring>
 #include <fstream>
 #include <mutex>
+#include <numeric>
 #include <sstream>
 
 #ifdef UROCE_HAVE_DPDK
@@ -53,18 +57,39 @@ uint16_t sizing_mtu(const DpdkPortConfig& config) {
   return config.mtu ? config.mtu : DpdkPort::kJumboMtu;
 }
 
+// The value of devargs key ("iface" in "net_af_packet0,iface=veth0").
+std::string devarg(const std::string& spec, const std::string& key) {
+  size_t pos = 0;
+  while ((pos = spec.find(',', pos)) != std::string::npos) {
+    ++pos;
+    if (spec.compare(pos, key.size() + 1, key + "=") == 0) {
+      const size_t start = pos + key.size() + 1;
+      return spec.substr(start, spec.find(',', start) - start);
+    }
+  }
+  return "";
+}
+
 // net_af_packet copies frames through a PACKET_MMAP ring whose frame size
-// (default 2048) bounds both the MTU it accepts and the frames it passes, so
-// a spec without framesz gets one sized for the MTU (page multiple, one frame
-// per block).
-std::string vdev_devargs(const DpdkPortConfig& config) {
-  if (!is_af_packet(config.spec) || config.spec.find("framesz=") != std::string::npos)
-    return config.spec;
+// (default 2048) bounds the frames it passes (the kernel puts ~80 bytes of
+// tpacket header and alignment before each), and its RX queue wants mbufs
+// that hold a whole ring frame.
+uint32_t af_packet_frame_size(const DpdkPortConfig& config) {
+  const std::string given = devarg(config.spec, "framesz");
+  if (!given.empty()) return uint32_t(std::strtoul(given.c_str(), nullptr, 0));
   const uint32_t need = uint32_t(sizing_mtu(config)) + 14 + 4 + 4 + 128;  // L2, VLAN, FCS, tpacket
-  const uint32_t frame = (need + 4095) / 4096 * 4096;
+  return (need + 1023) / 1024 * 1024;
+}
+
+// A spec without framesz gets ring frames sized for the MTU, in blocks of
+// whole pages (the kernel's rule) holding whole frames.
+std::string vdev_devargs(const DpdkPortConfig& config) {
+  if (!is_af_packet(config.spec) || !devarg(config.spec, "framesz").empty()) return config.spec;
+  const uint32_t frame = af_packet_frame_size(config);
+  const uint32_t block = frame * (4096 / std::gcd(frame, 4096u));
   std::string out = config.spec;
-  out += ",framesz=" + std::to_string(frame) + ",blocksz=" + std::to_string(frame);
-  if (out.find("framecnt=") == std::string::npos) out += ",framecnt=512";
+  out += ",framesz=" + std::to_string(frame) + ",blocksz=" + std::to_string(block);
+  if (devarg(out, "framecnt").empty()) out += ",framecnt=512";
   return out;
 }
 
@@ -193,6 +218,29 @@ std::string with_log(std::string msg) {
   return msg;
 }
 
+constexpr uint32_t kEthOverhead = RTE_ETHER_HDR_LEN + RTE_ETHER_CRC_LEN;  // as ethdev counts
+
+// Reads the kernel interface's MTU into mtu, first setting it to want if
+// want is not 0 and differs.
+std::string kernel_mtu(const std::string& iface, uint16_t want, uint16_t& mtu) {
+  if (iface.empty() || iface.size() >= IFNAMSIZ) return "af_packet spec without a valid iface=";
+  const int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return std::string("socket: ") + std::strerror(errno);
+  ifreq ifr = {};
+  std::memcpy(ifr.ifr_name, iface.c_str(), iface.size());
+  std::string err;
+  if (ioctl(fd, SIOCGIFMTU, &ifr) != 0) {
+    err = "cannot read the MTU of " + iface + ": " + std::strerror(errno);
+  } else if (want && ifr.ifr_mtu != want) {
+    ifr.ifr_mtu = want;
+    if (ioctl(fd, SIOCSIFMTU, &ifr) != 0)
+      err = "cannot set MTU " + std::to_string(want) + " on " + iface + ": " + std::strerror(errno);
+  }
+  if (err.empty()) mtu = uint16_t(ifr.ifr_mtu);
+  ::close(fd);
+  return err;
+}
+
 std::string init_eal(const DpdkPortConfig& config, std::string& notes) {
   EalState& s = eal();
   if (s.tried) return s.ok ? "" : s.error;
@@ -264,15 +312,31 @@ std::string DpdkPort::open(const DpdkPortConfig& config) {
   rte_eth_dev_info info;
   int ret = rte_eth_dev_info_get(pid, &info);
   if (ret != 0) return port_error("cannot query device", ret);
-  uint16_t mtu = config.mtu;
-  if (mtu == 0 && rte_eth_dev_get_mtu(pid, &mtu) != 0) mtu = RTE_ETHER_MTU;
-  if (mtu < info.min_mtu || mtu > info.max_mtu)
-    return "MTU " + std::to_string(mtu) + " outside the device's range " +
-           std::to_string(info.min_mtu) + ".." + std::to_string(info.max_mtu);
+  // The MTU of the link; ethdev_mtu is what ethdev is told.
+  uint16_t mtu = config.mtu, ethdev_mtu = config.mtu;
+  const bool af_packet = is_af_packet(config.spec);
+  if (af_packet) {
+    // net_af_packet (DPDK 22.11) reports a 1518-byte maximum frame and so
+    // refuses any ethdev MTU above 1500, yet passes every frame its ring
+    // frames hold: the kernel interface's MTU is the real one. Set and read
+    // that, and give ethdev the most it accepts.
+    err = kernel_mtu(devarg(config.spec, "iface"), config.mtu, mtu);
+    if (!err.empty()) return err;
+    const uint32_t ethdev_max =
+        info.max_rx_pktlen > kEthOverhead ? info.max_rx_pktlen - kEthOverhead : RTE_ETHER_MTU;
+    ethdev_mtu = uint16_t(std::min<uint32_t>({mtu, ethdev_max, info.max_mtu}));
+  } else {
+    if (mtu == 0 && rte_eth_dev_get_mtu(pid, &mtu) != 0) mtu = RTE_ETHER_MTU;
+    if (mtu < info.min_mtu || mtu > info.max_mtu)
+      return "MTU " + std::to_string(mtu) + " outside the device's range " +
+             std::to_string(info.min_mtu) + ".." + std::to_string(info.max_mtu);
+    ethdev_mtu = mtu;
+  }
 
   // One frame per mbuf: room for the largest frame the MTU allows (with a
   // VLAN tag and FCS), and at least for the largest packet buffer.
-  const uint32_t frame_max = std::max<uint32_t>(uint32_t(mtu) + 14 + 4 + 4, kFrameCapacity);
+  uint32_t frame_max = std::max<uint32_t>(uint32_t(mtu) + 14 + 4 + 4, kFrameCapacity);
+  if (af_packet) frame_max = std::max(frame_max, af_packet_frame_size(config));
   const uint32_t room = RTE_PKTMBUF_HEADROOM + (frame_max + 63) / 64 * 64;
   if (room > UINT16_MAX) return "MTU too large for an mbuf";
   std::string pool_name;
@@ -299,13 +363,13 @@ std::string DpdkPort::open(const DpdkPortConfig& config) {
     return e;
   };
   rte_eth_conf conf = {};
-  conf.rxmode.mtu = mtu;
+  conf.rxmode.mtu = ethdev_mtu;
   ret = rte_eth_dev_configure(pid, 1, 1, &conf);
   if (ret != 0) return fail("cannot configure device", ret);
   uint16_t nb_rxd = config.rx_descriptors, nb_txd = config.tx_descriptors;
   ret = rte_eth_dev_adjust_nb_rx_tx_desc(pid, &nb_rxd, &nb_txd);
   if (ret != 0) return fail("cannot adjust ring sizes", ret);
-  if (config.mtu != 0) {
+  if (config.mtu != 0 && !af_packet) {
     ret = rte_eth_dev_set_mtu(pid, config.mtu);
     if (ret != 0) return fail("cannot set MTU " + std::to_string(config.mtu), ret);
   }
@@ -322,7 +386,8 @@ std::string DpdkPort::open(const DpdkPortConfig& config) {
   if (ret != 0) return fail("cannot read the MAC address", ret);
 
   std::copy(mac.addr_bytes, mac.addr_bytes + 6, mac_.begin());
-  if (rte_eth_dev_get_mtu(pid, &mtu_) != 0) mtu_ = mtu;
+  mtu_ = mtu;
+  if (!af_packet) rte_eth_dev_get_mtu(pid, &mtu_);
   char name[RTE_ETH_NAME_MAX_LEN] = {};
   rte_eth_dev_get_name_by_port(pid, name);
   device_name_ = name;

@@ -51,7 +51,7 @@ TEST(DpdkPortEalArgs, VdevWithoutHugepages) {
   EXPECT_EQ(arg_starting(args, "--lcores=0@(").back(), ')');
   // af_packet's ring frames are sized for the MTU (one page-multiple frame per block).
   EXPECT_EQ(arg_starting(args, "--vdev="),
-            "--vdev=net_af_packet0,iface=veth0,framesz=12288,blocksz=12288,framecnt=512");
+            "--vdev=net_af_packet0,iface=veth0,framesz=9216,blocksz=36864,framecnt=512");
 }
 
 TEST(DpdkPortEalArgs, ExplicitFrameSizeIsKept) {
