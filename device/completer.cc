@@ -41,7 +41,7 @@ void progress(Device& dev, Qp& qp, uint32_t next_psn) {
 
 // A fatal remote answer: the WQE at the head ends with `status`, the QP errs.
 void fail_head(Device& dev, Qp& qp, uint32_t status) {
-  if (qp.sq_head == qp.sq_next) {
+  if (qp.sq_head == qp.sq_next && !qp.req_offset) {  // nothing started: nothing to blame
     dev.qp_to_error(qp);
     return;
   }
@@ -54,6 +54,8 @@ void on_ack(Device& dev, Qp& qp, const net::Packet& p) {
   const uint8_t syn = p.hdr<net::Aeth>(p.info().aeth_off)->syndrome();
   switch (syn & net::aeth::kTypeMask) {
     case net::aeth::kAck: {
+      if (!qp.acked_valid || psn_diff(psn, qp.acked_psn) > 0) qp.acked_psn = psn;
+      qp.acked_valid = true;
       complete_acked(dev, qp, psn);
       if (qp.sq_head != qp.sq_next) {
         const SendWqeState& st = wqe_state(qp, qp.sq_head);
@@ -161,8 +163,10 @@ void on_read_or_atomic_response(Device& dev, Qp& qp, const net::Packet& p) {
   if (w.opcode != IBV_WR_RDMA_READ) return;
   const uint64_t offset = uint64_t(psn_diff(psn, st.first_psn)) * qp.mtu_bytes();
   const bool last = info.has(net::kLast);
-  if (offset + p.payload_len > st.length ||
-      (!last && p.payload_len != qp.mtu_bytes())) {
+  // A full MTU until LAST, and LAST/ONLY exactly where the message ends;
+  // anything else is dropped (the timer asks again), never a short success.
+  if (offset + p.payload_len > st.length || (!last && p.payload_len != qp.mtu_bytes()) ||
+      (last && offset + p.payload_len != st.length)) {
     ++dev.counters_mut().rx_stale_response;
     return;
   }
@@ -173,7 +177,14 @@ void on_read_or_atomic_response(Device& dev, Qp& qp, const net::Packet& p) {
     return;
   }
   progress(dev, qp, psn_add(psn, 1));
-  if (last) complete_send_head(dev, qp, IBV_WC_SUCCESS);
+  if (!last) return;
+  complete_send_head(dev, qp, IBV_WC_SUCCESS);
+  // An ACK that overtook this READ's (lost) responses still covers the
+  // requests after it: they need not be acknowledged again.
+  if (qp.acked_valid && psn_diff(qp.acked_psn, psn) > 0) {
+    complete_acked(dev, qp, qp.acked_psn);
+    progress(dev, qp, psn_add(qp.acked_psn, 1));
+  }
 }
 
 }  // namespace

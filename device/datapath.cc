@@ -95,6 +95,7 @@ uint64_t Device::next_deadline_ns() const {
     if (t && (!next || t < next)) next = t;
   };
   for (const Qp* q : active_qps_) {
+    if (q->state != IBV_QPS_RTS && q->state != IBV_QPS_SQD) continue;  // no timer runs
     take(q->retrans_deadline_ns);
     take(q->rnr_wait_until_ns);
   }

@@ -102,6 +102,8 @@ struct Qp {
 
   // Completer.
   uint32_t comp_psn = 0;  // oldest PSN not yet acknowledged
+  uint32_t acked_psn = 0; // highest PSN a plain ACK covered (READs excepted)
+  bool acked_valid = false;
 
   // Responder.
   uint32_t resp_epsn = 0;
@@ -125,6 +127,7 @@ struct Qp {
   bool resp_ack_pending = false;
 
   bool last_wqe_reached_sent = false;
+  bool sqd_notify_pending = false;  // SQ_DRAINED owed once the SQ is quiet
   uint64_t tx_packets = 0, rx_packets = 0, retransmits = 0, rnr_naks = 0;
 };
 

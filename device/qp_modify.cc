@@ -92,7 +92,7 @@ void export_attr(const Qp& qp, abi::QpAttr* a) {
   a->qp_access_flags = qp.access;
   a->pkey_index = qp.pkey_index;
   a->en_sqd_async_notify = qp.en_sqd_async_notify;
-  a->sq_draining = 0;
+  a->sq_draining = qp.state == IBV_QPS_SQD && (qp.sq_head != qp.sq_next || qp.req_offset);
   a->max_rd_atomic = qp.max_rd_atomic;
   a->max_dest_rd_atomic = qp.max_dest_rd_atomic;
   a->min_rnr_timer = qp.min_rnr_timer;
@@ -182,6 +182,7 @@ int Device::modify_qp(Owner* o, uint32_t qpn, uint32_t mask, const abi::QpAttr& 
   if (mask & IBV_QP_EN_SQD_ASYNC_NOTIFY) qp->en_sqd_async_notify = a.en_sqd_async_notify;
   if (mask & IBV_QP_SQ_PSN) {
     qp->req_psn = qp->comp_psn = qp->req_max_psn = a.sq_psn & 0xffffff;
+    qp->acked_valid = false;
   }
   if (mask & IBV_QP_RETRY_CNT) qp->retry_left = qp->retry_cnt;
   if (mask & IBV_QP_RNR_RETRY) qp->rnr_retry_left = qp->rnr_retry;
@@ -206,9 +207,15 @@ int Device::modify_qp(Owner* o, uint32_t qpn, uint32_t mask, const abi::QpAttr& 
     flush_qp(*qp);
     return 0;
   }
-  if (next == IBV_QPS_SQD && qp->state == IBV_QPS_RTS && qp->en_sqd_async_notify) {
+  if (next == IBV_QPS_SQD && qp->state == IBV_QPS_RTS) {
+    // SQ_DRAINED once every started message is acknowledged (IBA 10.3.1.4);
+    // the requester finishes the message in progress and then posts it.
     qp->state = next;
-    post_qp_event(*qp, IBV_EVENT_SQ_DRAINED);  // nothing in flight once the SQ is idle
+    qp->sqd_notify_pending = qp->en_sqd_async_notify;
+    if (qp->sqd_notify_pending && qp->sq_head == qp->sq_next && !qp->req_offset) {
+      qp->sqd_notify_pending = false;  // already quiet
+      post_qp_event(*qp, IBV_EVENT_SQ_DRAINED);
+    }
     return 0;
   }
   qp->state = next;
@@ -240,7 +247,7 @@ void Device::flush_qp(Qp& qp) {
       cqe.status = IBV_WC_WR_FLUSH_ERR;
       cqe.opcode = IBV_WC_SEND;
       cqe.qp_num = qp.qpn;
-      if (!complete(qp, true, cqe, false)) break;
+      complete(qp, true, cqe, false);  // a CQ in error loses it; the slot is freed anyway
     }
   } else {
     ++counters_.bad_wqes;
@@ -249,6 +256,8 @@ void Device::flush_qp(Qp& qp) {
   qp.sq_next = qp.sq_fetched = qp.sq_head;
   qp.sq.hdr->consumer.store(qp.sq_head, std::memory_order_release);
   qp.req_offset = 0;
+  qp.rnr_wait_until_ns = qp.retrans_deadline_ns = 0;  // no timer outlives the error
+  qp.sqd_notify_pending = false;
   qp.rd_atomic_inflight = 0;
   qp.responses.clear();
   if (qp.resp_recv_valid) {
@@ -277,7 +286,7 @@ void Device::flush_qp(Qp& qp) {
       cqe.status = IBV_WC_WR_FLUSH_ERR;
       cqe.opcode = IBV_WC_RECV;
       cqe.qp_num = qp.qpn;
-      if (!complete(qp, false, cqe, false)) break;
+      complete(qp, false, cqe, false);
     }
   } else {
     qp.rq_head = rq_prod;

@@ -264,7 +264,20 @@ bool requester_run(Device& dev, Qp& qp) {
     dev.flush_qp(qp);  // WRs posted in the error state complete flushed
     return true;
   }
-  if (qp.state != IBV_QPS_RTS) return false;
+  if (qp.state == IBV_QPS_SQD) {
+    // SQD: finish the message in progress, start no other (IBA 10.3.1.4),
+    // and report SQ_DRAINED once everything started is acknowledged.
+    if (!qp.req_offset) {
+      if (qp.sqd_notify_pending && qp.sq_head == qp.sq_next) {
+        qp.sqd_notify_pending = false;
+        dev.post_qp_event(qp, IBV_EVENT_SQ_DRAINED);
+        return true;
+      }
+      return false;
+    }
+  } else if (qp.state != IBV_QPS_RTS) {
+    return false;
+  }
   if (qp.rnr_wait_until_ns && dev.now_ns() < qp.rnr_wait_until_ns) return false;
   qp.rnr_wait_until_ns = 0;
   const uint32_t prod = qp.sq.hdr->producer.load(std::memory_order_acquire);
@@ -310,8 +323,9 @@ bool requester_run(Device& dev, Qp& qp) {
       ++qp.sq_next;
       qp.req_offset = 0;
       if (!is_reliable(qp)) complete_unreliable(dev, qp);
+      if (qp.state == IBV_QPS_SQD) break;  // the message in progress is done
     }
-    if (qp.state != IBV_QPS_RTS) break;
+    if (qp.state != IBV_QPS_RTS && qp.state != IBV_QPS_SQD) break;
   }
   if (work && is_reliable(qp) && !qp.retrans_deadline_ns && qp.timeout)
     qp.retrans_deadline_ns = dev.now_ns() + (4096ull << qp.timeout);

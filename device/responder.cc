@@ -449,6 +449,12 @@ void execute_write(Device& dev, Qp& qp, net::Packet& p) {
   qp.resp_write_va += p.payload_len;
   qp.resp_write_left -= p.payload_len;
   qp.resp_offset += p.payload_len;
+  if (info.has(net::kLast) && qp.resp_write_left) {
+    // The message ended before the RETH's DMA length (IBA 9.7.4.1.5, C9-94).
+    if (is_reliable(qp)) return nak_and_fail(dev, qp, psn, net::aeth::kNakInvalidRequest);
+    qp.resp_in_msg = false;
+    return;
+  }
   if (info.has(net::kLast) && info.has(net::kHasImm))
     complete_recv(dev, qp, IBV_WC_SUCCESS, IBV_WC_RECV_RDMA_WITH_IMM, uint32_t(qp.resp_offset), &p,
                   p.bth()->solicited());

@@ -478,13 +478,7 @@ TEST_F(QpModifyTest, SqdWithNotifyRaisesSqDrained) {
   close(p.wr);
 }
 
-// DISABLED: exposes a bug (qp_modify.cc modify_qp, RTS -> SQD). The
-// IBV_EVENT_SQ_DRAINED event is posted at once, even with a SEND still
-// unacknowledged; the comment there assumes nothing is in flight. IBA 11.6.3
-// (and rxe's requester) raise it only once every outstanding message has
-// completed, which is what a client waiting for the event relies on before
-// changing path attributes in SQD.
-TEST_F(QpModifyTest, DISABLED_SqDrainedWaitsForOutstandingMessages) {
+TEST_F(QpModifyTest, SqDrainedWaitsForOutstandingMessages) {
   Pipe p;
   owner_.async_fd = p.wr;
   std::vector<uint8_t> buf(64);

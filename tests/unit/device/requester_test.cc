@@ -287,15 +287,7 @@ TEST_F(RequesterTest, SqdStopsNewWorkRequests) {
   EXPECT_EQ(sent().size(), 1u);
 }
 
-// DISABLED: exposes a bug (requester.cc requester_run). In SQD the requester
-// stops at once, even in the middle of a multi-packet message, while IBA
-// 10.3.1 (Send Queue Drain) has the QP finish the message in progress and
-// only not start new ones. The half-sent message then times out: the
-// completer keeps rewinding (completer_timers runs in SQD) but the requester
-// never resends, and after retry_cnt timeouts the QP fails. (The WQE is then
-// even reported as IBV_WC_WR_FLUSH_ERR rather than IBV_WC_RETRY_EXC_ERR: see
-// transport_test DISABLED_LongWriteWithBadRkeyIsRemoteAccessError.)
-TEST_F(RequesterTest, DISABLED_SqdFinishesTheMessageInProgress) {
+TEST_F(RequesterTest, SqdFinishesTheMessageInProgress) {
   abi::QpAttr attr = default_attr();
   attr.path_mtu = IBV_MTU_256;
   attr.timeout = 10;

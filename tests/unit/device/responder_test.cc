@@ -175,12 +175,7 @@ TEST_F(ResponderTest, WriteLongerThanItsDmaLengthIsInvalidRequest) {
   EXPECT_TRUE(std::equal(before.begin(), before.end(), b(0)));
 }
 
-// DISABLED: exposes a bug (responder.cc execute_write). A WRITE whose LAST or
-// ONLY packet ends the message before the RETH DMA length is used up is
-// accepted and ACKed: nothing checks that the payloads add up to the DMA
-// length. rxe rejects it (check_rkey: last packet length != residual ->
-// RESPST_ERR_LENGTH, an Invalid Request NAK). Expected: NAK Invalid Request.
-TEST_F(ResponderTest, DISABLED_WriteShorterThanItsDmaLengthIsInvalidRequest) {
+TEST_F(ResponderTest, WriteShorterThanItsDmaLengthIsInvalidRequest) {
   inject(kWriteOnly, b_, kPsn, true, reth(b_addr(0), b_key_, 100), payload_.data(), 50);
   expect_nak(kSynInvalid, kPsn);
 }

@@ -568,13 +568,7 @@ TEST_F(TransportTest, BadRkeyIsRemoteAccessError) {
   EXPECT_EQ(counters().remote_errors, 1u);
 }
 
-// DISABLED: exposes a bug (completer.cc fail_head). B NAKs the first packet
-// of a long WRITE while A is still sending it (sq_next == sq_head, req_offset
-// > 0). fail_head() only completes the head when sq_next is past it, so here
-// it just calls qp_to_error(), and the WRITE is reported as
-// IBV_WC_WR_FLUSH_ERR instead of IBV_WC_REM_ACCESS_ERR. The same happens to
-// IBV_WC_RETRY_EXC_ERR (see requester_test DISABLED_SqdFinishesTheMessageInProgress).
-TEST_F(TransportTest, DISABLED_LongWriteWithBadRkeyIsRemoteAccessError) {
+TEST_F(TransportTest, LongWriteWithBadRkeyIsRemoteAccessError) {
   abi::QpAttr attr = default_attr();
   attr.path_mtu = IBV_MTU_256;
   make_pair(IBV_QPT_RC, attr, attr);
@@ -862,7 +856,7 @@ class CqOverflowTest : public PairFixture {
 };
 
 TEST_F(CqOverflowTest, OverflowPutsTheCqAndQpInError) {
-  run(200);  // bounded: see DISABLED_EngineGoesIdleAfterOverflow
+  run(200);  // bounded: see EngineGoesIdleAfterOverflow
   EXPECT_EQ(counters().cq_overflows, 1u);
   EXPECT_TRUE(dev_.cq(small_)->error);
   EXPECT_EQ(A().state, IBV_QPS_ERR);
@@ -874,13 +868,7 @@ TEST_F(CqOverflowTest, OverflowPutsTheCqAndQpInError) {
   }
 }
 
-// DISABLED: exposes a bug (device/qp_modify.cc flush_qp, device/requester.cc
-// requester_run). Once the CQ has overflowed, complete() fails, so flush_qp()
-// stops at the first unflushed send WQE and leaves sq_head behind the
-// producer. requester_run()'s ERR branch then calls flush_qp() and returns
-// true on every poll, so Device::poll() never reports idle: the engine spins
-// at 100% CPU forever and the SQ slots are never handed back.
-TEST_F(CqOverflowTest, DISABLED_EngineGoesIdleAfterOverflow) {
+TEST_F(CqOverflowTest, EngineGoesIdleAfterOverflow) {
   ASSERT_TRUE(run());
   EXPECT_EQ(A().state, IBV_QPS_ERR);
   EXPECT_EQ(A().sq.hdr->consumer.load(), A().sq.hdr->producer.load());
