@@ -30,6 +30,15 @@ check "ibv_devinfo -v" expect_output 'GID\[ *0\]:.*::ffff:127\.0\.0\.1, RoCE v2'
 check "ibv_devinfo link layer" expect_output 'link_layer:[[:space:]]+Ethernet' "$UROCE_BIN" run -- ibv_devinfo -d uroce0
 check "ibv_devinfo port active" expect_output 'state:[[:space:]]+PORT_ACTIVE' "$UROCE_BIN" run -- ibv_devinfo -d uroce0
 
+# The drop-in library stays light: nothing an application would not expect.
+provider_is_light() {
+  local lib=$1 unexpected
+  unexpected=$(ldd "$lib" | awk '{print $1}' |
+    grep -Ev '^(linux-vdso\.so|/lib64/ld-linux|libc\.so|libm\.so|libstdc\+\+\.so|libgcc_s\.so)' || true)
+  [[ -z "$unexpected" ]] || { echo "unexpected dependencies: $unexpected"; return 1; }
+}
+check "provider links only libc/libstdc++" provider_is_light "$UROCE_BUILD_DIR/provider/libibverbs.so.1"
+
 # Several engines at once: each is its own device, listed by ibv_devices.
 start_engine uroce1 --ip 127.0.0.2
 check "two engines listed" expect_output 'uroce0[[:space:]]+[0-9a-f]{16}.*uroce1[[:space:]]+[0-9a-f]{16}' \
