@@ -19,12 +19,13 @@ net::Packet* Device::new_packet(Qp& qp, uint8_t opcode, uint32_t psn, bool ack_r
   return p;
 }
 
-void Device::send_packet(Qp& qp, net::Packet* p) {
+void Device::send_packet(Qp& qp, net::Packet* p, const abi::AddressVector* av) {
+  const abi::AddressVector& path = av ? *av : qp.av;
   net::Route route = loopback_route_;
   // RoCEv2 source port: a hash of the flow so ECMP spreads QPs (A17.3.1).
   route.src_port = uint16_t(0xc000 | ((qp.qpn * 2654435761u) >> 18));
-  route.ttl = qp.av.hop_limit ? qp.av.hop_limit : 64;
-  route.tos = qp.av.traffic_class;
+  route.ttl = path.hop_limit ? path.hop_limit : 64;
+  route.tos = path.traffic_class;
   if (!port_active()) {
     ++counters_.tx_port_down;
     pool_.put(p);

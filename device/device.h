@@ -94,7 +94,9 @@ class Device {
     return mr && mr->key == key ? mr : nullptr;
   }
   net::Packet* new_packet(Qp& qp, uint8_t opcode, uint32_t psn, bool ack_req);
-  void send_packet(Qp& qp, net::Packet* p);
+  // Frames the packet for the QP's path (or, for UD, the work request's
+  // address vector) and hands it to the port that reaches the destination.
+  void send_packet(Qp& qp, net::Packet* p, const abi::AddressVector* av = nullptr);
   void free_packet(net::Packet* p) { pool_.put(p); }
   // Completion queue entry for qp's send or recv CQ; false if the CQ overflowed.
   bool complete(Qp& qp, bool send_cq, const abi::Cqe& cqe, bool solicited);

@@ -169,7 +169,7 @@ bool send_next_packet(Device& dev, Qp& qp) {
     return false;
   }
   p->payload_len = len;
-  dev.send_packet(qp, p);
+  dev.send_packet(qp, p, qp.type == IBV_QPT_UD ? &w.av : nullptr);
   qp.req_psn = psn_add(qp.req_psn, 1);
   qp.req_offset += len;
   return last;
@@ -182,42 +182,43 @@ void complete_unreliable(Device& dev, Qp& qp) {
 
 }  // namespace
 
-bool gather_sges(const ProcessMemory& mem, const abi::Sge* sge, uint32_t num_sge, uint64_t offset,
-                 uint8_t* dst, uint32_t len) {
-  iovec remote[kMaxSge];
-  size_t n = 0, want = len;
+namespace {
+
+// The client-address ranges that bytes [offset, offset + len) of a message
+// occupy across its SGEs. Returns how many, or -1 if the SGEs are too short.
+int sge_ranges(const abi::Sge* sge, uint32_t num_sge, uint64_t offset, uint32_t len,
+               iovec (&out)[kMaxSge]) {
+  int n = 0;
+  uint64_t want = len;
   for (uint32_t i = 0; i < num_sge && want; ++i) {
     if (offset >= sge[i].length) {
       offset -= sge[i].length;
       continue;
     }
-    const size_t chunk = std::min<uint64_t>(sge[i].length - offset, want);
-    remote[n++] = {reinterpret_cast<void*>(sge[i].addr + offset), chunk};
+    const uint64_t chunk = std::min<uint64_t>(sge[i].length - offset, want);
+    out[n++] = {reinterpret_cast<void*>(sge[i].addr + offset), size_t(chunk)};
     want -= chunk;
     offset = 0;
   }
-  if (want) return false;
+  return want ? -1 : n;
+}
+
+}  // namespace
+
+bool gather_sges(const ProcessMemory& mem, const abi::Sge* sge, uint32_t num_sge, uint64_t offset,
+                 uint8_t* dst, uint32_t len) {
+  iovec remote[kMaxSge];
+  const int n = sge_ranges(sge, num_sge, offset, len, remote);
   iovec local{dst, len};
-  return mem.readv(&local, 1, remote, n, len);
+  return n >= 0 && mem.readv(&local, 1, remote, size_t(n), len);
 }
 
 bool scatter_sges(const ProcessMemory& mem, const abi::Sge* sge, uint32_t num_sge, uint64_t offset,
                   const uint8_t* src, uint32_t len) {
   iovec remote[kMaxSge];
-  size_t n = 0, want = len;
-  for (uint32_t i = 0; i < num_sge && want; ++i) {
-    if (offset >= sge[i].length) {
-      offset -= sge[i].length;
-      continue;
-    }
-    const size_t chunk = std::min<uint64_t>(sge[i].length - offset, want);
-    remote[n++] = {reinterpret_cast<void*>(sge[i].addr + offset), chunk};
-    want -= chunk;
-    offset = 0;
-  }
-  if (want) return false;
+  const int n = sge_ranges(sge, num_sge, offset, len, remote);
   iovec local{const_cast<uint8_t*>(src), len};
-  return mem.writev(&local, 1, remote, n, len);
+  return n >= 0 && mem.writev(&local, 1, remote, size_t(n), len);
 }
 
 void complete_send_head(Device& dev, Qp& qp, uint32_t status) {

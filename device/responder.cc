@@ -338,31 +338,40 @@ void receive_connected(Device& dev, Qp& qp, net::Packet& p) {
   execute_request(dev, qp, p);
 }
 
+// Holds a receive WQE for the message `p` starts, or handles why there is
+// none: RNR NAK (RC), a dropped message (UC), or an error. True if one is held.
+bool acquire_recv_wqe(Device& dev, Qp& qp, const net::Packet& p, uint32_t wc_opcode) {
+  const uint32_t psn = p.bth()->psn();
+  uint32_t status;
+  if (!take_recv_wqe(dev, qp, p, &status)) {
+    if (is_reliable(qp)) {
+      send_rnr_nak(dev, qp, psn);
+    } else {
+      ++dev.counters_mut().rx_ud_no_recv;
+      qp.resp_epsn = psn_add(psn, 1);
+      qp.resp_in_msg = false;
+      qp.resp_msg_dropped = !p.info().has(net::kLast);
+    }
+    return false;
+  }
+  if (status == IBV_WC_REM_INV_REQ_ERR) {  // XRC: no such SRQ in this domain
+    nak_and_fail(dev, qp, psn, net::aeth::kNakInvalidRequest);
+    return false;
+  }
+  if (status != IBV_WC_SUCCESS) {
+    complete_recv(dev, qp, status, wc_opcode, 0, nullptr, false);
+    if (is_reliable(qp)) nak_and_fail(dev, qp, psn, net::aeth::kNakRemoteOpError, false);
+    else dev.qp_to_error(qp);
+    return false;
+  }
+  return true;
+}
+
 void execute_send(Device& dev, Qp& qp, net::Packet& p) {
   const OpcodeInfo& info = p.info();
   const uint32_t psn = p.bth()->psn();
   if (info.has(net::kFirst)) {
-    if (!qp.resp_recv_valid) {
-      uint32_t status;
-      if (!take_recv_wqe(dev, qp, p, &status)) {
-        if (is_reliable(qp)) {
-          send_rnr_nak(dev, qp, psn);
-        } else {
-          ++dev.counters_mut().rx_ud_no_recv;
-          qp.resp_epsn = psn_add(psn, 1);
-          qp.resp_msg_dropped = !info.has(net::kLast);
-        }
-        return;
-      }
-      if (status == IBV_WC_REM_INV_REQ_ERR)  // XRC: no such SRQ in this domain
-        return nak_and_fail(dev, qp, psn, net::aeth::kNakInvalidRequest);
-      if (status != IBV_WC_SUCCESS) {
-        complete_recv(dev, qp, status, IBV_WC_RECV, 0, nullptr, false);
-        if (is_reliable(qp)) nak_and_fail(dev, qp, psn, net::aeth::kNakRemoteOpError, false);
-        else dev.qp_to_error(qp);
-        return;
-      }
-    }
+    if (!qp.resp_recv_valid && !acquire_recv_wqe(dev, qp, p, IBV_WC_RECV)) return;
     qp.resp_offset = 0;
   }
   const RecvInProgress& r = qp.resp_recv;
@@ -390,28 +399,10 @@ void execute_send(Device& dev, Qp& qp, net::Packet& p) {
 void execute_write(Device& dev, Qp& qp, net::Packet& p) {
   const OpcodeInfo& info = p.info();
   const uint32_t psn = p.bth()->psn();
-  if (info.has(net::kHasImm) && !qp.resp_recv_valid) {
-    // WRITE with immediate consumes a receive WQE; check before placing data.
-    uint32_t status;
-    if (!take_recv_wqe(dev, qp, p, &status)) {
-      if (is_reliable(qp)) {
-        send_rnr_nak(dev, qp, psn);
-      } else {
-        ++dev.counters_mut().rx_ud_no_recv;
-        qp.resp_epsn = psn_add(psn, 1);
-        qp.resp_in_msg = false;
-      }
-      return;
-    }
-    if (status == IBV_WC_REM_INV_REQ_ERR)
-      return nak_and_fail(dev, qp, psn, net::aeth::kNakInvalidRequest);
-    if (status != IBV_WC_SUCCESS) {
-      complete_recv(dev, qp, status, IBV_WC_RECV_RDMA_WITH_IMM, 0, nullptr, false);
-      if (is_reliable(qp)) nak_and_fail(dev, qp, psn, net::aeth::kNakRemoteOpError, false);
-      else dev.qp_to_error(qp);
-      return;
-    }
-  }
+  // WRITE with immediate consumes a receive WQE: take it before placing data.
+  if (info.has(net::kHasImm) && !qp.resp_recv_valid &&
+      !acquire_recv_wqe(dev, qp, p, IBV_WC_RECV_RDMA_WITH_IMM))
+    return;
   if (info.has(net::kFirst)) {
     const auto* reth = p.hdr<net::Reth>(info.reth_off);
     qp.resp_offset = 0;
