@@ -107,7 +107,7 @@ std::string cpu_list() {
   return out.empty() ? "0" : out;
 }
 
-bool hugepages_available() {
+[[maybe_unused]] bool hugepages_available() {
   std::ifstream meminfo("/proc/meminfo");
   std::string key;
   long free_pages = 0;
@@ -154,12 +154,13 @@ std::vector<std::string> build_eal_args(const DpdkPortConfig& config, bool hugep
   args.push_back("--lcores=0@(" + cpu_list() + ")");
   args.push_back("--log-level=" + std::to_string(config.log_level));
   args.push_back("--no-telemetry");  // no telemetry socket and thread
-  args.push_back("-m");
-  args.push_back(std::to_string(config.memory_mb));
   if (config.use_hugepages && hugepages) {
+    // No -m: EAL takes hugepages as pools need them, not memory_mb up front.
     args.push_back("--huge-unlink");  // no hugepage files left behind
   } else {
     args.push_back("--no-huge");
+    args.push_back("-m");
+    args.push_back(std::to_string(config.memory_mb));
     // No shared config files: no secondary processes, no IPC thread, and
     // nothing left in /var/run/dpdk that a later engine could trip over.
     args.push_back("--no-shconf");
@@ -185,7 +186,7 @@ struct EalState {
   bool ok = false;
   std::string error;
   std::vector<std::string> args;
-  std::string last_log;  // last DPDK log line, for error messages
+  std::vector<std::string> log;  // DPDK's last lines since clear_log(), for error messages
   unsigned pools = 0;    // mempool names must be unique
 };
 
@@ -202,19 +203,24 @@ ssize_t log_write(void*, const char* buf, size_t size) {
   while (!line.empty() && (line.back() == '\n' || line.back() == ' ')) line.pop_back();
   if (!line.empty()) {
     std::lock_guard<std::mutex> lock(eal().mu);
-    eal().last_log = line.substr(0, 300);
+    std::vector<std::string>& log = eal().log;
+    if (log.size() == 3) log.erase(log.begin());
+    log.push_back(line.substr(0, 200));
   }
   return ssize_t(size);
 }
 
-std::string last_log() {
+void clear_log() {
   std::lock_guard<std::mutex> lock(eal().mu);
-  return eal().last_log;
+  eal().log.clear();
 }
 
+// msg, then what DPDK logged since clear_log() (its reasons are often there).
 std::string with_log(std::string msg) {
-  const std::string log = last_log();
-  if (!log.empty()) msg += " (DPDK: " + log + ")";
+  std::lock_guard<std::mutex> lock(eal().mu);
+  for (size_t i = 0; i < eal().log.size(); ++i)
+    msg += (i ? " | " : " (DPDK: ") + eal().log[i];
+  if (!eal().log.empty()) msg += ")";
   return msg;
 }
 
@@ -268,6 +274,18 @@ std::string init_eal(const DpdkPortConfig& config, std::string& notes) {
   return "";
 }
 
+// Stops and closes an ethdev port; a vdev is also removed, so that opening
+// the same spec again probes it afresh.
+void release_device(uint16_t pid) {
+  rte_eth_dev_info info;
+  rte_device* dev = rte_eth_dev_info_get(pid, &info) == 0 ? info.device : nullptr;
+  char name[RTE_ETH_NAME_MAX_LEN] = {};
+  rte_eth_dev_get_name_by_port(pid, name);
+  rte_eth_dev_stop(pid);
+  rte_eth_dev_close(pid);
+  if (dev && !is_pci_spec(name)) rte_dev_remove(dev);
+}
+
 std::string port_error(const std::string& what, int ret) {
   return with_log(what + ": " + rte_strerror(ret < 0 ? -ret : ret));
 }
@@ -303,6 +321,7 @@ std::string DpdkPort::open(const DpdkPortConfig& config) {
   if (is_open()) return "port already open";
   if (config.spec.empty()) return "no port spec (e.g. net_af_packet0,iface=veth0 or a PCI address)";
   notes_.clear();
+  clear_log();
   std::string err = init_eal(config, notes_);
   if (!err.empty()) return err;
   uint16_t pid = 0;
@@ -357,8 +376,7 @@ std::string DpdkPort::open(const DpdkPortConfig& config) {
 
   auto fail = [&](const std::string& what, int r) {
     std::string e = port_error(what, r);
-    rte_eth_dev_stop(pid);
-    rte_eth_dev_close(pid);
+    release_device(pid);
     rte_mempool_free(pool);
     return e;
   };
@@ -407,12 +425,7 @@ void DpdkPort::close() {
     counters_.tx_ring_full += tx_count_;
     tx_count_ = 0;
   }
-  rte_eth_dev_info info;
-  rte_device* dev = rte_eth_dev_info_get(port_id_, &info) == 0 ? info.device : nullptr;
-  rte_eth_dev_stop(port_id_);
-  rte_eth_dev_close(port_id_);
-  // A vdev is removed so that opening the same spec again probes it afresh.
-  if (dev && !is_pci_spec(device_name_)) rte_dev_remove(dev);
+  release_device(port_id_);
   rte_mempool_free(pool_);
   pool_ = nullptr;
 }

@@ -71,6 +71,7 @@ TEST(DpdkPortEalArgs, HugepagesWhenAskedAndAvailable) {
   EXPECT_FALSE(has(args, "--no-huge"));
   EXPECT_FALSE(has(args, "--no-shconf"));
   EXPECT_TRUE(has(args, "--huge-unlink"));
+  EXPECT_FALSE(has(args, "-m"));  // hugepages taken as needed
   args = build_eal_args(c, false);
   EXPECT_TRUE(has(args, "--no-huge"));
 }
