@@ -5,12 +5,14 @@
 //
 //   --mode send|recv          a bounded, windowed transfer of --count frames
 //                             of varying size, every byte checked (ICRC too);
-//                             the receiver acknowledges every 64 frames
+//                             the receiver acknowledges every 64 frames and,
+//                             when idle, sleeps on a net::AfPacketWakeup fd
 //   --mode rate-send|rate-recv   raw rate: --size-byte frames for --seconds
 //
 // Output: key=value lines on stdout ("ready" once the port is open). Exit 0
 // when the run met its checks, 1 when it did not, 2 on a setup error.
 #include <arpa/inet.h>
+#include <poll.h>
 #include <time.h>
 
 #include <cinttypes>
@@ -19,6 +21,7 @@
 #include <cstring>
 #include <string>
 
+#include "net/af_packet_wakeup.h"
 #include "net/arp.h"
 #include "net/dpdk_port.h"
 #include "net/packet.h"
@@ -299,6 +302,12 @@ struct Probe {
     const uint64_t deadline = now_ns() + uint64_t(opt.timeout * 1e9);
     uint32_t received = 0, bad_parse = 0, bad_payload = 0, out_of_order = 0, not_ours = 0;
     uint64_t done_at = 0;
+    // Idle: arm the wakeup socket, poll the port once more, then block on it.
+    AfPacketWakeup wakeup;
+    const std::string wakeup_err = wakeup.open(af_packet_iface(opt.spec));
+    if (!wakeup_err.empty()) std::printf("wakeup_error=%s\n", wakeup_err.c_str());
+    bool armed = false;
+    uint32_t sleeps = 0, fd_wakeups = 0;
     Packet* burst[DpdkPort::kBurst];
     auto ack = [&]() {
       learn_route(now_ns());
@@ -341,9 +350,23 @@ struct Probe {
         pool.put(p);
       }
       port.flush();
-      if (!n) sleep_us(20);
+      if (n) {
+        if (armed) wakeup.disarm();
+        armed = false;
+      } else if (armed) {
+        ++sleeps;
+        pollfd pfd = {wakeup.fd(), POLLIN, 0};
+        if (poll(&pfd, 1, 50) == 1) ++fd_wakeups;
+        wakeup.disarm();
+        armed = false;
+      } else if (wakeup.arm()) {
+        armed = true;  // the next iteration is the last poll before blocking
+      } else {
+        sleep_us(20);
+      }
     }
     learn_route(now_ns());
+    std::printf("sleeps=%u\nfd_wakeups=%u\n", sleeps, fd_wakeups);
     std::printf("received=%u\nbad_parse=%u\nbad_payload=%u\nout_of_order=%u\nnot_ours=%u\n",
                 received, bad_parse, bad_payload, out_of_order, not_ours);
     std::printf("learned_peer_mac=%s\n", resolved ? mac_str(route.dst_mac).c_str() : "none");

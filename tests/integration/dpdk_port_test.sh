@@ -5,7 +5,8 @@
 #   dpdk_port_test.sh PATH/TO/dpdk_port_probe
 #
 # 1. ARP: the sender resolves the receiver's address (net::ArpPending and
-#    ArpTable on both sides), and each learns the other's veth MAC.
+#    ArpTable on both sides), and each learns the other's veth MAC. The idle
+#    receiver sleeps on a net::AfPacketWakeup fd and must be woken by it.
 # 2. A checked transfer: 1000 RoCEv2 frames (UDP 4791, RDMA WRITE ONLY with
 #    0..4096 payload bytes) arrive in order, ICRC and every byte right; the
 #    receiver acknowledges every 64 frames and the sender keeps at most 256
@@ -141,6 +142,7 @@ show recv send
 [[ $(value peer_mac "$work/send.out") == "$mac_b" ]] || fail "ARP: sender resolved a wrong MAC"
 [[ $(value learned_peer_mac "$work/recv.out") == "$mac_a" ]] || fail "ARP: receiver did not learn the sender"
 [[ $(value received "$work/recv.out") == 1000 ]] || fail "receiver did not get 1000 frames"
+(($(value fd_wakeups "$work/recv.out") >= 1)) || fail "the idle receiver was never woken by its AfPacketWakeup fd"
 [[ $(value eal_args "$work/send.out") == *"--file-prefix=uroce-send-$tag"* ]] || fail "EAL file prefix"
 echo "checked transfer: ok"
 

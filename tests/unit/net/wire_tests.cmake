@@ -1,9 +1,10 @@
 # Unit tests of net/'s wire building blocks: ARP, the pcap writer, the fault
-# injector and the DPDK port's EAL arguments (no EAL is started here; the
-# port itself is tests/integration/dpdk_port_test.sh). Included from
+# injector, the af_packet wakeup socket and the DPDK port's EAL arguments (no
+# EAL is started here; the port itself is tests/integration/dpdk_port_test.sh). Included from
 # tests/unit/CMakeLists.txt, whose uroce_unit_test() it uses.
 uroce_unit_test(uroce_net_wire_unit_test
   net/arp_test.cc
   net/pcap_writer_test.cc
   net/fault_injector_test.cc
-  net/dpdk_port_test.cc)
+  net/dpdk_port_test.cc
+  net/af_packet_wakeup_test.cc)
