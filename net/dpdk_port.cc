@@ -266,8 +266,15 @@ std::string init_eal(const DpdkPortConfig& config, std::string& notes) {
   std::vector<std::string> copy = s.args;  // EAL may permute argv
   for (std::string& a : copy) argv.push_back(a.data());
   argv.push_back(nullptr);
-  if (rte_eal_init(int(argv.size() - 1), argv.data()) < 0) {
-    s.error = with_log(std::string("DPDK EAL initialisation failed: ") + rte_strerror(rte_errno));
+  const int ret = rte_eal_init(int(argv.size() - 1), argv.data());
+  const int eal_errno = rte_errno;
+  // Without shared config EAL leaves its runtime directory
+  // (/var/run/dpdk/<prefix>) empty: remove it rather than leave one behind
+  // per engine name.
+  if (std::find(s.args.begin(), s.args.end(), "--no-shconf") != s.args.end())
+    ::rmdir(rte_eal_get_runtime_dir());
+  if (ret < 0) {
+    s.error = with_log(std::string("DPDK EAL initialisation failed: ") + rte_strerror(eal_errno));
     return s.error;
   }
   s.ok = true;
