@@ -196,7 +196,7 @@ EalState& eal() {
 }
 
 // DPDK logs go to stderr (the engine's log), not to stdout and syslog as
-// EAL's default stream does; the last line is kept for error messages.
+// EAL's default stream does; the last lines are kept for error messages.
 ssize_t log_write(void*, const char* buf, size_t size) {
   (void)!::write(STDERR_FILENO, buf, size);
   std::string line(buf, size);
