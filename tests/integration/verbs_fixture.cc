@@ -306,12 +306,15 @@ int run_command(const std::string& cmd, std::string* output) {
 
 // Defined in verbs_lifecycle.cc: the child side of the session test.
 int session_child_main(int argc, char** argv);
+// Defined in verbs_srq.cc: the child of the XRC domain sharing tests.
+int xrc_child_main(int argc, char** argv);
 
 }  // namespace vt
 
 int main(int argc, char** argv) {
   if (argc >= 2 && std::strcmp(argv[1], "--session-child") == 0)
     return vt::session_child_main(argc, argv);
+  if (argc >= 2 && std::strcmp(argv[1], "--xrc-child") == 0) return vt::xrc_child_main(argc, argv);
   ::testing::InitGoogleTest(&argc, argv);
   return RUN_ALL_TESTS();
 }
