@@ -111,6 +111,13 @@ check "ib_send_bw -c XRC" perf send_bw_xrc ib_send_bw -c XRC
 check "ib_write_bw -c XRC" perf write_bw_xrc ib_write_bw -c XRC
 check "ib_read_bw -c XRC" perf read_bw_xrc ib_read_bw -c XRC
 check "ib_send_lat -c XRC" perf send_lat_xrc ib_send_lat -c XRC
+# More QPs on one SRQ / more XRC connections, other transports on an SRQ,
+# atomics through an XRC target.
+check "ib_send_bw --use-srq -q 4" perf send_bw_srq_q4 ib_send_bw --use-srq -q 4
+check "ib_send_bw -c UC --use-srq" perf send_bw_uc_srq ib_send_bw -c UC --use-srq
+check "ib_send_bw -c UD --use-srq" perf send_bw_ud_srq ib_send_bw -c UD --use-srq
+check "ib_send_bw -c XRC -q 4" perf send_bw_xrc_q4 ib_send_bw -c XRC -q 4
+check "ib_atomic_bw -c XRC" perf atomic_bw_xrc ib_atomic_bw -c XRC
 
 echo "failures: $failures"
 ((failures == 0))

@@ -1580,6 +1580,88 @@ TEST_F(XrcTest, TwoInitiatorsDeliverIntoOneSrqLegacyAndWrApi) {
   EXPECT_TRUE(cq_empty(srq_cq));
 }
 
+// One XRC_RECV target QP serving two initiators. A target is connected to
+// one initiator at a time (its responder keeps that initiator's PSNs, its
+// ACKs go to dest_qp_num), so the initiators take turns: the target is
+// re-connected (RESET -> RTS) between them. The first posts with the legacy
+// remote_srqn, the second with ibv_wr_set_xrc_srqn; every receive completes
+// on the SRQ's CQ with the one target's qp_num.
+TEST_F(XrcTest, OneTargetServesTwoInitiatorsInTurn) {
+  ibv_xrcd* xrcd = open_xrcd(-1, 0);
+  ibv_cq* srq_cq = make_cq();
+  ibv_cq* scq1 = make_cq();
+  ibv_cq* scq2 = make_cq();
+  ASSERT_TRUE(xrcd && srq_cq && scq1 && scq2);
+  ibv_srq* srq = make_xrc_srq(xrcd, srq_cq, 16);
+  ASSERT_NE(srq, nullptr) << std::strerror(errno);
+  uint32_t srqn = 0;
+  ASSERT_EQ(ibv_get_srq_num(srq, &srqn), 0);
+  ibv_qp* ini1 = make_xrc_ini(scq1, false);
+  ibv_qp* ini2 = make_xrc_ini(scq2, true);
+  ibv_qp* tgt = make_xrc_tgt(xrcd);
+  ASSERT_TRUE(ini1 && ini2 && tgt) << std::strerror(errno);
+  ASSERT_EQ(connect_xrc(ini1, gid_, tgt->qp_num, 100, 0), 0);
+  ASSERT_EQ(connect_xrc(tgt, gid_, ini1->qp_num, 0, 100), 0);
+  ibv_mr* dst = reg_buffer(1024 * 4, IBV_ACCESS_LOCAL_WRITE);
+  ibv_mr* src = reg_buffer(1024 * 4, IBV_ACCESS_LOCAL_WRITE);
+  ASSERT_TRUE(dst && src);
+  for (uint32_t i = 0; i < 4; ++i) {
+    ibv_sge r = sge_of(dst, 1024 * i, 1024);
+    ASSERT_EQ(post_srq_one(srq, i, &r, 1), 0);
+    fill(static_cast<uint8_t*>(src->addr) + 1024 * i, 600 + i, 400 + i);
+  }
+  auto expect_recv = [&](uint32_t i, bool imm) {
+    ibv_wc wc;
+    VT_POLL_ONE(srq_cq, &wc);
+    ASSERT_EQ(wc.status, IBV_WC_SUCCESS) << "message " << i << ": " << describe(wc);
+    EXPECT_EQ(wc.wr_id, i);
+    EXPECT_EQ(wc.qp_num, tgt->qp_num);
+    EXPECT_EQ(wc.opcode, IBV_WC_RECV);
+    EXPECT_EQ(wc.byte_len, 600 + i);
+    EXPECT_EQ(bool(wc.wc_flags & IBV_WC_WITH_IMM), imm);
+    if (imm) {
+      EXPECT_EQ(ntohl(wc.imm_data), 4000 + i);
+    }
+    EXPECT_EQ(mismatch(static_cast<uint8_t*>(dst->addr) + 1024 * i, 600 + i, 400 + i), -1);
+  };
+  for (uint32_t i = 0; i < 2; ++i) {
+    ibv_sge s = sge_of(src, 1024 * i, 600 + i);
+    ASSERT_EQ(post_xrc(ini1, i, i ? IBV_WR_SEND_WITH_IMM : IBV_WR_SEND, &s, 1, srqn, htonl(4000 + i)),
+              0);
+    ibv_wc wc;
+    VT_POLL_ONE(scq1, &wc);
+    EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << describe(wc);
+    expect_recv(i, i == 1);
+  }
+  ASSERT_FALSE(HasFailure());
+  // The target turns to the second initiator.
+  ibv_qp_attr reset{};
+  reset.qp_state = IBV_QPS_RESET;
+  ASSERT_EQ(ibv_modify_qp(tgt, &reset, IBV_QP_STATE), 0);
+  ASSERT_EQ(connect_xrc(ini2, gid_, tgt->qp_num, 500, 0), 0);
+  ASSERT_EQ(connect_xrc(tgt, gid_, ini2->qp_num, 0, 500), 0);
+  ibv_qp_ex* x = ibv_qp_to_qp_ex(ini2);
+  ASSERT_NE(x, nullptr);
+  for (uint32_t i = 2; i < 4; ++i) {
+    ibv_wr_start(x);
+    x->wr_id = i;
+    x->wr_flags = IBV_SEND_SIGNALED;
+    if (i == 3)
+      ibv_wr_send_imm(x, htonl(4000 + i));
+    else
+      ibv_wr_send(x);
+    ibv_wr_set_xrc_srqn(x, srqn);
+    ibv_wr_set_sge(x, src->lkey, addr_of(src, 1024 * i), 600 + i);
+    ASSERT_EQ(ibv_wr_complete(x), 0);
+    ibv_wc wc;
+    VT_POLL_ONE(scq2, &wc);
+    EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << describe(wc);
+    EXPECT_EQ(wc.qp_num, ini2->qp_num);
+    expect_recv(i, i == 3);
+  }
+  EXPECT_TRUE(cq_empty(scq1));
+}
+
 TEST_F(XrcTest, RdmaWriteAndReadThroughATargetConsumeNoSrqWqe) {
   ibv_xrcd* xrcd = open_xrcd(-1, 0);
   ibv_cq* srq_cq = make_cq();
