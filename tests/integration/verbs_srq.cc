@@ -1823,6 +1823,82 @@ TEST_F(XrcTest, DISABLED_OpenQpOfOwnTargetGivesASecondHandle) {
   EXPECT_EQ(qp_state(tgt), IBV_QPS_RTS) << "dropping the second handle left the QP";
 }
 
+// An XRC SRQ (and then its CQ) destroyed while a long message is being
+// received into one of its WQEs through a target QP (targets do not hold
+// SRQs, so the destroy succeeds). Whatever becomes of the message, its
+// completion must not appear on a CQ created afterwards, which the device is
+// free to give the destroyed CQ's number: that CQ never had anything to do
+// with the SRQ (with two processes, it belongs to another client).
+// DISABLED: engine bug: Device::destroy_srq / destroy_cq leave the target
+// QP's receive in progress (RecvInProgress: cq handle, owner) pointing at the
+// destroyed objects; the rest of the message is still placed and its
+// completion goes to whatever CQ now has the old handle (here the new one:
+// "wr_id 0, success, byte_len 33554432"). Across processes the owner pointer
+// dangles as well (see XrcShare.DISABLED_SrqDestroyedMidMessageByItsOwner...).
+TEST_F(XrcTest, DISABLED_SrqDestroyedMidMessageCompletesOnNoOtherCq) {
+  constexpr size_t kLen = 32u << 20;
+  ibv_xrcd* xrcd = open_xrcd(-1, 0);
+  ibv_cq* scq = make_cq();
+  ASSERT_TRUE(xrcd && scq);
+  ibv_cq* srq_cq = ibv_create_cq(ctx_, 16, nullptr, nullptr, 0);
+  ASSERT_NE(srq_cq, nullptr);
+  ibv_srq_init_attr_ex sa{};
+  sa.attr.max_wr = 4;
+  sa.attr.max_sge = 1;
+  sa.comp_mask = kSrqAttrMaskAll;
+  sa.srq_type = IBV_SRQT_XRC;
+  sa.pd = pd_;
+  sa.xrcd = xrcd;
+  sa.cq = srq_cq;
+  ibv_srq* srq = ibv_create_srq_ex(ctx_, &sa);
+  ASSERT_NE(srq, nullptr) << std::strerror(errno);
+  uint32_t srqn = 0;
+  ASSERT_EQ(ibv_get_srq_num(srq, &srqn), 0);
+  ibv_qp *ini, *tgt;
+  xrc_pair(xrcd, scq, &ini, &tgt);
+  ASSERT_FALSE(HasFailure());
+  ibv_mr* src = reg_buffer(kLen, IBV_ACCESS_LOCAL_WRITE, 0x5a);
+  ibv_mr* dst = reg_buffer(kLen, IBV_ACCESS_LOCAL_WRITE, 0);
+  ASSERT_TRUE(src && dst);
+  ibv_sge r = sge_of(dst, 0, uint32_t(kLen));
+  ASSERT_EQ(post_srq_one(srq, 0, &r, 1), 0);
+  ibv_sge s = sge_of(src, 0, uint32_t(kLen));
+  ASSERT_EQ(post_xrc(ini, 1, IBV_WR_SEND, &s, 1, srqn), 0);
+  auto* d = static_cast<volatile uint8_t*>(dst->addr);
+  const auto end = deadline_after(kWaitSeconds);
+  while (d[0] == 0 && Clock::now() < end) {
+  }
+  ASSERT_NE(d[0], 0) << "the message did not start";
+  const bool finished = d[kLen - 1] != 0;
+  ASSERT_EQ(ibv_destroy_srq(srq), 0) << "a target QP does not hold the SRQ";
+  ASSERT_EQ(ibv_destroy_cq(srq_cq), 0) << "the SRQ is gone: its CQ is free";
+  ibv_cq* fresh = make_cq();
+  ASSERT_NE(fresh, nullptr);
+  if (finished) GTEST_SKIP() << "the message completed before the destroy: nothing to check";
+  ibv_wc wc;
+  ASSERT_TRUE(poll_one(scq, &wc, 10)) << "no send completion";
+  std::vector<ibv_wc> stray = drain_for(fresh, 200);
+  EXPECT_TRUE(stray.empty()) << "the destroyed SRQ's receive completed on a new CQ: "
+                             << describe(stray[0]);
+  // The device is still sound: a new SRQ and pair work.
+  ibv_cq* cq2 = make_cq();
+  ASSERT_NE(cq2, nullptr);
+  ibv_srq* srq2 = make_xrc_srq(xrcd, cq2, 4);
+  ASSERT_NE(srq2, nullptr);
+  uint32_t srqn2 = 0;
+  ASSERT_EQ(ibv_get_srq_num(srq2, &srqn2), 0);
+  ibv_qp *ini2, *tgt2;
+  xrc_pair(xrcd, scq, &ini2, &tgt2);
+  ASSERT_FALSE(HasFatalFailure());
+  ibv_sge r2 = sge_of(dst, 0, 64);
+  ASSERT_EQ(post_srq_one(srq2, 5, &r2, 1), 0);
+  ibv_sge s2 = sge_of(src, 0, 64);
+  ASSERT_EQ(post_xrc(ini2, 6, IBV_WR_SEND, &s2, 1, srqn2), 0);
+  VT_POLL_ONE(cq2, &wc);
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << describe(wc);
+  EXPECT_EQ(wc.wr_id, 5u);
+}
+
 TEST_F(XrcTest, DestroyingTheSrqCqIsEbusyWhileTheSrqExists) {
   ibv_xrcd* xrcd = open_xrcd(-1, 0);
   ASSERT_NE(xrcd, nullptr);
@@ -1896,7 +1972,7 @@ class XrcShare : public SrqTest {
  protected:
   // Starts the child on the domain file (the fixture kills and reaps it if
   // the test ends early) and reads its hello.
-  void start_child(const std::string& file, ChildHello* hello) {
+  void start_child(const std::string& file, ChildHello* hello, const char* mode = "share") {
     int down[2], up[2];
     ASSERT_EQ(pipe(down), 0);
     ASSERT_EQ(pipe(up), 0);
@@ -1907,7 +1983,7 @@ class XrcShare : public SrqTest {
     if (pid_ == 0) {
       const std::string w = std::to_string(up[1]), r = std::to_string(down[0]);
       execl("/proc/self/exe", "verbs_semantics", "--xrc-child", file.c_str(), w.c_str(), r.c_str(),
-            static_cast<char*>(nullptr));
+            mode, static_cast<char*>(nullptr));
       _exit(127);
     }
     close(down[0]);
@@ -2085,10 +2161,101 @@ TEST_F(XrcShare, DISABLED_CloseXrcdWithAnOpenedQpIsEbusy) {
   EXPECT_EQ(finish_child(), 0);
 }
 
+// A process destroys its XRC SRQ and the SRQ's CQ while a long message from
+// another process is being received into it (through that process's target
+// QP, which does not hold the SRQ). Whatever becomes of the message, its
+// completion must not land on a CQ of the other client, which the engine is
+// free to give the destroyed CQ's number; and the engine must carry on.
+// DISABLED: engine bug (as XrcTest.DISABLED_SrqDestroyedMidMessage...): the
+// target QP's RecvInProgress keeps the destroyed CQ's handle (and the SRQ
+// owner's Owner pointer, which dangles once that client is gone); the
+// completion lands on this process's new CQ.
+TEST_F(XrcShare, DISABLED_SrqDestroyedMidMessageByItsOwnerDisturbsNoOtherClient) {
+  constexpr uint32_t kLen = 32u << 20;  // the child's receive buffer is as big
+  const std::string path = temp_file();
+  ibv_xrcd* xrcd = open_xrcd(open_file(path), O_CREAT);
+  ASSERT_NE(xrcd, nullptr) << std::strerror(errno);
+  ChildHello hello{};
+  start_child(path, &hello, "big");
+  ASSERT_FALSE(HasFailure());
+  ibv_cq* scq = make_cq();
+  ASSERT_NE(scq, nullptr);
+  ibv_qp *ini, *tgt;
+  xrc_pair(xrcd, scq, &ini, &tgt);
+  ASSERT_FALSE(HasFailure());
+  ibv_mr* src = reg_buffer(kLen, IBV_ACCESS_LOCAL_WRITE, 0x5a);
+  ASSERT_NE(src, nullptr);
+  ibv_sge s = sge_of(src, 0, kLen);
+  ASSERT_EQ(post_xrc(ini, 1, IBV_WR_SEND, &s, 1, hello.srqn), 0);
+  struct {
+    char code;
+    int32_t destroy_srq, destroy_cq;
+  } st{};
+  ASSERT_TRUE(read_all(from_child_, &st, sizeof(st), 10000)) << "the child saw no data arrive";
+  if (st.code == 'F') GTEST_SKIP() << "the message completed before the destroy: nothing to check";
+  ASSERT_EQ(st.code, 'S');
+  EXPECT_EQ(st.destroy_srq, 0) << "a target QP does not hold the SRQ";
+  EXPECT_EQ(st.destroy_cq, 0);
+  std::vector<ibv_cq*> fresh;
+  for (int i = 0; i < 4; ++i) {
+    fresh.push_back(make_cq());
+    ASSERT_NE(fresh.back(), nullptr);
+  }
+  ibv_wc wc;
+  ASSERT_TRUE(poll_one(scq, &wc, 10)) << "no send completion";
+  for (ibv_cq* cq : fresh) {
+    std::vector<ibv_wc> stray = drain_for(cq, 100);
+    EXPECT_TRUE(stray.empty()) << "the other client's receive completed on this client's new CQ: "
+                               << describe(stray[0]);
+  }
+  // The engine carries on: it answers, and a plain RC pair works.
+  std::string out;
+  EXPECT_EQ(run_command("timeout 10 " + uroce_command() + " status", &out), 0) << out;
+  Pair p = make_pair();
+  ASSERT_FALSE(HasFatalFailure());
+  ibv_mr* mr = reg_buffer(64, IBV_ACCESS_LOCAL_WRITE);
+  ASSERT_NE(mr, nullptr);
+  ASSERT_EQ(post_recv_mr(p.b.qp, 1, mr, 0, 64), 0);
+  ibv_sge s2 = sge_of(mr, 0, 16);
+  ASSERT_EQ(post_send(p.a.qp, 2, IBV_WR_SEND, &s2, 1), 0);
+  VT_POLL_ONE(p.b.cq, &wc);
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << describe(wc);
+}
+
 }  // namespace
 
+// Mode "big" of the child: one XRC SRQ with a single 32 MiB receive; after
+// the hello it waits for the first byte to arrive, destroys the SRQ and its
+// CQ (the MR stays), reports {'S' or 'F' (finished already), results} and
+// waits to be killed.
+int xrc_big_child(ibv_pd* pd, ibv_srq* srq, ibv_cq* cq, int wfd) {
+  constexpr size_t kLen = 32u << 20;
+  auto* buf = static_cast<uint8_t*>(calloc(1, kLen));
+  ibv_mr* mr = buf ? ibv_reg_mr(pd, buf, kLen, IBV_ACCESS_LOCAL_WRITE) : nullptr;
+  ChildHello hello{'R', 0, 0};
+  if (!mr) hello.code = 'm';
+  ibv_sge s{uint64_t(uintptr_t(buf)), uint32_t(kLen), mr ? mr->lkey : 0};
+  if (mr && post_srq_one(srq, 0, &s, 1)) hello.code = 'r';
+  if (ibv_get_srq_num(srq, &hello.srqn)) hello.code = 'n';
+  if (!write_all(wfd, &hello, sizeof(hello)) || hello.code != 'R') return 1;
+  auto* b = static_cast<volatile uint8_t*>(buf);
+  const auto end = deadline_after(10);
+  while (b[0] == 0 && Clock::now() < end) {
+  }
+  if (b[0] == 0) return 1;
+  struct {
+    char code;
+    int32_t destroy_srq, destroy_cq;
+  } st{b[kLen - 1] ? 'F' : 'S', 0, 0};
+  st.destroy_srq = ibv_destroy_srq(srq);
+  st.destroy_cq = ibv_destroy_cq(cq);
+  if (!write_all(wfd, &st, sizeof(st))) return 1;
+  for (int i = 0; i < 600; ++i) usleep(100000);
+  return 0;
+}
+
 // The child of the XrcShare tests:
-//   verbs_semantics --xrc-child FILE WRITE_FD READ_FD
+//   verbs_semantics --xrc-child FILE WRITE_FD READ_FD [share|big]
 // Opens FILE's XRC domain *without* O_CREAT (it must be the parent's),
 // creates an XRC SRQ with its CQ, posts 2 * kChildMsgs receives and reports
 // its SRQ number. On ParentGo it checks `count` receive completions, opens
@@ -2097,7 +2264,8 @@ TEST_F(XrcShare, DISABLED_CloseXrcdWithAnOpenedQpIsEbusy) {
 // checks another batch and queries the opened QP again. 'q' releases
 // everything; the exit status says whether every release succeeded.
 int xrc_child_main(int argc, char** argv) {
-  if (argc != 5) return 2;
+  if (argc != 5 && argc != 6) return 2;
+  const bool big = argc == 6 && std::strcmp(argv[5], "big") == 0;
   const char* file = argv[2];
   const int wfd = std::atoi(argv[3]), rfd = std::atoi(argv[4]);
   auto fail = [wfd](char code) {
@@ -2136,6 +2304,7 @@ int xrc_child_main(int argc, char** argv) {
   sa.cq = cq;
   ibv_srq* srq = ibv_create_srq_ex(ctx, &sa);
   if (!srq) return fail('s');
+  if (big) return xrc_big_child(pd, srq, cq, wfd);
   static uint8_t buf[size_t(kChildSlot) * kChildMsgs * 2];
   ibv_mr* mr = ibv_reg_mr(pd, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE);
   if (!mr) return fail('m');
