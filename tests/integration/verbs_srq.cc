@@ -2341,8 +2341,11 @@ int xrc_child_main(int argc, char** argv) {
   int n = 0;
   ibv_device** list = ibv_get_device_list(&n);
   ibv_device* dev = nullptr;
+  // The parent's device (UROCE_TEST_DEVICE names another engine's, as in the fixture).
+  const char* want = std::getenv("UROCE_TEST_DEVICE");
+  if (!want || !*want) want = kDeviceName;
   for (int i = 0; list && i < n; ++i)
-    if (std::strcmp(ibv_get_device_name(list[i]), kDeviceName) == 0) dev = list[i];
+    if (std::strcmp(ibv_get_device_name(list[i]), want) == 0) dev = list[i];
   if (!dev) return fail('d');
   ibv_context* ctx = ibv_open_device(dev);
   ibv_free_device_list(list);
