@@ -28,8 +28,13 @@ void complete_acked(Device& dev, Qp& qp, uint32_t acked_psn) {
   }
 }
 
+// The responder has everything before next_psn. Only real progress resets
+// the retry counters and restarts the timer: duplicate ACKs must not keep a
+// lost tail from ever being retransmitted.
 void progress(Device& dev, Qp& qp, uint32_t next_psn) {
-  if (psn_diff(next_psn, qp.comp_psn) > 0) qp.comp_psn = next_psn;
+  if (psn_diff(next_psn, qp.comp_psn) <= 0) return;
+  qp.comp_psn = next_psn;
+  qp.comp_rewound = false;
   // Acknowledgements can overtake a go-back-N retransmission: never resend
   // what the responder has confirmed.
   if (psn_diff(qp.comp_psn, qp.req_psn) > 0) position_requester(qp, qp.comp_psn);
@@ -98,8 +103,9 @@ void on_ack(Device& dev, Qp& qp, const net::Packet& p) {
   complete_acked(dev, qp, psn_add(psn, 0xffffff));
   switch (syn) {
     case net::aeth::kNakPsnSeqError:
-      // Go back N from the PSN the responder expects (IBA 9.7.5.2.2).
-      if (psn_diff(psn, qp.comp_psn) > 0) qp.comp_psn = psn;
+      // Go back N from the PSN the responder expects (IBA 9.7.5.2.2); what
+      // came before it arrived, which is progress.
+      progress(dev, qp, psn);
       if (qp.retry_left == 0) {
         ++dev.counters_mut().retry_exceeded;
         fail_head(dev, qp, IBV_WC_RETRY_EXC_ERR);
@@ -125,7 +131,12 @@ void on_read_or_atomic_response(Device& dev, Qp& qp, const net::Packet& p) {
   const uint32_t psn = p.bth()->psn();
   if (psn != qp.comp_psn) {
     ++dev.counters_mut().rx_stale_response;
-    if (psn_diff(psn, qp.comp_psn) > 0) rewind_requester(dev, qp, qp.comp_psn);  // lost some
+    // Responses were lost: ask again from the gap, once per gap (the rest of
+    // the burst behind it would otherwise each ask again).
+    if (psn_diff(psn, qp.comp_psn) > 0 && !qp.comp_rewound) {
+      qp.comp_rewound = true;
+      rewind_requester(dev, qp, qp.comp_psn);
+    }
     return;
   }
   // Responses are in order, so every WQE before this one is acknowledged.
@@ -226,6 +237,7 @@ bool completer_timers(Device& dev, Qp& qp) {
   }
   --qp.retry_left;
   rewind_requester(dev, qp, qp.comp_psn);
+  qp.comp_rewound = true;  // this retry covers the gap
   qp.retrans_deadline_ns = dev.now_ns() + (4096ull << qp.timeout);
   return true;
 }

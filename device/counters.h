@@ -10,6 +10,8 @@ namespace uroce::device {
   X(rx_packets, "frames received from a port")                                   \
   X(tx_packets, "frames sent to a port")                                         \
   X(tx_port_down, "frames dropped: port administratively down")                  \
+  X(tx_no_route, "frames dropped: destination GID is not IPv4 or no wire port")  \
+  X(rx_not_for_us, "wire frames dropped: not to our MAC and IP")                 \
   X(rx_parse_errors, "frames dropped: malformed Ethernet/IP/UDP/BTH or bad ICRC")\
   X(rx_no_qp, "requests dropped: destination QP does not exist")                 \
   X(rx_bad_state, "packets dropped: QP not in a state that receives")            \

@@ -19,30 +19,18 @@ net::Packet* Device::new_packet(Qp& qp, uint8_t opcode, uint32_t psn, bool ack_r
   return p;
 }
 
-void Device::send_packet(Qp& qp, net::Packet* p, const abi::AddressVector* av) {
-  const abi::AddressVector& path = av ? *av : qp.av;
-  net::Route route = loopback_route_;
-  // RoCEv2 source port: a hash of the flow so ECMP spreads QPs (A17.3.1).
-  route.src_port = uint16_t(0xc000 | ((qp.qpn * 2654435761u) >> 18));
-  route.ttl = path.hop_limit ? path.hop_limit : 64;
-  route.tos = path.traffic_class;
-  if (!port_active()) {
-    ++counters_.tx_port_down;
-    pool_.put(p);
-    return;
-  }
-  net::finish_roce_packet(*p, route);
-  ++qp.tx_packets;
-  ++counters_.tx_packets;
-  loopback_.tx(p);
-}
-
-void Device::dispatch(net::Packet* p) {
+void Device::dispatch(net::Packet* p, bool check_icrc) {
   ++counters_.rx_packets;
-  // Loopback frames were built by this engine: header checks, no ICRC (see parse).
-  if (net::parse_roce_packet(*p, false) != net::ParseError::kOk) {
+  if (net::parse_roce_packet(*p, check_icrc) != net::ParseError::kOk) {
     ++counters_.rx_parse_errors;
     return;
+  }
+  if (check_icrc) {  // from the wire: to our address only
+    const auto* ip = reinterpret_cast<const net::Ipv4Hdr*>(p->data + p->l3_off);
+    if (std::memcmp(ip->dst, config_.ip.data(), 4) != 0) {
+      ++counters_.rx_not_for_us;
+      return;
+    }
   }
   Qp* q = qp(p->bth()->qpn());
   if (!q) {
@@ -59,11 +47,14 @@ void Device::dispatch(net::Packet* p) {
 bool Device::poll_rx() {
   net::Packet* burst[kRxBurst];
   const size_t n = loopback_.rx_burst(burst, kRxBurst);
+  // Loopback frames were built by this engine; the ICRC is checked only when
+  // a fault injector may have corrupted them.
+  const bool check_icrc = loopback_fault_.active();
   for (size_t i = 0; i < n; ++i) {
-    dispatch(burst[i]);
+    dispatch(burst[i], check_icrc);
     pool_.put(burst[i]);
   }
-  return n != 0;
+  return n != 0 || poll_wire_rx();
 }
 
 bool Device::poll_requesters() {
@@ -87,6 +78,7 @@ bool Device::poll(uint64_t now_ns) {
   bool work = poll_rx();
   work |= poll_requesters();
   work |= poll_timers();
+  work |= poll_port_timers();
   return work || loopback_.pending();
 }
 
@@ -100,6 +92,9 @@ uint64_t Device::next_deadline_ns() const {
     take(q->retrans_deadline_ns);
     take(q->rnr_wait_until_ns);
   }
+  take(loopback_fault_.next_due_ns());
+  take(wire_fault_.next_due_ns());
+  take(arp_pending_.next_deadline_ns());
   return next;
 }
 
@@ -148,6 +143,21 @@ std::string Device::stats_text() const {
   UROCE_COUNTERS(UROCE_COUNTER_LINE)
 #undef UROCE_COUNTER_LINE
   os << "  loopback_tx_bytes " << loopback_.tx_bytes() << "    # bytes through the loopback port\n";
+  auto fault_lines = [&](const char* port, const net::FaultInjector& f) {
+    if (!f.counters().frames) return;
+#define UROCE_FAULT_LINE(name, desc) \
+  os << "  fault_" << port << "_" << #name << " " << f.counters().name << "    # " << desc << '\n';
+    UROCE_FAULT_COUNTERS(UROCE_FAULT_LINE)
+#undef UROCE_FAULT_LINE
+  };
+  fault_lines("loopback", loopback_fault_);
+  fault_lines("wire", wire_fault_);
+  if (wire_) {
+    os << wire_->stats_text();
+#define UROCE_ARP_LINE(name, desc) os << "  arp_" << #name << " " << arp_.counters().name << "    # " << desc << '\n';
+    UROCE_ARP_COUNTERS(UROCE_ARP_LINE)
+#undef UROCE_ARP_LINE
+  }
   os << "  packet_buffers " << pool_.allocated() << "    # frame buffers allocated\n";
   return os.str();
 }

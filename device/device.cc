@@ -405,24 +405,32 @@ Result<uint32_t> Device::create_qp(Owner* o, const abi::CreateQpRequest& req) {
   return {0, raw->qpn};
 }
 
-int Device::destroy_qp(Owner* o, uint32_t qpn) {
+int Device::destroy_qp(Owner* o, uint64_t handle) {
+  const uint32_t qpn = uint32_t(handle), id = uint32_t(handle >> 32);
   Qp* qp = this->qp(qpn);
   if (!qp) return EINVAL;
-  if (qp->owner != o) {
+  auto release_domain = [&](uint32_t xrcd_handle) {
+    if (XrcdHandle* h = xrcd_handles_.get(xrcd_handle)) --h->objects;
+  };
+  if (id) {
     // A handle from ibv_open_qp: drop it; the QP stays for its other holders.
     auto it = std::find_if(qp->opened_by.begin(), qp->opened_by.end(),
-                           [o](const auto& h) { return h.first == o; });
+                           [&](const Qp::OpenedHandle& h) { return h.id == id && h.owner == o; });
     if (it == qp->opened_by.end()) return EINVAL;
+    release_domain(it->xrcd_handle);
     qp->opened_by.erase(it);
     return 0;
   }
+  if (qp->owner != o) return EINVAL;
   if (!qp->opened_by.empty()) {
-    // The creator lets go but others hold the shared target QP: hand it over.
-    qp->owner = qp->opened_by.front().first;
-    qp->cookie = qp->opened_by.front().second;
+    // The creator lets go but others hold the shared target QP: the first of
+    // them takes it over, with its domain handle.
+    release_domain(qp->xrcd_handle);
+    const Qp::OpenedHandle heir = qp->opened_by.front();
     qp->opened_by.erase(qp->opened_by.begin());
-    if (XrcdHandle* h = xrcd_handles_.get(qp->xrcd_handle)) --h->objects;
-    qp->xrcd_handle = 0;  // its domain is kept alive by xrcds_ users
+    qp->owner = heir.owner;
+    qp->cookie = heir.cookie;
+    qp->xrcd_handle = heir.xrcd_handle;
     return 0;
   }
   if (Pd* pd = pds_.get(qp->pd)) --pd->refs;
@@ -430,7 +438,7 @@ int Device::destroy_qp(Owner* o, uint32_t qpn) {
   if (Cq* c = cqs_.get(qp->recv_cq)) --c->refs;
   if (Srq* s = srqs_.get(qp->srq)) --s->refs;
   if (qp->type == IBV_QPT_XRC_RECV) {
-    if (XrcdHandle* h = xrcd_handles_.get(qp->xrcd_handle)) --h->objects;
+    release_domain(qp->xrcd_handle);
     if (Xrcd* x = xrcds_.get(qp->xrcd); x && --x->users == 0 && x->handles == 0)
       xrcds_.erase(qp->xrcd);
   }
@@ -440,30 +448,33 @@ int Device::destroy_qp(Owner* o, uint32_t qpn) {
   return 0;
 }
 
-Result<uint32_t> Device::open_qp(Owner* o, uint32_t xrcd_handle, uint32_t qpn, uint64_t cookie) {
+Result<uint64_t> Device::open_qp(Owner* o, uint32_t xrcd_handle, uint32_t qpn, uint64_t cookie) {
   XrcdHandle* xh = xrcd_handles_.get(xrcd_handle);
   Qp* qp = this->qp(qpn);
   if (!xh || xh->owner != o || !qp || qp->type != IBV_QPT_XRC_RECV || qp->xrcd != xh->xrcd)
     return {EINVAL};
-  if (qp->owner == o) return {EINVAL};  // the creator already holds it
-  qp->opened_by.emplace_back(o, cookie);
-  return {0, qpn};
+  // Any process in the domain, its creator included, may open another handle
+  // (the kernel's ib_open_qp); the domain handle stays busy while it lives.
+  const uint32_t id = qp->next_open_id++;
+  qp->opened_by.push_back({id, o, cookie, xrcd_handle});
+  ++xh->objects;
+  return {0, (uint64_t(id) << 32) | qpn};
 }
 
 void Device::post_qp_event(Qp& qp, ibv_event_type type) {
   qp.owner->post_async(type, qp.cookie);
-  for (auto& [owner, cookie] : qp.opened_by) owner->post_async(type, cookie);
+  for (const Qp::OpenedHandle& h : qp.opened_by) h.owner->post_async(type, h.cookie);
 }
 
 void Device::release_owner(Owner* o) {
-  std::vector<uint32_t> ids;
+  std::vector<uint64_t> handles;
   qps_.for_each([&](uint32_t, Qp& q) {
-    if (q.owner == o) ids.push_back(q.qpn);
-    for (auto& h : q.opened_by)
-      if (h.first == o) ids.push_back(q.qpn);
+    for (const Qp::OpenedHandle& h : q.opened_by)
+      if (h.owner == o) handles.push_back((uint64_t(h.id) << 32) | q.qpn);
+    if (q.owner == o) handles.push_back(q.qpn);  // after its opened handles
   });
-  for (uint32_t qpn : ids) destroy_qp(o, qpn);
-  ids.clear();
+  for (uint64_t h : handles) destroy_qp(o, h);
+  std::vector<uint32_t> ids;
   srqs_.for_each([&](uint32_t i, Srq& s) { if (s.owner == o) ids.push_back(i); });
   for (uint32_t i : ids) {
     srqs_.get(i)->refs = 0;  // its QPs are gone with the owner

@@ -13,8 +13,13 @@
 #include "device/counters.h"
 #include "device/objects.h"
 #include "device/qp.h"
+#include "net/af_packet_wakeup.h"
+#include "net/arp.h"
+#include "net/dpdk_port.h"
+#include "net/fault_injector.h"
 #include "net/loopback_port.h"
 #include "net/packet.h"
+#include "net/pcap_writer.h"
 #include "uroce/abi.h"
 
 namespace uroce::device {
@@ -23,7 +28,15 @@ struct DeviceConfig {
   std::string name = "uroce0";
   std::array<uint8_t, 4> ip{127, 0, 0, 1};
   std::array<uint8_t, 6> mac{0x02, 0x75, 0x72, 0x00, 0x00, 0x01};
+  bool mac_from_port = false;  // take the wire port's MAC (no --mac given)
+  // DPDK ethdev for the wire ("net_af_packet0,iface=veth0", a PCI address);
+  // empty: the engine has its loopback port only.
+  std::string port_spec;
+  uint16_t port_mtu = 0;  // 0: keep the interface's MTU
+  bool use_hugepages = false;
 };
+
+enum class PortId : uint8_t { kLoopback, kWire };
 
 template <typename T>
 struct Result {
@@ -54,7 +67,8 @@ class Device {
   Result<uint32_t> create_qp(Owner* o, const abi::CreateQpRequest& req);  // returns qpn
   int modify_qp(Owner* o, uint32_t qpn, uint32_t mask, const abi::QpAttr& attr);
   int query_qp(Owner* o, uint32_t qpn, abi::QpAttr* attr);
-  int destroy_qp(Owner* o, uint32_t qpn);
+  // handle: a QPN (the creator's handle) or, from open_qp, id << 32 | QPN.
+  int destroy_qp(Owner* o, uint64_t handle);
   Qp* qp(uint32_t qpn) const;
   Result<uint32_t> create_srq(Owner* o, const abi::CreateSrqRequest& req);  // returns handle
   int modify_srq(Owner* o, uint32_t handle, uint32_t mask, uint32_t max_wr, uint32_t limit);
@@ -63,9 +77,27 @@ class Device {
   // fd < 0: a private domain; else the file decides which domain (O_CREAT, O_EXCL).
   Result<uint32_t> open_xrcd(Owner* o, int fd, uint32_t oflags);  // returns a handle
   int close_xrcd(Owner* o, uint32_t handle);
-  Result<uint32_t> open_qp(Owner* o, uint32_t xrcd_handle, uint32_t qpn, uint64_t cookie);
+  Result<uint64_t> open_qp(Owner* o, uint32_t xrcd_handle, uint32_t qpn, uint64_t cookie);
   // Events of a QP reach every process holding a handle on it.
   void post_qp_event(Qp& qp, ibv_event_type type);
+  // ---- ports (device/ports.cc) ----
+  // Opens the DPDK port of config().port_spec; "" or the reason it failed.
+  std::string open_wire_port();
+  bool has_wire() const { return wire_ != nullptr; }
+  // An fd that becomes readable when a frame reaches an af_packet port while
+  // armed, so the engine can sleep; -1 when the port has none.
+  int wire_wakeup_fd() const { return wakeup_.fd(); }
+  bool arm_wire_wakeup() { return wakeup_.fd() >= 0 && wakeup_.arm(); }
+  void disarm_wire_wakeup() {
+    if (wakeup_.fd() >= 0) wakeup_.disarm();
+  }
+  std::string set_fault(PortId port, const net::FaultConfig& config);
+  // Writes every frame crossing a port (loopback frames once) to a pcap file.
+  std::string start_capture(const std::string& path, uint64_t max_frames);
+  void stop_capture() { capture_.reset(); }
+  bool capturing() const { return capture_ != nullptr; }
+  uint64_t captured_frames() const { return captured_; }
+
   // Administrative link state of port 1. While down, the port drops every
   // frame (peers see timeouts, as on a pulled cable).
   void set_port_active(bool up);
@@ -117,13 +149,28 @@ class Device {
   bool poll_requesters();
   bool poll_rx();
   bool poll_timers();
-  void dispatch(net::Packet* p);
+  void dispatch(net::Packet* p, bool check_icrc);
+  bool poll_wire_rx();
+  bool poll_port_timers();
+  void transmit(net::Packet* p, PortId port);
+  void emit(net::Packet* p, PortId port);
+  void send_arp_request(const net::Ipv4Addr& ip);
+  void capture(const net::Packet& p);
+  bool is_local_gid(const uint8_t* gid) const;
 
   DeviceConfig config_;
   abi::DeviceInfo info_{};
   net::Route loopback_route_{};
   net::LoopbackPort loopback_;
   net::PacketPool pool_;
+  std::unique_ptr<net::DpdkPort> wire_;
+  net::AfPacketWakeup wakeup_;
+  net::ArpTable arp_;
+  net::ArpPending arp_pending_;
+  net::FaultInjector loopback_fault_, wire_fault_;
+  std::vector<net::Packet*> fault_out_;
+  std::unique_ptr<net::PcapWriter> capture_;
+  uint64_t captured_ = 0;
   Counters counters_;
   uint64_t now_ns_ = 0;
   uint8_t mr_generation_ = 0;

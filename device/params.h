@@ -34,7 +34,8 @@ constexpr uint32_t kFirstQpn = 0x11;       // QPN 0 and 1 are the special QPs
 constexpr uint32_t kQpnMask = 0xffffff;
 
 // Transport tuning.
-constexpr uint32_t kMaxInflightPackets = 1024;  // un-ACKed RC packets per QP
+constexpr uint32_t kMaxInflightPackets = 512;  // un-ACKed RC packets per QP (a window the
+                                                 // software ports can absorb)
 constexpr uint32_t kAckEveryPackets = 64;       // AckReq at least this often
 constexpr uint32_t kRxBurst = 32;               // DPDK l3fwd's burst size
 constexpr uint32_t kRequesterBudget = 64;       // packets one QP may send per poll

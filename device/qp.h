@@ -53,6 +53,8 @@ struct RecvInProgress {
   uint32_t num_sge = 0;
   uint32_t cq = 0;             // where the completion goes
   bool from_srq = false;       // the slot was freed when taken
+  bool discard = false;        // its SRQ was destroyed mid-message: place nothing
+  uint32_t srq = 0;            // SRQ handle it came from, 0: the QP's RQ
   const Owner* owner = nullptr;  // whose memory the SGEs address
   std::array<abi::Sge, kMaxSge> sge{};
 };
@@ -68,7 +70,14 @@ struct Qp {
   uint32_t xrcd = 0, xrcd_handle = 0;  // XRC_RECV: its domain
   // XRC_RECV QPs opened by other processes (ibv_open_qp): their owners get
   // the QP's events; the QP lives until its last handle is destroyed.
-  std::vector<std::pair<Owner*, uint64_t>> opened_by;
+  struct OpenedHandle {
+    uint32_t id = 0;  // the high half of the handle ibv_open_qp got
+    Owner* owner = nullptr;
+    uint64_t cookie = 0;
+    uint32_t xrcd_handle = 0;  // its domain handle: busy while this lives
+  };
+  std::vector<OpenedHandle> opened_by;
+  uint32_t next_open_id = 1;
 
   // Attributes (ibv_modify_qp).
   ibv_qp_state state = IBV_QPS_RESET;
@@ -104,6 +113,7 @@ struct Qp {
   uint32_t comp_psn = 0;  // oldest PSN not yet acknowledged
   uint32_t acked_psn = 0; // highest PSN a plain ACK covered (READs excepted)
   bool acked_valid = false;
+  bool comp_rewound = false;  // already went back for the gap at comp_psn
 
   // Responder.
   uint32_t resp_epsn = 0;

@@ -111,8 +111,8 @@ namespace {
 // The creator or a process that opened the (XRC target) QP.
 bool holds(const Qp& qp, const Owner* o) {
   if (qp.owner == o) return true;
-  for (const auto& h : qp.opened_by)
-    if (h.first == o) return true;
+  for (const Qp::OpenedHandle& h : qp.opened_by)
+    if (h.owner == o) return true;
   return false;
 }
 }  // namespace

@@ -106,6 +106,8 @@ uint32_t request_pd(Device& dev, const Qp& qp, const net::Packet& p) {
 bool take_recv_wqe(Device& dev, Qp& qp, const net::Packet& p, uint32_t* status) {
   *status = IBV_WC_SUCCESS;
   Srq* srq = qp.type == IBV_QPT_XRC_RECV ? xrc_target_srq(dev, qp, p) : dev.srq(qp.srq);
+  const uint32_t srq_handle =  // SRQ numbers are their handles
+      qp.type == IBV_QPT_XRC_RECV ? p.hdr<net::XrcEth>(p.info().xrceth_off)->srqn & 0xffffff : qp.srq;
   if (qp.type == IBV_QPT_XRC_RECV && !srq) {
     *status = IBV_WC_REM_INV_REQ_ERR;  // caller NAKs: no such SRQ in this domain
     return true;
@@ -128,6 +130,8 @@ bool take_recv_wqe(Device& dev, Qp& qp, const net::Packet& p, uint32_t* status) 
   r.wr_id = hdr.wr_id;
   r.num_sge = hdr.num_sge;
   r.from_srq = srq != nullptr;
+  r.discard = false;
+  r.srq = srq ? srq_handle : 0;
   r.cq = srq && srq->type == IBV_SRQT_XRC ? srq->cq : qp.recv_cq;
   r.owner = srq ? srq->owner : qp.owner;
   qp.resp_recv_valid = true;
@@ -375,6 +379,11 @@ void execute_send(Device& dev, Qp& qp, net::Packet& p) {
     qp.resp_offset = 0;
   }
   const RecvInProgress& r = qp.resp_recv;
+  if (r.discard) {  // its SRQ is gone: take the message, place and report nothing
+    qp.resp_offset += p.payload_len;
+    if (info.has(net::kLast)) qp.resp_recv_valid = false;
+    return;
+  }
   if (qp.resp_offset + p.payload_len > recv_capacity(r)) {
     // Message longer than the receive buffer (IBA 9.7.5.2.5, class C for RC).
     complete_recv(dev, qp, IBV_WC_LOC_LEN_ERR, IBV_WC_RECV, 0, nullptr, false);
@@ -446,7 +455,9 @@ void execute_write(Device& dev, Qp& qp, net::Packet& p) {
     qp.resp_in_msg = false;
     return;
   }
-  if (info.has(net::kLast) && info.has(net::kHasImm))
+  if (info.has(net::kLast) && info.has(net::kHasImm) && qp.resp_recv.discard)
+    qp.resp_recv_valid = false;  // its SRQ is gone: nothing to report
+  else if (info.has(net::kLast) && info.has(net::kHasImm))
     complete_recv(dev, qp, IBV_WC_SUCCESS, IBV_WC_RECV_RDMA_WITH_IMM, uint32_t(qp.resp_offset), &p,
                   p.bth()->solicited());
 }

@@ -112,6 +112,10 @@ int Device::destroy_srq(Owner* o, uint32_t handle) {
   Srq* s = srqs_.get(handle);
   if (!s || s->owner != o) return EINVAL;
   if (s->refs) return EBUSY;  // man ibv_create_srq NOTES: QPs still attached
+  // An XRC target QP may be filling a WQE of this SRQ: the rest of that
+  // message is accepted but placed nowhere, and no completion follows.
+  for (Qp* q : active_qps_)
+    if (q->resp_recv_valid && q->resp_recv.srq == handle) q->resp_recv.discard = true;
   if (Pd* pd = pds_.get(s->pd)) --pd->refs;
   if (s->type == IBV_SRQT_XRC) {
     if (Cq* cq = cqs_.get(s->cq)) --cq->refs;

@@ -35,7 +35,8 @@ Engine::Engine(EngineConfig config)
       device_(config_.device),
       acceptor_(io_),
       signals_(io_, SIGINT, SIGTERM),
-      doorbell_(io_) {}
+      doorbell_(io_),
+      wire_wakeup_(io_) {}
 
 Engine::~Engine() {
   sessions_.clear();
@@ -52,6 +53,17 @@ void Engine::remove_files() {
 }
 
 void Engine::start() {
+  // The DPDK port first: it decides the MAC (and so the GIDs) clients see.
+  if (!config_.device.port_spec.empty()) {
+    if (std::string err = device_.open_wire_port(); !err.empty())
+      throw std::runtime_error("cannot open port '" + config_.device.port_spec + "': " + err);
+    if (device_.wire_wakeup_fd() >= 0) wire_wakeup_.assign(dup(device_.wire_wakeup_fd()));
+  }
+  if (config_.fault_set) {
+    const auto port = device_.has_wire() ? device::PortId::kWire : device::PortId::kLoopback;
+    if (std::string err = device_.set_fault(port, config_.fault); !err.empty())
+      throw std::runtime_error("bad --fault: " + err);
+  }
   const std::string& dir = config_.runtime_dir;
   if (mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST)
     throw std::runtime_error("cannot create runtime dir " + dir + ": " + std::strerror(errno));
@@ -129,6 +141,11 @@ void Engine::arm_doorbell() {
                        });
 }
 
+void Engine::arm_wire_wakeup() {
+  wire_wakeup_.async_wait(boost::asio::posix::descriptor_base::wait_read,
+                          [](const boost::system::error_code&) {});
+}
+
 void Engine::close_session(Session* s) {
   // Defer destruction: we may be inside one of the session's own handlers.
   auto it = sessions_.find(s);
@@ -190,7 +207,22 @@ void Engine::run() {
       const uint64_t t = monotonic_ns();
       wait_ns = deadline > t ? std::min(wait_ns, deadline - t) : 0;
     }
+    // A wire port wakes us through its af_packet fd; without one, nap briefly.
+    bool wire_armed = false;
+    if (device_.has_wire()) {
+      wire_armed = device_.arm_wire_wakeup();
+      if (wire_armed) {
+        arm_wire_wakeup();
+        if (device_.poll(monotonic_ns())) wait_ns = 0;  // a frame slipped in while arming
+      } else {
+        wait_ns = std::min(wait_ns, config_.wire_nap_ns);
+      }
+    }
     if (wait_ns) io_.run_one_for(std::chrono::nanoseconds(wait_ns));
+    if (wire_armed) {
+      device_.disarm_wire_wakeup();
+      wire_wakeup_.cancel();
+    }
     if (io_.stopped()) io_.restart();
     shared_->sleeping.store(0, std::memory_order_relaxed);
     last_work = monotonic_ns();

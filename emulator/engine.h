@@ -26,6 +26,10 @@ struct EngineConfig {
   std::string runtime_dir;
   // How long the loop keeps spinning after the last work before it sleeps.
   uint64_t spin_ns = 2'000'000;
+  // Longest sleep when the wire port cannot wake the engine (no af_packet fd).
+  uint64_t wire_nap_ns = 1'000'000;
+  net::FaultConfig fault;  // applied at start to the wire port, else the loopback
+  bool fault_set = false;
 };
 
 class Engine {
@@ -51,6 +55,7 @@ class Engine {
  private:
   void accept_next();
   void arm_doorbell();
+  void arm_wire_wakeup();
   void remove_files();
 
   EngineConfig config_;
@@ -59,6 +64,7 @@ class Engine {
   boost::asio::basic_socket_acceptor<SeqPacket> acceptor_;
   boost::asio::signal_set signals_;
   boost::asio::posix::stream_descriptor doorbell_;
+  boost::asio::posix::stream_descriptor wire_wakeup_;  // af_packet: a frame arrived
   std::unordered_map<Session*, std::unique_ptr<Session>> sessions_;
   std::string socket_path_, pid_path_;
   int shared_fd_ = -1, doorbell_fd_ = -1;

@@ -15,7 +15,10 @@ namespace {
 void usage() {
   std::fprintf(stderr,
                "usage: uroced [--name NAME] [--runtime-dir DIR] [--ip A.B.C.D] [--mac XX:XX:XX:XX:XX:XX]\n"
-               "  Runs a uroce engine in the foreground until SIGTERM/SIGINT.\n");
+               "              [--port DPDK-SPEC [--mtu N] [--hugepages]] [--fault SPEC]\n"
+               "  Runs a uroce engine in the foreground until SIGTERM/SIGINT.\n"
+               "  --port   a DPDK ethdev for the wire: net_af_packet0,iface=eth0, a PCI address, ...\n"
+               "  --fault  drop=P,duplicate=P,reorder=P,corrupt=P,delay=US,seed=N (P in 0..1)\n");
 }
 
 bool parse_mac(const std::string& s, std::array<uint8_t, 6>& mac) {
@@ -30,6 +33,52 @@ bool parse_mac(const std::string& s, std::array<uint8_t, 6>& mac) {
 }
 
 }  // namespace
+
+namespace uroce::emulator {
+
+// "drop=0.05,duplicate=0.01,reorder=0.1,corrupt=0,delay=200,seed=7"
+bool parse_fault(const std::string& spec, net::FaultConfig* out, std::string* err) {
+  net::FaultConfig cfg;
+  size_t pos = 0;
+  while (pos < spec.size()) {
+    size_t end = spec.find(',', pos);
+    if (end == std::string::npos) end = spec.size();
+    const std::string item = spec.substr(pos, end - pos);
+    pos = end + 1;
+    const size_t eq = item.find('=');
+    if (eq == std::string::npos) {
+      *err = "'" + item + "' is not key=value";
+      return false;
+    }
+    const std::string key = item.substr(0, eq), val = item.substr(eq + 1);
+    char* rest = nullptr;
+    const double v = std::strtod(val.c_str(), &rest);
+    if (val.empty() || *rest || v < 0) {
+      *err = "bad value for " + key;
+      return false;
+    }
+    if (key == "drop") cfg.drop = v;
+    else if (key == "duplicate" || key == "dup") cfg.duplicate = v;
+    else if (key == "reorder") cfg.reorder = v;
+    else if (key == "corrupt") cfg.corrupt = v;
+    else if (key == "delay") cfg.delay_us = uint64_t(v);
+    else if (key == "seed") cfg.seed = uint64_t(v);
+    else {
+      *err = "unknown key '" + key + "'";
+      return false;
+    }
+  }
+  if (std::string e = net::validate(cfg); !e.empty()) {
+    *err = e;
+    return false;
+  }
+  *out = cfg;
+  return true;
+}
+
+}  // namespace uroce::emulator
+
+using uroce::emulator::parse_fault;
 
 int main(int argc, char** argv) {
   uroce::emulator::EngineConfig config;
@@ -68,8 +117,23 @@ int main(int argc, char** argv) {
         return 2;
       }
     } else if (arg == "--port") {
-      std::fprintf(stderr, "uroced: DPDK ports are not supported yet; the engine serves its loopback port only\n");
-      return 2;
+      config.device.port_spec = value();
+    } else if (arg == "--mtu") {
+      const int mtu = std::atoi(value().c_str());
+      if (mtu < 576 || mtu > 9600) {
+        std::fprintf(stderr, "uroced: --mtu must be 576..9600\n");
+        return 2;
+      }
+      config.device.port_mtu = uint16_t(mtu);
+    } else if (arg == "--hugepages") {
+      config.device.use_hugepages = true;
+    } else if (arg == "--fault") {
+      std::string err;
+      if (!parse_fault(value(), &config.fault, &err)) {
+        std::fprintf(stderr, "uroced: --fault: %s\n", err.c_str());
+        return 2;
+      }
+      config.fault_set = true;
     } else if (arg == "-h" || arg == "--help") {
       usage();
       return 0;
@@ -79,7 +143,9 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (!mac_given) {
+  if (!mac_given && !config.device.port_spec.empty()) {
+    config.device.mac_from_port = true;  // the NIC's own MAC
+  } else if (!mac_given) {
     // A locally administered MAC (02:75:72:...) from the name and address, so
     // every engine has its own MAC, node GUID and link-local GID.
     uint32_t h = 2166136261u;  // FNV-1a

@@ -326,6 +326,39 @@ void Session::handle(const abi::CtlRequestHeader& hdr, const uint8_t* body, std:
       abi::OpenQpReply rep{r.value};
       return reply(r.err, &rep, r.err ? 0 : sizeof(rep));
     }
+    case abi::CtlOp::kSetFault: {
+      abi::SetFaultRequest req;
+      if (!body_as(len, body, &req) || req.port > abi::kFaultPortWire) return reply(EINVAL, nullptr, 0);
+      net::FaultConfig cfg;
+      cfg.drop = req.drop;
+      cfg.duplicate = req.duplicate;
+      cfg.reorder = req.reorder;
+      cfg.corrupt = req.corrupt;
+      cfg.delay_us = req.delay_us;
+      cfg.seed = req.seed;
+      const device::PortId port =
+          req.port == abi::kFaultPortLoopback || (req.port == abi::kFaultPortDefault && !dev.has_wire())
+              ? device::PortId::kLoopback
+              : device::PortId::kWire;
+      const std::string err = dev.set_fault(port, cfg);
+      if (!err.empty()) return reply(EINVAL, err.data(), err.size());
+      return reply(0, nullptr, 0);
+    }
+    case abi::CtlOp::kCapture: {
+      abi::CaptureRequest req;
+      if (!body_as(len, body, &req)) return reply(EINVAL, nullptr, 0);
+      req.path[abi::kMaxCapturePath - 1] = 0;
+      if (req.action == abi::kCaptureStart) {
+        const std::string err = dev.start_capture(req.path, req.max_frames);
+        if (!err.empty()) return reply(EIO, err.data(), err.size());
+      } else if (req.action == abi::kCaptureStop) {
+        dev.stop_capture();
+      } else if (req.action != abi::kCaptureStatus) {
+        return reply(EINVAL, nullptr, 0);
+      }
+      abi::CaptureReply rep{dev.captured_frames(), dev.capturing() ? 1u : 0u, 0};
+      return reply(0, &rep, sizeof(rep));
+    }
     case abi::CtlOp::kModifyQp: {
       abi::ModifyQpRequest req;
       if (!body_as(len, body, &req) || req.handle > UINT32_MAX) return reply(EINVAL, nullptr, 0);
@@ -339,9 +372,9 @@ void Session::handle(const abi::CtlRequestHeader& hdr, const uint8_t* body, std:
       return reply(err, &rep, err ? 0 : sizeof(rep));
     }
     case abi::CtlOp::kDestroyQp: {
-      abi::HandleRequest req;
-      if (!body_as(len, body, &req) || req.handle > UINT32_MAX) return reply(EINVAL, nullptr, 0);
-      return reply(dev.destroy_qp(&owner_, uint32_t(req.handle)), nullptr, 0);
+      abi::HandleRequest req;  // a QPN, or id << 32 | QPN for an opened QP
+      if (!body_as(len, body, &req)) return reply(EINVAL, nullptr, 0);
+      return reply(dev.destroy_qp(&owner_, req.handle), nullptr, 0);
     }
     case abi::CtlOp::kStatus: {
       std::string text = engine_.status_text();

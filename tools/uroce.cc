@@ -9,6 +9,9 @@
 #include <functional>
 #include <iostream>
 #include <map>
+#include <chrono>
+#include <thread>
+#include <csignal>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -44,6 +47,12 @@ Commands:
   run [--] CMD [ARGS...]
                       run CMD with uroce's libibverbs.so.1 (LD_LIBRARY_PATH)
   env                 print the exports that 'run' sets, for eval "$(uroce env)"
+  fault [--name NAME] [--port loopback|wire] [drop=P] [duplicate=P] [reorder=P]
+        [corrupt=P] [delay=US] [seed=N]
+                      set fault injection on a port (no settings: turn it off)
+  capture [--name NAME] -w FILE.pcap [--count N] [--seconds S]
+                      write the frames crossing the engine's ports (loopback
+                      included) to FILE until N frames, S seconds or Ctrl-C
   port [--name NAME] up|down
                       take the engine's port down or up: clients get
                       IBV_EVENT_PORT_ERR / IBV_EVENT_PORT_ACTIVE, traffic stops
@@ -305,6 +314,102 @@ int cmd_port(const Context& ctx, Args args) {
   return 0;
 }
 
+// One control request with a body; prints the engine's error text on failure.
+std::optional<CtlReply> engine_call(const Context& ctx, const std::string& name, abi::CtlOp op,
+                                    const void* body, size_t len) {
+  std::string error;
+  auto reply = control_request(engine_socket_path(ctx.runtime_dir, name), op, 2000, &error,
+                               std::string_view(static_cast<const char*>(body), len));
+  if (!reply) {
+    std::cerr << "uroce: " << name << ": " << error << '\n';
+    return std::nullopt;
+  }
+  if (reply->status) {
+    std::cerr << "uroce: " << name << ": "
+              << (reply->body.empty() ? std::strerror(reply->status) : reply->body) << '\n';
+    return std::nullopt;
+  }
+  return reply;
+}
+
+int cmd_fault(const Context& ctx, Args args) {
+  std::string name = kDefaultName, port;
+  abi::SetFaultRequest req{};
+  for (size_t i = 0; i < args.size();) {
+    if (take_option(args, i, "--name", &name)) continue;
+    if (take_option(args, i, "--port", &port)) continue;
+    const std::string& kv = args[i++];
+    const size_t eq = kv.find('=');
+    if (eq == std::string::npos) return usage_error("fault: '" + kv + "' is not key=value");
+    const std::string key = kv.substr(0, eq);
+    char* rest = nullptr;
+    const double v = std::strtod(kv.c_str() + eq + 1, &rest);
+    if (*rest || eq + 1 == kv.size()) return usage_error("fault: bad value in '" + kv + "'");
+    if (key == "drop") req.drop = v;
+    else if (key == "duplicate" || key == "dup") req.duplicate = v;
+    else if (key == "reorder") req.reorder = v;
+    else if (key == "corrupt") req.corrupt = v;
+    else if (key == "delay") req.delay_us = uint64_t(v);
+    else if (key == "seed") req.seed = uint64_t(v);
+    else return usage_error("fault: unknown setting '" + key + "'");
+  }
+  if (port == "loopback") req.port = abi::kFaultPortLoopback;
+  else if (port == "wire") req.port = abi::kFaultPortWire;
+  else if (!port.empty()) return usage_error("fault: --port is loopback or wire");
+  if (!engine_call(ctx, name, abi::CtlOp::kSetFault, &req, sizeof(req))) return 1;
+  std::cout << name << ": fault injection " << (req.drop || req.duplicate || req.reorder ||
+                                                        req.corrupt || req.delay_us
+                                                    ? "set"
+                                                    : "off")
+            << '\n';
+  return 0;
+}
+
+volatile std::sig_atomic_t g_capture_interrupted = 0;
+
+int cmd_capture(const Context& ctx, Args args) {
+  std::string name = kDefaultName, file, count = "0", seconds = "0";
+  for (size_t i = 0; i < args.size();) {
+    if (take_option(args, i, "--name", &name)) continue;
+    if (take_option(args, i, "-w", &file)) continue;
+    if (take_option(args, i, "--count", &count)) continue;
+    if (take_option(args, i, "--seconds", &seconds)) continue;
+    return usage_error("capture: unknown argument '" + args[i] + "'");
+  }
+  if (file.empty()) return usage_error("capture: -w FILE is required");
+  abi::CaptureRequest req{};
+  req.action = abi::kCaptureStart;
+  req.max_frames = std::strtoull(count.c_str(), nullptr, 10);
+  const std::string path = fs::absolute(file).string();
+  if (path.size() >= abi::kMaxCapturePath) return usage_error("capture: path too long");
+  std::memcpy(req.path, path.c_str(), path.size() + 1);
+  if (!engine_call(ctx, name, abi::CtlOp::kCapture, &req, sizeof(req))) return 1;
+  std::signal(SIGINT, [](int) { g_capture_interrupted = 1; });
+  std::signal(SIGTERM, [](int) { g_capture_interrupted = 1; });
+  const double limit_s = std::strtod(seconds.c_str(), nullptr);
+  const auto start = std::chrono::steady_clock::now();
+  abi::CaptureRequest status{};
+  status.action = abi::kCaptureStatus;
+  abi::CaptureReply rep{};
+  for (;;) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    auto r = engine_call(ctx, name, abi::CtlOp::kCapture, &status, sizeof(status));
+    if (!r || r->body.size() < sizeof(rep)) return 1;
+    std::memcpy(&rep, r->body.data(), sizeof(rep));
+    const double elapsed =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (!rep.active || g_capture_interrupted || (limit_s > 0 && elapsed >= limit_s)) break;
+  }
+  if (rep.active) {
+    status.action = abi::kCaptureStop;
+    if (auto r = engine_call(ctx, name, abi::CtlOp::kCapture, &status, sizeof(status));
+        r && r->body.size() >= sizeof(rep))
+      std::memcpy(&rep, r->body.data(), sizeof(rep));
+  }
+  std::cout << name << ": captured " << rep.frames << " frames to " << path << '\n';
+  return 0;
+}
+
 // Sets the environment that `run` gives a program; returns the values.
 std::pair<std::string, std::string> provider_environment(const Context& ctx) {
   std::string ld_path = prepend_path(provider_dir(), std::getenv("LD_LIBRARY_PATH"));
@@ -373,9 +478,10 @@ int run_main(const std::vector<std::string>& argv) {
   static const std::map<std::string, Handler> kCommands = {
       {"start", cmd_start}, {"stop", cmd_stop}, {"status", cmd_status},
       {"stats", cmd_stats}, {"run", cmd_run},   {"env", cmd_env},
-      {"help", cmd_help},   {"port", cmd_port},
+      {"help", cmd_help},   {"port", cmd_port},   {"fault", cmd_fault},
+      {"capture", cmd_capture},
   };
-  if (command == "capture" || command == "bench") return cmd_later(command);
+  if (command == "bench") return cmd_later(command);
   auto it = kCommands.find(command);
   if (it == kCommands.end()) return usage_error("unknown command '" + command + "'", true);
   return it->second(ctx, rest);

@@ -99,6 +99,8 @@ int query_device_ex(ibv_context* ctx, const ibv_query_device_ex_input* input,
   if (attr_size < sizeof(ibv_device_attr)) return EINVAL;
   ibv_device_attr_ex full{};
   fill_device_attr(to_uctx(ctx)->info, &full.orig_attr);
+  // The 64-bit superset of the base capability flags (verbs.h).
+  full.device_cap_flags_ex = uint32_t(full.orig_attr.device_cap_flags);
   full.phys_port_cnt_ex = full.orig_attr.phys_port_cnt;
   std::memcpy(attr, &full, std::min(attr_size, sizeof(full)));
   return 0;
@@ -366,6 +368,15 @@ UROCE_EXPORT void ibv_ack_async_event(ibv_async_event* event) {
       ++qp->events_completed;
       pthread_cond_signal(&qp->cond);
       pthread_mutex_unlock(&qp->mutex);
+      break;
+    }
+    case IBV_EVENT_SRQ_ERR:
+    case IBV_EVENT_SRQ_LIMIT_REACHED: {
+      ibv_srq* srq = event->element.srq;
+      pthread_mutex_lock(&srq->mutex);
+      ++srq->events_completed;
+      pthread_cond_signal(&srq->cond);
+      pthread_mutex_unlock(&srq->mutex);
       break;
     }
     default:

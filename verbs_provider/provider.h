@@ -140,6 +140,7 @@ struct UQp {
   abi::SendWqe* batch_cur;
   int batch_err;
   bool has_srq;  // receives come from an SRQ: ibv_post_recv is refused
+  uint64_t engine_handle;  // the QPN, or what ibv_open_qp was given
   bool opened;   // from ibv_open_qp: no queues of its own
 };
 

@@ -112,6 +112,7 @@ ibv_qp* create_qp_ex(ibv_context* context, ibv_qp_init_attr_ex* attr) {
   }
   qp->ctx = c;
   qp->qpn = rep.qpn;
+  qp->engine_handle = rep.handle;
   qp->map_size = rep.shm_size;
   auto* base = static_cast<uint8_t*>(qp->map);
   qp->sq.attach(base + rep.sq_offset);
@@ -174,6 +175,7 @@ ibv_qp* open_qp(ibv_context* context, ibv_qp_open_attr* attr) {
   }
   qp->ctx = to_uctx(context);
   qp->qpn = attr->qp_num;
+  qp->engine_handle = rep.handle;
   qp->opened = true;
   ibv_qp& q = qp->qpx.qp_base;
   q.context = context;
@@ -290,7 +292,7 @@ UROCE_EXPORT int ibv_query_qp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask, ibv_
 
 UROCE_EXPORT int ibv_destroy_qp(ibv_qp* qp) {
   UQp* u = to_uqp(qp);
-  abi::HandleRequest req{qp->handle};
+  abi::HandleRequest req{u->engine_handle};
   int err = u->ctx->conn.call(abi::CtlOp::kDestroyQp, &req, sizeof(req), nullptr, 0);
   if (err && err != EIO) return err;
   unmap_queue(u->map, u->map_size);

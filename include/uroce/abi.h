@@ -189,6 +189,8 @@ enum class CtlOp : uint32_t {
   kOpenXrcd,
   kCloseXrcd,
   kOpenQp,
+  kSetFault,  // fault injection on a port (uroce fault)
+  kCapture,   // pcap capture of a port's frames (uroce capture)
   kCount,
 };
 
@@ -462,6 +464,30 @@ struct OpenQpRequest {
 };
 struct OpenQpReply {
   uint64_t handle;
+};
+
+enum FaultPort : uint32_t { kFaultPortDefault = 0, kFaultPortLoopback = 1, kFaultPortWire = 2 };
+
+struct SetFaultRequest {
+  uint32_t port;  // FaultPort; default: the wire port if any, else the loopback
+  uint32_t reserved;
+  double drop, duplicate, reorder, corrupt;  // probabilities 0..1
+  uint64_t delay_us;
+  uint64_t seed;  // 0: from the clock
+};
+
+enum CaptureAction : uint32_t { kCaptureStart = 1, kCaptureStop = 2, kCaptureStatus = 3 };
+constexpr size_t kMaxCapturePath = 256;
+struct CaptureRequest {
+  uint32_t action;  // CaptureAction
+  uint32_t reserved;
+  uint64_t max_frames;  // 0: until stopped
+  char path[kMaxCapturePath];  // NUL-terminated, absolute (the engine opens it)
+};
+struct CaptureReply {
+  uint64_t frames;
+  uint32_t active;
+  uint32_t reserved;
 };
 
 // kStatus / kStats: reply body is UTF-8 text (not NUL terminated).

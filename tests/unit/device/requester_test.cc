@@ -247,6 +247,8 @@ TEST_F(RequesterTest, UdSendCarriesTheDeth) {
   abi::SendWqe w = wqe(IBV_WR_SEND, 1);
   w.remote_qpn = 0x123456;
   w.remote_qkey = 0x9999;
+  w.av.is_global = 1;  // the address handle: a GID of this device
+  std::memcpy(w.av.dgid, dev_.info().gids[0].gid, 16);
   post_send(A(), w, {sge(a(0), 200, a_key_)});
   w.remote_qkey = 0x80000000u;  // "use the QP's Q_Key"
   post_send(A(), w, {sge(a(0), 200, a_key_)});

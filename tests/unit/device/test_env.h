@@ -147,6 +147,11 @@ inline abi::QpAttr default_attr() {
   a.path_mtu = IBV_MTU_1024;
   a.ah.is_global = 1;
   a.ah.sgid_index = 0;
+  // GID 0 of a device with the default address (::ffff:127.0.0.1): the peer
+  // QP lives on the same device, so frames take the loopback port.
+  a.ah.dgid[10] = a.ah.dgid[11] = 0xff;
+  a.ah.dgid[12] = 127;
+  a.ah.dgid[15] = 1;
   a.ah.hop_limit = 64;
   a.ah.port_num = 1;
   a.timeout = 14;  // 4.096 us << 14 = 67 ms

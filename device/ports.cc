@@ -1,0 +1,205 @@
+// The device's ports: the in-engine loopback and, when configured, a DPDK
+// ethdev on the wire. Routing by destination GID, ARP, fault injection and
+// capture sit here, between the transport and the ports.
+#include <cerrno>
+#include <cstring>
+
+#include "device/device.h"
+
+namespace uroce::device {
+
+namespace {
+
+// A RoCE v2 GID holding an IPv4 address (::ffff:a.b.c.d).
+bool ipv4_of(const uint8_t* gid, net::Ipv4Addr* ip) {
+  static constexpr uint8_t kPrefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+  if (std::memcmp(gid, kPrefix, 12) != 0) return false;
+  std::memcpy(ip->data(), gid + 12, 4);
+  return true;
+}
+
+ibv_mtu mtu_for_frames(uint16_t if_mtu) {
+  // Room an IP packet needs around an IBA payload: IPv4 20, UDP 8, BTH and the
+  // largest extension headers 40, ICRC 4.
+  constexpr uint16_t kOverhead = 72;
+  for (ibv_mtu m : {IBV_MTU_4096, IBV_MTU_2048, IBV_MTU_1024, IBV_MTU_512})
+    if (if_mtu >= (128u << m) + kOverhead) return m;
+  return IBV_MTU_256;
+}
+
+}  // namespace
+
+std::string Device::open_wire_port() {
+  net::DpdkPortConfig cfg;
+  cfg.engine_name = config_.name;
+  cfg.spec = config_.port_spec;
+  cfg.mtu = config_.port_mtu;
+  cfg.use_hugepages = config_.use_hugepages;
+  auto port = std::make_unique<net::DpdkPort>();
+  if (std::string err = port->open(cfg); !err.empty()) return err;
+  if (config_.mac_from_port) config_.mac = port->mac();
+  const std::string iface = net::af_packet_iface(config_.port_spec);
+  if (!iface.empty()) wakeup_.open(iface);  // no fd: the engine sleeps in short naps
+  wire_ = std::move(port);
+  init_info();
+  info_.port.max_mtu = info_.port.active_mtu = mtu_for_frames(wire_->mtu());
+  loopback_route_.src_mac = loopback_route_.dst_mac = config_.mac;
+  return "";
+}
+
+std::string Device::set_fault(PortId port, const net::FaultConfig& config) {
+  if (port == PortId::kWire && !wire_) return "this engine has no wire port";
+  net::FaultInjector& f = port == PortId::kWire ? wire_fault_ : loopback_fault_;
+  return f.configure(config);
+}
+
+std::string Device::start_capture(const std::string& path, uint64_t max_frames) {
+  auto w = std::make_unique<net::PcapWriter>();
+  if (std::string err = w->open(path, net::PcapTimestamp::kNano, max_frames); !err.empty())
+    return err;
+  capture_ = std::move(w);
+  captured_ = 0;
+  return "";
+}
+
+void Device::capture(const net::Packet& p) {
+  if (!capture_) return;
+  if (capture_->write(p)) ++captured_;
+  if (capture_->limit_reached()) {
+    capture_->flush();
+    capture_.reset();  // done: the file is complete
+  }
+}
+
+bool Device::is_local_gid(const uint8_t* gid) const {
+  for (const abi::GidEntry& g : info_.gids)
+    if (g.valid && std::memcmp(g.gid, gid, 16) == 0) return true;
+  return false;
+}
+
+void Device::send_packet(Qp& qp, net::Packet* p, const abi::AddressVector* av) {
+  const abi::AddressVector& path = av ? *av : qp.av;
+  if (!port_active()) {
+    ++counters_.tx_port_down;
+    pool_.put(p);
+    return;
+  }
+  net::Route route = loopback_route_;
+  // RoCEv2 source port: a hash of the flow so ECMP spreads QPs (A17.3.1).
+  route.src_port = uint16_t(0xc000 | ((qp.qpn * 2654435761u) >> 18));
+  route.ttl = path.hop_limit ? path.hop_limit : 64;
+  route.tos = path.traffic_class;
+  ++qp.tx_packets;
+  if (is_local_gid(path.dgid)) {
+    net::finish_roce_packet(*p, route);
+    return transmit(p, PortId::kLoopback);
+  }
+  net::Ipv4Addr ip;
+  if (!wire_ || !ipv4_of(path.dgid, &ip)) {
+    ++counters_.tx_no_route;
+    pool_.put(p);
+    return;
+  }
+  route.dst_ip = ip;
+  const auto mac = arp_.lookup(ip, now_ns_);
+  if (mac) route.dst_mac = *mac;
+  net::finish_roce_packet(*p, route);  // the MAC is outside the ICRC: patched on resolution
+  if (mac) return transmit(p, PortId::kWire);
+  switch (arp_pending_.enqueue(ip, p, now_ns_)) {
+    case net::ArpPending::Enqueue::kQueuedSendRequest:
+      send_arp_request(ip);
+      break;
+    case net::ArpPending::Enqueue::kQueued:
+      break;
+    case net::ArpPending::Enqueue::kRefused:
+      pool_.put(p);
+      break;
+  }
+}
+
+// Through the port's fault injector (if set), then out.
+void Device::transmit(net::Packet* p, PortId port) {
+  net::FaultInjector& fault = port == PortId::kWire ? wire_fault_ : loopback_fault_;
+  if (!fault.active()) return emit(p, port);
+  fault_out_.clear();
+  fault.on_tx(p, now_ns_, fault_out_, pool_);
+  for (net::Packet* q : fault_out_) emit(q, port);
+}
+
+void Device::emit(net::Packet* p, PortId port) {
+  ++counters_.tx_packets;
+  capture(*p);
+  if (port == PortId::kLoopback) {
+    loopback_.tx(p);  // the loopback keeps the buffer until it is received
+    return;
+  }
+  wire_->tx(p);  // copies into an mbuf
+  pool_.put(p);
+}
+
+void Device::send_arp_request(const net::Ipv4Addr& ip) {
+  net::Packet* p = pool_.get();
+  net::build_arp_request(*p, config_.mac, config_.ip, ip);
+  capture(*p);
+  wire_->tx(p);
+  pool_.put(p);
+}
+
+bool Device::poll_wire_rx() {
+  if (!wire_) return false;
+  net::Packet* burst[kRxBurst];
+  const size_t n = wire_->rx_burst(burst, kRxBurst, pool_);
+  for (size_t i = 0; i < n; ++i) {
+    net::Packet* p = burst[i];
+    capture(*p);
+    if (net::is_arp_frame(*p)) {
+      net::Packet* reply = pool_.get();
+      if (arp_.handle(*p, config_.mac, config_.ip, now_ns_, reply)) wire_->tx(reply);
+      pool_.put(reply);
+      // The sender is known now: release what waited for it.
+      const auto* arp = reinterpret_cast<const net::ArpHdr*>(p->data + sizeof(net::EthHdr));
+      net::Ipv4Addr sender;
+      std::memcpy(sender.data(), arp->spa, 4);
+      if (const auto mac = arp_.lookup(sender, now_ns_)) {
+        arp_pending_.resolved(sender, [&](net::Packet* q) {
+          std::memcpy(reinterpret_cast<net::EthHdr*>(q->data)->dst, mac->data(), 6);
+          transmit(q, PortId::kWire);
+        });
+      }
+      pool_.put(p);
+      continue;
+    }
+    // A veth or a switch may hand us other hosts' frames: ours only.
+    const auto* eth = reinterpret_cast<const net::EthHdr*>(p->data);
+    if (p->len < sizeof(net::EthHdr) + sizeof(net::Ipv4Hdr) ||
+        std::memcmp(eth->dst, config_.mac.data(), 6) != 0) {
+      ++counters_.rx_not_for_us;
+      pool_.put(p);
+      continue;
+    }
+    dispatch(p, true);
+    pool_.put(p);
+  }
+  return n != 0;
+}
+
+bool Device::poll_port_timers() {
+  bool work = false;
+  for (net::FaultInjector* f : {&loopback_fault_, &wire_fault_}) {
+    if (!f->held()) continue;
+    fault_out_.clear();
+    f->release_due(now_ns_, fault_out_);
+    const PortId port = f == &wire_fault_ ? PortId::kWire : PortId::kLoopback;
+    for (net::Packet* q : fault_out_) emit(q, port);
+    work |= !fault_out_.empty();
+  }
+  if (wire_) {
+    work |= arp_pending_.tick(
+        now_ns_, [&](const net::Ipv4Addr& ip) { send_arp_request(ip); },
+        [&](net::Packet* q) { pool_.put(q); });
+    work |= wire_->flush() != 0;
+  }
+  return work;
+}
+
+}  // namespace uroce::device
