@@ -412,7 +412,7 @@ int Device::destroy_qp(Owner* o, uint64_t handle) {
   auto release_domain = [&](uint32_t xrcd_handle) {
     if (XrcdHandle* h = xrcd_handles_.get(xrcd_handle)) --h->objects;
   };
-  if (id) {
+  if (id && id != qp->owner_open_id) {
     // A handle from ibv_open_qp: drop it; the QP stays for its other holders.
     auto it = std::find_if(qp->opened_by.begin(), qp->opened_by.end(),
                            [&](const Qp::OpenedHandle& h) { return h.id == id && h.owner == o; });
@@ -421,6 +421,7 @@ int Device::destroy_qp(Owner* o, uint64_t handle) {
     qp->opened_by.erase(it);
     return 0;
   }
+  // The owning handle: the creator's, or an opened one that inherited the QP.
   if (qp->owner != o) return EINVAL;
   if (!qp->opened_by.empty()) {
     // The creator lets go but others hold the shared target QP: the first of
@@ -431,6 +432,7 @@ int Device::destroy_qp(Owner* o, uint64_t handle) {
     qp->owner = heir.owner;
     qp->cookie = heir.cookie;
     qp->xrcd_handle = heir.xrcd_handle;
+    qp->owner_open_id = heir.id;
     return 0;
   }
   if (Pd* pd = pds_.get(qp->pd)) --pd->refs;
@@ -471,7 +473,7 @@ void Device::release_owner(Owner* o) {
   qps_.for_each([&](uint32_t, Qp& q) {
     for (const Qp::OpenedHandle& h : q.opened_by)
       if (h.owner == o) handles.push_back((uint64_t(h.id) << 32) | q.qpn);
-    if (q.owner == o) handles.push_back(q.qpn);  // after its opened handles
+    if (q.owner == o) handles.push_back((uint64_t(q.owner_open_id) << 32) | q.qpn);
   });
   for (uint64_t h : handles) destroy_qp(o, h);
   std::vector<uint32_t> ids;

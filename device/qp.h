@@ -78,6 +78,7 @@ struct Qp {
   };
   std::vector<OpenedHandle> opened_by;
   uint32_t next_open_id = 1;
+  uint32_t owner_open_id = 0;  // the owner's handle id when it was an heir (0: creator)
 
   // Attributes (ibv_modify_qp).
   ibv_qp_state state = IBV_QPS_RESET;

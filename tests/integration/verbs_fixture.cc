@@ -16,11 +16,14 @@ void VerbsTest::SetUp() {
   ibv_device** list = ibv_get_device_list(&n);
   ASSERT_NE(list, nullptr) << "ibv_get_device_list: " << std::strerror(errno);
   ibv_device* dev = nullptr;
+  // UROCE_TEST_DEVICE picks another engine (the two-host test runs one per namespace).
+  const char* want = std::getenv("UROCE_TEST_DEVICE");
+  if (!want || !*want) want = kDeviceName;
   for (int i = 0; i < n; ++i)
-    if (std::strcmp(ibv_get_device_name(list[i]), kDeviceName) == 0) dev = list[i];
+    if (std::strcmp(ibv_get_device_name(list[i]), want) == 0) dev = list[i];
   if (!dev) {
     ibv_free_device_list(list);
-    FAIL() << "device " << kDeviceName << " not found (" << n
+    FAIL() << "device " << want << " not found (" << n
            << " devices); run under `uroce run` with an engine started";
   }
   ctx_ = ibv_open_device(dev);

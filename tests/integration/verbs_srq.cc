@@ -1265,9 +1265,7 @@ TEST_F(XrcTest, DeviceReportsXrcAndSrqLimits) {
 // device_cap_flags_ex is the 64-bit superset of orig_attr.device_cap_flags
 // (H:verbs.h; the kernel fills both from one value, and libibverbs copies
 // resp.device_cap_flags_ex): it must carry IBV_DEVICE_XRC and SRQ_RESIZE too.
-// DISABLED: provider bug: query_device_ex (verbs_provider/context.cc) leaves
-// device_cap_flags_ex 0.
-TEST_F(XrcTest, DISABLED_DeviceCapFlagsExIsASupersetOfTheBaseFlags) {
+TEST_F(XrcTest, DeviceCapFlagsExIsASupersetOfTheBaseFlags) {
   ibv_device_attr_ex x{};
   ASSERT_EQ(ibv_query_device_ex(ctx_, nullptr, &x), 0);
   EXPECT_EQ(x.device_cap_flags_ex & 0xffffffffull, uint64_t(x.orig_attr.device_cap_flags));
@@ -1861,10 +1859,7 @@ TEST_F(XrcTest, EmptyXrcSrqIsReceiverNotReadyThenDelivers) {
 // The kernel's ib_open_qp (K:core/verbs.c) does not care which process
 // asks: the creator may open its own target QP too, and gets a second handle
 // on the same QP.
-// DISABLED: engine bug: Device::open_qp returns EINVAL when the caller
-// created the QP ("the creator already holds it"), so ibv_open_qp fails
-// with EINVAL in the creating process.
-TEST_F(XrcTest, DISABLED_OpenQpOfOwnTargetGivesASecondHandle) {
+TEST_F(XrcTest, OpenQpOfOwnTargetGivesASecondHandle) {
   ibv_xrcd* xrcd = open_xrcd(-1, 0);
   ibv_cq* srq_cq = make_cq();
   ibv_cq* scq = make_cq();
@@ -1894,13 +1889,7 @@ TEST_F(XrcTest, DISABLED_OpenQpOfOwnTargetGivesASecondHandle) {
 // completion must not appear on a CQ created afterwards, which the device is
 // free to give the destroyed CQ's number: that CQ never had anything to do
 // with the SRQ (with two processes, it belongs to another client).
-// DISABLED: engine bug: Device::destroy_srq / destroy_cq leave the target
-// QP's receive in progress (RecvInProgress: cq handle, owner) pointing at the
-// destroyed objects; the rest of the message is still placed and its
-// completion goes to whatever CQ now has the old handle (here the new one:
-// "wr_id 0, success, byte_len 33554432"). Across processes the owner pointer
-// dangles as well (see XrcShare.DISABLED_SrqDestroyedMidMessageByItsOwner...).
-TEST_F(XrcTest, DISABLED_SrqDestroyedMidMessageCompletesOnNoOtherCq) {
+TEST_F(XrcTest, SrqDestroyedMidMessageCompletesOnNoOtherCq) {
   constexpr size_t kLen = 32u << 20;
   ibv_xrcd* xrcd = open_xrcd(-1, 0);
   ibv_cq* scq = make_cq();
@@ -2201,9 +2190,7 @@ TEST_F(XrcShare, TargetQpOutlivesItsCreatorWhileOpenedElsewhere) {
 // SEMANTICS.md 2.2 / K:core/uverbs_cmd.c (ib_uverbs_open_qp takes a reference
 // on the domain handle): ibv_close_xrcd is EBUSY while a QP opened through
 // that handle exists.
-// DISABLED: engine bug: Device::open_qp does not count the opened QP against
-// the XRCD handle, so ibv_close_xrcd returns 0 with the opened QP alive.
-TEST_F(XrcShare, DISABLED_CloseXrcdWithAnOpenedQpIsEbusy) {
+TEST_F(XrcShare, CloseXrcdWithAnOpenedQpIsEbusy) {
   const std::string path = temp_file();
   ibv_xrcd* xrcd = open_xrcd(open_file(path), O_CREAT);
   ASSERT_NE(xrcd, nullptr) << std::strerror(errno);
@@ -2231,11 +2218,7 @@ TEST_F(XrcShare, DISABLED_CloseXrcdWithAnOpenedQpIsEbusy) {
 // QP, which does not hold the SRQ). Whatever becomes of the message, its
 // completion must not land on a CQ of the other client, which the engine is
 // free to give the destroyed CQ's number; and the engine must carry on.
-// DISABLED: engine bug (as XrcTest.DISABLED_SrqDestroyedMidMessage...): the
-// target QP's RecvInProgress keeps the destroyed CQ's handle (and the SRQ
-// owner's Owner pointer, which dangles once that client is gone); the
-// completion lands on this process's new CQ.
-TEST_F(XrcShare, DISABLED_SrqDestroyedMidMessageByItsOwnerDisturbsNoOtherClient) {
+TEST_F(XrcShare, SrqDestroyedMidMessageByItsOwnerDisturbsNoOtherClient) {
   constexpr uint32_t kLen = 32u << 20;  // the child's receive buffer is as big
   const std::string path = temp_file();
   ibv_xrcd* xrcd = open_xrcd(open_file(path), O_CREAT);

@@ -1,0 +1,140 @@
+#!/usr/bin/env bash
+# Two hosts: network namespaces joined by a veth pair (MTU 9000), one engine
+# in each on a DPDK net_af_packet port, Debian's unmodified clients across
+# them, RC under loss (netem and the engine's own fault injection), an
+# unreachable peer, and a capture that tshark decodes as RoCE.
+# Traffic stays inside the two namespaces; every run is bounded in time.
+#
+#   two_hosts_test.sh VERBS_SEMANTICS_BINARY
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+verbs_bin=${1:?usage: $0 VERBS_SEMANTICS_BINARY}
+
+if ! ip netns add "uroce-probe-$$" 2>/dev/null; then
+  echo "SKIP: cannot create network namespaces here"
+  exit 77
+fi
+ip netns del "uroce-probe-$$"
+
+id=$$
+ns_a="uroce-a-$id" ns_b="uroce-b-$id"
+veth_a="ua$id" veth_b="ub$id"
+net=10.231.$((id % 200)).0
+kern_a=${net%.0}.1 kern_b=${net%.0}.2     # kernel addresses: the TCP side channel
+eng_a=${net%.0}.11 eng_b=${net%.0}.12     # engine addresses: RoCE only
+unreachable=${net%.0}.99
+
+ip netns add "$ns_a"
+ip netns add "$ns_b"
+add_cleanup "ip netns del $ns_a 2>/dev/null; ip netns del $ns_b 2>/dev/null"
+ip link add "$veth_a" type veth peer name "$veth_b"
+ip link set "$veth_a" netns "$ns_a"
+ip link set "$veth_b" netns "$ns_b"
+for side in a b; do
+  ns_var=ns_$side veth_var=veth_$side kern_var=kern_$side
+  ip -n "${!ns_var}" link set lo up
+  ip -n "${!ns_var}" link set "${!veth_var}" mtu 9000 up
+  ip -n "${!ns_var}" addr add "${!kern_var}/24" dev "${!veth_var}"
+done
+
+in_a() { ip netns exec "$ns_a" "$@"; }
+in_b() { ip netns exec "$ns_b" "$@"; }
+in_a "$UROCE_BIN" start --name hostA --port "net_af_packet0,iface=$veth_a" --ip "$eng_a"
+in_b "$UROCE_BIN" start --name hostB --port "net_af_packet0,iface=$veth_b" --ip "$eng_b"
+
+failures=0
+port=19000
+pair() {  # LABEL TIMEOUT PROGRAM ARGS... : server on B, client on A
+  local label=$1 limit=$2 prog=$3
+  shift 3
+  port=$((port + 1))
+  local dev_flag=(-d)
+  if run_pair --label "$label" --delay 1 \
+       --forbid 'invalid data|[Ff]ailed|[Cc]ouldn.t|[Ee]rror|Unable' "$limit" \
+       ip netns exec "$ns_b" "$prog" "${dev_flag[@]}" hostB -p "$port" "$@" -- \
+       ip netns exec "$ns_a" "$prog" "${dev_flag[@]}" hostA -p "$port" "$@" "$kern_b"; then
+    echo "ok   $label: $(tail -n 3 "$RUN_PAIR_CLIENT_LOG" | grep -E 'iters|^ *[0-9]+ +[0-9]+' | tail -1 | tr -s ' ')"
+  else
+    echo "FAIL $label"
+    tail -n 15 "$RUN_PAIR_CLIENT_LOG" "$RUN_PAIR_SERVER_LOG"
+    failures=$((failures + 1))
+  fi
+}
+
+# Debian's ibverbs-utils and perftest across the wire, path MTU 1024 and 4096.
+pair rc_pingpong_1024 60 ibv_rc_pingpong -g 0 -m 1024 -c -n 500
+pair rc_pingpong_4096 60 ibv_rc_pingpong -g 0 -m 4096 -s 65536 -c -n 200
+pair uc_pingpong 60 ibv_uc_pingpong -g 0 -m 1024 -n 500
+pair ud_pingpong 60 ibv_ud_pingpong -g 0 -s 1024 -n 500
+pair ud_pingpong_4096 60 ibv_ud_pingpong -g 0 -s 4000 -n 200
+for mtu in 1024 4096; do
+  pair "write_bw_$mtu" 90 ib_write_bw -x 0 -m "$mtu" -n 2000
+  pair "read_bw_$mtu" 90 ib_read_bw -x 0 -m "$mtu" -n 1000
+  pair "send_bw_$mtu" 90 ib_send_bw -x 0 -m "$mtu" -n 1000
+  pair "atomic_bw_$mtu" 90 ib_atomic_bw -x 0 -m "$mtu" -n 1000
+done
+pair send_lat 60 ib_send_lat -x 0 -n 1000
+
+# A capture of wire traffic decodes as RoCE with nothing malformed.
+if command -v tshark >/dev/null; then
+  cap="$UROCE_LOG_DIR/wire.pcap"
+  "$UROCE_BIN" capture --name hostA -w "$cap" --count 200 --seconds 20 >/dev/null &
+  cap_pid=$!
+  sleep 0.3
+  pair capture_traffic 60 ibv_rc_pingpong -g 0 -n 100
+  wait "$cap_pid" || true
+  roce=$(tshark -r "$cap" -Y "infiniband" 2>/dev/null | wc -l)
+  malformed=$(tshark -r "$cap" -Y "_ws.malformed || _ws.expert.severity == error" 2>/dev/null | wc -l)
+  arp=$(tshark -r "$cap" -Y "arp" 2>/dev/null | wc -l)
+  if ((roce > 0 && malformed == 0)); then
+    echo "ok   capture: $roce RoCE frames, $arp ARP, none malformed"
+  else
+    echo "FAIL capture: $roce RoCE frames, $malformed malformed"
+    failures=$((failures + 1))
+  fi
+else
+  echo "skip capture: tshark not installed"
+fi
+
+# RC under loss: every byte right (-c), nothing duplicated, a few thousand messages.
+netem="netem loss 5% duplicate 1% reorder 10% delay 1ms"
+if in_a tc qdisc add dev "$veth_a" root $netem 2>/dev/null &&
+   in_b tc qdisc add dev "$veth_b" root $netem 2>/dev/null; then
+  pair rc_under_netem 240 ibv_rc_pingpong -g 0 -m 1024 -s 2048 -c -n 2000
+  in_a tc qdisc del dev "$veth_a" root
+  in_b tc qdisc del dev "$veth_b" root
+else
+  # Some kernels (containers) lack sch_netem; the engine's own injection below still runs.
+  echo "skip netem: this kernel has no netem qdisc"
+fi
+
+# Every lost tail waits out the QP's ACK timeout (67 ms for timeout 14, which
+# the clients set), so the rates are kept where a few thousand messages fit
+# in CI's budget.
+"$UROCE_BIN" fault --name hostA drop=0.02 duplicate=0.01 reorder=0.05 >/dev/null
+"$UROCE_BIN" fault --name hostB drop=0.02 duplicate=0.01 reorder=0.05 corrupt=0.005 >/dev/null
+pair rc_under_fault_injection 240 ibv_rc_pingpong -g 0 -m 1024 -s 2048 -c -n 1500
+pair write_bw_under_fault_injection 240 ib_write_bw -x 0 -m 4096 -n 500
+"$UROCE_BIN" fault --name hostA >/dev/null
+"$UROCE_BIN" fault --name hostB >/dev/null
+stats=$("$UROCE_BIN" stats --name hostA; "$UROCE_BIN" stats --name hostB)
+if grep -qE 'retransmits [1-9]' <<<"$stats" && grep -qE 'fault_wire_dropped [1-9]' <<<"$stats"; then
+  echo "ok   loss was injected and repaired by retransmission"
+else
+  echo "FAIL no retransmissions or injected drops counted"
+  failures=$((failures + 1))
+fi
+
+# An unreachable peer ends in RETRY_EXC_ERR within the time the QP implies.
+if UROCE_TEST_DEVICE=hostA UROCE_TEST_UNREACHABLE_IP=$unreachable \
+   timeout 60 ip netns exec "$ns_a" "$UROCE_BIN" run -- "$verbs_bin" \
+     --gtest_filter='Wire.*' --gtest_brief=1 >"$UROCE_LOG_DIR/unreachable.log" 2>&1; then
+  echo "ok   unreachable peer: RETRY_EXC_ERR"
+else
+  echo "FAIL unreachable peer"
+  tail -n 20 "$UROCE_LOG_DIR/unreachable.log"
+  failures=$((failures + 1))
+fi
+
+echo "failures: $failures"
+((failures == 0))

@@ -1,0 +1,72 @@
+// Verbs semantics on a wire port: run by two_hosts_test.sh inside a network
+// namespace with an engine on a DPDK port (UROCE_TEST_DEVICE names it).
+#include <arpa/inet.h>
+
+#include <chrono>
+#include <cstdlib>
+
+#include "tests/integration/verbs_fixture.h"
+
+namespace vt {
+namespace {
+
+class Wire : public VerbsTest {};
+
+// A peer that does not answer (no host owns the address: ARP fails, every
+// packet is lost) ends in IBV_WC_RETRY_EXC_ERR after about
+// (retry_cnt + 1) x 4.096 us x 2^timeout, not in a hang.
+TEST_F(Wire, UnreachablePeerEndsInRetryExceeded) {
+  const char* ip = std::getenv("UROCE_TEST_UNREACHABLE_IP");
+  if (!ip) GTEST_SKIP() << "set UROCE_TEST_UNREACHABLE_IP (two_hosts_test.sh does)";
+  ibv_cq* cq = make_cq();
+  ASSERT_NE(cq, nullptr);
+  ibv_qp* qp = make_qp(IBV_QPT_RC, cq, cq);
+  ASSERT_NE(qp, nullptr);
+  ibv_qp_attr a{};
+  a.qp_state = IBV_QPS_INIT;
+  a.port_num = 1;
+  a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
+  ASSERT_EQ(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS), 0);
+  a = {};
+  a.qp_state = IBV_QPS_RTR;
+  a.path_mtu = IBV_MTU_1024;
+  a.dest_qp_num = 0x99;
+  a.max_dest_rd_atomic = 1;
+  a.min_rnr_timer = 12;
+  a.ah_attr.is_global = 1;
+  a.ah_attr.port_num = 1;
+  a.ah_attr.grh.hop_limit = 64;
+  a.ah_attr.grh.dgid.raw[10] = a.ah_attr.grh.dgid.raw[11] = 0xff;
+  ASSERT_EQ(inet_pton(AF_INET, ip, &a.ah_attr.grh.dgid.raw[12]), 1);
+  ASSERT_EQ(ibv_modify_qp(qp, &a,
+                          IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+                              IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER),
+            0);
+  a = {};
+  a.qp_state = IBV_QPS_RTS;
+  a.timeout = 12;  // 16.8 ms
+  a.retry_cnt = 3;
+  a.rnr_retry = 3;
+  a.max_rd_atomic = 1;
+  ASSERT_EQ(ibv_modify_qp(qp, &a,
+                          IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+                              IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC),
+            0);
+  ibv_mr* mr = reg_buffer(64, IBV_ACCESS_LOCAL_WRITE);
+  ASSERT_NE(mr, nullptr);
+  ibv_sge s = sge_of(mr, 0, 64);
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_EQ(post_send(qp, 1, IBV_WR_SEND, &s, 1), 0);
+  ibv_wc wc;
+  VT_POLL_ONE(cq, &wc);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(wc.status, IBV_WC_RETRY_EXC_ERR) << describe(wc);
+  // 4 tries x 16.8 ms is about 70 ms; allow for a loaded machine, not a hang.
+  EXPECT_LT(seconds, 3.0);
+  EXPECT_GT(seconds, 0.05) << "the retries must take the time the attributes say";
+  EXPECT_EQ(qp_state(qp), IBV_QPS_ERR);
+}
+
+}  // namespace
+}  // namespace vt
