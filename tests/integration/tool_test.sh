@@ -69,8 +69,12 @@ expect 0 "--help" uroce --help
 expect 2 "unknown command" uroce frobnicate
 expect_out 'usage: uroce' "unknown command prints the usage"
 expect 2 "no command" uroce
-expect 2 "capture is not implemented yet" uroce capture
-expect_out 'not implemented yet' "capture says so"
+expect 2 "capture without a file" uroce capture
+expect_out '-w FILE is required' "capture asks for the file"
+expect 2 "fault with a bad setting" uroce fault drop
+expect_out 'not key=value' "fault names the bad setting"
+expect 2 "fault with an unknown key" uroce fault jitter=3
+expect 2 "port without a state" uroce port
 expect 2 "bench is not implemented yet" uroce bench
 expect 2 "stop --name without a value" uroce stop --name
 expect 2 "invalid engine name" uroce start --name 'a/b'
