@@ -56,6 +56,9 @@ Commands:
   port [--name NAME] up|down
                       take the engine's port down or up: clients get
                       IBV_EVENT_PORT_ERR / IBV_EVENT_PORT_ACTIVE, traffic stops
+  bench [--quick] [--out DIR]
+                      run perftest through engines of its own beside the
+                      baselines (memcpy, shared memory, TCP); table, JSON, SVG
   help                show this text
 
 NAME defaults to uroce0; applications see the engine as the device NAME.
@@ -449,9 +452,23 @@ int cmd_help(const Context&, Args) {
   return 0;
 }
 
-int cmd_later(const std::string& name) {
-  std::cerr << "uroce: " << name << ": not implemented yet\n";
-  return kExitUsage;
+// Execs the bench script (tools/bench/uroce_bench.py): installed under
+// <bin>/../share/uroce/bench, else the source tree's copy (build tree).
+int cmd_bench(const Context&, Args args) {
+  fs::path script = (self_dir() / ".." / "share" / "uroce" / "bench" / "uroce_bench.py").lexically_normal();
+  std::error_code ec;
+  if (!fs::exists(script, ec)) script = UROCE_BENCH_SCRIPT;
+  const std::string self = (self_dir() / "uroce").string();
+  std::vector<std::string> words = {"python3", script.string(), "--uroce", self};
+  words.insert(words.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& w : words) argv.push_back(w.data());
+  argv.push_back(nullptr);
+  std::cout.flush();
+  ::execvp(argv[0], argv.data());
+  int err = errno;
+  std::cerr << "uroce: bench: python3: " << std::strerror(err) << '\n';
+  return err == ENOENT ? kExitNotFound : kExitCannotExec;
 }
 
 int run_main(const std::vector<std::string>& argv) {
@@ -479,9 +496,8 @@ int run_main(const std::vector<std::string>& argv) {
       {"start", cmd_start}, {"stop", cmd_stop}, {"status", cmd_status},
       {"stats", cmd_stats}, {"run", cmd_run},   {"env", cmd_env},
       {"help", cmd_help},   {"port", cmd_port},   {"fault", cmd_fault},
-      {"capture", cmd_capture},
+      {"capture", cmd_capture}, {"bench", cmd_bench},
   };
-  if (command == "bench") return cmd_later(command);
   auto it = kCommands.find(command);
   if (it == kCommands.end()) return usage_error("unknown command '" + command + "'", true);
   return it->second(ctx, rest);

@@ -1,0 +1,80 @@
+#!/usr/bin/env python3
+"""Checks that a `uroce bench` results.json has every expected key.
+
+    check_results.py RESULTS.JSON
+
+Exit 0 when it does, 1 (with the missing keys listed) when it does not. The
+figures themselves are not judged: the bench fails on errors, not numbers.
+"""
+import json
+import sys
+
+PERFTEST = ("ib_write_bw", "ib_read_bw", "ib_send_bw", "ib_write_lat", "ib_send_lat", "ib_read_lat",
+            "ib_atomic_bw")
+BW_KEYS = ("size", "iters", "bw_bytes_per_s", "bw_peak_bytes_per_s", "msgs_per_s")
+LAT_KEYS = ("size", "iters", "t_typical_us", "t_min_us", "t_max_us", "t_avg_us", "kind")
+
+
+def main():
+    with open(sys.argv[1]) as f:
+        r = json.load(f)
+    missing = []
+
+    def need(obj, path, keys):
+        if not isinstance(obj, dict):
+            missing.append("%s (not an object)" % path)
+            return
+        for k in keys:
+            if k not in obj or obj[k] is None:
+                missing.append("%s.%s" % (path, k))
+
+    need(r, "", ("mode", "machine", "baselines", "perftest", "idle_engine", "scale", "targets", "table",
+                 "errors"))
+    need(r.get("machine"), "machine", ("nproc", "kernel", "cpu_model", "date", "load_average_start"))
+    b = r.get("baselines") or {}
+    need(b, "baselines", ("memcpy", "shm_pingpong", "tcp_loopback"))
+    need(b.get("memcpy"), "baselines.memcpy", ("bytes_per_s", "buffer_bytes", "llc_bytes"))
+    need(b.get("shm_pingpong"), "baselines.shm_pingpong", ("rtt_median_us", "rtt_p99_us"))
+    tcp = b.get("tcp_loopback") or {}
+    need(tcp, "baselines.tcp_loopback", ("pingpong", "stream"))
+    for i, x in enumerate(tcp.get("pingpong") or [None]):
+        need(x, "baselines.tcp_loopback.pingpong[%d]" % i, ("size", "rtt_median_us"))
+    for i, x in enumerate(tcp.get("stream") or [None]):
+        need(x, "baselines.tcp_loopback.stream[%d]" % i, ("size", "bytes_per_s", "msgs_per_s"))
+    pt = r.get("perftest") or {}
+    for prog in PERFTEST:
+        runs = pt.get(prog)
+        if not runs:
+            missing.append("perftest.%s (no runs)" % prog)
+            continue
+        for i, x in enumerate(runs):
+            need(x, "perftest.%s[%d]" % (prog, i), LAT_KEYS if prog.endswith("_lat") else BW_KEYS)
+    need(r.get("idle_engine"), "idle_engine", ("seconds", "cpu_percent_of_one_core", "rss_kib"))
+    need(r.get("scale"), "scale", ("processes", "qps_per_process", "pairs_ok", "engine_kib_per_qp"))
+    targets = {t.get("key"): t for t in r.get("targets") or []}
+    for key in ("write_bw_64k_vs_memcpy", "send_bw_64b_msg_rate", "send_lat_2b_median", "write_lat_2b_median",
+                "two_hosts_write_bw_64k", "two_hosts_write_bw_64k_vs_raw", "idle_engine_cpu", "scale_16x64"):
+        if key not in targets:
+            missing.append("targets[%s]" % key)
+        else:
+            need(targets[key], "targets[%s]" % key, ("target", "bound", "unit"))
+            for k in ("measured", "met"):
+                if k not in targets[key]:
+                    missing.append("targets[%s].%s" % (key, k))
+    for key in ("write_bw_64k_vs_memcpy", "send_bw_64b_msg_rate", "send_lat_2b_median", "write_lat_2b_median"):
+        if key in targets and targets[key].get("measured") is None:
+            missing.append("targets[%s].measured (null)" % key)
+    if not r.get("table"):
+        missing.append("table (empty)")
+    if r.get("errors"):
+        missing.append("errors (not empty: %s)" % r["errors"])
+    if missing:
+        print("results.json is missing:\n  " + "\n  ".join(missing))
+        return 1
+    print("results.json: every expected key present (%d perftest programs, %d table rows)" %
+          (len(PERFTEST), len(r["table"])))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

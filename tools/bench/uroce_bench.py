@@ -1,0 +1,997 @@
+#!/usr/bin/env python3
+"""uroce bench: uroce's speed beside the baselines that judge it, in one run.
+
+    uroce bench [--quick] [--out DIR] [--no-two-hosts] [--keep]
+
+`uroce bench` execs this script with --uroce PATH (the uroce command of the
+build tree or installation). It
+
+  1. measures the baselines with uroce-bench-baselines (built beside uroce):
+     single-core memcpy on buffers larger than the last-level cache, a flag
+     bounced between two processes through shared memory, TCP over loopback
+     (ping-pong latency and streaming bandwidth per message size);
+  2. starts an engine of its own (private runtime directory, device uroce0),
+     measures its idle CPU, and runs Debian's unmodified perftest through it:
+     ib_write_bw, ib_read_bw, ib_send_bw, ib_write_lat, ib_send_lat,
+     ib_read_lat, ib_atomic_bw, 2 B .. 1 MiB (--quick: a few sizes);
+  3. full run: one engine serving 16 perftest processes with 64 RC QPs each
+     (engine memory per QP), and, when network namespaces can be made (root),
+     two engines in two namespaces joined by a veth pair (MTU 9000) on DPDK
+     net_af_packet ports: the raw-frame rate of that port (dpdk_port_probe,
+     from the build tree's tests), TCP over the same veth, and perftest
+     across the engines at path MTU 4096;
+  4. prints a table (each figure, its baselines and the ratios), and writes
+     results.json, table.md and bench.svg into --out (default
+     ./uroce-bench-results).
+
+Progress goes to stdout while it runs. The exit status is 0 unless something
+failed (a run that did not complete, an engine that did not start); the
+figures themselves never fail it. Every process runs under `timeout`; the
+engines, namespaces and temporary files are removed on exit.
+"""
+
+import argparse
+import atexit
+import datetime
+import json
+import math
+import os
+import platform
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+KIB = 1024
+MIB = 1024 * 1024
+MIB_PER_S = float(MIB)  # perftest's "MB/sec" is MiB/s (its --help says so)
+
+ALL_SIZES = [2 ** k for k in range(1, 21)]  # 2 B .. 1 MiB
+
+# Figures of issue 5: (key, description, comparison, bound, unit).
+TARGETS = [
+    ("write_bw_64k_vs_memcpy", "ib_write_bw 64 KiB >= 50% of memcpy", ">=", 0.5, "ratio"),
+    ("send_bw_64b_msg_rate", "ib_send_bw 64 B >= 2 M messages/s", ">=", 2e6, "msg/s"),
+    ("send_lat_2b_median", "ib_send_lat 2 B median <= 5 us", "<=", 5.0, "us"),
+    ("write_lat_2b_median", "ib_write_lat 2 B median <= 5 us", "<=", 5.0, "us"),
+    ("two_hosts_write_bw_64k", "2 engines: ib_write_bw 64 KiB >= 1 GB/s", ">=", 1e9, "B/s"),
+    ("two_hosts_write_bw_64k_vs_raw", "2 engines: ib_write_bw 64 KiB >= 60% of raw frames",
+     ">=", 0.6, "ratio"),
+    ("idle_engine_cpu", "idle engine < 1% of one core over 10 s", "<", 1.0, "%"),
+    ("scale_16x64", "1 engine, 16 processes x 64 RC QPs, all passing traffic", "==", 1, "bool"),
+]
+
+
+class BenchError(Exception):
+    pass
+
+
+def fmt_bw(bps):
+    if bps is None:
+        return "-"
+    if bps >= 1e9:
+        return "%.2f GB/s" % (bps / 1e9)
+    return "%.0f MB/s" % (bps / 1e6) if bps >= 1e7 else "%.1f MB/s" % (bps / 1e6)
+
+
+def fmt_rate(mps):
+    if mps is None:
+        return "-"
+    return "%.3f M msg/s" % (mps / 1e6)
+
+
+def fmt_us(us):
+    if us is None:
+        return "-"
+    return "%.2f us" % us if us < 100 else "%.0f us" % us
+
+
+def fmt_size(n):
+    if n >= MIB and n % MIB == 0:
+        return "%d MiB" % (n // MIB)
+    if n >= KIB and n % KIB == 0:
+        return "%d KiB" % (n // KIB)
+    return "%d B" % n
+
+
+def ratio(a, b):
+    if a is None or b is None or b == 0:
+        return None
+    return a / b
+
+
+def fmt_ratio(r):
+    if r is None:
+        return "-"
+    return "%.3g x" % r
+
+
+class Bench:
+    def __init__(self, opts):
+        self.opts = opts
+        self.quick = opts.quick
+        self.t0 = time.monotonic()
+        self.uroce = os.path.abspath(opts.uroce)
+        self.bin_dir = os.path.dirname(self.uroce)
+        self.baselines_bin = os.path.join(self.bin_dir, "uroce-bench-baselines")
+        self.probe_bin = os.path.join(self.bin_dir, "dpdk_port_probe")
+        self.work = tempfile.mkdtemp(prefix="uroce-bench.", dir="/tmp")
+        self.runtime = os.path.join(self.work, "run")
+        self.logs = os.path.join(self.work, "logs")
+        os.makedirs(self.runtime, mode=0o700)
+        os.makedirs(self.logs)
+        os.environ["UROCE_RUNTIME_DIR"] = self.runtime
+        self.port = 20000 + (os.getpid() % 2000) * 10
+        self.children = []
+        self.namespaces = []
+        self.errors = []
+        self.run_count = 0
+        self.results = {
+            "mode": "quick" if self.quick else "full",
+            "machine": {},
+            "baselines": {},
+            "perftest": {},
+            "idle_engine": None,
+            "scale": None,
+            "two_hosts": None,
+            "targets": [],
+            "table": [],
+            "errors": self.errors,
+        }
+
+    # ---- plumbing ----
+
+    def log(self, msg):
+        print("[%6.1fs] %s" % (time.monotonic() - self.t0, msg), flush=True)
+
+    def error(self, msg):
+        self.errors.append(msg)
+        self.log("ERROR: " + msg)
+
+    def next_port(self):
+        self.port += 1
+        return self.port
+
+    def spawn(self, cmd, limit, log_path):
+        """Starts cmd under `timeout` in a session of its own; output to log_path."""
+        out = open(log_path, "w")
+        p = subprocess.Popen(["timeout", "-k", "5", str(int(limit))] + cmd, stdin=subprocess.DEVNULL,
+                             stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        out.close()
+        self.children.append(p)
+        return p
+
+    def run(self, cmd, limit, log_path=None):
+        """Runs cmd under `timeout`; returns (rc, output)."""
+        if log_path is None:
+            self.run_count += 1
+            log_path = os.path.join(self.logs, "run%d.log" % self.run_count)
+        p = self.spawn(cmd, limit, log_path)
+        rc = p.wait()
+        self.children.remove(p)
+        with open(log_path, errors="replace") as f:
+            return rc, f.read()
+
+    def kill(self, p):
+        if p.poll() is None:
+            try:
+                os.killpg(p.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            try:
+                p.wait(5)
+            except subprocess.TimeoutExpired:
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                p.wait()
+        if p in self.children:
+            self.children.remove(p)
+
+    def cleanup(self):
+        for p in list(self.children):
+            self.kill(p)
+        self.stop_engines()
+        for ns in self.namespaces:
+            subprocess.run(["ip", "netns", "del", ns], stderr=subprocess.DEVNULL)
+        self.namespaces = []
+        if self.opts.keep or self.errors:
+            print("bench files kept in %s" % self.work, flush=True)
+        else:
+            shutil.rmtree(self.work, ignore_errors=True)
+
+    def stop_engines(self):
+        subprocess.run(["timeout", "-k", "5", "30", self.uroce, "stop", "--all"],
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def start_engine(self, name, extra=(), netns=None):
+        cmd = [self.uroce, "start", "--name", name] + list(extra)
+        if netns:
+            cmd = ["ip", "netns", "exec", netns] + cmd
+        rc, out = self.run(cmd, 30)
+        if rc != 0:
+            log = os.path.join(self.runtime, name + ".log")
+            tail = open(log, errors="replace").read()[-2000:] if os.path.exists(log) else ""
+            raise BenchError("engine %s did not start (exit %d): %s\n%s" % (name, rc, out.strip(), tail))
+        with open(os.path.join(self.runtime, name + ".pid")) as f:
+            return int(f.read().split()[0])
+
+    def baseline(self, args, limit=60, wrap=()):
+        rc, out = self.run(list(wrap) + [self.baselines_bin] + args, limit)
+        for line in out.splitlines():
+            if line.startswith("{"):
+                try:
+                    return json.loads(line)
+                except ValueError:
+                    pass
+        raise BenchError("uroce-bench-baselines %s failed (exit %d): %s" % (" ".join(args), rc, out[-500:]))
+
+    # ---- machine ----
+
+    def machine(self):
+        m = {"nproc": os.cpu_count(), "kernel": platform.release(), "cpu_model": None,
+             "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+             "load_average_start": list(os.getloadavg())}
+        try:
+            out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
+            for line in out.splitlines():
+                if line.startswith("Model name:"):
+                    m["cpu_model"] = line.split(":", 1)[1].strip()
+                elif line.startswith("Hypervisor vendor:"):
+                    m["hypervisor"] = line.split(":", 1)[1].strip()
+                elif line.startswith("L3 cache:"):
+                    m["l3_cache"] = line.split(":", 1)[1].strip()
+        except (OSError, subprocess.SubprocessError):
+            pass
+        try:
+            with open("/proc/meminfo") as f:
+                m["mem_total_kib"] = int(f.readline().split()[1])
+        except (OSError, ValueError, IndexError):
+            pass
+        try:
+            src = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+            m["git_commit"] = subprocess.run(["git", "-C", src, "rev-parse", "--short", "HEAD"],
+                                             capture_output=True, text=True, timeout=10).stdout.strip() or None
+        except (OSError, subprocess.SubprocessError):
+            m["git_commit"] = None
+        try:
+            m["perftest"] = subprocess.run(["dpkg-query", "-W", "-f=${Version}", "perftest"],
+                                           capture_output=True, text=True, timeout=10).stdout.strip() or None
+        except (OSError, subprocess.SubprocessError):
+            m["perftest"] = None
+        self.results["machine"] = m
+        self.log("machine: %s, %s cores, kernel %s, load %.2f" %
+                 (m["cpu_model"], m["nproc"], m["kernel"], m["load_average_start"][0]))
+
+    # ---- baselines ----
+
+    def baselines(self):
+        b = self.results["baselines"]
+        secs = 1 if self.quick else 3
+        b["memcpy"] = self.baseline(["memcpy", "--seconds", str(secs)])
+        self.log("baseline memcpy (%s buffers, LLC %s): %s" % (
+            fmt_size(b["memcpy"]["buffer_bytes"]), fmt_size(b["memcpy"]["llc_bytes"]),
+            fmt_bw(b["memcpy"]["bytes_per_s"])))
+        b["shm_pingpong"] = self.baseline(["shm-pingpong", "--iters", "20000" if self.quick else "100000"])
+        self.log("baseline shared-memory flag round trip: %s median" %
+                 fmt_us(b["shm_pingpong"]["rtt_median_us"]))
+        lat_sizes = [2, 4096, 65536] if self.quick else ALL_SIZES
+        bw_sizes = [64, 65536] if self.quick else ALL_SIZES
+        pp, st = [], []
+        for size in lat_sizes:
+            iters = 2000 if self.quick else (10000 if size <= 64 * KIB else 2000)
+            r = self.baseline(["tcp-pingpong", "--size", str(size), "--iters", str(iters)])
+            pp.append(r)
+        self.log("baseline TCP loopback ping-pong: %s" % ", ".join(
+            "%s %s" % (fmt_size(r["size"]), fmt_us(r["rtt_median_us"])) for r in pp))
+        for size in bw_sizes:
+            r = self.baseline(["tcp-stream", "--size", str(size), "--seconds", "0.5" if self.quick else "1"])
+            st.append(r)
+        self.log("baseline TCP loopback stream: %s" % ", ".join(
+            "%s %s" % (fmt_size(r["size"]), fmt_bw(r["bytes_per_s"])) for r in st))
+        b["tcp_loopback"] = {"tool": "uroce-bench-baselines", "pingpong": pp, "stream": st}
+        if shutil.which("qperf") and not self.quick:
+            b["tcp_loopback"]["qperf"] = self.qperf()
+
+    def qperf(self):
+        """Cross-check of the TCP baseline with Debian's qperf, when installed."""
+        port = self.next_port()
+        server = self.spawn(["qperf", "-lp", str(port)], 60, os.path.join(self.logs, "qperf-server.log"))
+        time.sleep(0.5)
+        res = {}
+        try:
+            for test, size in (("tcp_lat", 2), ("tcp_bw", 65536)):
+                rc, out = self.run(["qperf", "127.0.0.1", "-lp", str(port), "-t", "2", "-m", str(size),
+                                    test], 20)
+                m = re.search(r"(latency|bw)\s*=\s*([\d.]+)\s*(\S+)", out)
+                if rc == 0 and m:
+                    res["%s_%d" % (test, size)] = "%s %s" % (m.group(2), m.group(3))
+            self.log("qperf cross-check: %s" % res)
+        finally:
+            self.kill(server)
+        return res
+
+    # ---- perftest ----
+
+    def iterations(self, prog, size):
+        if prog.endswith("_lat"):
+            if self.quick:
+                return 300 if size <= 4096 else 100
+            return 2000 if size <= 4096 else (500 if size <= 64 * KIB else 100)
+        budget = 64 * MIB if self.quick else 512 * MIB
+        lo, hi = (200, 20000) if self.quick else (500, 200000)
+        return max(lo, min(hi, budget // max(size, 1)))
+
+    def perftest(self, prog, size, iters, dev="uroce0", server_dev=None, server_ns=None, client_ns=None,
+                 server_addr="127.0.0.1", extra=(), limit=None):
+        """Runs one perftest server/client pair; returns the client's parsed figures."""
+        limit = limit or (60 if self.quick else 120)
+        args = ["-x", "0", "-F", "-n", str(iters)] + list(extra)
+        if prog != "ib_atomic_bw":
+            args += ["-s", str(size)]
+        tag = "%s-%s-%d" % (prog, dev, size)
+        for attempt in range(3):
+            port = self.next_port()
+            sv_cmd = [self.uroce, "run", "--", prog, "-d", server_dev or dev, "-p", str(port)] + args
+            cl_cmd = [self.uroce, "run", "--", prog, "-d", dev, "-p", str(port)] + args + [server_addr]
+            if server_ns:
+                sv_cmd = ["ip", "netns", "exec", server_ns] + sv_cmd
+            if client_ns:
+                cl_cmd = ["ip", "netns", "exec", client_ns] + cl_cmd
+            sv_log = os.path.join(self.logs, "%s.%d.server.log" % (tag, attempt))
+            cl_log = os.path.join(self.logs, "%s.%d.client.log" % (tag, attempt))
+            server = self.spawn(sv_cmd, limit, sv_log)
+            time.sleep(0.3)
+            rc, out = 1, ""
+            for _ in range(20):  # the client retries while the server starts listening
+                started = time.monotonic()
+                rc, out = self.run(cl_cmd, limit, cl_log)
+                refused = re.search(r"[Cc]ouldn't connect|Unable to init the socket", out)
+                if rc == 0 or not refused or server.poll() is not None or time.monotonic() - started > 5:
+                    break
+                time.sleep(0.2)
+            if rc != 0:
+                self.kill(server)
+            else:
+                try:
+                    server.wait(15)
+                except subprocess.TimeoutExpired:
+                    pass
+                self.kill(server)
+            if rc == 0:
+                parsed = self.parse_perftest(prog, out)
+                if parsed:
+                    parsed["iters"] = iters
+                    return parsed
+                self.log("%s %s: could not read the result; output kept in %s" % (prog, fmt_size(size), cl_log))
+            why = "timed out after %d s" % limit if rc in (124, 137) else "exit %d" % rc
+            tail = " | ".join(out.strip().splitlines()[-3:])
+            self.log("%s %s attempt %d failed (%s): %s" % (prog, fmt_size(size), attempt + 1, why, tail))
+        raise BenchError("%s %s on %s failed three times (logs: %s)" % (prog, fmt_size(size), dev, self.logs))
+
+    @staticmethod
+    def parse_perftest(prog, out):
+        lines = out.splitlines()
+        for i, line in enumerate(lines):
+            if "#bytes" not in line:
+                continue
+            for data in lines[i + 1:]:
+                nums = data.split()
+                if len(nums) < 5 or not re.match(r"^\d+$", nums[0]):
+                    continue
+                try:
+                    v = [float(x) for x in nums]
+                except ValueError:
+                    continue
+                if prog.endswith("_lat"):
+                    r = {"size": int(v[0]), "t_min_us": v[2], "t_max_us": v[3], "t_typical_us": v[4],
+                         "t_avg_us": v[5], "t_stdev_us": v[6]}
+                    if len(v) >= 9:
+                        r["p99_us"], r["p999_us"] = v[7], v[8]
+                    # ib_send_lat/ib_write_lat report half a round trip; ib_read_lat a whole one.
+                    r["kind"] = "round trip" if prog == "ib_read_lat" else "half round trip"
+                    return r
+                return {"size": int(v[0]), "bw_peak_bytes_per_s": v[2] * MIB_PER_S,
+                        "bw_bytes_per_s": v[3] * MIB_PER_S, "msgs_per_s": v[4] * 1e6}
+        return None
+
+    def perftest_suite(self):
+        if self.quick:
+            plan = [("ib_write_bw", [64, 4096, 65536]), ("ib_send_bw", [64, 65536]),
+                    ("ib_read_bw", [65536]), ("ib_atomic_bw", [8]),
+                    ("ib_write_lat", [2, 4096]), ("ib_send_lat", [2, 4096]), ("ib_read_lat", [2])]
+        else:
+            plan = [(p, ALL_SIZES) for p in ("ib_write_bw", "ib_send_bw", "ib_read_bw",
+                                             "ib_send_lat", "ib_write_lat", "ib_read_lat")]
+            plan.insert(3, ("ib_atomic_bw", [8]))
+        pt = self.results["perftest"]
+        for prog, sizes in plan:
+            pt[prog] = []
+            for size in sizes:
+                try:
+                    r = self.perftest(prog, size, self.iterations(prog, size))
+                except BenchError as e:
+                    self.error(str(e))
+                    continue
+                pt[prog].append(r)
+                if prog.endswith("_lat"):
+                    self.log("%-12s %7s: median %s (p99 %s)" % (prog, fmt_size(size), fmt_us(r["t_typical_us"]),
+                                                               fmt_us(r.get("p99_us"))))
+                else:
+                    self.log("%-12s %7s: %s, %s" % (prog, fmt_size(size), fmt_bw(r["bw_bytes_per_s"]),
+                                                    fmt_rate(r["msgs_per_s"])))
+
+    # ---- idle engine, scale ----
+
+    @staticmethod
+    def cpu_ticks(pid):
+        with open("/proc/%d/stat" % pid) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return int(fields[11]) + int(fields[12])  # utime + stime
+
+    @staticmethod
+    def rss_kib(pid, key="VmRSS"):
+        with open("/proc/%d/status" % pid) as f:
+            for line in f:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1])
+        return None
+
+    def idle_engine(self, pid):
+        secs = 3.0 if self.quick else 10.0
+        time.sleep(0.5)
+        hz = os.sysconf("SC_CLK_TCK")
+        a, t = self.cpu_ticks(pid), time.monotonic()
+        time.sleep(secs)
+        b, t2 = self.cpu_ticks(pid), time.monotonic()
+        pct = 100.0 * (b - a) / hz / (t2 - t)
+        self.results["idle_engine"] = {"seconds": round(t2 - t, 2), "cpu_percent_of_one_core": round(pct, 3),
+                                       "rss_kib": self.rss_kib(pid)}
+        self.log("idle engine over %.0f s: %.2f%% of one core, RSS %d KiB" % (secs, pct, self.rss_kib(pid)))
+
+    def scale(self, engine_pid):
+        pairs, qps = (2, 8) if self.quick else (8, 64)
+        procs = 2 * pairs
+        size, iters = 4096, (50 if self.quick else 200)
+        self.log("scale: %d perftest processes with %d RC QPs each (ib_write_bw -q %d -s %d)..." %
+                 (procs, qps, qps, size))
+        base_rss = self.rss_kib(engine_pid)
+        limit = 120 if self.quick else 300
+        servers, clients = [], []
+        ports = [self.next_port() for _ in range(pairs)]
+        for i, port in enumerate(ports):
+            cmd = [self.uroce, "run", "--", "ib_write_bw", "-d", "uroce0", "-x", "0", "-F", "-q", str(qps),
+                   "-s", str(size), "-n", str(iters), "-p", str(port)]
+            servers.append(self.spawn(cmd, limit, os.path.join(self.logs, "scale%d.server.log" % i)))
+        time.sleep(1.0)
+        for i, port in enumerate(ports):
+            cmd = [self.uroce, "run", "--", "ib_write_bw", "-d", "uroce0", "-x", "0", "-F", "-q", str(qps),
+                   "-s", str(size), "-n", str(iters), "-p", str(port), "127.0.0.1"]
+            clients.append(self.spawn(cmd, limit, os.path.join(self.logs, "scale%d.client.log" % i)))
+        peak = base_rss
+        t0 = time.monotonic()
+        while any(p.poll() is None for p in clients):
+            peak = max(peak, self.rss_kib(engine_pid) or 0)
+            time.sleep(0.1)
+        elapsed = time.monotonic() - t0
+        ok, total_bw = 0, 0.0
+        for i, c in enumerate(clients):
+            rc = c.wait()
+            self.children.remove(c)
+            with open(os.path.join(self.logs, "scale%d.client.log" % i), errors="replace") as f:
+                r = self.parse_perftest("ib_write_bw", f.read())
+            if rc == 0 and r:
+                ok += 1
+                total_bw += r["bw_bytes_per_s"]
+        for s in servers:
+            try:
+                s.wait(15)
+            except subprocess.TimeoutExpired:
+                pass
+            self.kill(s)
+        total_qps = procs * qps
+        res = {"processes": procs, "qps_per_process": qps, "total_qps": total_qps, "pairs_ok": ok,
+               "pairs": pairs, "size": size, "iters_per_qp": iters, "seconds": round(elapsed, 2),
+               "aggregate_bw_bytes_per_s": total_bw, "engine_rss_idle_kib": base_rss,
+               "engine_rss_peak_kib": peak,
+               "engine_kib_per_qp": round((peak - base_rss) / total_qps, 2) if peak and base_rss else None}
+        self.results["scale"] = res
+        msg = "scale: %d/%d pairs passed traffic, %s aggregate, engine RSS %d -> %d KiB (%.1f KiB per QP)" % (
+            ok, pairs, fmt_bw(total_bw), base_rss, peak, res["engine_kib_per_qp"] or 0)
+        self.log(msg)
+        if ok != pairs:
+            self.error("scale: only %d of %d perftest pairs completed (logs: %s)" % (ok, pairs, self.logs))
+
+    # ---- two engines over a veth pair ----
+
+    def two_hosts(self):
+        tag = "%d" % (os.getpid() % 100000)
+        ns_a, ns_b = "ubench-a-" + tag, "ubench-b-" + tag
+        veth_a, veth_b = "uba" + tag, "ubb" + tag
+        net = "10.232.%d" % (os.getpid() % 200)
+        kern_a, kern_b = net + ".1", net + ".2"
+        eng_a, eng_b = net + ".11", net + ".12"
+        probe_a, probe_b = net + ".21", net + ".22"
+        if os.geteuid() != 0 or subprocess.run(["ip", "netns", "add", ns_a], stderr=subprocess.DEVNULL).returncode:
+            self.results["two_hosts"] = {"skipped": "cannot create network namespaces (needs root)"}
+            self.log("two hosts: skipped (cannot create network namespaces)")
+            return
+        self.namespaces.append(ns_a)
+        if subprocess.run(["ip", "netns", "add", ns_b]).returncode:
+            raise BenchError("cannot create namespace " + ns_b)
+        self.namespaces.append(ns_b)
+        setup = [["ip", "link", "add", veth_a, "netns", ns_a, "mtu", "9000", "type", "veth", "peer", "name",
+                  veth_b, "netns", ns_b, "mtu", "9000"]]
+        for ns, dev, addr in ((ns_a, veth_a, kern_a), (ns_b, veth_b, kern_b)):
+            setup += [["ip", "netns", "exec", ns, "sysctl", "-qw", "net.ipv6.conf.%s.disable_ipv6=1" % dev],
+                      ["ip", "-n", ns, "link", "set", "lo", "up"],
+                      ["ip", "-n", ns, "link", "set", dev, "up"],
+                      ["ip", "-n", ns, "addr", "add", addr + "/24", "dev", dev]]
+        for cmd in setup:
+            if subprocess.run(cmd, stderr=subprocess.DEVNULL).returncode:
+                raise BenchError("two hosts: setup failed: " + " ".join(cmd))
+        th = {"veth_mtu": 9000, "path_mtu": 4096}
+        self.results["two_hosts"] = th
+        self.log("two hosts: namespaces %s and %s, veth pair (MTU 9000)" % (ns_a, ns_b))
+
+        # The port's own limit: raw frames, one sender and one receiver (no engine running yet).
+        th["raw_frames"] = []
+        if os.access(self.probe_bin, os.X_OK):
+            for frame in (4200, 1100):
+                r = self.raw_rate(ns_a, ns_b, veth_a, veth_b, probe_a, probe_b, frame, tag)
+                if r:
+                    th["raw_frames"].append(r)
+        else:
+            th["raw_frames_skipped"] = "dpdk_port_probe not built (%s)" % self.probe_bin
+            self.log("two hosts: raw-frame rate skipped: %s not built" % self.probe_bin)
+
+        # TCP over the same veth: the receiver (stream) or echoer (ping-pong) in B, the other side in A.
+        tcp = {}
+        for key, mode, size, extra in (("stream_64k", "tcp-stream", 65536, ["--seconds", "2"]),
+                                       ("pingpong_2b", "tcp-pingpong", 2, ["--iters", "10000"])):
+            port = self.next_port()
+            common = [mode, "--size", str(size)] + extra
+            listen_log = os.path.join(self.logs, "veth-%s.listen.log" % mode)
+            listen = self.spawn(["ip", "netns", "exec", ns_b, self.baselines_bin] + common +
+                                ["--listen", "%s:%d" % (kern_b, port)], 60, listen_log)
+            try:
+                rc, out = self.run(["ip", "netns", "exec", ns_a, self.baselines_bin] + common +
+                                   ["--connect", "%s:%d" % (kern_b, port)], 60)
+                listen.wait(30)
+                if mode == "tcp-stream":
+                    with open(listen_log, errors="replace") as f:
+                        out = f.read()
+                lines = [l for l in out.splitlines() if l.startswith("{")]
+                if not lines:
+                    raise BenchError("%s over the veth failed: %s" % (mode, out[-300:]))
+                tcp[key] = json.loads(lines[-1])
+            except subprocess.TimeoutExpired:
+                raise BenchError("%s over the veth did not finish" % mode)
+            finally:
+                self.kill(listen)
+        th["tcp"] = tcp
+        self.log("two hosts: TCP over the veth: 64 KiB stream %s, 2 B round trip %s" % (
+            fmt_bw(tcp["stream_64k"]["bytes_per_s"]), fmt_us(tcp["pingpong_2b"]["rtt_median_us"])))
+
+        # Two engines on DPDK net_af_packet ports.
+        self.start_engine("hostA", ["--port", "net_af_packet0,iface=" + veth_a, "--ip", eng_a], netns=ns_a)
+        self.start_engine("hostB", ["--port", "net_af_packet0,iface=" + veth_b, "--ip", eng_b], netns=ns_b)
+        runs = {"ib_write_bw": [4096, 65536] if self.quick else [64, 1024, 4096, 16384, 65536, 262144, 1048576],
+                "ib_send_lat": [2]}
+        for prog, sizes in runs.items():
+            th[prog] = []
+            for size in sizes:
+                try:
+                    r = self.perftest(prog, size, self.iterations(prog, size), dev="hostA", server_dev="hostB",
+                                      server_ns=ns_b,
+                                      client_ns=ns_a, server_addr=kern_b, extra=["-m", "4096"])
+                except BenchError as e:
+                    self.error(str(e))
+                    continue
+                r["server_dev"] = "hostB"
+                th[prog].append(r)
+                if prog.endswith("_lat"):
+                    self.log("two hosts %-12s %7s: median %s" % (prog, fmt_size(size), fmt_us(r["t_typical_us"])))
+                else:
+                    self.log("two hosts %-12s %7s: %s" % (prog, fmt_size(size), fmt_bw(r["bw_bytes_per_s"])))
+
+    def raw_rate(self, ns_a, ns_b, veth_a, veth_b, ip_a, ip_b, frame, tag):
+        secs = 2
+        rx_log = os.path.join(self.logs, "raw-%d.recv.log" % frame)
+        recv = self.spawn(["ip", "netns", "exec", ns_b, self.probe_bin, "--mode", "rate-recv",
+                           "--name", "ubr%s-%d" % (tag, frame), "--spec", "net_af_packet0,iface=" + veth_b,
+                           "--ip", ip_b, "--peer", ip_a, "--timeout", str(secs + 30)], secs + 60, rx_log)
+        for _ in range(300):
+            with open(rx_log, errors="replace") as f:
+                if re.search(r"^ready$", f.read(), re.M):
+                    break
+            if recv.poll() is not None:
+                break
+            time.sleep(0.1)
+        rc, out = self.run(["ip", "netns", "exec", ns_a, self.probe_bin, "--mode", "rate-send",
+                            "--name", "ubs%s-%d" % (tag, frame), "--spec", "net_af_packet0,iface=" + veth_a,
+                            "--ip", ip_a, "--peer", ip_b, "--size", str(frame), "--seconds", str(secs),
+                            "--timeout", "30"], 90)
+        try:
+            recv.wait(40)
+        except subprocess.TimeoutExpired:
+            pass
+        self.kill(recv)
+        with open(rx_log, errors="replace") as f:
+            rx = dict(re.findall(r"^(\w+)=(.*)$", f.read(), re.M))
+        if rc != 0 or "rx_rate_pps" not in rx:
+            self.error("raw-frame rate with %d-byte frames failed (sender exit %d, logs %s)" % (frame, rc, self.logs))
+            return None
+        pps = float(rx["rx_rate_pps"])
+        r = {"frame_bytes": frame, "frames_per_s": pps, "bytes_per_s": pps * frame,
+             "frames": int(rx.get("frames", 0)), "sender_tx_frames": int(rx.get("sender_tx_frames", 0) or 0)}
+        self.log("two hosts: raw %d-byte frames: %.0f frames/s, %s" % (frame, pps, fmt_bw(r["bytes_per_s"])))
+        return r
+
+    # ---- summary ----
+
+    def pick(self, prog, size, key, section=None):
+        rows = (section if section is not None else self.results["perftest"]).get(prog) or []
+        for r in rows:
+            if r["size"] == size:
+                return r.get(key)
+        return None
+
+    def summarize(self):
+        b = self.results["baselines"]
+        memcpy = b.get("memcpy", {}).get("bytes_per_s")
+        shm_rtt = b.get("shm_pingpong", {}).get("rtt_median_us")
+        tcp = b.get("tcp_loopback", {})
+
+        def tcp_stream(size, key):
+            for r in tcp.get("stream", []):
+                if r["size"] == size:
+                    return r[key]
+            return None
+
+        def tcp_rtt(size):
+            for r in tcp.get("pingpong", []):
+                if r["size"] == size:
+                    return r["rtt_median_us"]
+            return None
+
+        rows = []
+
+        def bw_row(label, value, tcp_value, base1=memcpy, base1_label="memcpy", tcp_label="TCP loopback"):
+            rows.append({"figure": label, "uroce": fmt_bw(value), "uroce_value": value,
+                         "baseline1": "%s %s" % (base1_label, fmt_bw(base1)), "ratio1": ratio(value, base1),
+                         "baseline2": "%s %s" % (tcp_label, fmt_bw(tcp_value)), "ratio2": ratio(value, tcp_value)})
+
+        def rate_row(label, value, tcp_value, tcp_label="TCP loopback"):
+            rows.append({"figure": label, "uroce": fmt_rate(value), "uroce_value": value,
+                         "baseline1": "", "ratio1": None,
+                         "baseline2": "%s %s" % (tcp_label, fmt_rate(tcp_value)), "ratio2": ratio(value, tcp_value)})
+
+        def lat_row(label, value, shm, tcp_value, what):
+            rows.append({"figure": label, "uroce": fmt_us(value), "uroce_value": value,
+                         "baseline1": "shm flag %s %s" % (what, fmt_us(shm)), "ratio1": ratio(value, shm),
+                         "baseline2": "TCP loopback %s %s" % (what, fmt_us(tcp_value)),
+                         "ratio2": ratio(value, tcp_value)})
+
+        s64k = 65536
+        for prog in ("ib_write_bw", "ib_read_bw", "ib_send_bw"):
+            v = self.pick(prog, s64k, "bw_bytes_per_s")
+            if v is not None:
+                bw_row("%s 64 KiB" % prog, v, tcp_stream(s64k, "bytes_per_s"))
+        v = self.pick("ib_send_bw", 64, "msgs_per_s")
+        if v is not None:
+            rate_row("ib_send_bw 64 B", v, tcp_stream(64, "msgs_per_s"))
+        v = self.pick("ib_write_bw", 64, "msgs_per_s")
+        if v is not None:
+            rate_row("ib_write_bw 64 B", v, tcp_stream(64, "msgs_per_s"))
+        v = self.pick("ib_atomic_bw", 8, "msgs_per_s")
+        if v is not None:
+            rate_row("ib_atomic_bw (8 B)", v, tcp_stream(64, "msgs_per_s"), tcp_label="TCP loopback 64 B")
+        half = lambda x: x / 2 if x is not None else None
+        for prog in ("ib_send_lat", "ib_write_lat"):
+            v = self.pick(prog, 2, "t_typical_us")
+            if v is not None:
+                lat_row("%s 2 B median" % prog, v, half(shm_rtt), half(tcp_rtt(2)), "1/2 RTT")
+        v = self.pick("ib_read_lat", 2, "t_typical_us")
+        if v is not None:
+            lat_row("ib_read_lat 2 B median", v, shm_rtt, tcp_rtt(2), "RTT")
+        th = self.results.get("two_hosts") or {}
+        raw4200 = next((r for r in th.get("raw_frames", []) if r["frame_bytes"] == 4200), None)
+        v = self.pick("ib_write_bw", s64k, "bw_bytes_per_s", section=th)
+        if v is not None:
+            bw_row("2 engines: ib_write_bw 64 KiB", v, (th.get("tcp", {}).get("stream_64k") or {}).get("bytes_per_s"),
+                   base1=raw4200["bytes_per_s"] if raw4200 else None, base1_label="raw 4200 B frames",
+                   tcp_label="TCP over veth")
+        v = self.pick("ib_send_lat", 2, "t_typical_us", section=th)
+        if v is not None:
+            tcp_pp = (th.get("tcp", {}).get("pingpong_2b") or {}).get("rtt_median_us")
+            rows.append({"figure": "2 engines: ib_send_lat 2 B median", "uroce": fmt_us(v), "uroce_value": v,
+                         "baseline1": "", "ratio1": None,
+                         "baseline2": "TCP over veth 1/2 RTT %s" % fmt_us(half(tcp_pp)), "ratio2": ratio(v, half(tcp_pp))})
+        idle = self.results.get("idle_engine")
+        if idle:
+            rows.append({"figure": "idle engine CPU (%d s)" % round(idle["seconds"]),
+                         "uroce": "%.2f%% of a core" % idle["cpu_percent_of_one_core"],
+                         "uroce_value": idle["cpu_percent_of_one_core"], "baseline1": "", "ratio1": None,
+                         "baseline2": "", "ratio2": None})
+        sc = self.results.get("scale")
+        if sc:
+            rows.append({"figure": "scale: %d processes x %d RC QPs" % (sc["processes"], sc["qps_per_process"]),
+                         "uroce": "%d/%d pairs ok, %s, %s KiB/QP" % (sc["pairs_ok"], sc["pairs"],
+                                                                    fmt_bw(sc["aggregate_bw_bytes_per_s"]),
+                                                                    sc["engine_kib_per_qp"]),
+                         "uroce_value": sc["engine_kib_per_qp"], "baseline1": "", "ratio1": None,
+                         "baseline2": "", "ratio2": None})
+        self.results["table"] = rows
+
+        # Targets of issue 5.
+        measured = {
+            "write_bw_64k_vs_memcpy": ratio(self.pick("ib_write_bw", s64k, "bw_bytes_per_s"), memcpy),
+            "send_bw_64b_msg_rate": self.pick("ib_send_bw", 64, "msgs_per_s"),
+            "send_lat_2b_median": self.pick("ib_send_lat", 2, "t_typical_us"),
+            "write_lat_2b_median": self.pick("ib_write_lat", 2, "t_typical_us"),
+            "two_hosts_write_bw_64k": self.pick("ib_write_bw", s64k, "bw_bytes_per_s", section=th),
+            "two_hosts_write_bw_64k_vs_raw": ratio(self.pick("ib_write_bw", s64k, "bw_bytes_per_s", section=th),
+                                                   raw4200["bytes_per_s"] if raw4200 else None),
+            "idle_engine_cpu": idle["cpu_percent_of_one_core"] if idle else None,
+            "scale_16x64": None,
+        }
+        if sc and sc["processes"] >= 16 and sc["qps_per_process"] >= 64:
+            measured["scale_16x64"] = 1 if sc["pairs_ok"] == sc["pairs"] else 0
+        targets = []
+        for key, desc, op, bound, unit in TARGETS:
+            m = measured.get(key)
+            met = None
+            if m is not None:
+                met = {"<=": m <= bound, ">=": m >= bound, "<": m < bound, "==": m == bound}[op]
+            if key == "idle_engine_cpu" and idle and idle["seconds"] < 9.5:
+                met = None  # --quick measures 3 s, not the 10 s of the target
+            targets.append({"key": key, "target": desc, "bound": bound, "unit": unit, "measured": m, "met": met})
+        self.results["targets"] = targets
+        self.results["machine"]["load_average_end"] = list(os.getloadavg())
+
+    def print_table(self):
+        rows = self.results["table"]
+        head = ("figure", "uroce", "baseline", "ratio", "baseline", "ratio")
+        body = [(r["figure"], r["uroce"], r["baseline1"], fmt_ratio(r["ratio1"]) if r["baseline1"] else "",
+                 r["baseline2"], fmt_ratio(r["ratio2"]) if r["baseline2"] else "") for r in rows]
+        widths = [max(len(str(x[i])) for x in [head] + body) for i in range(len(head))]
+        print()
+        print("  ".join(h.ljust(w) for h, w in zip(head, widths)))
+        print("  ".join("-" * w for w in widths))
+        for row in body:
+            print("  ".join(str(c).ljust(w) for c, w in zip(row, widths)))
+        print("(ratio = uroce / baseline)")
+        print()
+        print("targets (issue 5):")
+        for t in self.results["targets"]:
+            state = {True: "met", False: "NOT met", None: "not measured"}[t["met"]]
+            m = t["measured"]
+            if m is None:
+                shown = "-"
+            elif t["unit"] == "ratio":
+                shown = "%.1f%%" % (100 * m)
+            elif t["unit"] == "B/s":
+                shown = fmt_bw(m)
+            elif t["unit"] == "msg/s":
+                shown = fmt_rate(m)
+            elif t["unit"] == "us":
+                shown = fmt_us(m)
+            elif t["unit"] == "%":
+                shown = "%.2f%%" % m
+            else:
+                shown = "yes" if m else "no"
+            print("  %-60s %-14s %s" % (t["target"], shown, state))
+        print(flush=True)
+
+    def markdown_table(self):
+        out = ["| Figure | uroce | Baseline | Ratio | Baseline | Ratio |", "| --- | --- | --- | --- | --- | --- |"]
+        for r in self.results["table"]:
+            out.append("| %s | %s | %s | %s | %s | %s |" % (
+                r["figure"], r["uroce"], r["baseline1"], fmt_ratio(r["ratio1"]) if r["baseline1"] else "",
+                r["baseline2"], fmt_ratio(r["ratio2"]) if r["baseline2"] else ""))
+        return "\n".join(out) + "\n"
+
+    # ---- plot ----
+
+    def svg(self):
+        pt = self.results["perftest"]
+        b = self.results["baselines"]
+        th = self.results.get("two_hosts") or {}
+        colors = {"ib_write_bw": "#1f77b4", "ib_read_bw": "#2ca02c", "ib_send_bw": "#d62728",
+                  "ib_write_lat": "#1f77b4", "ib_read_lat": "#2ca02c", "ib_send_lat": "#d62728",
+                  "tcp": "#7f7f7f", "base": "#000000", "two": "#9467bd", "raw": "#ff7f0e"}
+        bw_series, lat_series = [], []
+        for prog in ("ib_write_bw", "ib_read_bw", "ib_send_bw"):
+            pts = [(r["size"], r["bw_bytes_per_s"] / 1e9) for r in pt.get(prog, [])]
+            if pts:
+                bw_series.append((prog + " (1 engine)", colors[prog], pts, False))
+        if th.get("ib_write_bw"):
+            bw_series.append(("ib_write_bw, 2 engines over veth", colors["two"],
+                              [(r["size"], r["bw_bytes_per_s"] / 1e9) for r in th["ib_write_bw"]], False))
+        tcp = b.get("tcp_loopback", {})
+        if tcp.get("stream"):
+            bw_series.append(("TCP loopback stream", colors["tcp"],
+                              [(r["size"], r["bytes_per_s"] / 1e9) for r in tcp["stream"]], True))
+        hlines_bw = []
+        if b.get("memcpy"):
+            hlines_bw.append(("memcpy, 1 core (> LLC)", colors["base"], b["memcpy"]["bytes_per_s"] / 1e9))
+        for r in th.get("raw_frames", []):
+            if r["frame_bytes"] == 4200:
+                hlines_bw.append(("raw 4200 B frames on the veth port", colors["raw"], r["bytes_per_s"] / 1e9))
+        if (th.get("tcp") or {}).get("stream_64k"):
+            hlines_bw.append(("TCP over the veth (64 KiB)", colors["tcp"], th["tcp"]["stream_64k"]["bytes_per_s"] / 1e9))
+        for prog in ("ib_send_lat", "ib_write_lat", "ib_read_lat"):
+            pts = [(r["size"], r["t_typical_us"]) for r in pt.get(prog, [])]
+            if pts:
+                label = prog + (" (round trip)" if prog == "ib_read_lat" else " (1/2 round trip)")
+                lat_series.append((label, colors[prog], pts, False))
+        if th.get("ib_send_lat"):
+            lat_series.append(("ib_send_lat, 2 engines", colors["two"],
+                               [(r["size"], r["t_typical_us"]) for r in th["ib_send_lat"]], False))
+        if tcp.get("pingpong"):
+            lat_series.append(("TCP loopback 1/2 round trip", colors["tcp"],
+                               [(r["size"], r["rtt_median_us"] / 2) for r in tcp["pingpong"]], True))
+        hlines_lat = []
+        if b.get("shm_pingpong"):
+            hlines_lat.append(("shared-memory flag 1/2 round trip", colors["base"], b["shm_pingpong"]["rtt_median_us"] / 2))
+        m = self.results["machine"]
+        title = "uroce bench (%s) - %s, %s cores, kernel %s, %s" % (
+            self.results["mode"], m.get("cpu_model"), m.get("nproc"), m.get("kernel"), (m.get("date") or "")[:10])
+        w, h = 1200, 560
+        parts = ['<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" '
+                 'font-family="sans-serif" font-size="12">' % (w, h, w, h),
+                 '<rect width="100%" height="100%" fill="white"/>',
+                 '<text x="%d" y="22" text-anchor="middle" font-size="15">%s</text>' % (w // 2, esc(title))]
+        parts += panel(30, 40, 560, 500, "Bandwidth (GB/s, log)", bw_series, hlines_bw)
+        parts += panel(620, 40, 560, 500, "Latency (us, median, log)", lat_series, hlines_lat)
+        parts.append("</svg>")
+        return "\n".join(parts) + "\n"
+
+    # ---- main ----
+
+    def main(self):
+        self.log("uroce bench (%s): work dir %s" % (self.results["mode"], self.work))
+        for tool in ("timeout", "ib_write_bw"):
+            if not shutil.which(tool):
+                raise BenchError("%s not found (Debian packages coreutils, perftest)" % tool)
+        for path in (self.uroce, self.baselines_bin):
+            if not os.access(path, os.X_OK):
+                raise BenchError("%s is not built" % path)
+        self.machine()
+        self.baselines()
+        pid = self.start_engine("uroce0")
+        self.log("engine uroce0 started (pid %d)" % pid)
+        self.idle_engine(pid)
+        self.perftest_suite()
+        try:
+            self.scale(pid)
+        except BenchError as e:
+            self.error(str(e))
+        self.stop_engines()
+        if not self.quick and not self.opts.no_two_hosts:
+            try:
+                self.two_hosts()
+            except BenchError as e:
+                self.error("two hosts: %s" % e)
+            finally:
+                self.stop_engines()
+                for ns in self.namespaces:
+                    subprocess.run(["ip", "netns", "del", ns], stderr=subprocess.DEVNULL)
+                self.namespaces = []
+        self.summarize()
+        out = os.path.abspath(self.opts.out)
+        os.makedirs(out, exist_ok=True)
+        with open(os.path.join(out, "results.json"), "w") as f:
+            json.dump(self.results, f, indent=1, sort_keys=True)
+            f.write("\n")
+        with open(os.path.join(out, "table.md"), "w") as f:
+            f.write(self.markdown_table())
+        with open(os.path.join(out, "bench.svg"), "w") as f:
+            f.write(self.svg())
+        self.print_table()
+        self.log("wrote %s/results.json, table.md, bench.svg" % out)
+        if self.errors:
+            self.log("%d error(s):" % len(self.errors))
+            for e in self.errors:
+                print("  " + e)
+            return 1
+        return 0
+
+
+def esc(s):
+    return str(s).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def panel(x0, y0, w, h, ylabel, series, hlines):
+    """One log-log plot: message size (2 B .. 1 MiB) against the series' values."""
+    left, right, top, bottom = 60, 10, 10, 130
+    pw, ph = w - left - right, h - top - bottom
+    values = [v for _, _, pts, _ in series for _, v in pts if v and v > 0] + [v for _, _, v in hlines if v and v > 0]
+    if not values:
+        values = [1.0]
+    lo = 10 ** math.floor(math.log10(min(values)))
+    hi = 10 ** math.ceil(math.log10(max(values)))
+    if hi <= lo:
+        hi = lo * 10
+    xmin, xmax = 1.0, 20.0  # log2 of the size
+
+    def px(size):
+        return x0 + left + (math.log2(size) - xmin) / (xmax - xmin) * pw
+
+    def py(v):
+        return y0 + top + (1 - (math.log10(v) - math.log10(lo)) / (math.log10(hi) - math.log10(lo))) * ph
+
+    out = ['<rect x="%d" y="%d" width="%d" height="%d" fill="none" stroke="#444"/>' % (x0 + left, y0 + top, pw, ph)]
+    for k in range(1, 21):
+        x = px(2 ** k)
+        out.append('<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#ddd"/>' % (x, y0 + top, x, y0 + top + ph))
+        if k == 1 or k % 2 == 0:
+            out.append('<text x="%.1f" y="%d" text-anchor="middle">%s</text>' % (
+                x, y0 + top + ph + 15, esc(fmt_size(2 ** k))))
+    out.append('<text x="%d" y="%d" text-anchor="middle">message size</text>' % (x0 + left + pw // 2, y0 + top + ph + 32))
+    d = lo
+    while d <= hi * 1.001:
+        y = py(d)
+        out.append('<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#ddd"/>' % (x0 + left, y, x0 + left + pw, y))
+        out.append('<text x="%d" y="%.1f" text-anchor="end">%s</text>' % (x0 + left - 4, y + 4, ("%g" % d)))
+        d *= 10
+    out.append('<text transform="translate(%d,%d) rotate(-90)" text-anchor="middle">%s</text>' % (
+        x0 + 14, y0 + top + ph // 2, esc(ylabel)))
+    legend = []
+    for label, color, v in hlines:
+        if not v or v <= 0:
+            continue
+        y = py(v)
+        out.append('<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="%s" stroke-dasharray="6,4" stroke-width="1.5"/>' % (
+            x0 + left, y, x0 + left + pw, y, color))
+        legend.append((label, color, "6,4", False))
+    for label, color, pts, dashed in series:
+        pts = sorted((s, v) for s, v in pts if v and v > 0)
+        if not pts:
+            continue
+        path = " ".join("%.1f,%.1f" % (px(s), py(v)) for s, v in pts)
+        out.append('<polyline points="%s" fill="none" stroke="%s" stroke-width="2"%s/>' % (
+            path, color, ' stroke-dasharray="2,3"' if dashed else ""))
+        for s, v in pts:
+            out.append('<circle cx="%.1f" cy="%.1f" r="2.5" fill="%s"/>' % (px(s), py(v), color))
+        legend.append((label, color, "2,3" if dashed else "", True))
+    ly = y0 + top + ph + 50
+    for i, (label, color, dash, marker) in enumerate(legend):
+        lx = x0 + left + (i % 2) * (pw // 2)
+        yy = ly + (i // 2) * 16
+        out.append('<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="%s" stroke-width="2"%s/>' % (
+            lx, yy - 4, lx + 24, yy - 4, color, ' stroke-dasharray="%s"' % dash if dash else ""))
+        out.append('<text x="%d" y="%d">%s</text>' % (lx + 30, yy, esc(label)))
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(prog="uroce bench", description="uroce's speed beside its baselines.")
+    ap.add_argument("--quick", action="store_true", help="a few sizes, short runs (under 2 minutes)")
+    ap.add_argument("--out", default="uroce-bench-results", help="directory for results.json, table.md, bench.svg")
+    ap.add_argument("--no-two-hosts", action="store_true", help="skip the two-engine runs of the full bench")
+    ap.add_argument("--keep", action="store_true", help="keep the logs and runtime directory")
+    ap.add_argument("--uroce", default=None, help=argparse.SUPPRESS)
+    opts = ap.parse_args()
+    if not opts.uroce:
+        build = os.environ.get("UROCE_BUILD_DIR") or os.path.join(
+            os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "build")
+        opts.uroce = os.path.join(build, "bin", "uroce")
+    bench = Bench(opts)
+    atexit.register(bench.cleanup)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    signal.signal(signal.SIGINT, lambda *_: sys.exit(130))
+    try:
+        return bench.main()
+    except BenchError as e:
+        bench.error(str(e))
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
