@@ -33,7 +33,7 @@ struct DeviceConfig {
   // empty: the engine has its loopback port only.
   std::string port_spec;
   uint16_t port_mtu = 0;  // 0: keep the interface's MTU
-  bool use_hugepages = false;
+  bool use_hugepages = true;  // when the host has free ones (EAL falls back to --no-huge)
 };
 
 enum class PortId : uint8_t { kLoopback, kWire };

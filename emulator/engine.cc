@@ -213,6 +213,7 @@ void Engine::run() {
       wire_armed = device_.arm_wire_wakeup();
       if (wire_armed) {
         arm_wire_wakeup();
+        wait_ns = std::min(wait_ns, config_.wire_max_sleep_ns);
         if (device_.poll(monotonic_ns())) wait_ns = 0;  // a frame slipped in while arming
       } else {
         wait_ns = std::min(wait_ns, config_.wire_nap_ns);

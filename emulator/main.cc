@@ -15,7 +15,7 @@ namespace {
 void usage() {
   std::fprintf(stderr,
                "usage: uroced [--name NAME] [--runtime-dir DIR] [--ip A.B.C.D] [--mac XX:XX:XX:XX:XX:XX]\n"
-               "              [--port DPDK-SPEC [--mtu N] [--hugepages]] [--fault SPEC]\n"
+               "              [--port DPDK-SPEC [--mtu N] [--no-hugepages]] [--fault SPEC]\n"
                "  Runs a uroce engine in the foreground until SIGTERM/SIGINT.\n"
                "  --port   a DPDK ethdev for the wire: net_af_packet0,iface=eth0, a PCI address, ...\n"
                "  --fault  drop=P,duplicate=P,reorder=P,corrupt=P,delay=US,seed=N (P in 0..1)\n");
@@ -127,6 +127,8 @@ int main(int argc, char** argv) {
       config.device.port_mtu = uint16_t(mtu);
     } else if (arg == "--hugepages") {
       config.device.use_hugepages = true;
+    } else if (arg == "--no-hugepages") {
+      config.device.use_hugepages = false;
     } else if (arg == "--fault") {
       std::string err;
       if (!parse_fault(value(), &config.fault, &err)) {

@@ -44,6 +44,31 @@ in_b "$UROCE_BIN" start --name hostB --port "net_af_packet0,iface=$veth_b" --ip 
 
 failures=0
 port=19000
+
+# A port that cannot start is a clear error, not a crash or a hang.
+if out=$(in_a timeout 30 "$UROCE_BIN" start --name broken --port net_af_packet0,iface=nosuch0 2>&1); then
+  echo "FAIL an engine on a missing interface started"
+  failures=$((failures + 1))
+elif grep -q "cannot open port" <<<"$out"; then
+  echo "ok   bad port: $(grep -m1 'cannot open port' <<<"$out" | cut -c1-100)"
+else
+  echo "FAIL bad port error unclear: $out"
+  failures=$((failures + 1))
+fi
+
+# An idle engine on a DPDK port sleeps (woken by its af_packet socket).
+pid_a=$(cat "$UROCE_RUNTIME_DIR/hostA.pid")
+ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+t0=$(ticks "$pid_a")
+sleep 3
+used=$(( $(ticks "$pid_a") - t0 ))
+hz=$(getconf CLK_TCK)
+if ((used * 100 < hz * 3)); then  # under 1% of a core over 3 s
+  echo "ok   idle engine on a DPDK port: $used ticks in 3 s"
+else
+  echo "FAIL idle engine on a DPDK port used $used ticks in 3 s (hz $hz)"
+  failures=$((failures + 1))
+fi
 pair() {  # LABEL TIMEOUT PROGRAM ARGS... : server on B, client on A
   local label=$1 limit=$2 prog=$3
   shift 3
@@ -110,10 +135,11 @@ fi
 
 # Every lost tail waits out the QP's ACK timeout (67 ms for timeout 14, which
 # the clients set), so the rates are kept where a few thousand messages fit
-# in CI's budget.
+# in CI's budget. The ping-pong sleeps on completion events (-e): four
+# busy-polling processes on two cores would starve the engines' timers.
 "$UROCE_BIN" fault --name hostA drop=0.02 duplicate=0.01 reorder=0.05 >/dev/null
 "$UROCE_BIN" fault --name hostB drop=0.02 duplicate=0.01 reorder=0.05 corrupt=0.005 >/dev/null
-pair rc_under_fault_injection 240 ibv_rc_pingpong -g 0 -m 1024 -s 2048 -c -n 1500
+pair rc_under_fault_injection 240 ibv_rc_pingpong -g 0 -m 1024 -s 2048 -c -e -n 1500
 pair write_bw_under_fault_injection 240 ib_write_bw -x 0 -m 4096 -n 500
 "$UROCE_BIN" fault --name hostA >/dev/null
 "$UROCE_BIN" fault --name hostB >/dev/null
