@@ -226,7 +226,8 @@ void Engine::run() {
     }
     if (io_.stopped()) io_.restart();
     shared_->sleeping.store(0, std::memory_order_relaxed);
-    last_work = monotonic_ns();
+    // No last_work update: if the wakeup brought work, the next poll finds it
+    // and the loop spins again; a timer or nap with nothing to do sleeps at once.
   }
   acceptor_.close();
   sessions_.clear();  // closes every client socket and async pipe: DEVICE_FATAL for them

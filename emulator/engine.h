@@ -29,8 +29,8 @@ struct EngineConfig {
   // Longest sleep when the wire port cannot wake the engine (no af_packet fd).
   uint64_t wire_nap_ns = 1'000'000;
   // Longest sleep with a wire port even when its fd can wake us: a missed
-  // wakeup must cost far less than an RC ACK timeout (tens of ms).
-  uint64_t wire_max_sleep_ns = 10'000'000;
+  // wakeup must cost less than an RC ACK timeout (67 ms at timeout 14).
+  uint64_t wire_max_sleep_ns = 50'000'000;
   net::FaultConfig fault;  // applied at start to the wire port, else the loopback
   bool fault_set = false;
 };
