@@ -1,11 +1,13 @@
 // A frame buffer and the RoCEv2 framing around the IBA transport headers:
-// build (Ethernet, IPv4, UDP, pad, ICRC) and parse with every check counted.
+// build (Ethernet [+ 802.1Q], IPv4 or IPv6, UDP, pad, ICRC) and parse with
+// every check counted (IBA annex A17).
 #pragma once
 
 #include <array>
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "net/headers.h"
@@ -58,23 +60,55 @@ class PacketPool {
   std::vector<Packet*> free_;
 };
 
-// Where a frame goes: both ends' L2/L3 addresses (IPv4 for now).
+using Ipv6Addr = std::array<uint8_t, 16>;  // network order; also a GID's 16 bytes
+
+enum class IpFamily : uint8_t { kIpv4, kIpv6 };
+
+constexpr uint16_t kVlanIdMask = 0x0fff;  // 802.1Q TCI: PCP:3 DEI:1 VID:12
+constexpr size_t kVlanTagBytes = 4;       // TPID 0x8100 + TCI
+
+// Where a frame goes: both ends' L2/L3 addresses. The IPv4 fields are used
+// when family is kIpv4 (the default, as before IPv6), the IPv6 ones when it
+// is kIpv6. ttl and tos serve both families: IPv4 TTL / IPv6 hop limit, IPv4
+// TOS / IPv6 traffic class (DSCP and ECN in both).
 struct Route {
   std::array<uint8_t, 6> src_mac{};
   std::array<uint8_t, 6> dst_mac{};
-  std::array<uint8_t, 4> src_ip{};
+  std::array<uint8_t, 4> src_ip{};  // IPv4
   std::array<uint8_t, 4> dst_ip{};
   uint16_t src_port = 0xc000;  // flow-hashed UDP source port
-  uint8_t ttl = 64;
-  uint8_t tos = 0;
+  uint8_t ttl = 64;            // IPv4 TTL, IPv6 hop limit
+  uint8_t tos = 0;             // IPv4 TOS, IPv6 traffic class
+  IpFamily family = IpFamily::kIpv4;
+  Ipv6Addr src_ip6{};      // IPv6
+  Ipv6Addr dst_ip6{};
+  uint32_t flow_label = 0;  // IPv6 flow label (20 bits)
+  bool vlan = false;        // add an 802.1Q tag
+  uint16_t vlan_id = 0;     // VID (12 bits; 0: priority tag only)
+  uint8_t vlan_pcp = 0;     // priority code point (3 bits)
 };
+
+// Frame bytes before the BTH: Ethernet [+ 802.1Q] + IPv4 or IPv6 + UDP.
+constexpr uint16_t bth_offset_for(IpFamily family, bool vlan) {
+  return uint16_t(sizeof(EthHdr) + (vlan ? kVlanTagBytes : 0) +
+                  (family == IpFamily::kIpv6 ? sizeof(Ipv6Hdr) : sizeof(Ipv4Hdr)) +
+                  sizeof(UdpHdr));
+}
+inline uint16_t bth_offset_for(const Route& r) { return bth_offset_for(r.family, r.vlan); }
+static_assert(bth_offset_for(IpFamily::kIpv6, true) == kNetHeaderRoom);
 
 // Prepares p for a transport packet: sets offsets for Ethernet+IPv4+UDP and
 // the opcode's headers, zeroes the BTH and extension headers.
 void begin_roce_packet(Packet& p, uint8_t opcode);
+// Same, with the BTH where route's headers end (IPv6 and/or 802.1Q), so that
+// finish_roce_packet(p, route) has nothing to move.
+void begin_roce_packet(Packet& p, uint8_t opcode, const Route& route);
 
-// Fills BTH pad count, Ethernet, IPv4 (with checksum), UDP and the ICRC once
-// the transport headers and payload_len bytes of payload are in place.
+// Fills BTH pad count, Ethernet [+ 802.1Q], IPv4 (with header checksum) or
+// IPv6, UDP (checksum 0 over IPv4, computed over IPv6) and the ICRC once the
+// transport headers and payload_len bytes of payload are in place. If p was
+// begun for another layout (e.g. the IPv4 default and an IPv6 route), the
+// transport headers and payload are first moved to bth_offset_for(route).
 void finish_roce_packet(Packet& p, const Route& route);
 
 enum class ParseError : uint8_t {
@@ -88,6 +122,7 @@ enum class ParseError : uint8_t {
   kBadOpcode,
   kBadLength,
   kBadIcrc,
+  kBadUdpChecksum,  // IPv6 only: IPv4 RoCEv2 sends 0 (A17.3.2)
   kCount,
 };
 const char* parse_error_name(ParseError e);
@@ -97,5 +132,45 @@ const char* parse_error_name(ParseError e);
 ParseError parse_roce_packet(Packet& p, bool check_icrc);
 
 uint16_t ipv4_checksum(const Ipv4Hdr& ip);
+
+// The Internet checksum (RFC 1071) of an upper-layer packet over IPv6: the
+// pseudo header of RFC 8200 8.1 (addresses, upper-layer length, next header)
+// then len bytes of data, as stored in the UDP or ICMPv6 checksum field (the
+// caller zeroes that field first). Run over data that holds its checksum, it
+// returns 0 when the checksum is right.
+uint16_t ipv6_l4_checksum(const uint8_t src[16], const uint8_t dst[16], uint8_t next_header,
+                          const uint8_t* data, size_t len);
+
+// ---- a parsed (or finished) frame's addresses ----
+// Valid after parse_roce_packet returned kOk or after finish_roce_packet.
+
+IpFamily roce_family(const Packet& p);
+// The source and destination addresses in GID form: IPv6 as is, IPv4 as the
+// IPv4-mapped ::ffff:a.b.c.d (the RoCEv2 GID of an IPv4 address).
+Ipv6Addr roce_src_gid(const Packet& p);
+Ipv6Addr roce_dst_gid(const Packet& p);
+// The 40-byte GRH a UD receive places before the payload (as rxe and mlx5):
+// over IPv6 the IPv6 header itself, over IPv4 20 zero bytes then the IPv4
+// header.
+void roce_grh(const Packet& p, uint8_t grh[40]);
+
+// ---- GIDs and routes ----
+
+bool gid_is_ipv4_mapped(const uint8_t gid[16]);
+Ipv6Addr ipv4_mapped_gid(const std::array<uint8_t, 4>& ip);
+// Sets route's family and addresses from a source and destination GID:
+// IPv4 if both are IPv4-mapped, IPv6 if neither is. A mixed pair is no route
+// (false, route unchanged).
+bool route_set_gids(Route& route, const uint8_t sgid[16], const uint8_t dgid[16]);
+
+// ---- 802.1Q ----
+
+// The TCI of an 802.1Q-tagged frame (any frame, parsed or not); nullopt if
+// untagged or too short.
+std::optional<uint16_t> vlan_tci(const Packet& p);
+// Tags an untagged frame (e.g. one from build_arp_request or an NDP builder)
+// by moving everything after the MAC addresses 4 bytes on; the offsets move
+// with it. False (frame unchanged) if it is already tagged or would not fit.
+bool add_vlan_tag(Packet& p, uint16_t tci);
 
 }  // namespace uroce::net

@@ -227,7 +227,8 @@ TEST(PacketParse, UdpLengthTooSmallForBthIsTooShort) {
 }
 
 TEST(PacketParse, NotIp) {
-  for (uint16_t type : {uint16_t(0x86dd), uint16_t(0x0806), uint16_t(0x88cc)}) {
+  // (0x86dd is IPv6 now: an IPv4 header under it is tested in packet_ipv6_test.cc.)
+  for (uint16_t type : {uint16_t(0x0806), uint16_t(0x88cc)}) {
     auto p = received(*build(0x04, 16));
     put16(*p, 12, type);
     EXPECT_EQ(parse_roce_packet(*p, true), ParseError::kNotIp) << type;
