@@ -183,9 +183,10 @@ bool ArpTable::handle(const Packet& in, const MacAddr& our_mac, const Ipv4Addr& 
   return true;
 }
 
-// ---- ArpPending ----
+// ---- NeighbourPending ----
 
-ArpPending::ArpPending(const ArpPendingConfig& config) : config_(config) {
+template <typename Addr>
+NeighbourPending<Addr>::NeighbourPending(const NeighbourPendingConfig& config) : config_(config) {
   config_.max_dests = std::max<size_t>(config_.max_dests, 1);
   config_.max_per_dest = std::max<size_t>(config_.max_per_dest, 1);
   config_.max_requests = std::max(config_.max_requests, 1u);
@@ -193,17 +194,20 @@ ArpPending::ArpPending(const ArpPendingConfig& config) : config_(config) {
   frames_.resize(config_.max_dests * config_.max_per_dest, nullptr);
 }
 
-ArpPending::Dest* ArpPending::find(const Ipv4Addr& ip) {
+template <typename Addr>
+typename NeighbourPending<Addr>::Dest* NeighbourPending<Addr>::find(const Addr& ip) {
   for (Dest& d : dests_)
     if (d.used && d.ip == ip) return &d;
   return nullptr;
 }
 
-const ArpPending::Dest* ArpPending::find(const Ipv4Addr& ip) const {
-  return const_cast<ArpPending*>(this)->find(ip);
+template <typename Addr>
+const typename NeighbourPending<Addr>::Dest* NeighbourPending<Addr>::find(const Addr& ip) const {
+  return const_cast<NeighbourPending*>(this)->find(ip);
 }
 
-ArpPending::Enqueue ArpPending::enqueue(const Ipv4Addr& ip, Packet* p, uint64_t now_ns) {
+template <typename Addr>
+PendingEnqueue NeighbourPending<Addr>::enqueue(const Addr& ip, Packet* p, uint64_t now_ns) {
   Dest* d = find(ip);
   bool first = false;
   if (!d) {
@@ -235,18 +239,23 @@ ArpPending::Enqueue ArpPending::enqueue(const Ipv4Addr& ip, Packet* p, uint64_t 
   return first ? Enqueue::kQueuedSendRequest : Enqueue::kQueued;
 }
 
-uint64_t ArpPending::next_deadline_ns() const {
+template <typename Addr>
+uint64_t NeighbourPending<Addr>::next_deadline_ns() const {
   uint64_t next = 0;
   for (const Dest& d : dests_)
     if (d.used && (!next || d.next_ns < next)) next = d.next_ns;
   return next;
 }
 
-size_t ArpPending::frames_waiting() const {
+template <typename Addr>
+size_t NeighbourPending<Addr>::frames_waiting() const {
   size_t n = 0;
   for (const Dest& d : dests_)
     if (d.used) n += d.count;
   return n;
 }
+
+template class NeighbourPending<Ipv4Addr>;
+template class NeighbourPending<Ipv6Addr>;
 
 }  // namespace uroce::net

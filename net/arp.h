@@ -1,5 +1,6 @@
 // ARP for IPv4 over Ethernet (RFC 826): frame building and handling, the
-// neighbour table, and the policy for frames waiting for a resolution.
+// neighbour table, and the policy for frames waiting for a resolution (shared
+// with IPv6 neighbour discovery, net/ndp.h).
 // Pure logic without I/O or clocks (times are passed in), owned by the engine
 // thread; nothing here allocates after construction.
 #pragma once
@@ -116,54 +117,62 @@ class ArpTable {
   ArpCounters counters_;
 };
 
-// Frames waiting for an address resolution (as Linux's neighbour queue): at
+// Frames waiting for an address resolution (as Linux's neighbour queue), for
+// ARP (ArpPending) and IPv6 neighbour discovery (NdpPending, net/ndp.h): at
 // most max_per_dest frames per destination (more are refused: the caller
-// drops them), a request when the first frame queues, then every
-// retry_interval until max_requests were sent; one retry_interval after the
-// last request the waiting frames are dropped. Fixed capacity after
-// construction.
-struct ArpPendingConfig {
+// drops them), a request (ARP request or Neighbor Solicitation) when the
+// first frame queues, then every retry_interval until max_requests were
+// sent; one retry_interval after the last request the waiting frames are
+// dropped. Fixed capacity after construction.
+struct NeighbourPendingConfig {
   size_t max_dests = 64;
   size_t max_per_dest = 16;
   uint64_t retry_interval_ns = 100'000'000;  // 100 ms
-  unsigned max_requests = 3;
+  unsigned max_requests = 3;  // RFC 4861 10: MAX_MULTICAST_SOLICIT is 3 too
 };
+using ArpPendingConfig = NeighbourPendingConfig;
 
-#define UROCE_ARP_PENDING_COUNTERS(X)                                                    \
+#define UROCE_NEIGHBOUR_PENDING_COUNTERS(X)                                              \
   X(queued, "frames queued for an address resolution")                                   \
   X(released, "queued frames released when the address resolved")                       \
   X(dropped_queue_full, "frames refused: max_per_dest frames already wait for that address") \
   X(dropped_no_slot, "frames refused: max_dests addresses already being resolved")       \
-  X(dropped_timeout, "queued frames dropped: no ARP reply after max_requests requests")  \
-  X(requests, "ARP requests asked for (first and retries)")                              \
+  X(dropped_timeout, "queued frames dropped: no answer after max_requests requests")     \
+  X(requests, "resolution requests (ARP requests or neighbour solicitations) asked for") \
   X(failed_resolutions, "addresses given up on after max_requests requests")
+#define UROCE_ARP_PENDING_COUNTERS(X) UROCE_NEIGHBOUR_PENDING_COUNTERS(X)
 
-struct ArpPendingCounters {
-#define UROCE_ARP_PENDING_FIELD(name, desc) uint64_t name = 0;
-  UROCE_ARP_PENDING_COUNTERS(UROCE_ARP_PENDING_FIELD)
-#undef UROCE_ARP_PENDING_FIELD
+struct NeighbourPendingCounters {
+#define UROCE_NEIGHBOUR_PENDING_FIELD(name, desc) uint64_t name = 0;
+  UROCE_NEIGHBOUR_PENDING_COUNTERS(UROCE_NEIGHBOUR_PENDING_FIELD)
+#undef UROCE_NEIGHBOUR_PENDING_FIELD
+};
+using ArpPendingCounters = NeighbourPendingCounters;
+
+enum class PendingEnqueue : uint8_t {
+  kQueuedSendRequest,  // queued; the first for this address: send a request now
+  kQueued,             // queued behind others; a request is already out
+  kRefused,            // not queued (counted): the caller drops the frame
 };
 
-class ArpPending {
+// Addr is the protocol address: Ipv4Addr for ARP, Ipv6Addr for NDP.
+template <typename Addr>
+class NeighbourPending {
  public:
-  enum class Enqueue : uint8_t {
-    kQueuedSendRequest,  // queued; the first for this address: send a request now
-    kQueued,             // queued behind others; a request is already out
-    kRefused,            // not queued (counted): the caller drops the frame
-  };
+  using Enqueue = PendingEnqueue;
 
-  explicit ArpPending(const ArpPendingConfig& config = {});
+  explicit NeighbourPending(const NeighbourPendingConfig& config = {});
 
   // Queues p (the caller's until then; ours until released or dropped).
-  Enqueue enqueue(const Ipv4Addr& ip, Packet* p, uint64_t now_ns);
+  Enqueue enqueue(const Addr& ip, Packet* p, uint64_t now_ns);
 
   // ip resolved: calls send(Packet*) for each waiting frame in arrival order
   // (the caller sets the destination MAC and transmits) and frees the slot.
   // Returns the number of frames released.
   template <typename Send>
-  size_t resolved(const Ipv4Addr& ip, Send&& send);
+  size_t resolved(const Addr& ip, Send&& send);
 
-  // Housekeeping: calls request(const Ipv4Addr&) for each address due for
+  // Housekeeping: calls request(const Addr&) for each address due for
   // another request, and drop(Packet*) for every frame of an address given
   // up on (the caller returns it to its pool). Returns whether anything
   // happened.
@@ -172,42 +181,50 @@ class ArpPending {
 
   // Earliest time tick() has something to do; 0 when nothing waits.
   uint64_t next_deadline_ns() const;
-  bool waiting(const Ipv4Addr& ip) const { return find(ip) != nullptr; }
+  bool waiting(const Addr& ip) const { return find(ip) != nullptr; }
   size_t frames_waiting() const;
-  const ArpPendingCounters& counters() const { return counters_; }
+  const NeighbourPendingCounters& counters() const { return counters_; }
 
  private:
   struct Dest {
-    Ipv4Addr ip{};
+    Addr ip{};
     bool used = false;
     unsigned requests = 0;     // requests sent so far
     uint64_t next_ns = 0;      // next request, or give-up time after the last
     size_t head = 0, count = 0;  // ring of frames in frames_[slot * max_per_dest ...]
   };
-  Dest* find(const Ipv4Addr& ip);
-  const Dest* find(const Ipv4Addr& ip) const;
+  Dest* find(const Addr& ip);
+  const Dest* find(const Addr& ip) const;
   Packet*& frame(size_t slot, size_t i) { return frames_[slot * config_.max_per_dest + i]; }
   size_t slot_of(const Dest& d) const { return size_t(&d - dests_.data()); }
   template <typename F>
   void drain(Dest& d, F&& f);
 
-  ArpPendingConfig config_;
+  NeighbourPendingConfig config_;
   std::vector<Dest> dests_;
   std::vector<Packet*> frames_;
-  ArpPendingCounters counters_;
+  NeighbourPendingCounters counters_;
 };
+
+// The non-template members are in arp.cc, instantiated for both families.
+extern template class NeighbourPending<Ipv4Addr>;
+extern template class NeighbourPending<Ipv6Addr>;
+
+using ArpPending = NeighbourPending<Ipv4Addr>;
 
 // ---- template members ----
 
+template <typename Addr>
 template <typename F>
-void ArpPending::drain(Dest& d, F&& f) {
+void NeighbourPending<Addr>::drain(Dest& d, F&& f) {
   const size_t slot = slot_of(d);
   for (size_t i = 0; i < d.count; ++i) f(frame(slot, (d.head + i) % config_.max_per_dest));
   d = Dest{};
 }
 
+template <typename Addr>
 template <typename Send>
-size_t ArpPending::resolved(const Ipv4Addr& ip, Send&& send) {
+size_t NeighbourPending<Addr>::resolved(const Addr& ip, Send&& send) {
   Dest* d = find(ip);
   if (!d) return 0;
   const size_t n = d->count;
@@ -216,8 +233,9 @@ size_t ArpPending::resolved(const Ipv4Addr& ip, Send&& send) {
   return n;
 }
 
+template <typename Addr>
 template <typename Request, typename Drop>
-bool ArpPending::tick(uint64_t now_ns, Request&& request, Drop&& drop) {
+bool NeighbourPending<Addr>::tick(uint64_t now_ns, Request&& request, Drop&& drop) {
   bool work = false;
   for (Dest& d : dests_) {
     if (!d.used || now_ns < d.next_ns) continue;
@@ -226,7 +244,7 @@ bool ArpPending::tick(uint64_t now_ns, Request&& request, Drop&& drop) {
       ++d.requests;
       ++counters_.requests;
       d.next_ns = now_ns + config_.retry_interval_ns;
-      request(static_cast<const Ipv4Addr&>(d.ip));
+      request(static_cast<const Addr&>(d.ip));
     } else {
       ++counters_.failed_resolutions;
       counters_.dropped_timeout += d.count;

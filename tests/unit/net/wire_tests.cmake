@@ -10,6 +10,7 @@ uroce_unit_test(uroce_net_wire_unit_test
   net/af_packet_wakeup_test.cc)
 
 # ---- IPv6 and 802.1Q framing, IPv6 neighbour discovery (net/packet.cc, net/ndp.cc) ----
-# The IPv6 codec tests join packet_test.cc's executable.
+# The IPv6 codec tests join packet_test.cc's executable, the NDP tests arp_test.cc's.
 target_sources(uroce_net_unit_test PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/net/packet_ipv6_test.cc)
+target_sources(uroce_net_wire_unit_test PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/net/ndp_test.cc)
 # ---- end IPv6 ----
