@@ -180,9 +180,8 @@ int Device::rereg_mr(Owner* o, const abi::ReregMrRequest& req, uint32_t* new_key
     ++pds_.get(updated.pd)->refs;
   }
   *mr = updated;
-  // A new key invalidates the old one for remote peers, as mlx5 does.
-  if (++mr_generation_ == 0) mr_generation_ = 1;
-  mr->key = (mr->key & ~0xffu) | mr_generation_;
+  // The keys stay (mlx5 re-registers in place; rdma-core's rereg tests keep
+  // using the rkey they exchanged before).
   *new_key = mr->key;
   return 0;
 }
@@ -253,7 +252,9 @@ int Device::resize_cq(Owner* o, uint32_t handle, uint32_t cqe) {
   const uint32_t cons = cq->ring.hdr->consumer.load(std::memory_order_acquire);
   const uint32_t pending = cq->prod - cons;
   if (pending > cq->ring.size()) return EINVAL;  // client corrupted its index
-  const uint32_t log2 = log2_ceil(std::max(cqe, pending) + 1);
+  // Smaller than the completions still waiting: EINVAL (rdma-core test_cq).
+  if (cqe < pending) return EINVAL;
+  const uint32_t log2 = log2_ceil(cqe + 1);
   QueueMemory mem;
   if (int e = mem.create("uroce-cq", RingView::bytes(log2, sizeof(abi::Cqe)))) return e;
   RingView ring;

@@ -141,6 +141,11 @@ void Engine::arm_doorbell() {
                        });
 }
 
+void Engine::drain_device() {
+  for (int i = 0; i < 8 && device_.poll(monotonic_ns()); ++i) {
+  }
+}
+
 void Engine::arm_wire_wakeup() {
   wire_wakeup_.async_wait(boost::asio::posix::descriptor_base::wait_read,
                           [](const boost::system::error_code&) {});

@@ -50,6 +50,8 @@ class Engine {
   int shared_fd() const { return shared_fd_; }
   int doorbell_fd() const { return doorbell_fd_; }
   void close_session(Session* s);
+  // A few datapath passes from a control handler (bounded).
+  void drain_device();
   // Link up/down: device state, the clients' shared page, and a port event
   // (IBV_EVENT_PORT_ACTIVE / IBV_EVENT_PORT_ERR) to every client.
   void set_port_state(bool up);

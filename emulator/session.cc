@@ -238,6 +238,9 @@ void Session::handle(const abi::CtlRequestHeader& hdr, const uint8_t* body, std:
     case abi::CtlOp::kResizeCq: {
       abi::ResizeCqRequest req;
       if (!body_as(len, body, &req) || req.handle > UINT32_MAX) return reply(EINVAL, nullptr, 0);
+      // Work posted before the resize completes first (bounded), so the
+      // "fewer entries than waiting completions" check sees them.
+      engine_.drain_device();
       int err = dev.resize_cq(&owner_, uint32_t(req.handle), req.cqe);
       if (err) return reply(err, nullptr, 0);
       const device::Cq* cq = dev.cq(uint32_t(req.handle));

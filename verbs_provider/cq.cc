@@ -152,6 +152,27 @@ void fill_cq_ex_ops(UCq* cq) {
   ex.read_dlid_path_bits = read_dlid_path_bits;
 }
 
+void cq_clean(ibv_cq* ibcq, uint32_t qpn) {
+  UCq* cq = to_ucq(ibcq);
+  std::lock_guard<std::mutex> lock(cq->mu);
+  // The engine only appends past `producer`: entries up to the snapshot are
+  // ours to compact. Keep the others in order, packed against the producer,
+  // and move the consumer index past the gap.
+  const uint32_t prod = cq->ring.hdr->producer.load(std::memory_order_acquire);
+  const uint32_t cons = cq->ring.prod;
+  if (prod - cons > cq->ring.size()) return;
+  uint32_t dst = prod;
+  for (uint32_t i = prod; i != cons;) {
+    --i;
+    const auto* e = reinterpret_cast<const abi::Cqe*>(cq->ring.slot(i));
+    if (e->qp_num == qpn) continue;
+    --dst;
+    if (dst != i) std::memcpy(cq->ring.slot(dst), e, sizeof(abi::Cqe));
+  }
+  cq->ring.prod = dst;
+  cq->ring.hdr->consumer.store(dst, std::memory_order_release);
+}
+
 int poll_cq(ibv_cq* ibcq, int num_entries, ibv_wc* wc) {
   UCq* cq = to_ucq(ibcq);
   if (num_entries < 0) return -1;

@@ -217,7 +217,7 @@ void wr_start(ibv_qp_ex* q) {
 
 int wr_complete(ibv_qp_ex* q) {
   UQp* qp = to_uqp(q);
-  const int err = qp->batch_err;
+  const int err = q->qp_base.state < IBV_QPS_RTS ? EINVAL : qp->batch_err;
   if (err) {
     qp->sq.prod = qp->batch_start;
   } else if (qp->sq.prod != qp->batch_start) {
@@ -269,7 +269,8 @@ int post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
     *bad_wr = wr;
     return EIO;
   }
-  if (qp->opened || ibqp->qp_type == IBV_QPT_XRC_RECV) {  // no send queue
+  if (qp->opened || ibqp->qp_type == IBV_QPT_XRC_RECV ||  // no send queue
+      ibqp->state < IBV_QPS_RTS) {  // RESET, INIT, RTR: nothing may be sent yet (mlx5)
     *bad_wr = wr;
     return EINVAL;
   }
@@ -301,7 +302,7 @@ int post_recv(ibv_qp* ibqp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
   }
   // Receives of an SRQ-attached or XRC QP come from an SRQ (rxe: EINVAL).
   if (qp->has_srq || qp->opened || ibqp->qp_type == IBV_QPT_XRC_SEND ||
-      ibqp->qp_type == IBV_QPT_XRC_RECV) {
+      ibqp->qp_type == IBV_QPT_XRC_RECV || ibqp->state == IBV_QPS_RESET) {
     *bad_wr = wr;
     return EINVAL;
   }

@@ -177,6 +177,8 @@ int post_recv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr);
 int poll_cq(ibv_cq* cq, int num_entries, ibv_wc* wc);
 int req_notify_cq(ibv_cq* cq, int solicited_only);
 void fill_cq_ex_ops(UCq* cq);
+// Drops a QP's unpolled completions from a CQ (modify to RESET, as mlx5 does).
+void cq_clean(ibv_cq* cq, uint32_t qpn);
 ibv_cq_ex* create_cq_ex(ibv_context* ctx, ibv_cq_init_attr_ex* attr);
 ibv_qp* create_qp_ex(ibv_context* ctx, ibv_qp_init_attr_ex* attr);
 int query_device_ex(ibv_context* ctx, const ibv_query_device_ex_input* input,

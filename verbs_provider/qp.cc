@@ -239,6 +239,11 @@ UROCE_EXPORT int ibv_modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask) {
   if (int err = to_uqp(qp)->ctx->conn.call(abi::CtlOp::kModifyQp, &req, sizeof(req), nullptr, 0))
     return err;
   if (attr_mask & IBV_QP_STATE) qp->state = attr->qp_state;
+  if ((attr_mask & IBV_QP_STATE) && attr->qp_state == IBV_QPS_RESET) {
+    // RESET forgets the QP's work: its completions still in the CQs go too.
+    if (qp->send_cq) cq_clean(qp->send_cq, qp->qp_num);
+    if (qp->recv_cq && qp->recv_cq != qp->send_cq) cq_clean(qp->recv_cq, qp->qp_num);
+  }
   return 0;
 }
 
