@@ -25,12 +25,9 @@ void Device::dispatch(net::Packet* p, bool check_icrc) {
     ++counters_.rx_parse_errors;
     return;
   }
-  if (check_icrc) {  // from the wire: to our address only
-    const auto* ip = reinterpret_cast<const net::Ipv4Hdr*>(p->data + p->l3_off);
-    if (std::memcmp(ip->dst, config_.ip.data(), 4) != 0) {
-      ++counters_.rx_not_for_us;
-      return;
-    }
+  if (check_icrc && !is_local_gid(net::roce_dst_gid(*p).data())) {  // from the wire: ours only
+    ++counters_.rx_not_for_us;
+    return;
   }
   Qp* q = qp(p->bth()->qpn());
   if (!q) {
@@ -95,6 +92,7 @@ uint64_t Device::next_deadline_ns() const {
   take(loopback_fault_.next_due_ns());
   take(wire_fault_.next_due_ns());
   take(arp_pending_.next_deadline_ns());
+  take(ndp_pending_.next_deadline_ns());
   return next;
 }
 

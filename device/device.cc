@@ -91,6 +91,13 @@ void Device::init_info() {
   std::memcpy(g.gid + 12, config_.ip.data(), 4);
   g.type = IBV_GID_TYPE_ROCE_V2;
   g.valid = 1;
+  // GID 2: the configured IPv6 address, for RoCEv2 over IPv6.
+  if (has_ip6()) {
+    abi::GidEntry& g6 = d.gids[2];
+    std::memcpy(g6.gid, config_.ip6.data(), 16);
+    g6.type = IBV_GID_TYPE_ROCE_V2;
+    g6.valid = 1;
+  }
   // GID 1: the link-local IPv6 GID from the MAC (RoCE v1 and v2 list it).
   abi::GidEntry& l = d.gids[1];
   std::memset(l.gid, 0, 16);

@@ -18,6 +18,7 @@
 #include "net/dpdk_port.h"
 #include "net/fault_injector.h"
 #include "net/loopback_port.h"
+#include "net/ndp.h"
 #include "net/packet.h"
 #include "net/pcap_writer.h"
 #include "uroce/abi.h"
@@ -27,6 +28,8 @@ namespace uroce::device {
 struct DeviceConfig {
   std::string name = "uroce0";
   std::array<uint8_t, 4> ip{127, 0, 0, 1};
+  // An IPv6 address for RoCEv2 over IPv6 (GID index 2); all zero: none.
+  std::array<uint8_t, 16> ip6{};
   std::array<uint8_t, 6> mac{0x02, 0x75, 0x72, 0x00, 0x00, 0x01};
   bool mac_from_port = false;  // take the wire port's MAC (no --mac given)
   // DPDK ethdev for the wire ("net_af_packet0,iface=veth0", a PCI address);
@@ -155,6 +158,8 @@ class Device {
   void transmit(net::Packet* p, PortId port);
   void emit(net::Packet* p, PortId port);
   void send_arp_request(const net::Ipv4Addr& ip);
+  void send_ndp_solicitation(const net::Ipv6Addr& ip);
+  bool has_ip6() const;
   void capture(const net::Packet& p);
   bool is_local_gid(const uint8_t* gid) const;
 
@@ -167,6 +172,8 @@ class Device {
   net::AfPacketWakeup wakeup_;
   net::ArpTable arp_;
   net::ArpPending arp_pending_;
+  net::NdpTable ndp_;
+  net::NdpPending ndp_pending_;
   net::FaultInjector loopback_fault_, wire_fault_;
   std::vector<net::Packet*> fault_out_;
   std::unique_ptr<net::PcapWriter> capture_;

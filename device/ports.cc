@@ -10,18 +10,10 @@ namespace uroce::device {
 
 namespace {
 
-// A RoCE v2 GID holding an IPv4 address (::ffff:a.b.c.d).
-bool ipv4_of(const uint8_t* gid, net::Ipv4Addr* ip) {
-  static constexpr uint8_t kPrefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
-  if (std::memcmp(gid, kPrefix, 12) != 0) return false;
-  std::memcpy(ip->data(), gid + 12, 4);
-  return true;
-}
-
 ibv_mtu mtu_for_frames(uint16_t if_mtu) {
-  // Room an IP packet needs around an IBA payload: IPv4 20, UDP 8, BTH and the
-  // largest extension headers 40, ICRC 4.
-  constexpr uint16_t kOverhead = 72;
+  // Room an IP packet needs around an IBA payload: IPv6 40 (IPv4 20), UDP 8,
+  // BTH and the largest extension headers 40, ICRC 4.
+  constexpr uint16_t kOverhead = 92;
   for (ibv_mtu m : {IBV_MTU_4096, IBV_MTU_2048, IBV_MTU_1024, IBV_MTU_512})
     if (if_mtu >= (128u << m) + kOverhead) return m;
   return IBV_MTU_256;
@@ -71,6 +63,12 @@ void Device::capture(const net::Packet& p) {
   }
 }
 
+bool Device::has_ip6() const {
+  for (uint8_t b : config_.ip6)
+    if (b) return true;
+  return false;
+}
+
 bool Device::is_local_gid(const uint8_t* gid) const {
   for (const abi::GidEntry& g : info_.gids)
     if (g.valid && std::memcmp(g.gid, gid, 16) == 0) return true;
@@ -90,30 +88,47 @@ void Device::send_packet(Qp& qp, net::Packet* p, const abi::AddressVector* av) {
   route.ttl = path.hop_limit ? path.hop_limit : 64;
   route.tos = path.traffic_class;
   ++qp.tx_packets;
-  if (is_local_gid(path.dgid)) {
-    net::finish_roce_packet(*p, route);
-    return transmit(p, PortId::kLoopback);
-  }
-  net::Ipv4Addr ip;
-  if (!wire_ || !ipv4_of(path.dgid, &ip)) {
+  // IPv4 or IPv6 from the GIDs: both IPv4-mapped, or neither (RoCEv2, A17.4.5.2).
+  const uint8_t* sgid = info_.gids[path.sgid_index < kGidTableLen ? path.sgid_index : 0].gid;
+  if (!net::route_set_gids(route, sgid, path.dgid)) {
     ++counters_.tx_no_route;
     pool_.put(p);
     return;
   }
-  route.dst_ip = ip;
-  const auto mac = arp_.lookup(ip, now_ns_);
+  route.flow_label = path.flow_label;
+  if (is_local_gid(path.dgid)) {
+    net::finish_roce_packet(*p, route);
+    return transmit(p, PortId::kLoopback);
+  }
+  if (!wire_) {
+    ++counters_.tx_no_route;
+    pool_.put(p);
+    return;
+  }
+  // The MAC is outside the ICRC: a frame waiting for resolution is finished
+  // now and gets its MAC when the neighbour answers.
+  if (route.family == net::IpFamily::kIpv4) {
+    const net::Ipv4Addr ip = route.dst_ip;
+    const auto mac = arp_.lookup(ip, now_ns_);
+    if (mac) route.dst_mac = *mac;
+    net::finish_roce_packet(*p, route);
+    if (mac) return transmit(p, PortId::kWire);
+    switch (arp_pending_.enqueue(ip, p, now_ns_)) {
+      case net::ArpPending::Enqueue::kQueuedSendRequest: send_arp_request(ip); break;
+      case net::ArpPending::Enqueue::kQueued: break;
+      case net::ArpPending::Enqueue::kRefused: pool_.put(p); break;
+    }
+    return;
+  }
+  const net::Ipv6Addr ip6 = route.dst_ip6;
+  const auto mac = ndp_.lookup(ip6, now_ns_);
   if (mac) route.dst_mac = *mac;
-  net::finish_roce_packet(*p, route);  // the MAC is outside the ICRC: patched on resolution
+  net::finish_roce_packet(*p, route);
   if (mac) return transmit(p, PortId::kWire);
-  switch (arp_pending_.enqueue(ip, p, now_ns_)) {
-    case net::ArpPending::Enqueue::kQueuedSendRequest:
-      send_arp_request(ip);
-      break;
-    case net::ArpPending::Enqueue::kQueued:
-      break;
-    case net::ArpPending::Enqueue::kRefused:
-      pool_.put(p);
-      break;
+  switch (ndp_pending_.enqueue(ip6, p, now_ns_)) {
+    case net::NdpPending::Enqueue::kQueuedSendRequest: send_ndp_solicitation(ip6); break;
+    case net::NdpPending::Enqueue::kQueued: break;
+    case net::NdpPending::Enqueue::kRefused: pool_.put(p); break;
   }
 }
 
@@ -145,6 +160,15 @@ void Device::send_arp_request(const net::Ipv4Addr& ip) {
   pool_.put(p);
 }
 
+void Device::send_ndp_solicitation(const net::Ipv6Addr& ip) {
+  if (!has_ip6()) return;
+  net::Packet* p = pool_.get();
+  net::build_ndp_solicitation(*p, config_.mac, config_.ip6, ip);
+  capture(*p);
+  wire_->tx(p);
+  pool_.put(p);
+}
+
 bool Device::poll_wire_rx() {
   if (!wire_) return false;
   net::Packet* burst[kRxBurst];
@@ -165,6 +189,23 @@ bool Device::poll_wire_rx() {
           std::memcpy(reinterpret_cast<net::EthHdr*>(q->data)->dst, mac->data(), 6);
           transmit(q, PortId::kWire);
         });
+      }
+      pool_.put(p);
+      continue;
+    }
+    if (net::is_ndp_frame(*p)) {
+      net::Packet* reply = pool_.get();
+      const net::NdpHandled h =
+          has_ip6() ? ndp_.handle(*p, config_.mac, config_.ip6, now_ns_, reply) : net::NdpHandled{};
+      if (h.reply) wire_->tx(reply);
+      pool_.put(reply);
+      if (h.resolved) {
+        if (const auto mac = ndp_.lookup(*h.resolved, now_ns_)) {
+          ndp_pending_.resolved(*h.resolved, [&](net::Packet* q) {
+            std::memcpy(reinterpret_cast<net::EthHdr*>(q->data)->dst, mac->data(), 6);
+            transmit(q, PortId::kWire);
+          });
+        }
       }
       pool_.put(p);
       continue;
@@ -196,6 +237,9 @@ bool Device::poll_port_timers() {
   if (wire_) {
     work |= arp_pending_.tick(
         now_ns_, [&](const net::Ipv4Addr& ip) { send_arp_request(ip); },
+        [&](net::Packet* q) { pool_.put(q); });
+    work |= ndp_pending_.tick(
+        now_ns_, [&](const net::Ipv6Addr& ip) { send_ndp_solicitation(ip); },
         [&](net::Packet* q) { pool_.put(q); });
     work |= wire_->flush() != 0;
   }

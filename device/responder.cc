@@ -226,8 +226,10 @@ void receive_ud(Device& dev, Qp& qp, net::Packet& p) {
   }
   // The first 40 bytes receive the GRH; for RoCEv2 over IPv4 the IPv4 header
   // sits in its last 20 bytes (as rxe and mlx5 place it).
-  uint8_t grh[40] = {};
-  std::memcpy(grh + 20, p.data + p.l3_off, sizeof(net::Ipv4Hdr));
+  // The first 40 bytes receive the GRH: over IPv6 the IPv6 header, over IPv4
+  // 20 zero bytes then the IPv4 header (as rxe and mlx5 place it).
+  uint8_t grh[40];
+  net::roce_grh(p, grh);
   const uint32_t total = 40 + p.payload_len;
   if (total > recv_capacity(qp.resp_recv)) {
     ++dev.counters_mut().rx_ud_too_long;

@@ -14,7 +14,7 @@ namespace {
 
 void usage() {
   std::fprintf(stderr,
-               "usage: uroced [--name NAME] [--runtime-dir DIR] [--ip A.B.C.D] [--mac XX:XX:XX:XX:XX:XX]\n"
+               "usage: uroced [--name NAME] [--runtime-dir DIR] [--ip A.B.C.D] [--ip6 ADDR6] [--mac MAC]\n"
                "              [--port DPDK-SPEC [--mtu N] [--no-hugepages]] [--fault SPEC]\n"
                "  Runs a uroce engine in the foreground until SIGTERM/SIGINT.\n"
                "  --port   a DPDK ethdev for the wire: net_af_packet0,iface=eth0, a PCI address, ...\n"
@@ -110,6 +110,14 @@ int main(int argc, char** argv) {
         return 2;
       }
       std::memcpy(config.device.ip.data(), &a, 4);
+    } else if (arg == "--ip6") {
+      const std::string ip = value();
+      in6_addr a{};
+      if (inet_pton(AF_INET6, ip.c_str(), &a) != 1) {
+        std::fprintf(stderr, "uroced: invalid IPv6 address '%s'\n", ip.c_str());
+        return 2;
+      }
+      std::memcpy(config.device.ip6.data(), &a, 16);
     } else if (arg == "--mac") {
       mac_given = true;
       if (!parse_mac(value(), config.device.mac)) {

@@ -23,6 +23,7 @@ net=10.231.$((id % 200)).0
 kern_a=${net%.0}.1 kern_b=${net%.0}.2     # kernel addresses: the TCP side channel
 eng_a=${net%.0}.11 eng_b=${net%.0}.12     # engine addresses: RoCE only
 unreachable=${net%.0}.99
+eng6_a=fd00:231:$((id % 65536))::11 eng6_b=fd00:231:$((id % 65536))::12  # RoCEv2 over IPv6 (GID 2)
 
 ip netns add "$ns_a"
 ip netns add "$ns_b"
@@ -39,8 +40,8 @@ done
 
 in_a() { ip netns exec "$ns_a" "$@"; }
 in_b() { ip netns exec "$ns_b" "$@"; }
-in_a "$UROCE_BIN" start --name hostA --port "net_af_packet0,iface=$veth_a" --ip "$eng_a"
-in_b "$UROCE_BIN" start --name hostB --port "net_af_packet0,iface=$veth_b" --ip "$eng_b"
+in_a "$UROCE_BIN" start --name hostA --port "net_af_packet0,iface=$veth_a" --ip "$eng_a" --ip6 "$eng6_a"
+in_b "$UROCE_BIN" start --name hostB --port "net_af_packet0,iface=$veth_b" --ip "$eng_b" --ip6 "$eng6_b"
 
 failures=0
 port=19000
@@ -99,6 +100,12 @@ for mtu in 1024 4096; do
   pair "atomic_bw_$mtu" 90 ib_atomic_bw -x 0 -m "$mtu" -n 1000
 done
 pair send_lat 60 ib_send_lat -x 0 -n 1000
+
+# RoCEv2 over IPv6 (GID 2; neighbour discovery instead of ARP).
+pair rc_pingpong_ipv6 60 ibv_rc_pingpong -g 2 -m 1024 -c -n 500
+pair ud_pingpong_ipv6 60 ibv_ud_pingpong -g 2 -s 1024 -n 500
+pair write_bw_ipv6 90 ib_write_bw -x 2 -m 4096 -n 1000
+pair read_bw_ipv6 90 ib_read_bw -x 2 -m 4096 -n 500
 
 # A capture of wire traffic decodes as RoCE with nothing malformed.
 if command -v tshark >/dev/null; then
