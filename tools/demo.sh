@@ -7,6 +7,7 @@
 # UROCE_BUILD_DIR (default: build) and UROCE_JOBS (default: 2) may be set.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+tools/install-deps.sh  # a fresh Debian 12 machine: the packages first
 
 build_dir="${UROCE_BUILD_DIR:-build}"
 limit=60  # seconds for each side of the ping-pong
