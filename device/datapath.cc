@@ -74,7 +74,9 @@ bool Device::poll(uint64_t now_ns) {
   now_ns_ = now_ns;
   bool work = poll_rx();
   work |= poll_requesters();
-  work |= poll_timers();
+  // Frames still queued on the loopback may hold the very ACKs a timer would
+  // give up on (the engine was descheduled): receive them first.
+  if (!loopback_.pending()) work |= poll_timers();
   work |= poll_port_timers();
   return work || loopback_.pending();
 }
