@@ -75,7 +75,6 @@ expect 2 "fault with a bad setting" uroce fault drop
 expect_out 'not key=value' "fault names the bad setting"
 expect 2 "fault with an unknown key" uroce fault jitter=3
 expect 2 "port without a state" uroce port
-expect 2 "bench is not implemented yet" uroce bench
 expect 2 "stop --name without a value" uroce stop --name
 expect 2 "invalid engine name" uroce start --name 'a/b'
 
