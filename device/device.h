@@ -36,6 +36,7 @@ struct DeviceConfig {
   // empty: the engine has its loopback port only.
   std::string port_spec;
   uint16_t port_mtu = 0;  // 0: keep the interface's MTU
+  int vlan = -1;          // 802.1Q VID on the wire port (-1: untagged)
   bool use_hugepages = true;  // when the host has free ones (EAL falls back to --no-huge)
 };
 

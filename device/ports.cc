@@ -97,6 +97,7 @@ void Device::send_packet(Qp& qp, net::Packet* p, const abi::AddressVector* av) {
   }
   route.flow_label = path.flow_label;
   if (is_local_gid(path.dgid)) {
+    route.vlan = false;  // the loopback is no VLAN's member
     net::finish_roce_packet(*p, route);
     return transmit(p, PortId::kLoopback);
   }
@@ -104,6 +105,11 @@ void Device::send_packet(Qp& qp, net::Packet* p, const abi::AddressVector* av) {
     ++counters_.tx_no_route;
     pool_.put(p);
     return;
+  }
+  if (config_.vlan >= 0) {
+    route.vlan = true;
+    route.vlan_id = uint16_t(config_.vlan);
+    route.vlan_pcp = uint8_t(path.sl & 7);  // the service level maps to the priority
   }
   // The MAC is outside the ICRC: a frame waiting for resolution is finished
   // now and gets its MAC when the neighbour answers.
@@ -155,6 +161,7 @@ void Device::emit(net::Packet* p, PortId port) {
 void Device::send_arp_request(const net::Ipv4Addr& ip) {
   net::Packet* p = pool_.get();
   net::build_arp_request(*p, config_.mac, config_.ip, ip);
+  if (config_.vlan >= 0) net::add_vlan_tag(*p, uint16_t(config_.vlan));
   capture(*p);
   wire_->tx(p);
   pool_.put(p);
@@ -164,6 +171,7 @@ void Device::send_ndp_solicitation(const net::Ipv6Addr& ip) {
   if (!has_ip6()) return;
   net::Packet* p = pool_.get();
   net::build_ndp_solicitation(*p, config_.mac, config_.ip6, ip);
+  if (config_.vlan >= 0) net::add_vlan_tag(*p, uint16_t(config_.vlan));
   capture(*p);
   wire_->tx(p);
   pool_.put(p);
@@ -178,7 +186,10 @@ bool Device::poll_wire_rx() {
     capture(*p);
     if (net::is_arp_frame(*p)) {
       net::Packet* reply = pool_.get();
-      if (arp_.handle(*p, config_.mac, config_.ip, now_ns_, reply)) wire_->tx(reply);
+      if (arp_.handle(*p, config_.mac, config_.ip, now_ns_, reply)) {
+        if (config_.vlan >= 0) net::add_vlan_tag(*reply, uint16_t(config_.vlan));
+        wire_->tx(reply);
+      }
       pool_.put(reply);
       // The sender is known now: release what waited for it.
       const auto* arp = reinterpret_cast<const net::ArpHdr*>(p->data + sizeof(net::EthHdr));
@@ -210,7 +221,15 @@ bool Device::poll_wire_rx() {
       pool_.put(p);
       continue;
     }
-    // A veth or a switch may hand us other hosts' frames: ours only.
+    // A veth or a switch may hand us other hosts' frames: ours only, and on
+    // our VLAN when one is configured.
+    const auto tci = net::vlan_tci(*p);
+    if ((config_.vlan >= 0) != tci.has_value() ||
+        (tci && (*tci & 0x0fff) != uint16_t(config_.vlan))) {
+      ++counters_.rx_not_for_us;
+      pool_.put(p);
+      continue;
+    }
     const auto* eth = reinterpret_cast<const net::EthHdr*>(p->data);
     if (p->len < sizeof(net::EthHdr) + sizeof(net::Ipv4Hdr) ||
         std::memcmp(eth->dst, config_.mac.data(), 6) != 0) {

@@ -15,7 +15,7 @@ namespace {
 void usage() {
   std::fprintf(stderr,
                "usage: uroced [--name NAME] [--runtime-dir DIR] [--ip A.B.C.D] [--ip6 ADDR6] [--mac MAC]\n"
-               "              [--port DPDK-SPEC [--mtu N] [--no-hugepages]] [--fault SPEC]\n"
+               "              [--port DPDK-SPEC [--mtu N] [--vlan VID] [--no-hugepages]] [--fault SPEC]\n"
                "  Runs a uroce engine in the foreground until SIGTERM/SIGINT.\n"
                "  --port   a DPDK ethdev for the wire: net_af_packet0,iface=eth0, a PCI address, ...\n"
                "  --fault  drop=P,duplicate=P,reorder=P,corrupt=P,delay=US,seed=N (P in 0..1)\n");
@@ -133,6 +133,13 @@ int main(int argc, char** argv) {
         return 2;
       }
       config.device.port_mtu = uint16_t(mtu);
+    } else if (arg == "--vlan") {
+      const int vid = std::atoi(value().c_str());
+      if (vid < 0 || vid > 4094) {
+        std::fprintf(stderr, "uroced: --vlan must be 0..4094\n");
+        return 2;
+      }
+      config.device.vlan = vid;
     } else if (arg == "--hugepages") {
       config.device.use_hugepages = true;
     } else if (arg == "--no-hugepages") {

@@ -23,7 +23,8 @@ net=10.231.$((id % 200)).0
 kern_a=${net%.0}.1 kern_b=${net%.0}.2     # kernel addresses: the TCP side channel
 eng_a=${net%.0}.11 eng_b=${net%.0}.12     # engine addresses: RoCE only
 unreachable=${net%.0}.99
-eng6_a=fd00:231:$((id % 65536))::11 eng6_b=fd00:231:$((id % 65536))::12  # RoCEv2 over IPv6 (GID 2)
+v6=fd00:231:$(printf '%x' $((id % 65536)))
+eng6_a=$v6::11 eng6_b=$v6::12  # RoCEv2 over IPv6 (GID 2)
 
 ip netns add "$ns_a"
 ip netns add "$ns_b"
@@ -167,6 +168,30 @@ else
   echo "FAIL unreachable peer"
   tail -n 20 "$UROCE_LOG_DIR/unreachable.log"
   failures=$((failures + 1))
+fi
+
+# 802.1Q: both engines on VLAN 42; the frames on the veth carry the tag.
+"$UROCE_BIN" stop --name hostA >/dev/null
+"$UROCE_BIN" stop --name hostB >/dev/null
+in_a "$UROCE_BIN" start --name hostA --port "net_af_packet0,iface=$veth_a" --ip "$eng_a" --vlan 42 >/dev/null
+in_b "$UROCE_BIN" start --name hostB --port "net_af_packet0,iface=$veth_b" --ip "$eng_b" --vlan 42 >/dev/null
+if command -v tshark >/dev/null; then
+  vcap="$UROCE_LOG_DIR/vlan.pcap"
+  "$UROCE_BIN" capture --name hostA -w "$vcap" --count 40 --seconds 20 >/dev/null &
+  vcap_pid=$!
+  sleep 0.3
+fi
+pair rc_pingpong_vlan 60 ibv_rc_pingpong -g 0 -m 1024 -c -n 200
+if command -v tshark >/dev/null; then
+  wait "$vcap_pid" || true
+  tagged=$(tshark -r "$vcap" -Y "vlan.id == 42 && infiniband" 2>/dev/null | wc -l)
+  untagged=$(tshark -r "$vcap" -Y "!vlan && infiniband" 2>/dev/null | wc -l)
+  if ((tagged > 0 && untagged == 0)); then
+    echo "ok   vlan: $tagged RoCE frames tagged 42, none untagged"
+  else
+    echo "FAIL vlan: $tagged tagged, $untagged untagged"
+    failures=$((failures + 1))
+  fi
 fi
 
 echo "failures: $failures"
