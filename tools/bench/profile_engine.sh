@@ -30,7 +30,7 @@ mkdir -p "$UROCE_RUNTIME_DIR"
 valgrind_pid=""
 cleanup() {
   set +e
-  for w in "${watchdogs[@]}"; do kill "$w" 2>/dev/null; done
+  for w in "${watchdogs[@]}" "${pairs[@]}"; do kill "$w" 2>/dev/null; done
   timeout -k 5 30 "$uroce" stop --all >/dev/null 2>&1
   if [[ -n "$valgrind_pid" ]]; then
     kill -TERM "$valgrind_pid" 2>/dev/null
@@ -51,15 +51,18 @@ send_bw_pair() {
   port=$((port + 1))
   "$uroce" run -- ib_send_bw -d uroce0 -x 0 -F -s 64 -n "$1" -p "$port" \
     >"$out/server.$port.log" 2>&1 &
-  local server_pid=$!
+  server_pid=$!
+  pairs+=("$server_pid")
   sleep 0.5
   "$uroce" run -- ib_send_bw -d uroce0 -x 0 -F -s 64 -n "$1" -p "$port" 127.0.0.1 \
     >"$out/client.$port.log" 2>&1 &
   client_pid=$!
+  pairs+=("$client_pid")
   ( sleep 900; kill -TERM "$server_pid" "$client_pid" ) </dev/null >/dev/null 2>&1 &
   watchdogs+=($!)
 }
 watchdogs=()
+pairs=()  # every perftest process started, to be stopped on exit
 tx_packets() { "$uroce" stats --name uroce0 | awk '$1 == "tx_packets" {print $2}'; }
 
 echo "machine: $(nproc) cores, $(lscpu | sed -n 's/^Model name: *//p'), kernel $(uname -r), load $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -78,8 +81,8 @@ if command -v perf >/dev/null; then
     -o "$out/perf-stat.csv" -- sleep 2 &
   wait $!
   c=$(tx_packets)
-  kill -TERM "$client_pid" 2>/dev/null || true
-  wait "$client_pid" 2>/dev/null || true
+  kill -TERM "$client_pid" "$server_pid" 2>/dev/null || true
+  wait "$client_pid" "$server_pid" 2>/dev/null || true
   "$uroce" stop --name uroce0 >/dev/null
   samples=$(perf script -i "$out/perf.data" -F time 2>/dev/null | wc -l)
   task_ms=$(awk -F, '$3 == "task-clock" {print $1}' "$out/perf-stat.csv")
