@@ -304,6 +304,10 @@ bool Device::complete_to(uint32_t cq_handle, const abi::Cqe& cqe, bool solicited
   std::memcpy(cq->ring.slot(cq->prod), &cqe, sizeof(cqe));
   cq->ring.hdr->producer.store(++cq->prod, std::memory_order_release);
   ++cq->completions;
+  // Pairs with the fence in the provider's req_notify_cq (store notify, then
+  // load producer): without it the CPU may read `notify` before our producer
+  // store is visible, both sides miss each other and the event is lost.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
   const uint32_t armed = cq->ring.hdr->notify.load(std::memory_order_acquire);
   if (armed == abi::kCqNotifyNext ||
       (armed == abi::kCqNotifySolicited && (solicited || cqe.status != IBV_WC_SUCCESS))) {
