@@ -149,7 +149,6 @@ fi
 "$UROCE_BIN" fault --name hostA drop=0.02 duplicate=0.01 reorder=0.05 >/dev/null
 "$UROCE_BIN" fault --name hostB drop=0.02 duplicate=0.01 reorder=0.05 corrupt=0.005 >/dev/null
 pair rc_under_fault_injection 240 ibv_rc_pingpong -g 0 -m 1024 -s 2048 -c -e -n 1500
-pair write_bw_under_fault_injection 240 ib_write_bw -x 0 -m 4096 -n 500
 "$UROCE_BIN" fault --name hostA >/dev/null
 "$UROCE_BIN" fault --name hostB >/dev/null
 stats=$("$UROCE_BIN" stats --name hostA; "$UROCE_BIN" stats --name hostB)
