@@ -65,71 +65,31 @@ bool is_arp_frame(const Packet& p) { return arp_offset(p) != 0; }
 
 // ---- ArpTable ----
 
-ArpTable::ArpTable(size_t capacity, uint64_t max_age_ns)
-    : entries_(std::max<size_t>(capacity, 1)), max_age_ns_(max_age_ns) {}
+ArpTable::ArpTable(size_t capacity, uint64_t max_age_ns) : cache_(capacity, max_age_ns) {}
 
-ArpTable::Entry* ArpTable::find(const Ipv4Addr& ip) {
-  for (Entry& e : entries_)
-    if (e.valid && e.ip == ip) return &e;
-  return nullptr;
-}
-
-const ArpTable::Entry* ArpTable::find(const Ipv4Addr& ip) const {
-  return const_cast<ArpTable*>(this)->find(ip);
+void ArpTable::count(NeighbourCache<Ipv4Addr>::Insert result) {
+  using Insert = NeighbourCache<Ipv4Addr>::Insert;
+  if (result == Insert::kUpdated) ++counters_.updated;
+  if (result == Insert::kLearned || result == Insert::kEvicted) ++counters_.learned;
+  if (result == Insert::kEvicted) ++counters_.evicted;
 }
 
 void ArpTable::insert(const Ipv4Addr& ip, const MacAddr& mac, uint64_t now_ns, bool is_static) {
-  Entry* e = find(ip);
-  if (e) {
-    ++counters_.updated;
-  } else {
-    Entry* oldest = nullptr;
-    for (Entry& c : entries_) {
-      if (!c.valid) {
-        e = &c;
-        break;
-      }
-      if (!c.is_static && (!oldest || c.updated_ns < oldest->updated_ns)) oldest = &c;
-    }
-    if (!e) {
-      if (!oldest) return;  // every entry static: keep them
-      e = oldest;
-      ++counters_.evicted;
-    }
-    ++counters_.learned;
-    e->ip = ip;
-    e->is_static = is_static;
-  }
-  e->mac = mac;
-  e->updated_ns = now_ns;
-  e->valid = true;
-  e->is_static = e->is_static || is_static;
+  count(cache_.insert(ip, mac, now_ns, is_static));
 }
 
-void ArpTable::remove(const Ipv4Addr& ip) {
-  if (Entry* e = find(ip)) *e = Entry{};
-}
+void ArpTable::remove(const Ipv4Addr& ip) { cache_.remove(ip); }
 
 size_t ArpTable::expire(uint64_t now_ns) {
-  size_t n = 0;
-  for (Entry& e : entries_) {
-    if (e.valid && !fresh(e, now_ns)) {
-      e = Entry{};
-      ++n;
-    }
-  }
+  const size_t n = cache_.expire(now_ns);
   counters_.expired += n;
   return n;
 }
 
-size_t ArpTable::size() const {
-  return size_t(std::count_if(entries_.begin(), entries_.end(), [](const Entry& e) { return e.valid; }));
-}
+size_t ArpTable::size() const { return cache_.size(); }
 
 std::optional<MacAddr> ArpTable::lookup(const Ipv4Addr& ip, uint64_t now_ns) const {
-  const Entry* e = find(ip);
-  if (!e || !fresh(*e, now_ns)) return std::nullopt;
-  return e->mac;
+  return cache_.lookup(ip, now_ns);
 }
 
 bool ArpTable::handle(const Packet& in, const MacAddr& our_mac, const Ipv4Addr& our_ip,
@@ -162,13 +122,8 @@ bool ArpTable::handle(const Packet& in, const MacAddr& our_mac, const Ipv4Addr& 
   // "If the pair <protocol type, sender protocol address> is already in my
   // translation table, update the sender hardware address field" ...
   // (static entries stay as configured).
-  Entry* known = probe ? nullptr : find(spa);
-  if (known && !known->is_static) {
-    known->mac = sha;
-    known->updated_ns = now_ns;
-    ++counters_.updated;
-  }
-  const bool merged = known != nullptr;
+  const bool merged = !probe && cache_.find(spa) != nullptr;
+  if (merged && cache_.refresh(spa, sha, now_ns)) ++counters_.updated;
   // "?Am I the target protocol address?"
   if (tpa != our_ip) {
     ++counters_.rx_not_for_us;

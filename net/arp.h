@@ -12,11 +12,11 @@
 #include <vector>
 
 #include "net/headers.h"
+#include "net/neighbour_cache.h"
 #include "net/packet.h"
 
 namespace uroce::net {
 
-using MacAddr = std::array<uint8_t, 6>;
 using Ipv4Addr = std::array<uint8_t, 4>;  // network order, as Route::src_ip
 
 constexpr MacAddr kBroadcastMac = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
@@ -95,25 +95,13 @@ class ArpTable {
   size_t expire(uint64_t now_ns);
 
   size_t size() const;
-  size_t capacity() const { return entries_.size(); }
+  size_t capacity() const { return cache_.capacity(); }
   const ArpCounters& counters() const { return counters_; }
 
  private:
-  struct Entry {
-    Ipv4Addr ip{};
-    MacAddr mac{};
-    uint64_t updated_ns = 0;
-    bool valid = false;
-    bool is_static = false;
-  };
-  Entry* find(const Ipv4Addr& ip);
-  const Entry* find(const Ipv4Addr& ip) const;
-  bool fresh(const Entry& e, uint64_t now_ns) const {
-    return e.is_static || now_ns - e.updated_ns <= max_age_ns_;
-  }
+  void count(NeighbourCache<Ipv4Addr>::Insert result);
 
-  std::vector<Entry> entries_;
-  uint64_t max_age_ns_;
+  NeighbourCache<Ipv4Addr> cache_;
   ArpCounters counters_;
 };
 

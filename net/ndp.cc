@@ -120,82 +120,34 @@ struct NdpTable::Parsed {
   std::optional<uint16_t> tci;
 };
 
-NdpTable::NdpTable(size_t capacity, uint64_t max_age_ns)
-    : entries_(std::max<size_t>(capacity, 1)), max_age_ns_(max_age_ns) {}
-
-NdpTable::Entry* NdpTable::find(const Ipv6Addr& ip) {
-  for (Entry& e : entries_)
-    if (e.valid && e.ip == ip) return &e;
-  return nullptr;
-}
-
-const NdpTable::Entry* NdpTable::find(const Ipv6Addr& ip) const {
-  return const_cast<NdpTable*>(this)->find(ip);
-}
+NdpTable::NdpTable(size_t capacity, uint64_t max_age_ns) : cache_(capacity, max_age_ns) {}
 
 void NdpTable::insert(const Ipv6Addr& ip, const MacAddr& mac, uint64_t now_ns, bool is_static) {
-  Entry* e = find(ip);
-  if (e) {
-    ++counters_.updated;
-  } else {
-    Entry* oldest = nullptr;
-    for (Entry& c : entries_) {
-      if (!c.valid) {
-        e = &c;
-        break;
-      }
-      if (!c.is_static && (!oldest || c.updated_ns < oldest->updated_ns)) oldest = &c;
-    }
-    if (!e) {
-      if (!oldest) return;  // every entry static: keep them
-      e = oldest;
-      ++counters_.evicted;
-    }
-    ++counters_.learned;
-    e->ip = ip;
-    e->is_static = is_static;
-  }
-  e->mac = mac;
-  e->updated_ns = now_ns;
-  e->valid = true;
-  e->is_static = e->is_static || is_static;
+  using Insert = NeighbourCache<Ipv6Addr>::Insert;
+  const Insert result = cache_.insert(ip, mac, now_ns, is_static);
+  if (result == Insert::kUpdated) ++counters_.updated;
+  if (result == Insert::kLearned || result == Insert::kEvicted) ++counters_.learned;
+  if (result == Insert::kEvicted) ++counters_.evicted;
 }
 
 bool NdpTable::refresh(const Ipv6Addr& ip, const MacAddr& mac, uint64_t now_ns) {
-  Entry* e = find(ip);
-  if (!e) return false;
-  if (!e->is_static) {  // static entries stay as configured
-    e->mac = mac;
-    e->updated_ns = now_ns;
-    ++counters_.updated;
-  }
+  if (!cache_.find(ip)) return false;
+  if (cache_.refresh(ip, mac, now_ns)) ++counters_.updated;  // static entries stay as configured
   return true;
 }
 
-void NdpTable::remove(const Ipv6Addr& ip) {
-  if (Entry* e = find(ip)) *e = Entry{};
-}
+void NdpTable::remove(const Ipv6Addr& ip) { cache_.remove(ip); }
 
 size_t NdpTable::expire(uint64_t now_ns) {
-  size_t n = 0;
-  for (Entry& e : entries_) {
-    if (e.valid && !fresh(e, now_ns)) {
-      e = Entry{};
-      ++n;
-    }
-  }
+  const size_t n = cache_.expire(now_ns);
   counters_.expired += n;
   return n;
 }
 
-size_t NdpTable::size() const {
-  return size_t(std::count_if(entries_.begin(), entries_.end(), [](const Entry& e) { return e.valid; }));
-}
+size_t NdpTable::size() const { return cache_.size(); }
 
 std::optional<MacAddr> NdpTable::lookup(const Ipv6Addr& ip, uint64_t now_ns) const {
-  const Entry* e = find(ip);
-  if (!e || !fresh(*e, now_ns)) return std::nullopt;
-  return e->mac;
+  return cache_.lookup(ip, now_ns);
 }
 
 NdpHandled NdpTable::handle(const Packet& in, const MacAddr& our_mac,
@@ -331,7 +283,7 @@ NdpHandled NdpTable::on_advertisement(const Parsed& m, std::span<const Ipv6Addr>
     return {};
   }
   const MacAddr& mac = *m.target_lladdr;
-  if (const Entry* e = find(m.target)) {
+  if (const auto* e = cache_.find(m.target)) {
     if (e->mac != mac && !(m.flags & NdpMsg::kOverride)) {
       ++counters_.rx_na_ignored;
       return {};

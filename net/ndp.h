@@ -156,31 +156,18 @@ class NdpTable {
   size_t expire(uint64_t now_ns);
 
   size_t size() const;
-  size_t capacity() const { return entries_.size(); }
+  size_t capacity() const { return cache_.capacity(); }
   const NdpCounters& counters() const { return counters_; }
 
  private:
-  struct Entry {
-    Ipv6Addr ip{};
-    MacAddr mac{};
-    uint64_t updated_ns = 0;
-    bool valid = false;
-    bool is_static = false;
-  };
   struct Parsed;
-  Entry* find(const Ipv6Addr& ip);
-  const Entry* find(const Ipv6Addr& ip) const;
-  bool fresh(const Entry& e, uint64_t now_ns) const {
-    return e.is_static || now_ns - e.updated_ns <= max_age_ns_;
-  }
   // Refreshes ip's dynamic entry if it has one; true if it had one.
   bool refresh(const Ipv6Addr& ip, const MacAddr& mac, uint64_t now_ns);
   NdpHandled on_solicitation(const Parsed& m, const MacAddr& our_mac,
                              std::span<const Ipv6Addr> our_ips, uint64_t now_ns, Packet* reply_out);
   NdpHandled on_advertisement(const Parsed& m, std::span<const Ipv6Addr> our_ips, uint64_t now_ns);
 
-  std::vector<Entry> entries_;
-  uint64_t max_age_ns_;
+  NeighbourCache<Ipv6Addr> cache_;
   NdpCounters counters_;
 };
 
