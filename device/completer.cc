@@ -161,7 +161,7 @@ void on_read_or_atomic_response(Device& dev, Qp& qp, const net::Packet& p) {
   if (info.has(net::kHasAtomicAck)) {
     if (w.opcode == IBV_WR_RDMA_READ) return;
     const uint64_t orig = p.hdr<net::AtomicAckEth>(info.atomicack_off)->orig;
-    if (!scatter_sges(qp.owner->mem, wqe_sges(qp, index), w.num_sge, 0,
+    if (!scatter_sges(dev, *qp.owner, wqe_sges(qp, index), w.num_sge, 0,
                       reinterpret_cast<const uint8_t*>(&orig), 8)) {
       dev.memory_fault("atomic response", qp.owner, wqe_sges(qp, index)[0].addr, 8);
       fail_head(dev, qp, IBV_WC_LOC_PROT_ERR);
@@ -181,7 +181,7 @@ void on_read_or_atomic_response(Device& dev, Qp& qp, const net::Packet& p) {
     ++dev.counters_mut().rx_stale_response;
     return;
   }
-  if (p.payload_len && !scatter_sges(qp.owner->mem, wqe_sges(qp, index), w.num_sge, offset,
+  if (p.payload_len && !scatter_sges(dev, *qp.owner, wqe_sges(qp, index), w.num_sge, offset,
                                      p.payload(), p.payload_len)) {
     dev.memory_fault("read response", qp.owner, wqe_sges(qp, index)[0].addr + offset, p.payload_len);
     fail_head(dev, qp, IBV_WC_LOC_PROT_ERR);

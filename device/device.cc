@@ -125,7 +125,33 @@ int Device::dealloc_pd(Owner* o, uint32_t handle) {
   return 0;
 }
 
-Result<uint32_t> Device::reg_mr(Owner* o, const abi::RegMrRequest& req) {
+namespace {
+
+// The MR's shared pages, if the request names some: they must lie within the
+// MR's (page-rounded) range, whose other bytes the engine still reaches
+// through process_vm_*.
+int map_shared_pages(const abi::SharedRange& shared, int fd, uint64_t addr, uint64_t length,
+                     std::unique_ptr<SharedPages>* out) {
+  out->reset();
+  if (shared.length == 0) return fd < 0 ? 0 : EINVAL;
+  if (fd < 0 || shared.start + shared.length < shared.start) return EINVAL;
+  // Pages wholly inside [addr, addr + length) are all the provider may share
+  // for this MR, but a region shared earlier may extend beyond it.
+  if (shared.start > addr + length - 1 || shared.start + shared.length <= addr) return EINVAL;
+  int err;
+  *out = SharedPages::map(fd, shared.start, shared.length, &err);
+  return err;
+}
+
+// The pages must exist in the client now, as pinning would require.
+bool client_range_mapped(const Owner* o, uint64_t addr, uint64_t length, const SharedPages* pages) {
+  uint8_t probe;
+  return o->mem.read({addr, 1, pages}, &probe) && o->mem.read({addr + length - 1, 1, pages}, &probe);
+}
+
+}  // namespace
+
+Result<uint32_t> Device::reg_mr(Owner* o, const abi::RegMrRequest& req, int shared_fd) {
   Pd* pd = pds_.get(req.pd);
   if (!pd || pd->owner != o) return {EINVAL};
   if (req.length == 0 || req.length > kMaxMrSize) return {EINVAL};
@@ -140,11 +166,12 @@ Result<uint32_t> Device::reg_mr(Owner* o, const abi::RegMrRequest& req) {
       !(req.access & IBV_ACCESS_LOCAL_WRITE))
     return {EINVAL};
   if (mrs_.count() >= kMaxMr) return {ENOMEM};
-  // The pages must exist in the client now, as pinning would require.
-  uint8_t probe;
-  if (!o->mem.read(req.addr, &probe, 1) || !o->mem.read(req.addr + req.length - 1, &probe, 1))
-    return {EFAULT};
+  if (req.addr + req.length < req.addr) return {EINVAL};
+  std::unique_ptr<SharedPages> pages;
+  if (int err = map_shared_pages(req.shared, shared_fd, req.addr, req.length, &pages)) return {err};
+  if (!client_range_mapped(o, req.addr, req.length, pages.get())) return {EFAULT};
   auto mr = std::make_unique<Mr>();
+  mr->pages = std::move(pages);
   mr->owner = o;
   mr->pd = uint32_t(req.pd);
   mr->iova = req.iova;
@@ -159,34 +186,38 @@ Result<uint32_t> Device::reg_mr(Owner* o, const abi::RegMrRequest& req) {
   return {0, raw->key};
 }
 
-int Device::rereg_mr(Owner* o, const abi::ReregMrRequest& req, uint32_t* new_key) {
+int Device::rereg_mr(Owner* o, const abi::ReregMrRequest& req, uint32_t* new_key, int shared_fd) {
   Mr* mr = mrs_.get(req.handle >> 8);
   if (!mr || mr->owner != o || mr->key != uint32_t(req.handle)) return EINVAL;
-  Mr updated = *mr;
+  // Everything is checked before anything changes.
+  uint32_t pd = mr->pd;
   if (req.flags & IBV_REREG_MR_CHANGE_PD) {
-    Pd* pd = pds_.get(req.pd);
-    if (!pd || pd->owner != o) return EINVAL;
-    updated.pd = uint32_t(req.pd);
+    Pd* p = pds_.get(req.pd);
+    if (!p || p->owner != o) return EINVAL;
+    pd = uint32_t(req.pd);
   }
-  if (req.flags & IBV_REREG_MR_CHANGE_TRANSLATION) {
-    if (req.length == 0) return EINVAL;
-    uint8_t probe;
-    if (!o->mem.read(req.addr, &probe, 1) || !o->mem.read(req.addr + req.length - 1, &probe, 1))
-      return EFAULT;
-    updated.addr = updated.iova = req.addr;
-    updated.length = req.length;
+  std::unique_ptr<SharedPages> pages;
+  const bool translate = req.flags & IBV_REREG_MR_CHANGE_TRANSLATION;
+  if (translate) {
+    if (req.length == 0 || req.addr + req.length < req.addr) return EINVAL;
+    if (int err = map_shared_pages(req.shared, shared_fd, req.addr, req.length, &pages)) return err;
+    if (!client_range_mapped(o, req.addr, req.length, pages.get())) return EFAULT;
   }
-  if (req.flags & IBV_REREG_MR_CHANGE_ACCESS) {
-    if ((req.access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) &&
-        !(req.access & IBV_ACCESS_LOCAL_WRITE))
-      return EINVAL;
-    updated.access = req.access;
-  }
-  if (updated.pd != mr->pd) {
+  if ((req.flags & IBV_REREG_MR_CHANGE_ACCESS) &&
+      (req.access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) &&
+      !(req.access & IBV_ACCESS_LOCAL_WRITE))
+    return EINVAL;
+  if (pd != mr->pd) {
     --pds_.get(mr->pd)->refs;
-    ++pds_.get(updated.pd)->refs;
+    ++pds_.get(pd)->refs;
+    mr->pd = pd;
   }
-  *mr = updated;
+  if (translate) {
+    mr->addr = mr->iova = req.addr;
+    mr->length = req.length;
+    mr->pages = std::move(pages);
+  }
+  if (req.flags & IBV_REREG_MR_CHANGE_ACCESS) mr->access = req.access;
   // The keys stay (mlx5 re-registers in place; rdma-core's rereg tests keep
   // using the rkey they exchanged before).
   *new_key = mr->key;

@@ -59,8 +59,9 @@ class Device {
   // ---- control plane (errno results) ----
   Result<uint32_t> alloc_pd(Owner* o);
   int dealloc_pd(Owner* o, uint32_t pd);
-  Result<uint32_t> reg_mr(Owner* o, const abi::RegMrRequest& req);  // returns key
-  int rereg_mr(Owner* o, const abi::ReregMrRequest& req, uint32_t* new_key);
+  // shared_fd: the memfd of req.shared (-1: none); the caller keeps it.
+  Result<uint32_t> reg_mr(Owner* o, const abi::RegMrRequest& req, int shared_fd = -1);  // returns key
+  int rereg_mr(Owner* o, const abi::ReregMrRequest& req, uint32_t* new_key, int shared_fd = -1);
   int dereg_mr(Owner* o, uint32_t key);
   Result<uint32_t> create_comp_channel(Owner* o, int fd);
   int destroy_comp_channel(Owner* o, uint32_t handle);

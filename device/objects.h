@@ -78,6 +78,10 @@ struct Mr {
   uint64_t addr = 0;  // where it lives in the owner's address space
   uint64_t length = 0;
   uint32_t access = 0;  // enum ibv_access_flags
+  std::unique_ptr<SharedPages> pages;  // its pages the engine maps, if any
+
+  // Owner bytes [owner_addr, owner_addr + len) reached through this MR.
+  RemoteSpan span(uint64_t owner_addr, size_t len) const { return {owner_addr, len, pages.get()}; }
 };
 
 struct CompChannel {

@@ -158,7 +158,7 @@ bool send_next_packet(Device& dev, Qp& qp) {
   if (w.flags & IBV_SEND_INLINE)
     std::memcpy(p->payload(), wqe_inline(qp, index) + qp.req_offset, len);
   else
-    ok = gather_sges(qp.owner->mem, wqe_sges(qp, index), w.num_sge, qp.req_offset, p->payload(), len);
+    ok = gather_sges(dev, *qp.owner, wqe_sges(qp, index), w.num_sge, qp.req_offset, p->payload(), len);
   if (!ok) {
     // The client unmapped memory it had registered: a local protection error,
     // reported in order by requester_run.
@@ -184,10 +184,10 @@ void complete_unreliable(Device& dev, Qp& qp) {
 
 namespace {
 
-// The client-address ranges that bytes [offset, offset + len) of a message
+// The client-address spans that bytes [offset, offset + len) of a message
 // occupy across its SGEs. Returns how many, or -1 if the SGEs are too short.
-int sge_ranges(const abi::Sge* sge, uint32_t num_sge, uint64_t offset, uint32_t len,
-               iovec (&out)[kMaxSge]) {
+int sge_spans(const Device& dev, const Owner& owner, const abi::Sge* sge, uint32_t num_sge,
+              uint64_t offset, uint32_t len, RemoteSpan (&out)[kMaxSge]) {
   int n = 0;
   uint64_t want = len;
   for (uint32_t i = 0; i < num_sge && want; ++i) {
@@ -196,7 +196,9 @@ int sge_ranges(const abi::Sge* sge, uint32_t num_sge, uint64_t offset, uint32_t 
       continue;
     }
     const uint64_t chunk = std::min<uint64_t>(sge[i].length - offset, want);
-    out[n++] = {reinterpret_cast<void*>(sge[i].addr + offset), size_t(chunk)};
+    // A deregistered MR leaves its bytes to process_vm_* (nothing shared).
+    const Mr* mr = dev.find_mr(sge[i].lkey);
+    out[n++] = {sge[i].addr + offset, size_t(chunk), mr && mr->owner == &owner ? mr->pages.get() : nullptr};
     want -= chunk;
     offset = 0;
   }
@@ -205,20 +207,18 @@ int sge_ranges(const abi::Sge* sge, uint32_t num_sge, uint64_t offset, uint32_t 
 
 }  // namespace
 
-bool gather_sges(const ProcessMemory& mem, const abi::Sge* sge, uint32_t num_sge, uint64_t offset,
-                 uint8_t* dst, uint32_t len) {
-  iovec remote[kMaxSge];
-  const int n = sge_ranges(sge, num_sge, offset, len, remote);
-  iovec local{dst, len};
-  return n >= 0 && mem.readv(&local, 1, remote, size_t(n), len);
+bool gather_sges(const Device& dev, const Owner& owner, const abi::Sge* sge, uint32_t num_sge,
+                 uint64_t offset, uint8_t* dst, uint32_t len) {
+  RemoteSpan spans[kMaxSge];
+  const int n = sge_spans(dev, owner, sge, num_sge, offset, len, spans);
+  return n >= 0 && owner.mem.read(spans, size_t(n), dst);
 }
 
-bool scatter_sges(const ProcessMemory& mem, const abi::Sge* sge, uint32_t num_sge, uint64_t offset,
-                  const uint8_t* src, uint32_t len) {
-  iovec remote[kMaxSge];
-  const int n = sge_ranges(sge, num_sge, offset, len, remote);
-  iovec local{const_cast<uint8_t*>(src), len};
-  return n >= 0 && mem.writev(&local, 1, remote, size_t(n), len);
+bool scatter_sges(const Device& dev, const Owner& owner, const abi::Sge* sge, uint32_t num_sge,
+                  uint64_t offset, const uint8_t* src, uint32_t len) {
+  RemoteSpan spans[kMaxSge];
+  const int n = sge_spans(dev, owner, sge, num_sge, offset, len, spans);
+  return n >= 0 && owner.mem.write(spans, size_t(n), src);
 }
 
 void complete_send_head(Device& dev, Qp& qp, uint32_t status) {

@@ -237,9 +237,9 @@ void receive_ud(Device& dev, Qp& qp, net::Packet& p) {
     return;
   }
   const RecvInProgress& r = qp.resp_recv;
-  bool ok = scatter_sges(r.owner->mem, r.sge.data(), r.num_sge, 0, grh, 40) &&
+  bool ok = scatter_sges(dev, *r.owner, r.sge.data(), r.num_sge, 0, grh, 40) &&
             (p.payload_len == 0 ||
-             scatter_sges(r.owner->mem, r.sge.data(), r.num_sge, 40, p.payload(), p.payload_len));
+             scatter_sges(dev, *r.owner, r.sge.data(), r.num_sge, 40, p.payload(), p.payload_len));
   if (!ok) {
     dev.memory_fault("UD receive", r.owner, r.sge[0].addr, p.payload_len);
     complete_recv(dev, qp, IBV_WC_LOC_PROT_ERR, IBV_WC_RECV, 0, nullptr, false);
@@ -394,7 +394,7 @@ void execute_send(Device& dev, Qp& qp, net::Packet& p) {
     return;
   }
   if (p.payload_len &&
-      !scatter_sges(r.owner->mem, r.sge.data(), r.num_sge, qp.resp_offset, p.payload(), p.payload_len)) {
+      !scatter_sges(dev, *r.owner, r.sge.data(), r.num_sge, qp.resp_offset, p.payload(), p.payload_len)) {
     dev.memory_fault("receive", r.owner, r.sge[0].addr, p.payload_len);
     complete_recv(dev, qp, IBV_WC_LOC_PROT_ERR, IBV_WC_RECV, 0, nullptr, false);
     if (is_reliable(qp)) nak_and_fail(dev, qp, psn, net::aeth::kNakRemoteOpError, false);
@@ -442,7 +442,7 @@ void execute_write(Device& dev, Qp& qp, net::Packet& p) {
   if (p.payload_len) {
     // The MR may have been deregistered since FIRST: check it still stands.
     const Mr* mr = dev.find_mr(qp.resp_write_key);
-    if (!mr || !mr->owner->mem.write(qp.resp_write_va, p.payload(), p.payload_len)) {
+    if (!mr || !mr->owner->mem.write(mr->span(qp.resp_write_va, p.payload_len), p.payload())) {
       dev.memory_fault("RDMA write", mr ? mr->owner : nullptr, qp.resp_write_va, p.payload_len);
       if (is_reliable(qp)) return nak_and_fail(dev, qp, psn, net::aeth::kNakRemoteAccessError);
       return;
@@ -505,15 +505,12 @@ void execute_atomic(Device& dev, Qp& qp, net::Packet& p) {
   const uint64_t addr = mr->addr + (va - mr->iova);
   // The engine thread serialises every atomic of the device (IBV_ATOMIC_HCA).
   uint64_t orig;
-  if (!mr->owner->mem.read(addr, &orig, 8)) {
-    dev.memory_fault("atomic read", mr->owner, addr, 8);
-    return nak_and_fail(dev, qp, psn, net::aeth::kNakRemoteOpError);
-  }
   const bool cas = (p.opcode & 0x1f) == net::op::kCompareSwap;
-  const uint64_t value = cas ? (orig == uint64_t(ae->compare) ? uint64_t(ae->swap_add) : orig)
-                             : orig + uint64_t(ae->swap_add);
-  if (value != orig && !mr->owner->mem.write(addr, &value, 8)) {
-    dev.memory_fault("atomic write", mr->owner, addr, 8);
+  const bool ok = cas ? mr->owner->mem.compare_swap(mr->span(addr, 8), uint64_t(ae->compare),
+                                                     uint64_t(ae->swap_add), &orig)
+                      : mr->owner->mem.fetch_add(mr->span(addr, 8), uint64_t(ae->swap_add), &orig);
+  if (!ok) {
+    dev.memory_fault("atomic", mr->owner, addr, 8);
     return nak_and_fail(dev, qp, psn, net::aeth::kNakRemoteOpError);
   }
   AtomicReplay& slot = qp.atomic_replay[qp.atomic_replay_next++ % kAtomicReplayDepth];
@@ -619,7 +616,7 @@ bool responder_run(Device& dev, Qp& qp) {
           aeth_word(qp, net::aeth::kAck | net::aeth::kCreditInvalid);
     if (len) {
       const Mr* mr = dev.find_mr(r.mr_key);
-      if (!mr || !mr->owner->mem.read(r.va, p->payload(), len)) {
+      if (!mr || !mr->owner->mem.read(mr->span(r.va, len), p->payload())) {
         dev.memory_fault("RDMA read response", mr ? mr->owner : nullptr, r.va, len);
         dev.free_packet(p);
         const uint32_t psn = r.psn;

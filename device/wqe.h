@@ -59,12 +59,13 @@ inline uint8_t* wqe_inline(Qp& qp, uint32_t index) {
 }
 inline SendWqeState& wqe_state(Qp& qp, uint32_t index) { return qp.sq_state[index & qp.sq.mask()]; }
 
-// Moves data between a packet buffer and a WQE's local SGEs (already
-// translated to the owner's addresses), starting offset bytes into the message.
-bool gather_sges(const ProcessMemory& mem, const abi::Sge* sge, uint32_t num_sge, uint64_t offset,
-                 uint8_t* dst, uint32_t len);
-bool scatter_sges(const ProcessMemory& mem, const abi::Sge* sge, uint32_t num_sge, uint64_t offset,
-                  const uint8_t* src, uint32_t len);
+// Moves data between a packet buffer and a WQE's local SGEs (addresses
+// already translated to the owner's, lkeys as posted: they name the MR whose
+// shared pages, if any, hold the bytes), starting offset bytes into the message.
+bool gather_sges(const Device& dev, const Owner& owner, const abi::Sge* sge, uint32_t num_sge,
+                 uint64_t offset, uint8_t* dst, uint32_t len);
+bool scatter_sges(const Device& dev, const Owner& owner, const abi::Sge* sge, uint32_t num_sge,
+                  uint64_t offset, const uint8_t* src, uint32_t len);
 
 // Completes the SQ head WQE (and publishes the freed slot).
 void complete_send_head(Device& dev, Qp& qp, uint32_t status);

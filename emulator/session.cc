@@ -195,7 +195,8 @@ void Session::handle(const abi::CtlRequestHeader& hdr, const uint8_t* body, std:
     case abi::CtlOp::kRegMr: {
       abi::RegMrRequest req;
       if (!body_as(len, body, &req) || req.pd > UINT32_MAX) return reply(EINVAL, nullptr, 0);
-      auto r = dev.reg_mr(&owner_, req);
+      // The memfd of shared pages (if any): mapped by the device, closed after.
+      auto r = dev.reg_mr(&owner_, req, fds.empty() ? -1 : fds[0]);
       abi::RegMrReply rep{r.value, r.value, r.value};
       return reply(r.err, &rep, r.err ? 0 : sizeof(rep));
     }
@@ -203,7 +204,7 @@ void Session::handle(const abi::CtlRequestHeader& hdr, const uint8_t* body, std:
       abi::ReregMrRequest req;
       if (!body_as(len, body, &req) || req.pd > UINT32_MAX) return reply(EINVAL, nullptr, 0);
       uint32_t key = 0;
-      int err = dev.rereg_mr(&owner_, req, &key);
+      int err = dev.rereg_mr(&owner_, req, &key, fds.empty() ? -1 : fds[0]);
       abi::RegMrReply rep{key, key, key};
       return reply(err, &rep, err ? 0 : sizeof(rep));
     }

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "verbs_provider/provider.h"
+#include "verbs_provider/shared_pages.h"
 
 #undef ibv_query_port
 
@@ -36,7 +37,10 @@ void atfork_child() {
 
 void register_context(UContext* c) {
   static std::once_flag once;
-  std::call_once(once, [] { pthread_atfork(nullptr, nullptr, atfork_child); });
+  std::call_once(once, [] {
+    install_fork_handlers();  // first: the child's moved pages must be in place before ours runs
+    pthread_atfork(nullptr, nullptr, atfork_child);
+  });
   std::lock_guard<std::mutex> lock(g_ctx_mu);
   g_contexts.push_back(c);
 }

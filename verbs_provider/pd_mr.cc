@@ -2,6 +2,7 @@
 #include <cerrno>
 
 #include "verbs_provider/provider.h"
+#include "verbs_provider/shared_pages.h"
 
 #undef ibv_reg_mr
 #undef ibv_reg_mr_iova
@@ -22,15 +23,20 @@ ibv_mr* reg_mr(ibv_pd* pd, void* addr, size_t length, uint64_t iova, unsigned ac
     errno = ENOMEM;
     return nullptr;
   }
+  // On-demand paging registers address space, not pages: nothing to move.
+  const SharedLease lease = access & IBV_ACCESS_ON_DEMAND ? SharedLease{} : share_pages(addr, length);
   abi::RegMrRequest req{reinterpret_cast<UPd*>(pd)->handle, uint64_t(uintptr_t(addr)), length, iova,
-                        access, 0};
+                        access, 0, lease.range};
   abi::RegMrReply rep;
-  if (int err = c->conn.call(abi::CtlOp::kRegMr, &req, sizeof(req), &rep, sizeof(rep))) {
+  if (int err = c->conn.call(abi::CtlOp::kRegMr, &req, sizeof(req), &rep, sizeof(rep), &lease.fd,
+                             lease.id ? 1 : 0)) {
+    release_pages(lease.id);
     delete mr;
     errno = err;
     return nullptr;
   }
   mr->handle = rep.handle;
+  mr->shared_lease = lease.id;
   mr->mr.context = pd->context;
   mr->mr.pd = pd;
   mr->mr.addr = addr;
@@ -97,11 +103,19 @@ UROCE_EXPORT int ibv_rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, siz
   req.pd = (flags & IBV_REREG_MR_CHANGE_PD) ? reinterpret_cast<UPd*>(pd)->handle : 0;
   req.addr = uint64_t(uintptr_t(addr));
   req.length = length;
+  const SharedLease lease = (flags & IBV_REREG_MR_CHANGE_TRANSLATION) ? share_pages(addr, length)
+                                                                      : SharedLease{};
+  req.shared = lease.range;
   abi::RegMrReply rep;
   if (int err = to_uctx(mr->context)->conn.call(abi::CtlOp::kReregMr, &req, sizeof(req), &rep,
-                                                sizeof(rep))) {
+                                                sizeof(rep), &lease.fd, lease.id ? 1 : 0)) {
+    release_pages(lease.id);
     errno = err;
     return IBV_REREG_MR_ERR_CMD;
+  }
+  if (flags & IBV_REREG_MR_CHANGE_TRANSLATION) {
+    release_pages(u->shared_lease);
+    u->shared_lease = lease.id;
   }
   u->handle = rep.handle;
   mr->lkey = mr->handle = rep.lkey;
@@ -119,6 +133,7 @@ UROCE_EXPORT int ibv_dereg_mr(ibv_mr* mr) {
   abi::HandleRequest req{u->handle};
   int err = to_uctx(mr->context)->conn.call(abi::CtlOp::kDeregMr, &req, sizeof(req), nullptr, 0);
   if (err && err != EIO) return err;
+  release_pages(u->shared_lease);
   delete u;
   return 0;
 }

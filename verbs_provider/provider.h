@@ -79,7 +79,8 @@ struct UPd {
 
 struct UMr {
   ibv_mr mr;
-  uint64_t handle;  // the key
+  uint64_t handle;        // the key
+  uint64_t shared_lease;  // its pages on a memfd (shared_pages.h), 0: none
 };
 
 struct UChannel {

@@ -16,7 +16,7 @@
 namespace uroce::abi {
 
 constexpr uint32_t kMagic = 0x434f5255;  // "UROC"
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;  // 2: MRs on shared pages
 constexpr size_t kCacheLine = 64;
 constexpr size_t kMaxDeviceName = 64;
 constexpr size_t kMaxGids = 16;
@@ -276,6 +276,20 @@ struct AllocPdReply {
   uint64_t handle;
 };
 
+// Registered memory on shared pages: the provider may move the whole pages of
+// an MR onto a memfd (verbs_provider/shared_pages.cc). Then the request
+// carries that memfd as its one fd, sealed against shrinking, whose bytes
+// [0, length) are the client's pages [start, start + length); the engine maps
+// it and moves data with plain loads and stores. Bytes of the MR outside it
+// (partial pages at either end, or every byte when length is 0) go through
+// process_vm_readv/writev.
+struct SharedRange {
+  uint64_t start;   // page-aligned client address
+  uint64_t length;  // page multiple; 0: no fd, nothing shared
+};
+static_assert(sizeof(SharedRange) == 16);
+
+// kRegMr. Request fds: [memfd] when shared.length != 0.
 struct RegMrRequest {
   uint64_t pd;
   uint64_t addr;
@@ -283,13 +297,17 @@ struct RegMrRequest {
   uint64_t iova;
   uint32_t access;  // enum ibv_access_flags
   uint32_t reserved;
+  SharedRange shared;
 };
+static_assert(sizeof(RegMrRequest) == 56);
 struct RegMrReply {
   uint64_t handle;
   uint32_t lkey;
   uint32_t rkey;
 };
 
+// kReregMr. Request fds: [memfd] when IBV_REREG_MR_CHANGE_TRANSLATION and
+// shared.length != 0 (as kRegMr).
 struct ReregMrRequest {
   uint64_t handle;
   uint32_t flags;  // enum ibv_rereg_mr_flags
@@ -297,7 +315,9 @@ struct ReregMrRequest {
   uint64_t pd;
   uint64_t addr;
   uint64_t length;
+  SharedRange shared;
 };
+static_assert(sizeof(ReregMrRequest) == 56);
 
 // kCreateCompChannel. Request fds: [pipe write end].
 struct CreateCompChannelReply {

@@ -79,6 +79,10 @@ run_gtest() {
 start_engine uroce0
 idle_cpu "fresh"
 run_gtest "verbs semantics" 80 --gtest_filter='-EngineStop.*' "$@"
+# The data path again with every MR left on process_vm_* (no shared pages):
+# memory the provider cannot move (files, huge pages, the stack) takes it.
+UROCE_SHARED_MR=0 run_gtest "verbs semantics without shared pages" 60 \
+  --gtest_filter='Errors.*:DataPath.*:Uc.*:Ud.*:Fork.*:SharedMr.FileBacked*' "$@"
 idle_cpu "after the tests"
 if [[ -f "$UROCE_RUNTIME_DIR/uroce0.pid" ]]; then
   uroce stop --name uroce0 >/dev/null

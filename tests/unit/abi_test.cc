@@ -141,10 +141,12 @@ TEST(Abi, ControlMessagesAreFixedLayout) {
   EXPECT_EQ(sizeof(CtlRequestHeader), 8u);
   EXPECT_EQ(sizeof(CtlReplyHeader), 8u);
   EXPECT_EQ(sizeof(HandleRequest), 8u);
-  EXPECT_EQ(sizeof(RegMrRequest), 40u);
+  EXPECT_EQ(sizeof(RegMrRequest), 56u);
   EXPECT_EQ(offsetof(RegMrRequest, access), 32u);
+  EXPECT_EQ(offsetof(RegMrRequest, shared), 40u);
   EXPECT_EQ(sizeof(RegMrReply), 16u);
-  EXPECT_EQ(sizeof(ReregMrRequest), 40u);
+  EXPECT_EQ(sizeof(ReregMrRequest), 56u);
+  EXPECT_EQ(offsetof(ReregMrRequest, shared), 40u);
   EXPECT_EQ(sizeof(CreateCqRequest), 24u);
   EXPECT_EQ(sizeof(CreateCqReply), 24u);
   EXPECT_EQ(sizeof(QpCaps), 24u);

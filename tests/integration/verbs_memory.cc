@@ -1,0 +1,185 @@
+// Verbs semantics, registered memory on shared pages
+// (verbs_provider/shared_pages.h): which memory ibv_reg_mr moves onto a
+// memfd, that data moves correctly across shared pages and the partial pages
+// around them, that MRs on the same pages share them, and that fork() keeps
+// giving the child private memory even after the MR is gone.
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <string>
+
+#include "tests/integration/verbs_fixture.h"
+
+namespace vt {
+namespace {
+
+const size_t kPage = size_t(sysconf(_SC_PAGESIZE));
+
+// The /proc/self/maps line that covers addr ("" if none).
+std::string mapping_of(const void* addr) {
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  const auto a = uintptr_t(addr);
+  while (std::getline(maps, line)) {
+    uintptr_t lo, hi;
+    if (std::sscanf(line.c_str(), "%lx-%lx", &lo, &hi) == 2 && lo <= a && a < hi) return line;
+  }
+  return "";
+}
+
+bool on_shared_pages(const void* addr) {
+  return mapping_of(addr).find("/memfd:uroce-mr") != std::string::npos;
+}
+
+class SharedMr : public VerbsTest {
+ protected:
+  // RDMA WRITE of `len` bytes from src+soff to dst+doff, then an RDMA READ
+  // of them back into the cleared source, each checked byte for byte.
+  void write_then_read(ibv_qp* qp, ibv_cq* cq, ibv_mr* src, size_t soff, ibv_mr* dst, size_t doff,
+                       size_t len) {
+    auto* s = static_cast<uint8_t*>(src->addr);
+    auto* d = static_cast<uint8_t*>(dst->addr);
+    for (size_t i = 0; i < len; ++i) s[soff + i] = uint8_t(i * 13 + 5);
+    ibv_sge sge{uint64_t(uintptr_t(s + soff)), uint32_t(len), src->lkey};
+    ASSERT_EQ(post_send(qp, 1, IBV_WR_RDMA_WRITE, &sge, 1, IBV_SEND_SIGNALED,
+                        uint64_t(uintptr_t(d + doff)), dst->rkey),
+              0);
+    ibv_wc wc;
+    VT_POLL_ONE(cq, &wc);
+    ASSERT_EQ(wc.status, IBV_WC_SUCCESS) << describe(wc);
+    ASSERT_EQ(std::memcmp(d + doff, s + soff, len), 0) << "WRITE landed wrong";
+    std::memset(s + soff, 0, len);
+    ASSERT_EQ(post_send(qp, 2, IBV_WR_RDMA_READ, &sge, 1, IBV_SEND_SIGNALED,
+                        uint64_t(uintptr_t(d + doff)), dst->rkey),
+              0);
+    VT_POLL_ONE(cq, &wc);
+    ASSERT_EQ(wc.status, IBV_WC_SUCCESS) << describe(wc);
+    ASSERT_EQ(std::memcmp(d + doff, s + soff, len), 0) << "READ returned wrong bytes";
+  }
+};
+
+TEST_F(SharedMr, HeapBufferMovesOntoSharedPagesAndDataCrossesTheirEdges) {
+  Pair p = make_pair();
+  ASSERT_FALSE(HasFailure());
+  const size_t len = 4 * kPage;
+  // Unaligned on purpose: a partial page at each end stays on process_vm_*.
+  ibv_mr* a = reg_buffer(len, kRw, 'a');
+  ibv_mr* b = reg_buffer(len, kRw | IBV_ACCESS_REMOTE_ATOMIC, 'b');
+  ASSERT_TRUE(a && b);
+  auto* bb = static_cast<uint8_t*>(b->addr);
+  const uint8_t* first_whole = reinterpret_cast<uint8_t*>((uintptr_t(bb) + kPage - 1) & ~(kPage - 1));
+  EXPECT_TRUE(on_shared_pages(first_whole)) << mapping_of(first_whole);
+  EXPECT_TRUE(std::all_of(bb, bb + len, [](uint8_t c) { return c == 'b'; }))
+      << "moving the pages changed the bytes";
+  // The whole buffer, then a span straddling the first page edge.
+  write_then_read(p.a.qp, p.a.cq, a, 0, b, 0, len);
+  const size_t edge = size_t(first_whole - bb);
+  write_then_read(p.a.qp, p.a.cq, a, 100, b, edge - 50, 100);
+  // Atomics on a word inside the shared pages.
+  auto* word = reinterpret_cast<uint64_t*>(bb + edge + 64);
+  *word = 5;
+  ibv_sge sge{uint64_t(uintptr_t(a->addr)), 8, a->lkey};
+  ibv_send_wr wr{};
+  wr.opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.wr.atomic.remote_addr = uint64_t(uintptr_t(word));
+  wr.wr.atomic.rkey = b->rkey;
+  wr.wr.atomic.compare_add = 37;
+  ibv_send_wr* bad;
+  ASSERT_EQ(ibv_post_send(p.a.qp, &wr, &bad), 0);
+  ibv_wc wc;
+  VT_POLL_ONE(p.a.cq, &wc);
+  ASSERT_EQ(wc.status, IBV_WC_SUCCESS) << describe(wc);
+  EXPECT_EQ(*word, 42u);
+  EXPECT_EQ(*static_cast<uint64_t*>(a->addr), 5u);
+}
+
+TEST_F(SharedMr, MrsOnTheSamePagesShareThemAndOutliveEachOther) {
+  Pair p = make_pair();
+  ASSERT_FALSE(HasFailure());
+  uint8_t* buf = buffer(6 * kPage, 'x');
+  ibv_mr* whole = reg(buf, 6 * kPage, kRw);
+  ASSERT_NE(whole, nullptr);
+  const uint8_t* inner = reinterpret_cast<uint8_t*>((uintptr_t(buf) + kPage - 1) & ~(kPage - 1));
+  const std::string before = mapping_of(inner);
+  ibv_mr* part = ibv_reg_mr(pd_, const_cast<uint8_t*>(inner) + kPage, 2 * kPage, kRw);
+  ASSERT_NE(part, nullptr);
+  EXPECT_EQ(mapping_of(inner), before) << "a second MR inside the first moved its pages again";
+  // A range that overlaps the first MR's pages and goes beyond them cannot
+  // move (that would detach the first): it still works, through process_vm_*.
+  uint8_t* other = buffer(2 * kPage, 'y');
+  ibv_mr* src = reg(other, 2 * kPage, kRw);
+  ASSERT_NE(src, nullptr);
+  write_then_read(p.a.qp, p.a.cq, src, 0, part, 0, 2 * kPage);
+  ASSERT_EQ(ibv_dereg_mr(whole), 0);
+  forget(whole);
+  write_then_read(p.a.qp, p.a.cq, src, 10, part, 20, kPage);
+  ASSERT_EQ(ibv_dereg_mr(part), 0);
+  // After the last MR the pages stay where they are, with their bytes.
+  EXPECT_TRUE(on_shared_pages(inner));
+  EXPECT_EQ(inner[kPage + 20], 5) << "bytes changed after dereg";
+}
+
+TEST_F(SharedMr, FileBackedAndStackMemoryStayWhereTheyAre) {
+  Pair p = make_pair();
+  ASSERT_FALSE(HasFailure());
+  char path[] = "/tmp/uroce-mr-XXXXXX";
+  const int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  unlink(path);
+  ASSERT_EQ(ftruncate(fd, off_t(4 * kPage)), 0);
+  void* file = mmap(nullptr, 4 * kPage, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ASSERT_NE(file, MAP_FAILED);
+  defer([=] {
+    munmap(file, 4 * kPage);
+    close(fd);
+  });
+  ibv_mr* fmr = reg(file, 4 * kPage, kRw);
+  ASSERT_NE(fmr, nullptr);
+  EXPECT_FALSE(on_shared_pages(file)) << mapping_of(file);
+  alignas(4096) uint8_t stack_buf[3 * 4096];
+  ibv_mr* smr = ibv_reg_mr(pd_, stack_buf, sizeof(stack_buf), kRw);
+  ASSERT_NE(smr, nullptr);
+  EXPECT_FALSE(on_shared_pages(stack_buf)) << mapping_of(stack_buf);
+  write_then_read(p.a.qp, p.a.cq, smr, 0, fmr, 7, sizeof(stack_buf));
+  EXPECT_EQ(ibv_dereg_mr(smr), 0);
+}
+
+// The pages stay on their memfd after ibv_dereg_mr; a child forked later must
+// still get its own copy, and the parent's heap must not see the child's writes.
+TEST_F(SharedMr, ForkAfterDeregGivesTheChildPrivatePages) {
+  uint8_t* buf = buffer(4 * kPage, 'P');
+  ibv_mr* mr = ibv_reg_mr(pd_, buf, 4 * kPage, kRw);
+  ASSERT_NE(mr, nullptr);
+  ASSERT_EQ(ibv_dereg_mr(mr), 0);
+  uint8_t* inner = reinterpret_cast<uint8_t*>((uintptr_t(buf) + kPage - 1) & ~(kPage - 1));
+  ASSERT_TRUE(on_shared_pages(inner));
+  int go[2];
+  ASSERT_EQ(pipe2(go, O_CLOEXEC), 0);
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    bool same = std::all_of(buf, buf + 4 * kPage, [](uint8_t c) { return c == 'P'; });
+    std::memset(buf, 'C', 4 * kPage);
+    _exit(same ? 0 : 3);
+  }
+  close(go[0]);
+  close(go[1]);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status)) << "child died of signal " << WTERMSIG(status);
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "the child's copy differed from the parent's pages";
+  EXPECT_TRUE(std::all_of(buf, buf + 4 * kPage, [](uint8_t c) { return c == 'P'; }))
+      << "the child's writes reached the parent";
+}
+
+}  // namespace
+}  // namespace vt
