@@ -24,6 +24,10 @@ class Session;
 struct EngineConfig {
   device::DeviceConfig device;
   std::string runtime_dir;
+  // The CPU the polling thread is pinned to: kCpuAuto chooses one
+  // (include/uroce/cpu_placement.h), kCpuNone leaves it to the scheduler.
+  static constexpr int kCpuAuto = -2, kCpuNone = -1;
+  int cpu = kCpuAuto;
   // How long the loop keeps spinning after the last work before it sleeps.
   uint64_t spin_ns = 2'000'000;
   // Longest sleep when the wire port cannot wake the engine (no af_packet fd).

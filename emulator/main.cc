@@ -1,6 +1,7 @@
 // uroced: the engine daemon. Runs in the foreground; `uroce start` detaches it.
 #include <arpa/inet.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -8,6 +9,7 @@
 #include <string>
 
 #include "emulator/engine.h"
+#include "uroce/cpu_placement.h"
 #include "uroce/runtime_dir.h"
 
 namespace {
@@ -16,9 +18,12 @@ void usage() {
   std::fprintf(stderr,
                "usage: uroced [--name NAME] [--runtime-dir DIR] [--ip A.B.C.D] [--ip6 ADDR6] [--mac MAC]\n"
                "              [--port DPDK-SPEC [--mtu N] [--vlan VID] [--no-hugepages]] [--fault SPEC]\n"
+               "              [--cpu N|auto|none]\n"
                "  Runs a uroce engine in the foreground until SIGTERM/SIGINT.\n"
                "  --port   a DPDK ethdev for the wire: net_af_packet0,iface=eth0, a PCI address, ...\n"
-               "  --fault  drop=P,duplicate=P,reorder=P,corrupt=P,delay=US,seed=N (P in 0..1)\n");
+               "  --fault  drop=P,duplicate=P,reorder=P,corrupt=P,delay=US,seed=N (P in 0..1)\n"
+               "  --cpu    the CPU the polling thread is pinned to (default auto: one of its own\n"
+               "           when the machine has two or more; none: wherever the scheduler puts it)\n");
 }
 
 bool parse_mac(const std::string& s, std::array<uint8_t, 6>& mac) {
@@ -151,6 +156,17 @@ int main(int argc, char** argv) {
         return 2;
       }
       config.fault_set = true;
+    } else if (arg == "--cpu") {
+      const std::string v = value();
+      char* rest = nullptr;
+      const long cpu = std::strtol(v.c_str(), &rest, 10);
+      if (v == "auto") config.cpu = uroce::emulator::EngineConfig::kCpuAuto;
+      else if (v == "none") config.cpu = uroce::emulator::EngineConfig::kCpuNone;
+      else if (!v.empty() && !*rest && cpu >= 0 && cpu < CPU_SETSIZE) config.cpu = int(cpu);
+      else {
+        std::fprintf(stderr, "uroced: --cpu takes a CPU number, auto or none\n");
+        return 2;
+      }
     } else if (arg == "-h" || arg == "--help") {
       usage();
       return 0;
@@ -173,6 +189,13 @@ int main(int argc, char** argv) {
   try {
     uroce::emulator::Engine engine(config);
     engine.start();
+    // After start(): DPDK's EAL sets the thread's affinity when it initialises.
+    const int cpu = config.cpu == uroce::emulator::EngineConfig::kCpuAuto ? uroce::choose_engine_cpu()
+                                                                          : config.cpu;
+    if (cpu >= 0 && !uroce::pin_current_thread({cpu}))
+      std::fprintf(stderr, "uroced: cannot pin to CPU %d: %s\n", cpu, std::strerror(errno));
+    else if (cpu >= 0)
+      std::fprintf(stderr, "uroced: polling on CPU %d\n", cpu);
     std::fprintf(stderr, "uroced: %s ready on %s\n", config.device.name.c_str(),
                  uroce::engine_socket_path(config.runtime_dir, config.device.name).c_str());
     engine.run();

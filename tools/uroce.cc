@@ -20,6 +20,7 @@
 #include "tools/engine_client.h"
 #include "tools/engine_process.h"
 #include "uroce/abi.h"
+#include "uroce/cpu_placement.h"
 #include "uroce/runtime_dir.h"
 
 namespace uroce::tool {
@@ -44,8 +45,9 @@ Commands:
                       stop engine NAME, or every engine
   status              show every engine in the runtime directory
   stats [--name NAME] show the counters of one engine, or of every engine
-  run [--] CMD [ARGS...]
-                      run CMD with uroce's libibverbs.so.1 (LD_LIBRARY_PATH)
+  run [--all-cpus] [--] CMD [ARGS...]
+                      run CMD with uroce's libibverbs.so.1 (LD_LIBRARY_PATH),
+                      on the CPUs no engine polls on (--all-cpus: every CPU)
   env                 print the exports that 'run' sets, for eval "$(uroce env)"
   fault [--name NAME] [--port loopback|wire] [drop=P] [duplicate=P] [reorder=P]
         [corrupt=P] [delay=US] [seed=N]
@@ -420,8 +422,21 @@ std::pair<std::string, std::string> provider_environment(const Context& ctx) {
 }
 
 int cmd_run(const Context& ctx, Args args) {
+  // Off the CPUs its engines poll on (include/uroce/cpu_placement.h), unless
+  // told not to.
+  bool keep_cpus = false;
+  if (!args.empty() && args[0] == "--all-cpus") {
+    keep_cpus = true;
+    args = args.subspan(1);
+  }
   if (!args.empty() && args[0] == "--") args = args.subspan(1);
   if (args.empty()) return usage_error("run: no command given");
+  if (!keep_cpus) {
+    std::vector<int> engines;
+    for (const auto& name : list_engine_sockets(ctx.runtime_dir))
+      if (auto pid = read_pid_file(engine_pid_path(ctx.runtime_dir, name))) engines.push_back(*pid);
+    pin_current_thread(client_cpus(engines));
+  }
   auto [ld_path, runtime_dir] = provider_environment(ctx);
   ::setenv("LD_LIBRARY_PATH", ld_path.c_str(), 1);
   ::setenv("UROCE_RUNTIME_DIR", runtime_dir.c_str(), 1);

@@ -58,6 +58,23 @@ flunk() {
   printf '%s\n' "$out" | sed 's/^/    | /'
 }
 
+# cpus_allowed PID|self: the CPUs a process may run on, as the kernel lists them.
+cpus_allowed() {
+  awk '/^Cpus_allowed_list/{print $2}' "/proc/$1/status"
+}
+
+# expand_cpus "0-2,5" -> "0 1 2 5"
+expand_cpus() {
+  local item lo hi list=()
+  local IFS=,
+  for item in $1; do
+    lo=${item%-*} hi=${item#*-}
+    for ((c = lo; c <= hi; c++)); do list+=("$c"); done
+  done
+  IFS=' '
+  echo "${list[*]}"
+}
+
 # A provider directory for run/env that does not depend on verbs_provider/.
 fake_provider="$UROCE_TEST_DIR/fake-provider"
 mkdir -p "$fake_provider"
@@ -180,6 +197,38 @@ if have_engine; then
   expect 0 "status after stop" uroce status
   expect_out '^no engines running$' "status shows no engines"
   expect 1 "stop of a stopped engine" uroce stop
+  echo "# CPU placement"
+  own_cpus=$(expand_cpus "$(cpus_allowed self)")
+  expect 0 "start (--cpu auto)" uroce start
+  engine_cpus=$(expand_cpus "$(cpus_allowed "$(<"$UROCE_RUNTIME_DIR/uroce0.pid")")")
+  expect 0 "run reports its CPUs" uroce run -- awk '/^Cpus_allowed_list/{print $2}' /proc/self/status
+  run_cpus=$(expand_cpus "$out")
+  expect 0 "run --all-cpus reports its CPUs" uroce run --all-cpus -- awk '/^Cpus_allowed_list/{print $2}' /proc/self/status
+  all_cpus=$(expand_cpus "$out")
+  if [[ $own_cpus == *" "* ]]; then  # two or more CPUs
+    if [[ $engine_cpus =~ ^[0-9]+$ && " $own_cpus " == *" $engine_cpus "* ]]; then
+      pass "the engine polls on one CPU of its own ($engine_cpus of $own_cpus)"
+    else
+      flunk "the engine polls on one CPU of its own: it may use '$engine_cpus' of '$own_cpus'"
+    fi
+    if [[ " $run_cpus " != *" $engine_cpus "* && -n $run_cpus ]]; then
+      pass "run keeps its command off the engine's CPU ($run_cpus)"
+    else
+      flunk "run keeps its command off the engine's CPU: it got '$run_cpus', engine '$engine_cpus'"
+    fi
+  else
+    if [[ $engine_cpus == "$own_cpus" ]]; then pass "one CPU: the engine is not pinned"; else flunk "one CPU: engine pinned to '$engine_cpus'"; fi
+  fi
+  if [[ $all_cpus == "$own_cpus" ]]; then pass "run --all-cpus keeps every CPU"; else flunk "run --all-cpus: '$all_cpus', not '$own_cpus'"; fi
+  expect 0 "stop" uroce stop
+  expect 0 "start --cpu none" uroce start --cpu none
+  engine_cpus=$(expand_cpus "$(cpus_allowed "$(<"$UROCE_RUNTIME_DIR/uroce0.pid")")")
+  if [[ $engine_cpus == "$own_cpus" ]]; then pass "--cpu none leaves the engine unpinned"; else flunk "--cpu none: engine on '$engine_cpus'"; fi
+  expect 0 "run beside an unpinned engine" uroce run -- awk '/^Cpus_allowed_list/{print $2}' /proc/self/status
+  if [[ $(expand_cpus "$out") == "$own_cpus" ]]; then pass "run keeps every CPU beside an unpinned engine"; else flunk "run beside an unpinned engine got '$out'"; fi
+  expect 0 "stop" uroce stop
+  expect 2 "uroced --cpu with a bad value" "$UROCE_ENGINE_BIN" --cpu many
+  expect_out 'takes a CPU number, auto or none' "uroced says what --cpu takes"
   expect 0 "start a second engine" uroce start --name uroce1
   expect 0 "stop --all" uroce stop --all
   expect_out '^uroce1: stopped' "stop --all stops it"

@@ -1,0 +1,132 @@
+// Where the engine's polling thread runs, and where clients started by
+// `uroce run` run: shared by the engine and the uroce command (header-only).
+//
+// The engine is the device: while it has work it busy-polls, like a NIC's
+// processor. On a machine with fewer cores than busy pollers (client, server
+// and engine on two cores), the scheduler otherwise time-slices a polling
+// engine against a client that spins on memory (ib_write_lat waits for data
+// that way, outside ibv_poll_cq), and a hop through the engine waits for a
+// whole slice: medians of 1 ms instead of 1.5 us were measured. So an engine
+// on a machine with two or more CPUs pins itself to one CPU, and `uroce run`
+// keeps its command off the CPUs its engines are pinned to. An idle engine
+// sleeps, so its CPU is free for anything else the scheduler puts there.
+#pragma once
+
+#include <dirent.h>
+#include <sched.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace uroce {
+
+// "0-3,8,10-11" -> {0,1,2,3,8,10,11}; empty on a malformed list.
+inline std::vector<int> parse_cpu_list(const std::string& s) {
+  std::vector<int> out;
+  size_t pos = 0;
+  while (pos < s.size()) {
+    size_t end = s.find(',', pos);
+    if (end == std::string::npos) end = s.size();
+    const std::string item = s.substr(pos, end - pos);
+    pos = end + 1;
+    if (item.empty()) continue;
+    int lo, hi;
+    char dash;
+    if (std::sscanf(item.c_str(), "%d%c%d", &lo, &dash, &hi) == 3 && dash == '-') {
+    } else if (std::sscanf(item.c_str(), "%d", &lo) == 1) {
+      hi = lo;
+    } else {
+      return {};
+    }
+    if (lo < 0 || hi < lo || hi >= CPU_SETSIZE) return {};
+    for (int c = lo; c <= hi; ++c) out.push_back(c);
+  }
+  return out;
+}
+
+// The CPUs a process's main thread may run on (/proc/PID/status).
+inline std::vector<int> process_cpus(int pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  const std::string key = "Cpus_allowed_list:";
+  while (std::getline(f, line))
+    if (line.compare(0, key.size(), key) == 0) {
+      const size_t at = line.find_first_not_of(" \t", key.size());
+      return at == std::string::npos ? std::vector<int>{} : parse_cpu_list(line.substr(at));
+    }
+  return {};
+}
+
+// CPUs that running engines (processes named uroced, in any runtime
+// directory or network namespace of this PID namespace) are pinned to.
+inline std::multiset<int> engine_pinned_cpus(int except_pid = 0) {
+  std::multiset<int> out;
+  DIR* d = opendir("/proc");
+  if (!d) return out;
+  while (dirent* e = readdir(d)) {
+    const int pid = std::atoi(e->d_name);
+    if (pid <= 0 || pid == except_pid) continue;
+    std::ifstream comm("/proc/" + std::to_string(pid) + "/comm");
+    std::string name;
+    if (!std::getline(comm, name) || name != "uroced") continue;
+    const std::vector<int> cpus = process_cpus(pid);
+    if (cpus.size() == 1) out.insert(cpus[0]);
+  }
+  closedir(d);
+  return out;
+}
+
+inline std::vector<int> current_cpus() {
+  cpu_set_t set;
+  std::vector<int> out;
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return out;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &set)) out.push_back(c);
+  return out;
+}
+
+inline bool pin_current_thread(const std::vector<int>& cpus) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (int c : cpus) CPU_SET(c, &set);
+  return !cpus.empty() && sched_setaffinity(0, sizeof(set), &set) == 0;
+}
+
+// The engine's choice: of the CPUs it may use (at least two, else -1), the
+// one fewest other engines are pinned to; on a tie the highest-numbered
+// (CPU 0 takes most interrupts).
+inline int choose_engine_cpu() {
+  const std::vector<int> mine = current_cpus();
+  if (mine.size() < 2) return -1;
+  const std::multiset<int> taken = engine_pinned_cpus(int(getpid()));
+  int best = -1;
+  size_t best_count = 0;
+  for (int c : mine) {
+    const size_t n = taken.count(c);
+    if (best < 0 || n <= best_count) {
+      best = c;
+      best_count = n;
+    }
+  }
+  return best;
+}
+
+// For `uroce run`: this process's CPUs minus those the given engines (the
+// ones its command will use) are pinned to, or empty when that would leave
+// none (then nothing changes).
+inline std::vector<int> client_cpus(const std::vector<int>& engine_pids) {
+  std::set<int> taken;
+  for (int pid : engine_pids)
+    if (const std::vector<int> cpus = process_cpus(pid); cpus.size() == 1) taken.insert(cpus[0]);
+  std::vector<int> out;
+  for (int c : current_cpus())
+    if (!taken.count(c)) out.push_back(c);
+  return out;
+}
+
+}  // namespace uroce
