@@ -6,13 +6,16 @@
 //  - frames built byte by byte in this file, with the masked pseudo header
 //    (IBA A17.3.3) assembled by hand and run through a bitwise CRC-32 written
 //    here and through zlib's crc32;
-//  - the same check for an IPv6 header.
+//  - the same check for an IPv6 header;
+// then frames of every layout finish_roce_packet builds, against zlib, and
+// the CRC-32 itself against zlib over lengths and alignments.
 #include "net/icrc.h"
 
 #include <gtest/gtest.h>
 #include <zlib.h>
 
 #include <cstring>
+#include <random>
 #include <vector>
 
 #include "net/packet.h"
@@ -53,7 +56,7 @@ uint32_t le32(const uint8_t* p) { return uint32_t(p[0]) | p[1] << 8 | p[2] << 16
 TEST(Icrc, ConnectX4CapturedFrame) {
   // Ethernet | IPv4 (tos 0xc2, ttl 64) | UDP 0 -> 4791 | BTH opcode 0x81 (CNP),
   // BECN set, dest QP 0x118 | 16 reserved bytes | ICRC 82 fd 00 2a.
-  const std::vector<uint8_t> frame = from_hex(
+  std::vector<uint8_t> frame = from_hex(
       "e41d2dab2bc2 7cfe90643b32 0800"
       "45c2 003c 718c 4000 4011 9161 0a001101 0a001201"
       "0000 12b7 0028 0000"
@@ -62,7 +65,9 @@ TEST(Icrc, ConnectX4CapturedFrame) {
       "82fd002a");
   ASSERT_EQ(frame.size(), 74u);
   const size_t transport_len = 12 + 16;
+  const std::vector<uint8_t> before = frame;
   const uint32_t icrc = compute_icrc(frame.data() + 14, 20, transport_len);
+  EXPECT_EQ(frame, before);  // the bytes borrowed for the pseudo packet are restored
   // Stored little-endian after the payload.
   EXPECT_EQ(icrc, le32(frame.data() + 70));
   EXPECT_EQ(icrc, 0x2a00fd82u);
@@ -95,6 +100,18 @@ HandFrame hand_ipv4_frame(const std::vector<uint8_t>& payload) {
   return f;
 }
 
+// compute_icrc over f placed after an Ethernet-like header, whose bytes
+// before the IP header the CRC borrows and must give back.
+uint32_t icrc_of(const HandFrame& f) {
+  std::vector<uint8_t> frame(14, 0x5a);
+  frame.resize(14 + f.bytes.size());
+  std::copy(f.bytes.begin(), f.bytes.end(), frame.begin() + 14);
+  const std::vector<uint8_t> before = frame;
+  const uint32_t icrc = compute_icrc(frame.data() + 14, f.ip_len, f.transport_len);
+  EXPECT_EQ(frame, before);
+  return icrc;
+}
+
 // The pseudo packet of IBA A17.3.3, assembled independently of net/icrc.cc.
 std::vector<uint8_t> pseudo_ipv4(const HandFrame& f) {
   std::vector<uint8_t> v(8, 0xff);  // the LRH of native IB, all ones
@@ -116,39 +133,39 @@ TEST(Icrc, HandBuiltIpv4FrameMatchesIndependentCrc) {
     const std::vector<uint8_t> pseudo = pseudo_ipv4(f);
     const uint32_t expected = bitwise_crc32(pseudo);
     ASSERT_EQ(expected, zlib_crc32(pseudo));  // the two references agree
-    EXPECT_EQ(compute_icrc(f.bytes.data(), 20, f.transport_len), expected) << n;
+    EXPECT_EQ(icrc_of(f), expected) << n;
   }
 }
 
 TEST(Icrc, FlippedPayloadBitChangesTheIcrc) {
   std::vector<uint8_t> payload(100, 0x3c);
   const HandFrame f = hand_ipv4_frame(payload);
-  const uint32_t good = compute_icrc(f.bytes.data(), 20, f.transport_len);
+  const uint32_t good = icrc_of(f);
   for (size_t byte = 40; byte < f.bytes.size(); byte += 17) {
     for (int bit : {0, 7}) {
       HandFrame g = f;
       g.bytes[byte] ^= uint8_t(1u << bit);
-      EXPECT_NE(compute_icrc(g.bytes.data(), 20, g.transport_len), good) << byte << "/" << bit;
+      EXPECT_NE(icrc_of(g), good) << byte << "/" << bit;
     }
   }
 }
 
 TEST(Icrc, VariantFieldsAreMasked) {
   const HandFrame f = hand_ipv4_frame(std::vector<uint8_t>(20, 1));
-  const uint32_t good = compute_icrc(f.bytes.data(), 20, f.transport_len);
+  const uint32_t good = icrc_of(f);
   // TOS, TTL, IP checksum, UDP checksum and the BTH FECN/BECN/Resv6 byte.
   for (size_t byte : {size_t(1), size_t(8), size_t(10), size_t(11), size_t(26), size_t(27),
                       size_t(32)}) {
     HandFrame g = f;
     g.bytes[byte] ^= 0x5a;
-    EXPECT_EQ(compute_icrc(g.bytes.data(), 20, g.transport_len), good) << byte;
+    EXPECT_EQ(icrc_of(g), good) << byte;
   }
   // Everything else in those headers is covered: addresses, ports, pkey, QPN, PSN.
   for (size_t byte : {size_t(0), size_t(3), size_t(9), size_t(12), size_t(19), size_t(22),
                       size_t(25), size_t(28), size_t(30), size_t(35), size_t(39)}) {
     HandFrame g = f;
     g.bytes[byte] ^= 0x01;
-    EXPECT_NE(compute_icrc(g.bytes.data(), 20, g.transport_len), good) << byte;
+    EXPECT_NE(icrc_of(g), good) << byte;
   }
 }
 
@@ -172,7 +189,7 @@ TEST(Icrc, HandBuiltIpv6FrameMatchesIndependentCrc) {
   masked[40 + 6] = masked[40 + 7] = 0xff;
   masked[48 + 4] = 0xff;
   pseudo.insert(pseudo.end(), masked.begin(), masked.end());
-  EXPECT_EQ(compute_icrc(bytes.data(), 40, 12 + 8), bitwise_crc32(pseudo));
+  EXPECT_EQ(icrc_of(HandFrame{bytes, 40, 12 + 8}), bitwise_crc32(pseudo));
 }
 
 TEST(Icrc, FinishRocePacketStoresTheIcrcLittleEndian) {
@@ -189,6 +206,60 @@ TEST(Icrc, FinishRocePacketStoresTheIcrcLittleEndian) {
   f.bytes.assign(p.data + 14, p.data + p.len - 4);
   f.transport_len = 12 + 8;
   EXPECT_EQ(le32(p.data + p.len - 4), bitwise_crc32(pseudo_ipv4(f)));
+}
+
+// The ICRC of a finished frame, from its bytes: the masked pseudo packet of
+// A17.3.3 through zlib (the implementation this one replaced).
+uint32_t zlib_icrc(const Packet& p) {
+  std::vector<uint8_t> v(8, 0xff);
+  v.insert(v.end(), p.data + p.l3_off, p.data + p.len - 4);
+  const bool v6 = roce_family(p) == IpFamily::kIpv6;
+  const size_t ip_len = v6 ? 40 : 20;
+  if (v6) {
+    v[8] |= 0x0f;                  // traffic class and flow label
+    v[9] = v[10] = v[11] = 0xff;
+    v[8 + 7] = 0xff;               // hop limit
+  } else {
+    v[8 + 1] = v[8 + 8] = 0xff;    // TOS, TTL
+    v[8 + 10] = v[8 + 11] = 0xff;  // header checksum
+  }
+  v[8 + ip_len + 6] = v[8 + ip_len + 7] = 0xff;  // UDP checksum
+  v[8 + ip_len + 8 + 4] = 0xff;                  // BTH FECN, BECN, Resv6
+  return zlib_crc32(v);
+}
+
+TEST(Icrc, FinishedFramesOfEveryLayoutMatchZlib) {
+  std::mt19937 rng(5);
+  auto p = std::make_unique<Packet>();
+  for (int i = 0; i < 400; ++i) {
+    Route r;
+    r.family = i & 1 ? IpFamily::kIpv6 : IpFamily::kIpv4;
+    r.vlan = i & 2;
+    r.vlan_id = 7;
+    r.tos = uint8_t(rng());
+    r.ttl = uint8_t(rng());
+    r.flow_label = rng();
+    r.src_ip6[15] = 1;
+    r.dst_ip6[15] = 2;
+    begin_roce_packet(*p, 0x04, r);  // RC SEND_ONLY
+    p->bth()->dest_qp = rng();       // FECN/BECN/Resv6 too: masked
+    p->payload_len = rng() % (kMaxMtu + 1);
+    for (uint32_t b = 0; b < p->payload_len; ++b) p->payload()[b] = uint8_t(rng());
+    finish_roce_packet(*p, r);
+    ASSERT_EQ(le32(p->data + p->len - 4), zlib_icrc(*p)) << i << " payload " << p->payload_len;
+  }
+}
+
+TEST(Icrc, Crc32MatchesZlibOverLengthsAndAlignments) {
+  std::vector<uint8_t> buf(9000 + 8);
+  std::mt19937 rng(9);
+  for (uint8_t& b : buf) b = uint8_t(rng());
+  for (size_t len = 0; len <= 9000; ++len) {
+    for (size_t off : {size_t(0), size_t(1), size_t(3), size_t(8)}) {
+      const uint8_t* d = buf.data() + off;
+      ASSERT_EQ(crc32_ieee(d, len), uint32_t(crc32_z(0, d, len))) << len << " at +" << off;
+    }
+  }
 }
 
 }  // namespace
