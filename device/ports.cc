@@ -98,6 +98,10 @@ void Device::send_packet(Qp& qp, net::Packet* p, const abi::AddressVector* av) {
   route.flow_label = path.flow_label;
   if (is_local_gid(path.dgid)) {
     route.vlan = false;  // the loopback is no VLAN's member
+    // A loopback frame never leaves the engine: no checksums, unless a
+    // capture must show valid frames or the fault injector may corrupt it
+    // (the receiver's ICRC check is what drops a corrupted frame).
+    p->checksummed = capture_ || loopback_fault_.active();
     net::finish_roce_packet(*p, route);
     return transmit(p, PortId::kLoopback);
   }

@@ -55,6 +55,7 @@ uint16_t l3_offset(const Route& route) {
 
 void begin_at(Packet& p, uint8_t opcode, uint16_t l3_off, uint16_t bth_off) {
   p.opcode = opcode;
+  p.checksummed = true;
   p.l3_off = l3_off;
   p.bth_off = bth_off;
   const OpcodeInfo& info = opcode_info(opcode);
@@ -98,7 +99,7 @@ void write_ipv4(Packet& p, const Route& route, uint32_t udp_len) {
   ip->protocol = kIpProtoUdp;
   std::memcpy(ip->src, route.src_ip.data(), 4);
   std::memcpy(ip->dst, route.dst_ip.data(), 4);
-  ip->checksum = ipv4_checksum(*ip);
+  ip->checksum = p.checksummed ? ipv4_checksum(*ip) : 0;
 }
 
 void write_ipv6(Packet& p, const Route& route, uint32_t udp_len) {
@@ -221,10 +222,15 @@ void finish_roce_packet(Packet& p, const Route& route) {
   udp->length = uint16_t(udp_len);
   udp->checksum = 0;  // RoCEv2 over IPv4 sends a zero UDP checksum (A17.3.2)
 
+  p.len = p.bth_off + transport_len + kIcrcBytes;
+  uint8_t* icrc_at = p.data + p.bth_off + transport_len;
+  if (!p.checksummed) {
+    std::memset(icrc_at, 0, kIcrcBytes);  // no stale bytes for a reader to trust
+    return;
+  }
   const size_t ip_len = v6 ? sizeof(Ipv6Hdr) : sizeof(Ipv4Hdr);
   const uint32_t icrc = compute_icrc(p.data + p.l3_off, ip_len, transport_len);
-  std::memcpy(p.data + p.bth_off + transport_len, &icrc, 4);  // little-endian on the wire
-  p.len = p.bth_off + transport_len + kIcrcBytes;
+  std::memcpy(icrc_at, &icrc, 4);  // little-endian on the wire
 
   if (v6) {
     // Over IPv6 the UDP checksum is mandatory (RFC 8200 8.1). It covers the

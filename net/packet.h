@@ -27,6 +27,11 @@ struct Packet {
   uint32_t payload_off = 0;  // after the transport headers
   uint32_t payload_len = 0;  // without pad
   uint8_t opcode = 0;
+  // The ICRC, IPv4 header checksum and IPv6 UDP checksum are computed.
+  // begin_roce_packet sets it; a sender clears it before finish_roce_packet
+  // for a frame that never leaves the engine, and the loopback's receiver
+  // then skips the checks. Wire receivers ignore it and always check.
+  bool checksummed = true;
   alignas(64) uint8_t data[kFrameCapacity];
 
   Bth* bth() { return reinterpret_cast<Bth*>(data + bth_off); }
@@ -98,7 +103,8 @@ inline uint16_t bth_offset_for(const Route& r) { return bth_offset_for(r.family,
 static_assert(bth_offset_for(IpFamily::kIpv6, true) == kNetHeaderRoom);
 
 // Prepares p for a transport packet: sets offsets for Ethernet+IPv4+UDP and
-// the opcode's headers, zeroes the BTH and extension headers.
+// the opcode's headers, zeroes the BTH and extension headers, sets
+// p.checksummed.
 void begin_roce_packet(Packet& p, uint8_t opcode);
 // Same, with the BTH where route's headers end (IPv6 and/or 802.1Q), so that
 // finish_roce_packet(p, route) has nothing to move.
@@ -106,9 +112,10 @@ void begin_roce_packet(Packet& p, uint8_t opcode, const Route& route);
 
 // Fills BTH pad count, Ethernet [+ 802.1Q], IPv4 (with header checksum) or
 // IPv6, UDP (checksum 0 over IPv4, computed over IPv6) and the ICRC once the
-// transport headers and payload_len bytes of payload are in place. If p was
-// begun for another layout (e.g. the IPv4 default and an IPv6 route), the
-// transport headers and payload are first moved to bth_offset_for(route).
+// transport headers and payload_len bytes of payload are in place (without
+// p.checksummed, the three checksums are left 0). If p was begun for another
+// layout (e.g. the IPv4 default and an IPv6 route), the transport headers and
+// payload are first moved to bth_offset_for(route).
 void finish_roce_packet(Packet& p, const Route& route);
 
 enum class ParseError : uint8_t {
@@ -127,8 +134,9 @@ enum class ParseError : uint8_t {
 };
 const char* parse_error_name(ParseError e);
 
-// Validates a received frame and fills the offsets. check_icrc is false only
-// for the in-engine loopback, whose frames never leave this process.
+// Validates a received frame and fills the offsets. check_icrc (which also
+// covers the IPv4 header and IPv6 UDP checksums) is false only for an
+// in-engine loopback frame built without them (!p.checksummed).
 ParseError parse_roce_packet(Packet& p, bool check_icrc);
 
 uint16_t ipv4_checksum(const Ipv4Hdr& ip);

@@ -41,7 +41,7 @@ class RequesterTest : public PairFixture {
     dev_.poll(now_);
     std::vector<Request> out;
     for (net::Packet* p : DeviceTestPeer::take_in_flight(dev_)) {
-      EXPECT_EQ(net::parse_roce_packet(*p, true), net::ParseError::kOk);
+      EXPECT_EQ(net::parse_roce_packet(*p, p->checksummed), net::ParseError::kOk);
       Request r;
       r.opcode = p->opcode;
       r.qpn = p->bth()->qpn();

@@ -337,6 +337,51 @@ TEST(PacketParse, IcrcIgnoresVariantFields) {
   EXPECT_EQ(parse_roce_packet(*p, true), ParseError::kBadIcrc);
 }
 
+// A loopback frame built without checksums (send_packet clears
+// checksummed): the same frame but for the IPv4 header checksum, the IPv6 UDP
+// checksum and the ICRC, all 0; it parses without checks and fails with them.
+TEST(PacketBuild, UncheckedFrameDiffersOnlyInItsChecksums) {
+  for (bool v6 : {false, true}) {
+    Route r = test_route();
+    if (v6) {
+      r.family = IpFamily::kIpv6;
+      r.src_ip6[15] = 1;
+      r.dst_ip6[15] = 2;
+    }
+    auto full = std::make_unique<Packet>(), bare = std::make_unique<Packet>();
+    for (Packet* p : {full.get(), bare.get()}) {
+      p->checksummed = false;  // a recycled buffer's flag: begin resets it
+      begin_roce_packet(*p, 0x04, r);
+      EXPECT_TRUE(p->checksummed);
+      std::memset(p->payload(), 0x33, 21);
+      p->payload_len = 21;
+    }
+    bare->checksummed = false;
+    finish_roce_packet(*full, r);
+    finish_roce_packet(*bare, r);
+    ASSERT_EQ(full->len, bare->len);
+    // Where the checksums are: IPv4 header, or UDP over IPv6; then the ICRC.
+    const size_t sum_off = v6 ? kIpOff + 40 + 6 : kIpOff + 10;
+    std::set<size_t> differ;
+    for (size_t i = 0; i < full->len; ++i)
+      if (full->data[i] != bare->data[i]) differ.insert(i);
+    for (size_t i : differ) {
+      const bool in_sum = i == sum_off || i == sum_off + 1;
+      EXPECT_TRUE(in_sum || i >= full->len - kIcrcBytes) << v6 << " byte " << i;
+      EXPECT_EQ(bare->data[i], 0) << v6 << " byte " << i;
+    }
+    EXPECT_GE(differ.size(), 3u) << v6;  // the ICRC and a checksum at least
+    auto p = received(*bare);
+    ASSERT_EQ(parse_roce_packet(*p, false), ParseError::kOk) << v6;
+    EXPECT_EQ(p->payload_off, full->payload_off);
+    EXPECT_EQ(p->payload_len, 21u);
+    p = received(*bare);
+    EXPECT_EQ(parse_roce_packet(*p, true), v6 ? ParseError::kBadIcrc : ParseError::kBadIpChecksum);
+    p = received(*full);
+    EXPECT_EQ(parse_roce_packet(*p, true), ParseError::kOk) << v6;
+  }
+}
+
 TEST(PacketParse, ErrorNamesAreDistinct) {
   std::set<std::string> names;
   for (int e = 0; e < int(ParseError::kCount); ++e) {
