@@ -36,7 +36,8 @@ Engine::Engine(EngineConfig config)
       acceptor_(io_),
       signals_(io_, SIGINT, SIGTERM),
       doorbell_(io_),
-      wire_wakeup_(io_) {}
+      wire_wakeup_(io_),
+      idle_(config_.spin_ns) {}
 
 Engine::~Engine() {
   sessions_.clear();
@@ -190,7 +191,7 @@ void Engine::run() {
       continue;
     }
     io_.poll();
-    if (now - last_work < config_.spin_ns) {
+    if (idle_.spin(now, now - last_work)) {
       // Clients often busy-poll their CQs; on a machine with few cores let
       // them run rather than spin against them.
       sched_yield();

@@ -15,6 +15,7 @@
 #include <unordered_map>
 
 #include "device/device.h"
+#include "emulator/idle_policy.h"
 #include "uroce/abi.h"
 
 namespace uroce::emulator {
@@ -80,6 +81,7 @@ class Engine {
   abi::EngineShared* shared_ = nullptr;
   bool stopping_ = false;
   uint64_t next_owner_id_ = 1;
+  IdlePolicy idle_;
 };
 
 }  // namespace uroce::emulator

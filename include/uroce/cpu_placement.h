@@ -3,13 +3,15 @@
 //
 // The engine is the device: while it has work it busy-polls, like a NIC's
 // processor. On a machine with fewer cores than busy pollers (client, server
-// and engine on two cores), the scheduler otherwise time-slices a polling
-// engine against a client that spins on memory (ib_write_lat waits for data
-// that way, outside ibv_poll_cq), and a hop through the engine waits for a
-// whole slice: medians of 1 ms instead of 1.5 us were measured. So an engine
-// on a machine with two or more CPUs pins itself to one CPU, and `uroce run`
-// keeps its command off the CPUs its engines are pinned to. An idle engine
-// sleeps, so its CPU is free for anything else the scheduler puts there.
+// and engine on two cores), a polling engine time-sliced against a client
+// that spins on memory (ib_write_lat waits for data that way, outside
+// ibv_poll_cq) makes every hop wait a whole slice: medians of 1-4 ms instead
+// of 1.5 us were measured. So an engine on a machine with two or more CPUs
+// pins itself to one CPU, and `uroce run` keeps its command off the CPUs its
+// engines are pinned to, except beside a command of another session already
+// alone there (see client_cpus). An idle engine sleeps, so its CPU is free for
+// anything else, and an engine that finds its CPU shared yields it
+// (emulator/idle_policy.h).
 #pragma once
 
 #include <dirent.h>
@@ -62,6 +64,33 @@ inline std::vector<int> process_cpus(int pid) {
   return {};
 }
 
+// A process's state letter and session (/proc/PID/stat fields 3 and 6).
+struct ProcessStat {
+  char state = '?';
+  int session = -1;
+};
+inline ProcessStat process_stat(int pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat;
+  std::getline(f, stat);
+  const size_t close = stat.rfind(')');  // the command name may hold spaces
+  ProcessStat out;
+  int ppid, pgrp;
+  if (close == std::string::npos ||
+      std::sscanf(stat.c_str() + close + 1, " %c %d %d %d", &out.state, &ppid, &pgrp, &out.session) != 4)
+    return {};
+  return out;
+}
+
+// Live (not zombie) processes named uroced.
+inline bool is_live_engine(int pid) {
+  std::ifstream comm("/proc/" + std::to_string(pid) + "/comm");
+  std::string name;
+  if (!std::getline(comm, name) || name != "uroced") return false;
+  const char state = process_stat(pid).state;
+  return state != 'Z' && state != 'X';
+}
+
 // CPUs that running engines (processes named uroced, in any runtime
 // directory or network namespace of this PID namespace) are pinned to.
 inline std::multiset<int> engine_pinned_cpus(int except_pid = 0) {
@@ -70,10 +99,7 @@ inline std::multiset<int> engine_pinned_cpus(int except_pid = 0) {
   if (!d) return out;
   while (dirent* e = readdir(d)) {
     const int pid = std::atoi(e->d_name);
-    if (pid <= 0 || pid == except_pid) continue;
-    std::ifstream comm("/proc/" + std::to_string(pid) + "/comm");
-    std::string name;
-    if (!std::getline(comm, name) || name != "uroced") continue;
+    if (pid <= 0 || pid == except_pid || !is_live_engine(pid)) continue;
     const std::vector<int> cpus = process_cpus(pid);
     if (cpus.size() == 1) out.insert(cpus[0]);
   }
@@ -116,16 +142,45 @@ inline int choose_engine_cpu() {
   return best;
 }
 
+// Whether a process of another session is pinned to exactly `cpus`: a
+// command that `uroce run` placed there from another terminal.
+inline bool other_session_pinned_to(const std::vector<int>& cpus) {
+  const int my_sid = int(getsid(0));
+  bool found = false;
+  DIR* d = opendir("/proc");
+  if (!d) return false;
+  while (dirent* e = readdir(d)) {
+    const int pid = std::atoi(e->d_name);
+    if (pid <= 0 || pid == int(getpid()) || process_cpus(pid) != cpus) continue;
+    const ProcessStat st = process_stat(pid);
+    if (st.state == 'Z' || st.state == 'X' || is_live_engine(pid)) continue;
+    if (st.session > 0 && st.session != my_sid) {
+      found = true;
+      break;
+    }
+  }
+  closedir(d);
+  return found;
+}
+
 // For `uroce run`: this process's CPUs minus those the given engines (the
-// ones its command will use) are pinned to, or empty when that would leave
-// none (then nothing changes).
+// ones its command will use) are pinned to; empty (nothing changes) when that
+// leaves none.
 inline std::vector<int> client_cpus(const std::vector<int>& engine_pids) {
   std::set<int> taken;
   for (int pid : engine_pids)
-    if (const std::vector<int> cpus = process_cpus(pid); cpus.size() == 1) taken.insert(cpus[0]);
+    if (const std::vector<int> cpus = process_cpus(pid); is_live_engine(pid) && cpus.size() == 1)
+      taken.insert(cpus[0]);
   std::vector<int> out;
   for (int c : current_cpus())
     if (!taken.count(c)) out.push_back(c);
+  // Two sessions are two scheduler autogroups, and sched_yield does not hand
+  // the CPU from one to the other: two commands started from two terminals
+  // that both spin on memory (ib_write_lat's server and client) would take
+  // turns on a single CPU by whole time slices (4 ms). Then the second one
+  // stays unplaced, free to run beside the engine, which yields its CPU while
+  // it shares it (emulator/idle_policy.h).
+  if (out.size() == 1 && other_session_pinned_to(out)) return {};
   return out;
 }
 

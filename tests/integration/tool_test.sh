@@ -220,6 +220,21 @@ if have_engine; then
     if [[ $engine_cpus == "$own_cpus" ]]; then pass "one CPU: the engine is not pinned"; else flunk "one CPU: engine pinned to '$engine_cpus'"; fi
   fi
   if [[ $all_cpus == "$own_cpus" ]]; then pass "run --all-cpus keeps every CPU"; else flunk "run --all-cpus: '$all_cpus', not '$own_cpus'"; fi
+  if [[ $own_cpus == *" "* && $run_cpus != *" "* ]]; then
+    # A command of another session (another terminal) already on that one
+    # CPU: a second one there would trade time slices with it.
+    setsid taskset -c "$run_cpus" sleep 20 &
+    other=$!
+    sleep 0.2
+    expect 0 "run beside a command of another session" uroce run -- awk '/^Cpus_allowed_list/{print $2}' /proc/self/status
+    if [[ $(expand_cpus "$out") == "$own_cpus" ]]; then
+      pass "run leaves its command unplaced beside another session's command on the one CPU"
+    else
+      flunk "run beside another session's command on CPU $run_cpus got '$out'"
+    fi
+    kill "$other" 2>/dev/null || true
+    wait "$other" 2>/dev/null || true
+  fi
   expect 0 "stop" uroce stop
   expect 0 "start --cpu none" uroce start --cpu none
   engine_cpus=$(expand_cpus "$(cpus_allowed "$(<"$UROCE_RUNTIME_DIR/uroce0.pid")")")

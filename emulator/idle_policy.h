@@ -1,0 +1,69 @@
+// What the engine does when it finds no work: spin a while (work usually
+// follows within microseconds, and a spinning engine answers at once), or
+// sleep until a doorbell, control message or timer wakes it.
+//
+// Spinning pays only while the engine has its CPU to itself. When another
+// busy task shares that CPU, spinning steals it from that task: a client
+// that spins on memory outside ibv_poll_cq (ib_write_lat does) in another
+// session (another scheduler autogroup, to which sched_yield does not hand
+// the CPU) then waits a whole time slice, about 4 ms, for every hop. The
+// sign is the engine's own run delay (time runnable but not running, from
+// /proc/thread-self/schedstat): a kernel thread now and then costs
+// microseconds, a task sharing the CPU milliseconds. While the delay is more
+// than a few percent of the time, the engine sleeps as soon as it is idle and
+// clients wake it through the doorbell.
+#pragma once
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdio>
+
+namespace uroce::emulator {
+
+class IdlePolicy {
+ public:
+  explicit IdlePolicy(uint64_t spin_ns)
+      : spin_ns_(spin_ns), schedstat_fd_(open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC)) {}
+  ~IdlePolicy() {
+    if (schedstat_fd_ >= 0) close(schedstat_fd_);
+  }
+  IdlePolicy(const IdlePolicy&) = delete;
+  IdlePolicy& operator=(const IdlePolicy&) = delete;
+
+  // Whether to keep spinning, idle_ns after the last work.
+  bool spin(uint64_t now_ns, uint64_t idle_ns) {
+    if (idle_ns >= spin_ns_) return false;
+    if (now_ns >= window_end_ns_) {
+      const uint64_t delay = run_delay_ns();
+      if (window_end_ns_ && delay - window_delay_ns_ > kWindowNs / kSharedFraction)
+        shared_until_ns_ = now_ns + kSharedHoldNs;
+      window_delay_ns_ = delay;
+      window_end_ns_ = now_ns + kWindowNs;
+    }
+    return now_ns >= shared_until_ns_;
+  }
+
+ private:
+  static constexpr uint64_t kWindowNs = 20'000'000;      // one read per window of spinning
+  static constexpr uint64_t kSharedFraction = 20;        // delayed > 5% of it: shared
+  static constexpr uint64_t kSharedHoldNs = 100'000'000;  // then try spinning again
+
+  uint64_t run_delay_ns() const {
+    char buf[96];
+    const ssize_t n = schedstat_fd_ >= 0 ? pread(schedstat_fd_, buf, sizeof(buf) - 1, 0) : -1;
+    if (n <= 0) return window_delay_ns_;
+    buf[n] = 0;
+    unsigned long long cpu = 0, delay = 0;
+    return std::sscanf(buf, "%llu %llu", &cpu, &delay) == 2 ? delay : window_delay_ns_;
+  }
+
+  uint64_t spin_ns_;
+  int schedstat_fd_;
+  uint64_t window_end_ns_ = 0;
+  uint64_t window_delay_ns_ = 0;
+  uint64_t shared_until_ns_ = 0;
+};
+
+}  // namespace uroce::emulator
