@@ -24,7 +24,9 @@ int make_memfd(size_t len, unsigned seals) {
   int fd = memfd_create("uroce-test", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   EXPECT_GE(fd, 0);
   EXPECT_EQ(ftruncate(fd, off_t(len)), 0);
-  if (seals) EXPECT_EQ(fcntl(fd, F_ADD_SEALS, seals), 0);
+  if (seals) {
+    EXPECT_EQ(fcntl(fd, F_ADD_SEALS, seals), 0);
+  }
   return fd;
 }
 

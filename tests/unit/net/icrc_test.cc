@@ -211,8 +211,9 @@ TEST(Icrc, FinishRocePacketStoresTheIcrcLittleEndian) {
 // The ICRC of a finished frame, from its bytes: the masked pseudo packet of
 // A17.3.3 through zlib (the implementation this one replaced).
 uint32_t zlib_icrc(const Packet& p) {
-  std::vector<uint8_t> v(8, 0xff);
-  v.insert(v.end(), p.data + p.l3_off, p.data + p.len - 4);
+  const size_t n = p.len - 4 - p.l3_off;
+  std::vector<uint8_t> v(8 + n, 0xff);  // 8 bytes of ones, then the frame from L3
+  std::memcpy(v.data() + 8, p.data + p.l3_off, n);
   const bool v6 = roce_family(p) == IpFamily::kIpv6;
   const size_t ip_len = v6 ? 40 : 20;
   if (v6) {
