@@ -136,6 +136,7 @@ class Bench:
             "perftest": {},
             "idle_engine": None,
             "scale": None,
+            "two_sessions": None,
             "two_hosts": None,
             "targets": [],
             "table": [],
@@ -155,23 +156,25 @@ class Bench:
         self.port += 1
         return self.port
 
-    def spawn(self, cmd, limit, log_path):
+    def spawn(self, cmd, limit, log_path, new_session=False):
         """Starts cmd under `timeout` in a process group of its own (killpg), in
-        the bench's session: server and client run as a script runs them (one
-        session; two terminals are two, see docs/PERFORMANCE.md); output to log_path."""
+        the bench's session: server and client run as a script runs them; with
+        new_session, in a session of its own, as from another terminal (see
+        docs/PERFORMANCE.md, "Two sessions"). Output to log_path."""
         out = open(log_path, "w")
+        group = {"start_new_session": True} if new_session else {"process_group": 0}
         p = subprocess.Popen(["timeout", "-k", "5", str(int(limit))] + cmd, stdin=subprocess.DEVNULL,
-                             stdout=out, stderr=subprocess.STDOUT, process_group=0)
+                             stdout=out, stderr=subprocess.STDOUT, **group)
         out.close()
         self.children.append(p)
         return p
 
-    def run(self, cmd, limit, log_path=None):
+    def run(self, cmd, limit, log_path=None, new_session=False):
         """Runs cmd under `timeout`; returns (rc, output)."""
         if log_path is None:
             self.run_count += 1
             log_path = os.path.join(self.logs, "run%d.log" % self.run_count)
-        p = self.spawn(cmd, limit, log_path)
+        p = self.spawn(cmd, limit, log_path, new_session)
         rc = p.wait()
         self.children.remove(p)
         with open(log_path, errors="replace") as f:
@@ -364,7 +367,7 @@ class Bench:
         return max(lo, min(hi, budget // max(size, 1)))
 
     def perftest(self, prog, size, iters, dev="uroce0", server_dev=None, server_ns=None, client_ns=None,
-                 server_addr="127.0.0.1", extra=(), limit=None):
+                 server_addr="127.0.0.1", extra=(), limit=None, new_sessions=False):
         """Runs one perftest server/client pair; returns the client's parsed figures."""
         limit = limit or (60 if self.quick else 120)
         args = ["-x", "0", "-F", "-n", str(iters)] + list(extra)
@@ -382,12 +385,12 @@ class Bench:
                 cl_cmd = ["ip", "netns", "exec", client_ns] + cl_cmd
             sv_log = os.path.join(self.logs, "%s.%d.server.log" % (tag, attempt))
             cl_log = os.path.join(self.logs, "%s.%d.client.log" % (tag, attempt))
-            server = self.spawn(sv_cmd, limit, sv_log)
+            server = self.spawn(sv_cmd, limit, sv_log, new_sessions)
             time.sleep(0.3)
             rc, out = 1, ""
             for _ in range(20):  # the client retries while the server starts listening
                 started = time.monotonic()
-                rc, out = self.run(cl_cmd, limit, cl_log)
+                rc, out = self.run(cl_cmd, limit, cl_log, new_sessions)
                 refused = re.search(r"[Cc]ouldn't connect|Unable to init the socket", out)
                 if rc == 0 or not refused or server.poll() is not None or time.monotonic() - started > 5:
                     break
@@ -469,6 +472,22 @@ class Bench:
                 else:
                     self.log("%-12s %7s: %s, %s" % (prog, fmt_size(size), fmt_bw(r["bw_bytes_per_s"]),
                                                     fmt_rate(r["msgs_per_s"])))
+
+    def two_sessions(self):
+        """Server and client each in a session of its own, as from two terminals."""
+        ts = self.results["two_sessions"] = {}
+        for prog, size in (("ib_send_bw", 64), ("ib_send_lat", 2), ("ib_write_lat", 2)):
+            try:
+                r = self.perftest(prog, size, self.iterations(prog, size), new_sessions=True)
+            except BenchError as e:
+                self.error("two sessions: %s" % e)
+                continue
+            ts[prog] = [r]
+            if prog.endswith("_lat"):
+                self.log("two sessions %-12s %5s: median %s (p99 %s)" % (
+                    prog, fmt_size(size), fmt_us(r["t_typical_us"]), fmt_us(r.get("p99_us"))))
+            else:
+                self.log("two sessions %-12s %5s: %s" % (prog, fmt_size(size), fmt_rate(r["msgs_per_s"])))
 
     # ---- idle engine, scale ----
 
@@ -767,6 +786,14 @@ class Bench:
         v = self.pick("ib_read_lat", 2, "t_typical_us")
         if v is not None:
             lat_row("ib_read_lat 2 B median", v, shm_rtt, tcp_rtt(2), "RTT")
+        ts = self.results.get("two_sessions") or {}
+        v = self.pick("ib_send_bw", 64, "msgs_per_s", section=ts)
+        if v is not None:
+            rate_row("two sessions: ib_send_bw 64 B", v, tcp_stream(64, "msgs_per_s"))
+        for prog in ("ib_send_lat", "ib_write_lat"):
+            v = self.pick(prog, 2, "t_typical_us", section=ts)
+            if v is not None:
+                lat_row("two sessions: %s 2 B median" % prog, v, half(shm_rtt), half(tcp_rtt(2)), "1/2 RTT")
         th = self.results.get("two_hosts") or {}
         raw4200 = next((r for r in th.get("raw_frames", []) if r["frame_bytes"] == 4200), None)
         v = self.pick("ib_write_bw", s64k, "bw_bytes_per_s", section=th)
@@ -949,6 +976,7 @@ class Bench:
                 self.idle_engine(pid)
             if want("perftest"):
                 self.perftest_suite()
+                self.two_sessions()
             if want("scale"):
                 try:
                     self.scale(pid)
