@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
@@ -267,8 +268,28 @@ void release_pages(uint64_t id) {
   std::lock_guard<std::mutex> lock(g_mu);
   auto it = g_leases.find(id);
   if (it == g_leases.end() || --it->second.refs) return;
-  close(it->second.fd);
+  const Lease l = it->second;
   g_leases.erase(it);
+  // The last MR is gone: the pages become private anonymous memory again,
+  // so that they behave as before (MADV_DONTNEED zero-fills them, which
+  // allocators such as jemalloc count on; fork() copies them lazily).
+  for (const Vma& v : read_maps()) {
+    if (!v.ours || v.ino != l.ino || v.end <= l.start || v.start >= l.end) continue;
+    const uint64_t start = std::max(v.start, l.start), end = std::min(v.end, l.end);
+    const size_t len = size_t(end - start);
+    void* copy = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (copy == MAP_FAILED) continue;  // stays on the memfd: still correct, just shared
+    auto* at = reinterpret_cast<uint8_t*>(start);
+    const int prot = (v.read ? PROT_READ : 0) | (v.write ? PROT_WRITE : 0);
+    if (!v.read) mprotect(at, len, PROT_READ);
+    copy_pages(static_cast<uint8_t*>(copy), at, len);
+    mprotect(copy, len, prot);
+    if (mremap(copy, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, at) == MAP_FAILED) {
+      if (!v.read) mprotect(at, len, prot);
+      munmap(copy, len);
+    }
+  }
+  close(l.fd);
 }
 
 }  // namespace uroce::provider

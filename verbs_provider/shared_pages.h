@@ -11,12 +11,15 @@
 // - only pages wholly inside the MR: a partial first or last page may hold
 //   other objects that another thread writes while the copy is made;
 // - nothing with UROCE_SHARED_MR=0 in the environment.
-// Pages stay on their memfd after ibv_dereg_mr (moving them back would race
-// with the application's threads the same way). fork() keeps its meaning: the
-// child gets private copies of every moved page (pthread_atfork).
-// A thread that writes inside an MR's pages while ibv_reg_mr runs on it may
-// have that write lost: registering memory that is being written is
-// undefined on a real NIC too (the pages are being pinned).
+// When the last MR on them is deregistered, the pages move back to private
+// anonymous memory the same way (copied, then mremap'ed into place), so they
+// behave as before: MADV_DONTNEED zero-fills them again, which allocators
+// such as jemalloc count on. fork() keeps its meaning while they are moved:
+// the child gets private copies (pthread_atfork).
+// A thread that writes inside an MR's whole pages while ibv_reg_mr or the
+// last ibv_dereg_mr on them runs may have that write lost: registering or
+// deregistering memory that is being written is undefined on a real NIC too
+// (the pages are being pinned or unpinned).
 #pragma once
 
 #include <cstddef>

@@ -1,8 +1,8 @@
 // Verbs semantics, registered memory on shared pages
 // (verbs_provider/shared_pages.h): which memory ibv_reg_mr moves onto a
 // memfd, that data moves correctly across shared pages and the partial pages
-// around them, that MRs on the same pages share them, and that fork() keeps
-// giving the child private memory even after the MR is gone.
+// around them, that MRs on the same pages share them, and that the last
+// ibv_dereg_mr gives them back as ordinary anonymous memory.
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
@@ -122,9 +122,10 @@ TEST_F(SharedMr, MrsOnTheSamePagesShareThemAndOutliveEachOther) {
   ASSERT_EQ(ibv_dereg_mr(whole), 0);
   forget(whole);
   write_then_read(p.a.qp, p.a.cq, src, 10, part, 20, kPage);
+  EXPECT_TRUE(on_shared_pages(inner + kPage)) << "the pages went back while an MR still used them";
   ASSERT_EQ(ibv_dereg_mr(part), 0);
-  // After the last MR the pages stay where they are, with their bytes.
-  EXPECT_TRUE(on_shared_pages(inner));
+  // After the last MR the pages are private anonymous memory again, bytes kept.
+  EXPECT_FALSE(on_shared_pages(inner)) << mapping_of(inner);
   EXPECT_EQ(inner[kPage + 20], 5) << "bytes changed after dereg";
 }
 
@@ -153,32 +154,39 @@ TEST_F(SharedMr, FileBackedAndStackMemoryStayWhereTheyAre) {
   EXPECT_EQ(ibv_dereg_mr(smr), 0);
 }
 
-// The pages stay on their memfd after ibv_dereg_mr; a child forked later must
-// still get its own copy, and the parent's heap must not see the child's writes.
-TEST_F(SharedMr, ForkAfterDeregGivesTheChildPrivatePages) {
-  uint8_t* buf = buffer(4 * kPage, 'P');
+// After the last ibv_dereg_mr the pages behave as the anonymous memory they
+// were: MADV_DONTNEED zero-fills them (allocators such as jemalloc count on
+// it) and a child forked later shares nothing with the parent.
+TEST_F(SharedMr, DeregGivesThePagesBackAsAnonymousMemory) {
+  void* raw = mmap(nullptr, 4 * kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(raw, MAP_FAILED);
+  defer([=] { munmap(raw, 4 * kPage); });
+  auto* buf = static_cast<uint8_t*>(raw);
+  std::memset(buf, 'P', 4 * kPage);
   ibv_mr* mr = ibv_reg_mr(pd_, buf, 4 * kPage, kRw);
   ASSERT_NE(mr, nullptr);
+  ASSERT_TRUE(on_shared_pages(buf + kPage));
+  buf[kPage] = 'R';  // written while registered: must survive the move back
   ASSERT_EQ(ibv_dereg_mr(mr), 0);
-  uint8_t* inner = reinterpret_cast<uint8_t*>((uintptr_t(buf) + kPage - 1) & ~(kPage - 1));
-  ASSERT_TRUE(on_shared_pages(inner));
-  int go[2];
-  ASSERT_EQ(pipe2(go, O_CLOEXEC), 0);
+  EXPECT_FALSE(on_shared_pages(buf + kPage)) << mapping_of(buf + kPage);
+  EXPECT_EQ(buf[kPage], 'R');
+  EXPECT_TRUE(std::all_of(buf + kPage + 1, buf + 4 * kPage, [](uint8_t c) { return c == 'P'; }));
+  ASSERT_EQ(madvise(buf + 2 * kPage, kPage, MADV_DONTNEED), 0);
+  EXPECT_TRUE(std::all_of(buf + 2 * kPage, buf + 3 * kPage, [](uint8_t c) { return c == 0; }))
+      << "MADV_DONTNEED did not zero-fill the page";
   const pid_t pid = fork();
   ASSERT_GE(pid, 0);
   if (pid == 0) {
-    bool same = std::all_of(buf, buf + 4 * kPage, [](uint8_t c) { return c == 'P'; });
+    const bool same = buf[kPage] == 'R' && buf[0] == 'P';
     std::memset(buf, 'C', 4 * kPage);
     _exit(same ? 0 : 3);
   }
-  close(go[0]);
-  close(go[1]);
   int status = 0;
   ASSERT_EQ(waitpid(pid, &status, 0), pid);
   ASSERT_TRUE(WIFEXITED(status)) << "child died of signal " << WTERMSIG(status);
   EXPECT_EQ(WEXITSTATUS(status), 0) << "the child's copy differed from the parent's pages";
-  EXPECT_TRUE(std::all_of(buf, buf + 4 * kPage, [](uint8_t c) { return c == 'P'; }))
-      << "the child's writes reached the parent";
+  EXPECT_EQ(buf[0], 'P') << "the child's writes reached the parent";
+  EXPECT_EQ(buf[kPage], 'R') << "the child's writes reached the parent";
 }
 
 }  // namespace
