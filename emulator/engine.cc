@@ -82,6 +82,7 @@ void Engine::start() {
   shared_->magic = abi::kMagic;
   shared_->version = abi::kVersion;
   shared_->port_state.store(IBV_PORT_ACTIVE);
+  shared_->polling_cpu.store(-1);
   doorbell_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (doorbell_fd_ < 0) throw std::runtime_error(std::string("eventfd: ") + std::strerror(errno));
   doorbell_.assign(dup(doorbell_fd_));
@@ -159,6 +160,10 @@ void Engine::close_session(Session* s) {
   std::shared_ptr<Session> doomed(std::move(it->second));
   sessions_.erase(it);
   boost::asio::post(io_, [doomed] {});
+}
+
+void Engine::announce_polling_cpu(int cpu) {
+  if (shared_) shared_->polling_cpu.store(cpu, std::memory_order_release);
 }
 
 void Engine::set_port_state(bool up) {

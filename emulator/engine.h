@@ -48,6 +48,8 @@ class Engine {
   // Binds the socket and writes the pid file; throws std::runtime_error with a
   // clear message if the engine cannot start.
   void start();
+  // Tells clients the CPU the engine thread is pinned to (after start()).
+  void announce_polling_cpu(int cpu);
   // Runs until SIGTERM/SIGINT.
   void run();
 

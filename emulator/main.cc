@@ -194,8 +194,10 @@ int main(int argc, char** argv) {
                                                                           : config.cpu;
     if (cpu >= 0 && !uroce::pin_current_thread({cpu}))
       std::fprintf(stderr, "uroced: cannot pin to CPU %d: %s\n", cpu, std::strerror(errno));
-    else if (cpu >= 0)
+    else if (cpu >= 0) {
       std::fprintf(stderr, "uroced: polling on CPU %d\n", cpu);
+      engine.announce_polling_cpu(cpu);
+    }
     std::fprintf(stderr, "uroced: %s ready on %s\n", config.device.name.c_str(),
                  uroce::engine_socket_path(config.runtime_dir, config.device.name).c_str());
     engine.run();

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <sched.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -13,6 +14,11 @@
 namespace uroce::provider {
 
 namespace {
+
+// empty_poll: nap after this long without a completion, for this long.
+constexpr uint64_t kNapAfterNs = 50'000;
+constexpr uint64_t kNapNs = 20'000;
+constexpr uint32_t kNapCheckPolls = 16;
 
 constexpr uint64_t kSupportedWcFlags =
     IBV_WC_EX_WITH_BYTE_LEN | IBV_WC_EX_WITH_IMM | IBV_WC_EX_WITH_QP_NUM | IBV_WC_EX_WITH_SRC_QP |
@@ -173,6 +179,36 @@ void cq_clean(ibv_cq* ibcq, uint32_t qpn) {
   cq->ring.hdr->consumer.store(dst, std::memory_order_release);
 }
 
+// After a poll (empty: found nothing). An empty poll yields, so that a client
+// sharing the CPU runs. But the engine runs in a session of its own, and
+// sched_yield does not hand the CPU to another session's autogroup: a client
+// that keeps polling an empty CQ on the engine's CPU takes half of that CPU
+// from the device that would fill it. So a thread that has found nothing for
+// a while there naps instead (the engine keeps its own CPU while it works;
+// placed by `uroce run`, clients rarely land there).
+void empty_poll(const UContext* ctx, bool empty) {
+  thread_local uint32_t empty_polls = 0;
+  thread_local uint64_t empty_since_ns = 0;
+  if (!empty) {
+    empty_polls = 0;
+    return;
+  }
+  // The clock and the CPU are read once every kNapCheckPolls empty polls.
+  if (++empty_polls % kNapCheckPolls == 0) {
+    timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    const uint64_t now_ns = uint64_t(now.tv_sec) * 1'000'000'000u + uint64_t(now.tv_nsec);
+    if (empty_polls == kNapCheckPolls) empty_since_ns = now_ns;
+    const int engine_cpu = ctx->shared->polling_cpu.load(std::memory_order_relaxed);
+    if (engine_cpu >= 0 && now_ns - empty_since_ns > kNapAfterNs && sched_getcpu() == engine_cpu) {
+      const timespec nap{0, long(kNapNs)};
+      nanosleep(&nap, nullptr);
+      return;
+    }
+  }
+  sched_yield();
+}
+
 int poll_cq(ibv_cq* ibcq, int num_entries, ibv_wc* wc) {
   UCq* cq = to_ucq(ibcq);
   if (num_entries < 0) return -1;
@@ -185,7 +221,7 @@ int poll_cq(ibv_cq* ibcq, int num_entries, ibv_wc* wc) {
     ++cq->ring.prod;
   }
   if (n) cq->ring.hdr->consumer.store(cq->ring.prod, std::memory_order_release);
-  else sched_yield();  // a busy-polling client leaves the engine a core
+  empty_poll(cq->ctx, n == 0);
   return n;
 }
 

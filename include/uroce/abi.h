@@ -138,7 +138,10 @@ struct EngineShared {
   // it set writes the doorbell eventfd; otherwise posting costs no syscall.
   alignas(kCacheLine) std::atomic<uint32_t> sleeping;
   alignas(kCacheLine) std::atomic<uint32_t> port_state;  // enum ibv_port_state
-  uint32_t reserved[15];
+  // The CPU the engine polls on (include/uroce/cpu_placement.h), -1: any.
+  // A client polling an empty CQ on that CPU backs off to sleep.
+  std::atomic<int32_t> polling_cpu;
+  uint32_t reserved[14];
 };
 static_assert(std::is_standard_layout_v<EngineShared>);
 static_assert(sizeof(EngineShared) <= 4096);

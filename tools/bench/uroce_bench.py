@@ -209,20 +209,36 @@ class Bench:
         else:
             shutil.rmtree(self.work, ignore_errors=True)
 
+    def runtime_for(self, netns):
+        """A host (network namespace) has a runtime directory of its own, as a
+        machine would: `uroce run` there sees only that host's engine."""
+        if not netns:
+            return self.runtime
+        d = self.runtime + "-" + netns
+        os.makedirs(d, mode=0o700, exist_ok=True)
+        return d
+
+    def in_ns(self, netns, cmd):
+        if not netns:
+            return cmd
+        return ["ip", "netns", "exec", netns, "env", "UROCE_RUNTIME_DIR=" + self.runtime_for(netns)] + cmd
+
     def stop_engines(self):
-        subprocess.run(["timeout", "-k", "5", "30", self.uroce, "stop", "--all"],
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        dirs = [self.runtime] + [self.runtime + "-" + ns for ns in self.namespaces]
+        for d in dirs:
+            if os.path.isdir(d):
+                subprocess.run(["timeout", "-k", "5", "30", self.uroce, "--runtime-dir", d, "stop", "--all"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
     def start_engine(self, name, extra=(), netns=None):
-        cmd = [self.uroce, "start", "--name", name] + list(extra)
-        if netns:
-            cmd = ["ip", "netns", "exec", netns] + cmd
+        cmd = self.in_ns(netns, [self.uroce, "start", "--name", name] + list(extra))
         rc, out = self.run(cmd, 30)
+        runtime = self.runtime_for(netns)
         if rc != 0:
-            log = os.path.join(self.runtime, name + ".log")
+            log = os.path.join(runtime, name + ".log")
             tail = open(log, errors="replace").read()[-2000:] if os.path.exists(log) else ""
             raise BenchError("engine %s did not start (exit %d): %s\n%s" % (name, rc, out.strip(), tail))
-        with open(os.path.join(self.runtime, name + ".pid")) as f:
+        with open(os.path.join(runtime, name + ".pid")) as f:
             return int(f.read().split()[0])
 
     # Engine counters whose change a run records (spurious ACK timeouts show up here).
@@ -230,9 +246,7 @@ class Bench:
                      "rnr_nak_sent", "memory_faults", "packet_buffers")
 
     def engine_stats(self, name, netns=None):
-        cmd = [self.uroce, "stats", "--name", name]
-        if netns:
-            cmd = ["ip", "netns", "exec", netns] + cmd
+        cmd = self.in_ns(netns, [self.uroce, "stats", "--name", name])
         try:
             out = subprocess.run(["timeout", "-k", "2", "10"] + cmd, capture_output=True, text=True).stdout
         except OSError:
@@ -379,10 +393,8 @@ class Bench:
             port = self.next_port()
             sv_cmd = [self.uroce, "run", "--", prog, "-d", server_dev or dev, "-p", str(port)] + args
             cl_cmd = [self.uroce, "run", "--", prog, "-d", dev, "-p", str(port)] + args + [server_addr]
-            if server_ns:
-                sv_cmd = ["ip", "netns", "exec", server_ns] + sv_cmd
-            if client_ns:
-                cl_cmd = ["ip", "netns", "exec", client_ns] + cl_cmd
+            sv_cmd = self.in_ns(server_ns, sv_cmd)
+            cl_cmd = self.in_ns(client_ns, cl_cmd)
             sv_log = os.path.join(self.logs, "%s.%d.server.log" % (tag, attempt))
             cl_log = os.path.join(self.logs, "%s.%d.client.log" % (tag, attempt))
             server = self.spawn(sv_cmd, limit, sv_log, new_sessions)
