@@ -26,6 +26,7 @@ constexpr char kMemfdPath[] = "/memfd:uroce-mr";  // as /proc/self/maps shows it
 // Each live lease holds an fd of the application's process: stay well below
 // the usual 1024 soft limit.
 constexpr size_t kMaxLeases = 256;
+constexpr size_t kMoveChunk = size_t(64) << 20;
 
 struct Vma {
   uint64_t start, end;
@@ -248,12 +249,24 @@ SharedLease share_pages(const void* addr, size_t length) {
     close(fd);
     return {};
   }
+  // Chunk by chunk, so that a large MR needs at most one chunk of memory
+  // twice at any time (the old pages go as each chunk is mapped over them);
+  // the kernel merges the chunks' mappings of consecutive file offsets.
   auto* target = reinterpret_cast<uint8_t*>(start);
-  copy_pages(static_cast<uint8_t*>(staging), target, len);
-  // The application's pages become the memfd's in one step.
-  void* moved = mmap(target, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0);
+  size_t moved = 0;
+  while (moved < len) {
+    const size_t chunk = std::min(len - moved, kMoveChunk);
+    copy_pages(static_cast<uint8_t*>(staging) + moved, target + moved, chunk);
+    if (mmap(target + moved, chunk, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, off_t(moved)) ==
+        MAP_FAILED)
+      break;  // ENOMEM for a new VMA: the kernel leaves the old mapping
+    moved += chunk;
+  }
   munmap(staging, len);
-  if (moved == MAP_FAILED) {  // ENOMEM for a new VMA: the kernel leaves the old mapping
+  if (moved < len) {
+    // Keep what moved (it is correct memory, on a memfd no MR uses: the next
+    // ibv_reg_mr there may move it again) and share nothing.
+    madvise(target, moved, MADV_DONTFORK);
     close(fd);
     return {};
   }

@@ -154,6 +154,34 @@ TEST_F(SharedMr, FileBackedAndStackMemoryStayWhereTheyAre) {
   EXPECT_EQ(ibv_dereg_mr(smr), 0);
 }
 
+// An MR larger than the chunk the provider moves at a time (64 MiB): every
+// page moves, data lands at the far end, and the last dereg gives it back.
+TEST_F(SharedMr, LargeMrMovesInChunks) {
+  Pair p = make_pair();
+  ASSERT_FALSE(HasFailure());
+  const size_t len = size_t(80) << 20;
+  void* raw = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(raw, MAP_FAILED);
+  defer([=] { munmap(raw, len); });
+  auto* big = static_cast<uint8_t*>(raw);
+  big[0] = 'F';
+  big[len - 1] = 'L';  // the rest stays untouched: nothing to copy there
+  ibv_mr* mr = reg(big, len, kRw);
+  ASSERT_NE(mr, nullptr);
+  for (size_t off : {size_t(0), size_t(64) << 20, len - kPage})
+    EXPECT_TRUE(on_shared_pages(big + off)) << "offset " << off << ": " << mapping_of(big + off);
+  EXPECT_EQ(big[0], 'F');
+  EXPECT_EQ(big[len - 1], 'L');
+  ibv_mr* src = reg_buffer(2 * kPage, kRw, 's');
+  ASSERT_NE(src, nullptr);
+  write_then_read(p.a.qp, p.a.cq, src, 0, mr, (size_t(70) << 20) + 123, kPage);
+  ASSERT_EQ(ibv_dereg_mr(mr), 0);
+  forget(mr);
+  EXPECT_FALSE(on_shared_pages(big + (size_t(70) << 20)));
+  EXPECT_EQ(big[(size_t(70) << 20) + 123], 5) << "bytes changed after dereg";
+  EXPECT_EQ(big[len - 1], 'L');
+}
+
 // After the last ibv_dereg_mr the pages behave as the anonymous memory they
 // were: MADV_DONTNEED zero-fills them (allocators such as jemalloc count on
 // it) and a child forked later shares nothing with the parent.
