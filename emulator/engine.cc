@@ -177,6 +177,9 @@ void Engine::set_port_state(bool up) {
 std::string Engine::status_text() const {
   std::ostringstream os;
   os << device_.status_text();
+  const int cpu = shared_ ? shared_->polling_cpu.load(std::memory_order_relaxed) : -1;
+  if (cpu >= 0) os << "engine: polling on CPU " << cpu << '\n';
+  else os << "engine: polling on any CPU\n";
   os << "clients: " << sessions_.size() << '\n';
   for (const auto& [raw, s] : sessions_)
     os << "  pid " << s->owner().mem.pid() << " " << s->owner().comm << '\n';

@@ -206,6 +206,8 @@ if have_engine; then
   expect 0 "run --all-cpus reports its CPUs" uroce run --all-cpus -- awk '/^Cpus_allowed_list/{print $2}' /proc/self/status
   all_cpus=$(expand_cpus "$out")
   if [[ $own_cpus == *" "* ]]; then  # two or more CPUs
+    expect 0 "status with a pinned engine" uroce status
+    expect_out "^engine: polling on CPU $engine_cpus\$" "status names the engine's CPU"
     if [[ $engine_cpus =~ ^[0-9]+$ && " $own_cpus " == *" $engine_cpus "* ]]; then
       pass "the engine polls on one CPU of its own ($engine_cpus of $own_cpus)"
     else
