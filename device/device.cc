@@ -130,7 +130,7 @@ namespace {
 // The MR's shared pages, if the request names some: they must lie within the
 // MR's (page-rounded) range, whose other bytes the engine still reaches
 // through process_vm_*.
-int map_shared_pages(const abi::SharedRange& shared, int fd, uint64_t addr, uint64_t length,
+int map_shared_pages(Owner* o, const abi::SharedRange& shared, int fd, uint64_t addr, uint64_t length,
                      std::unique_ptr<SharedPages>* out) {
   out->reset();
   if (shared.length == 0) return fd < 0 ? 0 : EINVAL;
@@ -139,7 +139,7 @@ int map_shared_pages(const abi::SharedRange& shared, int fd, uint64_t addr, uint
   // for this MR, but a region shared earlier may extend beyond it.
   if (shared.start > addr + length - 1 || shared.start + shared.length <= addr) return EINVAL;
   int err;
-  *out = SharedPages::map(fd, shared.start, shared.length, &err);
+  *out = SharedPages::map(fd, shared.start, shared.length, &err, &o->shared_budget);
   return err;
 }
 
@@ -168,7 +168,7 @@ Result<uint32_t> Device::reg_mr(Owner* o, const abi::RegMrRequest& req, int shar
   if (mrs_.count() >= kMaxMr) return {ENOMEM};
   if (req.addr + req.length < req.addr) return {EINVAL};
   std::unique_ptr<SharedPages> pages;
-  if (int err = map_shared_pages(req.shared, shared_fd, req.addr, req.length, &pages)) return {err};
+  if (int err = map_shared_pages(o, req.shared, shared_fd, req.addr, req.length, &pages)) return {err};
   if (!client_range_mapped(o, req.addr, req.length, pages.get())) return {EFAULT};
   auto mr = std::make_unique<Mr>();
   mr->pages = std::move(pages);
@@ -200,7 +200,7 @@ int Device::rereg_mr(Owner* o, const abi::ReregMrRequest& req, uint32_t* new_key
   const bool translate = req.flags & IBV_REREG_MR_CHANGE_TRANSLATION;
   if (translate) {
     if (req.length == 0 || req.addr + req.length < req.addr) return EINVAL;
-    if (int err = map_shared_pages(req.shared, shared_fd, req.addr, req.length, &pages)) return err;
+    if (int err = map_shared_pages(o, req.shared, shared_fd, req.addr, req.length, &pages)) return err;
     if (!client_range_mapped(o, req.addr, req.length, pages.get())) return EFAULT;
   }
   if ((req.flags & IBV_REREG_MR_CHANGE_ACCESS) &&

@@ -1,5 +1,7 @@
 #include "device/memory.h"
 
+#include "device/params.h"
+
 #include <fcntl.h>
 #include <linux/magic.h>
 #include <sys/mman.h>
@@ -16,10 +18,16 @@ namespace uroce::device {
 
 // ------------------------------------------------------------ SharedPages
 
-std::unique_ptr<SharedPages> SharedPages::map(int fd, uint64_t start, uint64_t length, int* err) {
+namespace {
+SharedBudget g_engine_budget{kMaxSharedBytes};
+}  // namespace
+
+std::unique_ptr<SharedPages> SharedPages::map(int fd, uint64_t start, uint64_t length, int* err,
+                                              SharedBudget* owner_budget) {
   const uint64_t page = uint64_t(sysconf(_SC_PAGESIZE));
   *err = EINVAL;
   if (fd < 0 || length == 0 || (start | length) & (page - 1) || start + length < start) return nullptr;
+  if (length > kMaxMrSize + page) return nullptr;  // no MR is larger
   struct statfs fs;
   struct stat st;
   // shmem only: hugetlbfs pages can run out at fault time (SIGBUS in the engine).
@@ -28,16 +36,22 @@ std::unique_ptr<SharedPages> SharedPages::map(int fd, uint64_t start, uint64_t l
   // Unsealed, the client could truncate the file under the engine's mapping.
   const int seals = fcntl(fd, F_GET_SEALS);
   if (seals < 0 || !(seals & F_SEAL_SHRINK)) return nullptr;
-  void* p = mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (p == MAP_FAILED) {
-    *err = errno == ENOMEM ? ENOMEM : EINVAL;
-    return nullptr;
-  }
   *err = 0;
-  return std::unique_ptr<SharedPages>(new SharedPages(static_cast<uint8_t*>(p), start, length));
+  if (g_engine_budget.used + length > g_engine_budget.limit ||
+      (owner_budget && owner_budget->used + length > owner_budget->limit))
+    return nullptr;
+  void* p = mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) return nullptr;  // out of address space: unshared, as over budget
+  g_engine_budget.used += length;
+  if (owner_budget) owner_budget->used += length;
+  return std::unique_ptr<SharedPages>(new SharedPages(static_cast<uint8_t*>(p), start, length, owner_budget));
 }
 
-SharedPages::~SharedPages() { munmap(base_, length_); }
+SharedPages::~SharedPages() {
+  munmap(base_, length_);
+  g_engine_budget.used -= length_;
+  if (owner_budget_) owner_budget_->used -= length_;
+}
 
 // ------------------------------------------------------------ ProcessMemory
 

@@ -18,13 +18,23 @@
 
 namespace uroce::device {
 
+// Bytes of client memfds a client (or the whole engine) may have mapped: a
+// client's sparse memfds could otherwise fill the engine's address space and
+// leave none for other clients' queues.
+struct SharedBudget {
+  uint64_t limit;
+  uint64_t used = 0;
+};
+
 class SharedPages {
  public:
   // Maps fd's bytes [0, length) as the client's [start, start + length).
   // Refuses (nullptr, *err set) anything but a memfd on shmem sealed against
   // shrinking, large enough, with page-aligned bounds: the engine must never
-  // fault on a client's page.
-  static std::unique_ptr<SharedPages> map(int fd, uint64_t start, uint64_t length, int* err);
+  // fault on a client's page. Over the client's or the engine's budget it
+  // maps nothing and sets *err to 0: the MR then works through process_vm_*.
+  static std::unique_ptr<SharedPages> map(int fd, uint64_t start, uint64_t length, int* err,
+                                          SharedBudget* owner_budget);
   ~SharedPages();
   SharedPages(const SharedPages&) = delete;
   SharedPages& operator=(const SharedPages&) = delete;
@@ -35,11 +45,12 @@ class SharedPages {
   uint8_t* at(uint64_t addr) const { return base_ + (addr - start_); }
 
  private:
-  SharedPages(uint8_t* base, uint64_t start, uint64_t length)
-      : base_(base), start_(start), length_(length) {}
+  SharedPages(uint8_t* base, uint64_t start, uint64_t length, SharedBudget* owner_budget)
+      : base_(base), start_(start), length_(length), owner_budget_(owner_budget) {}
   uint8_t* base_;
   uint64_t start_;
   uint64_t length_;
+  SharedBudget* owner_budget_;
 };
 
 // Client bytes [addr, addr + len), with the shared pages (if any) of the MR

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "device/memory.h"
+#include "device/params.h"
 #include "device/queue_memory.h"
 #include "uroce/abi.h"
 
@@ -23,6 +24,7 @@ struct Owner {
   int async_fd = -1;  // write end of the client's async event pipe (non-blocking)
   std::string comm;   // process name, for status
   uint64_t async_dropped = 0;
+  SharedBudget shared_budget{kMaxSharedBytesPerOwner};  // its memfds the engine maps
   void post_async(uint32_t event_type, uint64_t cookie);
 };
 

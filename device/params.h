@@ -24,6 +24,10 @@ constexpr uint32_t kMaxSrqWr = 1u << 14;
 constexpr uint32_t kMaxSrqSge = 32;
 constexpr uint32_t kMaxQpRdAtomic = 16;
 constexpr uint64_t kMaxMrSize = 1ull << 40;
+// Client memory the engine maps (MRs on shared pages), per client and in all:
+// well inside a 128 TiB user address space. Beyond it MRs use process_vm_*.
+constexpr uint64_t kMaxSharedBytesPerOwner = 8ull << 40;
+constexpr uint64_t kMaxSharedBytes = 32ull << 40;
 constexpr uint32_t kMaxMsgSize = 1u << 31;
 constexpr uint64_t kPageSizeCap = 0xfffff000;
 constexpr uint32_t kGidTableLen = 16;

@@ -53,18 +53,18 @@ struct ClientPages {
 TEST(SharedPages, RefusesWhatCouldFaultTheEngine) {
   int err = 0;
   const int unsealed = make_memfd(kPage, 0);
-  EXPECT_EQ(SharedPages::map(unsealed, 0x10000, kPage, &err), nullptr);
+  EXPECT_EQ(SharedPages::map(unsealed, 0x10000, kPage, &err, nullptr), nullptr);
   EXPECT_EQ(err, EINVAL) << "without F_SEAL_SHRINK the client could truncate it";
   const int small = make_memfd(kPage, F_SEAL_SHRINK);
-  EXPECT_EQ(SharedPages::map(small, 0x10000, 2 * kPage, &err), nullptr) << "shorter than the range";
-  EXPECT_EQ(SharedPages::map(small, 0x10001, kPage, &err), nullptr) << "unaligned start";
-  EXPECT_EQ(SharedPages::map(small, 0x10000, 100, &err), nullptr) << "not whole pages";
-  EXPECT_EQ(SharedPages::map(-1, 0x10000, kPage, &err), nullptr);
-  EXPECT_EQ(SharedPages::map(small, ~uint64_t(0) - kPage + 1, 2 * kPage, &err), nullptr) << "wraps";
+  EXPECT_EQ(SharedPages::map(small, 0x10000, 2 * kPage, &err, nullptr), nullptr) << "shorter than the range";
+  EXPECT_EQ(SharedPages::map(small, 0x10001, kPage, &err, nullptr), nullptr) << "unaligned start";
+  EXPECT_EQ(SharedPages::map(small, 0x10000, 100, &err, nullptr), nullptr) << "not whole pages";
+  EXPECT_EQ(SharedPages::map(-1, 0x10000, kPage, &err, nullptr), nullptr);
+  EXPECT_EQ(SharedPages::map(small, ~uint64_t(0) - kPage + 1, 2 * kPage, &err, nullptr), nullptr) << "wraps";
   int pipefd[2];
   ASSERT_EQ(pipe(pipefd), 0);
-  EXPECT_EQ(SharedPages::map(pipefd[0], 0x10000, kPage, &err), nullptr) << "not a memfd";
-  auto ok = SharedPages::map(small, 0x10000, kPage, &err);
+  EXPECT_EQ(SharedPages::map(pipefd[0], 0x10000, kPage, &err, nullptr), nullptr) << "not a memfd";
+  auto ok = SharedPages::map(small, 0x10000, kPage, &err, nullptr);
   ASSERT_NE(ok, nullptr);
   EXPECT_EQ(err, 0);
   EXPECT_TRUE(ok->contains(0x10000));
@@ -73,10 +73,30 @@ TEST(SharedPages, RefusesWhatCouldFaultTheEngine) {
   for (int fd : {unsealed, small, pipefd[0], pipefd[1]}) close(fd);
 }
 
+// Past a client's budget the engine maps nothing and says no error: the MR
+// is then registered on process_vm_* alone.
+TEST(SharedPages, BudgetLimitsWhatAClientMaps) {
+  ClientPages c;
+  int err = -1;
+  SharedBudget budget{kPage};
+  auto first = SharedPages::map(c.fd, c.addr(kPage), kPage, &err, &budget);
+  ASSERT_NE(first, nullptr);
+  EXPECT_EQ(budget.used, kPage);
+  auto second = SharedPages::map(c.fd, c.addr(kPage), kPage, &err, &budget);
+  EXPECT_EQ(second, nullptr);
+  EXPECT_EQ(err, 0) << "over budget is not an error";
+  first.reset();
+  EXPECT_EQ(budget.used, 0u);
+  EXPECT_NE(SharedPages::map(c.fd, c.addr(kPage), kPage, &err, &budget), nullptr);
+  // No MR is larger than kMaxMrSize: a sparse memfd claiming more is refused.
+  EXPECT_EQ(SharedPages::map(c.fd, 0x10000, kMaxMrSize * 2, &err, nullptr), nullptr);
+  EXPECT_EQ(err, EINVAL);
+}
+
 TEST(SharedPages, TransfersSplitBetweenSharedPagesAndProcessVm) {
   ClientPages c;
   int err;
-  auto pages = SharedPages::map(c.fd, c.addr(kPage), kPage, &err);
+  auto pages = SharedPages::map(c.fd, c.addr(kPage), kPage, &err, nullptr);
   ASSERT_NE(pages, nullptr);
   ProcessMemory mem(getpid());
   // A span from the middle of page 0 to the middle of page 2, as two SGEs.
@@ -98,7 +118,7 @@ TEST(SharedPages, TransfersSplitBetweenSharedPagesAndProcessVm) {
 TEST(SharedPages, MappingPinsThePagesLikeARegistration) {
   ClientPages c;
   int err;
-  auto pages = SharedPages::map(c.fd, c.addr(kPage), kPage, &err);
+  auto pages = SharedPages::map(c.fd, c.addr(kPage), kPage, &err, nullptr);
   ASSERT_NE(pages, nullptr);
   ASSERT_NE(mmap(c.base + kPage, kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0),
             MAP_FAILED);
@@ -114,7 +134,7 @@ TEST(SharedPages, MappingPinsThePagesLikeARegistration) {
 TEST(SharedPages, AtomicsOnSharedAndUnsharedWords) {
   ClientPages c;
   int err;
-  auto pages = SharedPages::map(c.fd, c.addr(kPage), kPage, &err);
+  auto pages = SharedPages::map(c.fd, c.addr(kPage), kPage, &err, nullptr);
   ASSERT_NE(pages, nullptr);
   ProcessMemory mem(getpid());
   for (size_t off : {size_t(64), kPage + 64}) {  // page 0 through process_vm, page 1 shared
