@@ -10,8 +10,8 @@
 // sign is the engine's own run delay (time runnable but not running, from
 // /proc/thread-self/schedstat): a kernel thread now and then costs
 // microseconds, a task sharing the CPU milliseconds. While the delay is more
-// than a few percent of the time, the engine sleeps as soon as it is idle and
-// clients wake it through the doorbell.
+// than a few percent of the time, two windows in a row, the engine sleeps as
+// soon as it is idle and clients wake it through the doorbell.
 #pragma once
 
 #include <fcntl.h>
@@ -37,8 +37,10 @@ class IdlePolicy {
     if (idle_ns >= spin_ns_) return false;
     if (now_ns >= window_end_ns_) {
       const uint64_t delay = run_delay_ns();
-      if (window_end_ns_ && delay - window_delay_ns_ > kWindowNs / kSharedFraction)
-        shared_until_ns_ = now_ns + kSharedHoldNs;
+      // Two delayed windows in a row: a process starting up there is not sharing.
+      const bool delayed = window_end_ns_ && delay - window_delay_ns_ > kWindowNs / kSharedFraction;
+      if (delayed && last_window_delayed_) shared_until_ns_ = now_ns + kSharedHoldNs;
+      last_window_delayed_ = delayed;
       window_delay_ns_ = delay;
       window_end_ns_ = now_ns + kWindowNs;
     }
@@ -48,7 +50,7 @@ class IdlePolicy {
  private:
   static constexpr uint64_t kWindowNs = 20'000'000;      // one read per window of spinning
   static constexpr uint64_t kSharedFraction = 20;        // delayed > 5% of it: shared
-  static constexpr uint64_t kSharedHoldNs = 100'000'000;  // then try spinning again
+  static constexpr uint64_t kSharedHoldNs = 50'000'000;  // then try spinning again
 
   uint64_t run_delay_ns() const {
     char buf[96];
@@ -64,6 +66,7 @@ class IdlePolicy {
   uint64_t window_end_ns_ = 0;
   uint64_t window_delay_ns_ = 0;
   uint64_t shared_until_ns_ = 0;
+  bool last_window_delayed_ = false;
 };
 
 }  // namespace uroce::emulator

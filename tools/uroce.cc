@@ -20,7 +20,6 @@
 #include "tools/engine_client.h"
 #include "tools/engine_process.h"
 #include "uroce/abi.h"
-#include "uroce/cpu_placement.h"
 #include "uroce/runtime_dir.h"
 
 namespace uroce::tool {
@@ -46,8 +45,9 @@ Commands:
   status              show every engine in the runtime directory
   stats [--name NAME] show the counters of one engine, or of every engine
   run [--all-cpus] [--] CMD [ARGS...]
-                      run CMD with uroce's libibverbs.so.1 (LD_LIBRARY_PATH),
-                      on the CPUs no engine polls on (--all-cpus: every CPU)
+                      run CMD with uroce's libibverbs.so.1 (LD_LIBRARY_PATH);
+                      its threads that poll CQs leave the engine's CPU
+                      (--all-cpus: they do not)
   env                 print the exports that 'run' sets, for eval "$(uroce env)"
   fault [--name NAME] [--port loopback|wire] [drop=P] [duplicate=P] [reorder=P]
         [corrupt=P] [delay=US] [seed=N]
@@ -422,8 +422,8 @@ std::pair<std::string, std::string> provider_environment(const Context& ctx) {
 }
 
 int cmd_run(const Context& ctx, Args args) {
-  // Off the CPUs its engines poll on (include/uroce/cpu_placement.h), unless
-  // told not to.
+  // Its polling threads off the CPU their engine polls on
+  // (verbs_provider/placement.cc), unless told not to.
   bool keep_cpus = false;
   if (!args.empty() && args[0] == "--all-cpus") {
     keep_cpus = true;
@@ -431,12 +431,8 @@ int cmd_run(const Context& ctx, Args args) {
   }
   if (!args.empty() && args[0] == "--") args = args.subspan(1);
   if (args.empty()) return usage_error("run: no command given");
-  if (!keep_cpus) {
-    std::vector<int> engines;
-    for (const auto& name : list_engine_sockets(ctx.runtime_dir))
-      if (auto pid = read_pid_file(engine_pid_path(ctx.runtime_dir, name))) engines.push_back(*pid);
-    pin_current_thread(client_cpus(engines));
-  }
+  if (keep_cpus) ::unsetenv("UROCE_POLL_PLACEMENT");
+  else ::setenv("UROCE_POLL_PLACEMENT", "1", 1);
   auto [ld_path, runtime_dir] = provider_environment(ctx);
   ::setenv("LD_LIBRARY_PATH", ld_path.c_str(), 1);
   ::setenv("UROCE_RUNTIME_DIR", runtime_dir.c_str(), 1);
@@ -459,6 +455,7 @@ int cmd_env(const Context& ctx, Args args) {
   auto [ld_path, runtime_dir] = provider_environment(ctx);
   std::cout << "export LD_LIBRARY_PATH=" << shell_quote(ld_path) << '\n';
   std::cout << "export UROCE_RUNTIME_DIR=" << shell_quote(runtime_dir) << '\n';
+  std::cout << "export UROCE_POLL_PLACEMENT=1\n";
   return 0;
 }
 

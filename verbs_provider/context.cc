@@ -191,6 +191,7 @@ UROCE_EXPORT ibv_context* ibv_open_device(ibv_device* device) {
   c->shared = static_cast<const abi::EngineShared*>(shared);
   c->doorbell_fd = fds[1];
   allow_engine_access(pid_t(rep.device.engine_pid));
+  place_polling_thread(c);  // the thread that opens a device usually polls it: move it early
 
   ibv_context& ctx = c->vctx.context;
   ctx.device = device;

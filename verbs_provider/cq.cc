@@ -61,6 +61,7 @@ int take_current(UCq* cq) {
 int start_poll(ibv_cq_ex* ex, ibv_poll_cq_attr* attr) {
   if (attr && attr->comp_mask) return EINVAL;
   UCq* cq = to_ucq(ex);
+  place_polling_thread(cq->ctx);
   cq->mu.lock();
   int err = take_current(cq);
   if (err) cq->mu.unlock();  // the caller does not call end_poll after ENOENT
@@ -93,6 +94,7 @@ ibv_cq_ex* create_cq(ibv_context* context, uint32_t cqe, void* cq_context, ibv_c
     errno = EINVAL;
     return nullptr;
   }
+  place_polling_thread(c);  // the thread that makes a CQ usually polls it
   auto* cq = new (std::nothrow) UCq{};
   if (!cq) {
     errno = ENOMEM;
@@ -212,6 +214,7 @@ void empty_poll(const UContext* ctx, bool empty) {
 int poll_cq(ibv_cq* ibcq, int num_entries, ibv_wc* wc) {
   UCq* cq = to_ucq(ibcq);
   if (num_entries < 0) return -1;
+  place_polling_thread(cq->ctx);
   std::lock_guard<std::mutex> lock(cq->mu);
   int n = 0;
   while (n < num_entries) {

@@ -67,6 +67,10 @@ struct UContext {
   }
 };
 
+// Moves the calling thread, once, off the CPU the context's engine polls on
+// when `uroce run` asked for it (verbs_provider/placement.cc).
+void place_polling_thread(const UContext* ctx);
+
 inline UContext* to_uctx(ibv_context* c) {
   return reinterpret_cast<UContext*>(reinterpret_cast<uint8_t*>(c) - offsetof(verbs_context, context));
 }

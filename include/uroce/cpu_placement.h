@@ -1,5 +1,5 @@
-// Where the engine's polling thread runs, and where clients started by
-// `uroce run` run: shared by the engine and the uroce command (header-only).
+// Where the engine's polling thread runs, and where clients' polling threads
+// run: shared by the engine and the provider (header-only).
 //
 // The engine is the device: while it has work it busy-polls, like a NIC's
 // processor. On a machine with fewer cores than busy pollers (client, server
@@ -7,11 +7,10 @@
 // that spins on memory (ib_write_lat waits for data that way, outside
 // ibv_poll_cq) makes every hop wait a whole slice: medians of 1-4 ms instead
 // of 1.5 us were measured. So an engine on a machine with two or more CPUs
-// pins itself to one CPU, and `uroce run` keeps its command off the CPUs its
-// engines are pinned to, except beside a command of another session already
-// alone there (see client_cpus). An idle engine sleeps, so its CPU is free for
-// anything else, and an engine that finds its CPU shared yields it
-// (emulator/idle_policy.h).
+// pins itself to one CPU, and the threads of a `uroce run` command that poll
+// its CQs leave that CPU (verbs_provider/placement.cc). An idle engine sleeps,
+// so its CPU is free for anything else, and an engine that finds its CPU
+// shared yields it (emulator/idle_policy.h).
 #pragma once
 
 #include <dirent.h>
@@ -161,27 +160,6 @@ inline bool other_session_pinned_to(const std::vector<int>& cpus) {
   }
   closedir(d);
   return found;
-}
-
-// For `uroce run`: this process's CPUs minus those the given engines (the
-// ones its command will use) are pinned to; empty (nothing changes) when that
-// leaves none.
-inline std::vector<int> client_cpus(const std::vector<int>& engine_pids) {
-  std::set<int> taken;
-  for (int pid : engine_pids)
-    if (const std::vector<int> cpus = process_cpus(pid); is_live_engine(pid) && cpus.size() == 1)
-      taken.insert(cpus[0]);
-  std::vector<int> out;
-  for (int c : current_cpus())
-    if (!taken.count(c)) out.push_back(c);
-  // Two sessions are two scheduler autogroups, and sched_yield does not hand
-  // the CPU from one to the other: two commands started from two terminals
-  // that both spin on memory (ib_write_lat's server and client) would take
-  // turns on a single CPU by whole time slices (4 ms). Then the second one
-  // stays unplaced, free to run beside the engine, which yields its CPU while
-  // it shares it (emulator/idle_policy.h).
-  if (out.size() == 1 && other_session_pinned_to(out)) return {};
-  return out;
 }
 
 }  // namespace uroce

@@ -1,0 +1,110 @@
+// Verbs semantics, CPU placement of polling threads
+// (verbs_provider/placement.cc): under `uroce run`, a thread that makes or
+// polls a CQ leaves the CPU its engine polls on, unless another session's
+// process is alone on the one CPU left; other threads keep their CPUs.
+#include <sched.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/integration/verbs_fixture.h"
+#include "uroce/cpu_placement.h"
+
+namespace vt {
+namespace {
+
+// The CPU the test's engine is pinned to, or -1.
+int engine_cpu() {
+  const char* dir = std::getenv("UROCE_RUNTIME_DIR");
+  const char* name = std::getenv("UROCE_TEST_DEVICE");
+  if (!dir) return -1;
+  std::ifstream pidf(std::string(dir) + "/" + (name && *name ? name : "uroce0") + ".pid");
+  int pid = 0;
+  if (!(pidf >> pid) || pid <= 0) return -1;
+  const std::vector<int> cpus = uroce::process_cpus(pid);
+  return cpus.size() == 1 ? cpus[0] : -1;
+}
+
+bool contains(const std::vector<int>& v, int x) {
+  for (int c : v)
+    if (c == x) return true;
+  return false;
+}
+
+class Placement : public VerbsTest {
+ protected:
+  void SetUp() override {
+    VerbsTest::SetUp();
+    const char* want = std::getenv("UROCE_POLL_PLACEMENT");
+    if (!want || std::strcmp(want, "1") != 0) GTEST_SKIP() << "not under uroce run";
+    cpu_ = engine_cpu();
+    if (cpu_ < 0) GTEST_SKIP() << "the engine is not pinned (one CPU?)";
+    if (!contains(uroce::current_cpus(), cpu_) || uroce::current_cpus().size() < 2)
+      GTEST_SKIP() << "this process may not run on the engine's CPU and another";
+  }
+  // The CPUs of a fresh thread, before and after it makes a CQ and polls it.
+  void cq_in_new_thread(std::vector<int>* before, std::vector<int>* after) {
+    std::thread t([&] {
+      *before = uroce::current_cpus();
+      ibv_cq* cq = ibv_create_cq(ctx_, 16, nullptr, nullptr, 0);
+      ibv_wc wc;
+      if (cq) {
+        ibv_poll_cq(cq, 1, &wc);
+        ibv_destroy_cq(cq);
+      }
+      *after = uroce::current_cpus();
+    });
+    t.join();
+  }
+  int cpu_ = -1;
+};
+
+TEST_F(Placement, PollingThreadLeavesTheEngineCpu) {
+  std::vector<int> before, after;
+  cq_in_new_thread(&before, &after);
+  EXPECT_TRUE(contains(before, cpu_));
+  EXPECT_FALSE(contains(after, cpu_)) << "the polling thread stayed on the engine's CPU " << cpu_;
+  EXPECT_EQ(after.size(), before.size() - 1) << "it lost more than the engine's CPU";
+  // A thread that never touches a CQ keeps every CPU.
+  std::vector<int> other;
+  std::thread([&] { other = uroce::current_cpus(); }).join();
+  EXPECT_TRUE(contains(other, cpu_));
+}
+
+// Two sessions (two terminals) are two autogroups: a poller of this session
+// on the one CPU where another session's process already runs would trade
+// whole time slices with it, so it stays where it is.
+TEST_F(Placement, StaysBesideAnotherSessionsProcessOnTheOneCpuLeft) {
+  std::vector<int> others;
+  for (int c : uroce::current_cpus())
+    if (c != cpu_) others.push_back(c);
+  if (others.size() != 1) GTEST_SKIP() << "more than one CPU is left besides the engine's";
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    setsid();
+    uroce::pin_current_thread(others);
+    pause();
+    _exit(0);
+  }
+  defer([child] {
+    kill(child, SIGKILL);
+    waitpid(child, nullptr, 0);
+  });
+  // Until the child is in its session and on its CPU.
+  for (int i = 0; i < 200 && !uroce::other_session_pinned_to(others); ++i) usleep(10'000);
+  ASSERT_TRUE(uroce::other_session_pinned_to(others));
+  std::vector<int> before, after;
+  cq_in_new_thread(&before, &after);
+  EXPECT_EQ(after, before) << "the poller moved onto the CPU of another session's process";
+}
+
+}  // namespace
+}  // namespace vt
