@@ -34,6 +34,7 @@ struct Vma {
   uint64_t ino;
   bool anonymous;  // private anonymous: heap, [anon:...], no path
   bool ours;       // a memfd this module made
+  int prot() const { return (read ? PROT_READ : 0) | (write ? PROT_WRITE : 0); }
 };
 
 struct Lease {
@@ -135,6 +136,19 @@ void copy_pages(uint8_t* dst, const uint8_t* src, size_t len) {
     if (std::memcmp(src + off, zero, step) != 0) std::memcpy(dst + off, src + off, step);
 }
 
+// A private anonymous copy of the pages at [start, start + len) of v, with v's
+// protection (mremap keeps it when the copy is moved into place); nullptr if out of memory.
+void* private_copy(const Vma& v, uint64_t start, size_t len) {
+  void* copy = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (copy == MAP_FAILED) return nullptr;
+  auto* src = reinterpret_cast<uint8_t*>(start);
+  if (!v.read) mprotect(src, len, PROT_READ);
+  copy_pages(static_cast<uint8_t*>(copy), src, len);
+  if (!v.read) mprotect(src, len, v.prot());
+  mprotect(copy, len, v.prot());
+  return copy;
+}
+
 // fork(): moved pages are MADV_DONTFORK, so nothing the child does before its
 // handler runs can write the parent's memfds. The prepare handler copies every
 // moved range into a private anonymous "shadow" mapping, which the child
@@ -146,7 +160,6 @@ struct Shadow {
   uint64_t start;
   size_t len;
   void* copy;
-  int prot;
 };
 constexpr size_t kMaxShadows = 4096;  // moved mappings; share_pages keeps below
 Shadow g_shadows[kMaxShadows];
@@ -158,14 +171,7 @@ void fork_prepare() {
   for (const Vma& v : read_maps()) {
     if (!v.ours || g_nshadows == kMaxShadows) continue;
     const size_t len = size_t(v.end - v.start);
-    void* copy = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (copy == MAP_FAILED) continue;
-    auto* src = reinterpret_cast<uint8_t*>(v.start);
-    const int prot = (v.read ? PROT_READ : 0) | (v.write ? PROT_WRITE : 0);
-    if (!v.read) mprotect(src, len, PROT_READ);
-    copy_pages(static_cast<uint8_t*>(copy), src, len);
-    if (!v.read) mprotect(src, len, prot);
-    g_shadows[g_nshadows++] = {v.start, len, copy, prot};
+    if (void* copy = private_copy(v, v.start, len)) g_shadows[g_nshadows++] = {v.start, len, copy};
   }
 }
 
@@ -178,9 +184,7 @@ void fork_parent() {
 void fork_child() {
   for (size_t i = 0; i < g_nshadows; ++i) {
     const Shadow& s = g_shadows[i];
-    if (mremap(s.copy, s.len, s.len, MREMAP_MAYMOVE | MREMAP_FIXED, reinterpret_cast<void*>(s.start)) !=
-        MAP_FAILED)
-      mprotect(reinterpret_cast<void*>(s.start), s.len, s.prot);
+    mremap(s.copy, s.len, s.len, MREMAP_MAYMOVE | MREMAP_FIXED, reinterpret_cast<void*>(s.start));
   }
   g_nshadows = 0;
   // The memfds belong to the parent's MRs.
@@ -290,17 +294,10 @@ void release_pages(uint64_t id) {
     if (!v.ours || v.ino != l.ino || v.end <= l.start || v.start >= l.end) continue;
     const uint64_t start = std::max(v.start, l.start), end = std::min(v.end, l.end);
     const size_t len = size_t(end - start);
-    void* copy = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (copy == MAP_FAILED) continue;  // stays on the memfd: still correct, just shared
-    auto* at = reinterpret_cast<uint8_t*>(start);
-    const int prot = (v.read ? PROT_READ : 0) | (v.write ? PROT_WRITE : 0);
-    if (!v.read) mprotect(at, len, PROT_READ);
-    copy_pages(static_cast<uint8_t*>(copy), at, len);
-    mprotect(copy, len, prot);
-    if (mremap(copy, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, at) == MAP_FAILED) {
-      if (!v.read) mprotect(at, len, prot);
+    void* copy = private_copy(v, start, len);
+    if (!copy) continue;  // stays on the memfd: still correct, just shared
+    if (mremap(copy, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, reinterpret_cast<void*>(start)) == MAP_FAILED)
       munmap(copy, len);
-    }
   }
   close(l.fd);
 }
