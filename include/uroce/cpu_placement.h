@@ -92,17 +92,26 @@ inline bool is_live_engine(int pid) {
 
 // CPUs that running engines (processes named uroced, in any runtime
 // directory or network namespace of this PID namespace) are pinned to.
-inline std::multiset<int> engine_pinned_cpus(int except_pid = 0) {
-  std::multiset<int> out;
+// Calls fn(pid) for every process; stops when fn returns false.
+template <typename Fn>
+void for_each_process(Fn fn) {
   DIR* d = opendir("/proc");
-  if (!d) return out;
+  if (!d) return;
   while (dirent* e = readdir(d)) {
     const int pid = std::atoi(e->d_name);
-    if (pid <= 0 || pid == except_pid || !is_live_engine(pid)) continue;
-    const std::vector<int> cpus = process_cpus(pid);
-    if (cpus.size() == 1) out.insert(cpus[0]);
+    if (pid > 0 && !fn(pid)) break;
   }
   closedir(d);
+}
+
+inline std::multiset<int> engine_pinned_cpus(int except_pid = 0) {
+  std::multiset<int> out;
+  for_each_process([&](int pid) {
+    if (pid == except_pid || !is_live_engine(pid)) return true;
+    const std::vector<int> cpus = process_cpus(pid);
+    if (cpus.size() == 1) out.insert(cpus[0]);
+    return true;
+  });
   return out;
 }
 
@@ -146,19 +155,13 @@ inline int choose_engine_cpu() {
 inline bool other_session_pinned_to(const std::vector<int>& cpus) {
   const int my_sid = int(getsid(0));
   bool found = false;
-  DIR* d = opendir("/proc");
-  if (!d) return false;
-  while (dirent* e = readdir(d)) {
-    const int pid = std::atoi(e->d_name);
-    if (pid <= 0 || pid == int(getpid()) || process_cpus(pid) != cpus) continue;
+  for_each_process([&](int pid) {
+    if (pid == int(getpid()) || process_cpus(pid) != cpus) return true;
     const ProcessStat st = process_stat(pid);
-    if (st.state == 'Z' || st.state == 'X' || is_live_engine(pid)) continue;
-    if (st.session > 0 && st.session != my_sid) {
-      found = true;
-      break;
-    }
-  }
-  closedir(d);
+    if (st.state == 'Z' || st.state == 'X' || is_live_engine(pid)) return true;
+    found = st.session > 0 && st.session != my_sid;
+    return !found;
+  });
   return found;
 }
 
