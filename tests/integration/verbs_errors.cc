@@ -264,17 +264,9 @@ TEST_F(Errors, MisalignedAtomicIsRemInvReqErr) {
   ibv_mr* result = reg_buffer(64, IBV_ACCESS_LOCAL_WRITE, 0);
   ASSERT_TRUE(remote && result);
   ibv_sge s = sge_of(result, 0, 8);
-  ibv_send_wr wr{};
-  wr.wr_id = 5;
-  wr.opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
-  wr.sg_list = &s;
-  wr.num_sge = 1;
-  wr.send_flags = IBV_SEND_SIGNALED;
-  wr.wr.atomic.remote_addr = addr_of(remote, 4);  // not 8-byte aligned
-  wr.wr.atomic.rkey = remote->rkey;
-  wr.wr.atomic.compare_add = 1;
-  ibv_send_wr* bad;
-  ASSERT_EQ(ibv_post_send(p.a.qp, &wr, &bad), 0);
+  ASSERT_EQ(post_atomic(p.a.qp, 5, IBV_WR_ATOMIC_FETCH_AND_ADD, &s, addr_of(remote, 4) /* not 8-aligned */,
+                        remote->rkey, 1),
+            0);
   ibv_wc wc;
   VT_POLL_ONE(p.a.cq, &wc);
   EXPECT_EQ(wc.status, IBV_WC_REM_INV_REQ_ERR) << describe(wc);

@@ -226,6 +226,22 @@ int VerbsTest::post_send(ibv_qp* qp, uint64_t wr_id, ibv_wr_opcode op, ibv_sge* 
   return ibv_post_send(qp, &wr, &bad);
 }
 
+int VerbsTest::post_atomic(ibv_qp* qp, uint64_t wr_id, ibv_wr_opcode op, ibv_sge* sge,
+                           uint64_t remote_addr, uint32_t rkey, uint64_t compare_add, uint64_t swap) {
+  ibv_send_wr wr{};
+  wr.wr_id = wr_id;
+  wr.opcode = op;
+  wr.sg_list = sge;
+  wr.num_sge = 1;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.wr.atomic.remote_addr = remote_addr;
+  wr.wr.atomic.rkey = rkey;
+  wr.wr.atomic.compare_add = compare_add;
+  wr.wr.atomic.swap = swap;
+  ibv_send_wr* bad = nullptr;
+  return ibv_post_send(qp, &wr, &bad);
+}
+
 int VerbsTest::post_recv(ibv_qp* qp, uint64_t wr_id, ibv_sge* sge, int num_sge) {
   ibv_recv_wr wr{};
   wr.wr_id = wr_id;

@@ -128,6 +128,10 @@ class VerbsTest : public ::testing::Test {
                        unsigned flags = IBV_SEND_SIGNALED, uint64_t remote_addr = 0,
                        uint32_t rkey = 0, uint32_t imm = 0);
   static int post_recv(ibv_qp* qp, uint64_t wr_id, ibv_sge* sge, int num_sge);
+  // A signaled 8-byte atomic (IBV_WR_ATOMIC_CMP_AND_SWP or _FETCH_AND_ADD)
+  // whose original value lands in sge.
+  static int post_atomic(ibv_qp* qp, uint64_t wr_id, ibv_wr_opcode op, ibv_sge* sge,
+                         uint64_t remote_addr, uint32_t rkey, uint64_t compare_add, uint64_t swap = 0);
   static int post_recv_mr(ibv_qp* qp, uint64_t wr_id, ibv_mr* mr, size_t offset, uint32_t len);
 
   ibv_context* ctx_ = nullptr;

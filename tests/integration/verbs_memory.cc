@@ -85,16 +85,8 @@ TEST_F(SharedMr, HeapBufferMovesOntoSharedPagesAndDataCrossesTheirEdges) {
   auto* word = reinterpret_cast<uint64_t*>(bb + edge + 64);
   *word = 5;
   ibv_sge sge{uint64_t(uintptr_t(a->addr)), 8, a->lkey};
-  ibv_send_wr wr{};
-  wr.opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
-  wr.sg_list = &sge;
-  wr.num_sge = 1;
-  wr.send_flags = IBV_SEND_SIGNALED;
-  wr.wr.atomic.remote_addr = uint64_t(uintptr_t(word));
-  wr.wr.atomic.rkey = b->rkey;
-  wr.wr.atomic.compare_add = 37;
-  ibv_send_wr* bad;
-  ASSERT_EQ(ibv_post_send(p.a.qp, &wr, &bad), 0);
+  ASSERT_EQ(post_atomic(p.a.qp, 0, IBV_WR_ATOMIC_FETCH_AND_ADD, &sge, uint64_t(uintptr_t(word)), b->rkey, 37),
+            0);
   ibv_wc wc;
   VT_POLL_ONE(p.a.cq, &wc);
   ASSERT_EQ(wc.status, IBV_WC_SUCCESS) << describe(wc);

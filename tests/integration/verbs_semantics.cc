@@ -176,18 +176,7 @@ TEST_F(DataPath, AtomicsReturnTheOriginalValue) {
 
   auto atomic = [&](uint64_t id, ibv_wr_opcode op, uint64_t compare_add, uint64_t swap) {
     ibv_sge s = sge_of(result, 0, 8);
-    ibv_send_wr wr{};
-    wr.wr_id = id;
-    wr.opcode = op;
-    wr.sg_list = &s;
-    wr.num_sge = 1;
-    wr.send_flags = IBV_SEND_SIGNALED;
-    wr.wr.atomic.remote_addr = addr_of(remote);
-    wr.wr.atomic.rkey = remote->rkey;
-    wr.wr.atomic.compare_add = compare_add;
-    wr.wr.atomic.swap = swap;
-    ibv_send_wr* bad;
-    return ibv_post_send(p.a.qp, &wr, &bad);
+    return post_atomic(p.a.qp, id, op, &s, addr_of(remote), remote->rkey, compare_add, swap);
   };
   ibv_wc wc;
   // CAS that matches: swaps.
