@@ -22,13 +22,17 @@ if ! command -v ibv_rc_pingpong >/dev/null; then
 fi
 
 # A private runtime directory: the demo neither sees nor disturbs other engines.
-work="$(mktemp -d /tmp/uroce-demo.XXXXXX)"
+work="$(mktemp -d "${TMPDIR:-/tmp}/uroce-demo.XXXXXX")"
 export UROCE_RUNTIME_DIR="$work/run"
 server_pid=""
+passed=0
+# The engine stops first: its runtime directory (pid file, socket) is what
+# `uroce stop` finds it by, so the files go only after it is gone.
 # shellcheck disable=SC2317  # called by the EXIT trap
 cleanup() {
   if [[ -n "$server_pid" ]]; then kill "$server_pid" 2>/dev/null || true; fi
   timeout 30 "$uroce" stop --all >/dev/null 2>&1 || true
+  if ((passed)); then rm -rf "$work"; fi
 }
 trap cleanup EXIT
 
@@ -71,7 +75,7 @@ cat "$work/client.log"
 echo "----"
 if ((client_rc == 0 && server_rc == 0)); then
   echo "demo: ok: ibv_rc_pingpong ran over uroce"
-  rm -rf "$work"
+  passed=1
 else
   echo "demo: FAILED (client exit $client_rc, server exit $server_rc); engine log:"
   tail -n 30 "$UROCE_RUNTIME_DIR"/*.log 2>/dev/null || true
