@@ -56,6 +56,11 @@ struct RecvInProgress {
   bool discard = false;        // its SRQ was destroyed mid-message: place nothing
   uint32_t srq = 0;            // SRQ handle it came from, 0: the QP's RQ
   const Owner* owner = nullptr;  // whose memory the SGEs address
+  // An SGE that runs past the end of its MR is cut there and ends the list
+  // (mr_limited); declared_len is what the WQE asked for, so a message that
+  // fits it but not the cut list is a protection error, not a length error.
+  bool mr_limited = false;
+  uint64_t declared_len = 0;
   std::array<abi::Sge, kMaxSge> sge{};
 };
 

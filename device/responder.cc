@@ -150,15 +150,28 @@ bool take_recv_wqe(Device& dev, Qp& qp, const net::Packet& p, uint32_t* status) 
     *status = IBV_WC_LOC_LEN_ERR;
     return true;
   }
+  r.mr_limited = false;
+  r.declared_len = 0;
+  for (uint32_t i = 0; i < r.num_sge; ++i) r.declared_len += r.sge[i].length;
   for (uint32_t i = 0; i < r.num_sge; ++i) {
     if (r.sge[i].length == 0) continue;
+    // Key, PD and access are checked now; bounds only for the bytes a message
+    // writes (mlx5 and rxe): an SGE may run past its MR's end as long as the
+    // message stops short of it, so the SGE is cut there and ends the list.
     const Mr* mr;
-    if (dev.check_mr(r.sge[i].lkey, pd, r.sge[i].addr, r.sge[i].length, IBV_ACCESS_LOCAL_WRITE,
-                     false, &mr) != Device::MrCheck::kOk) {
+    if (dev.check_mr(r.sge[i].lkey, pd, r.sge[i].addr, 0, IBV_ACCESS_LOCAL_WRITE, false, &mr) !=
+        Device::MrCheck::kOk) {
       *status = IBV_WC_LOC_PROT_ERR;
       return true;
     }
+    const uint64_t room = mr->iova + mr->length - r.sge[i].addr;
     r.sge[i].addr = mr->addr + (r.sge[i].addr - mr->iova);
+    if (room < r.sge[i].length) {
+      r.sge[i].length = uint32_t(room);
+      r.num_sge = i + 1;
+      r.mr_limited = true;
+      break;
+    }
   }
   return true;
 }
@@ -167,6 +180,12 @@ uint64_t recv_capacity(const RecvInProgress& r) {
   uint64_t total = 0;
   for (uint32_t i = 0; i < r.num_sge; ++i) total += r.sge[i].length;
   return total;
+}
+
+// The status of a message of `need` bytes that does not fit its receive:
+// longer than the WQE's SGEs (IBA 9.7.5.2.5), or reaching past an MR's end.
+uint32_t overflow_status(const RecvInProgress& r, uint64_t need) {
+  return r.mr_limited && need <= r.declared_len ? IBV_WC_LOC_PROT_ERR : IBV_WC_LOC_LEN_ERR;
 }
 
 // Completes the receive WQE being filled and frees its RQ slot.
@@ -232,8 +251,9 @@ void receive_ud(Device& dev, Qp& qp, net::Packet& p) {
   net::roce_grh(p, grh);
   const uint32_t total = 40 + p.payload_len;
   if (total > recv_capacity(qp.resp_recv)) {
-    ++dev.counters_mut().rx_ud_too_long;
-    complete_recv(dev, qp, IBV_WC_LOC_LEN_ERR, IBV_WC_RECV, 0, nullptr, false);
+    const uint32_t st = overflow_status(qp.resp_recv, total);
+    if (st == IBV_WC_LOC_LEN_ERR) ++dev.counters_mut().rx_ud_too_long;
+    complete_recv(dev, qp, st, IBV_WC_RECV, 0, nullptr, false);
     return;
   }
   const RecvInProgress& r = qp.resp_recv;
@@ -387,9 +407,14 @@ void execute_send(Device& dev, Qp& qp, net::Packet& p) {
     return;
   }
   if (qp.resp_offset + p.payload_len > recv_capacity(r)) {
-    // Message longer than the receive buffer (IBA 9.7.5.2.5, class C for RC).
-    complete_recv(dev, qp, IBV_WC_LOC_LEN_ERR, IBV_WC_RECV, 0, nullptr, false);
-    if (is_reliable(qp)) nak_and_fail(dev, qp, psn, net::aeth::kNakInvalidRequest, false);
+    // Message longer than the receive buffer (IBA 9.7.5.2.5, class C for RC),
+    // or reaching past the end of an SGE's MR (a protection error).
+    const uint32_t st = overflow_status(r, qp.resp_offset + p.payload_len);
+    complete_recv(dev, qp, st, IBV_WC_RECV, 0, nullptr, false);
+    if (is_reliable(qp))
+      nak_and_fail(dev, qp, psn,
+                   st == IBV_WC_LOC_LEN_ERR ? net::aeth::kNakInvalidRequest : net::aeth::kNakRemoteOpError,
+                   false);
     else dev.qp_to_error(qp);
     return;
   }

@@ -231,8 +231,15 @@ int poll_cq(ibv_cq* ibcq, int num_entries, ibv_wc* wc) {
 int req_notify_cq(ibv_cq* ibcq, int solicited_only) {
   UCq* cq = to_ucq(ibcq);
   // Arming a CQ without a channel is allowed (mlx5, rxe): nobody is told.
-  cq->ring.hdr->notify.store(solicited_only ? abi::kCqNotifySolicited : abi::kCqNotifyNext,
-                             std::memory_order_seq_cst);
+  // The stronger request stays in force until the next event (mlx5: a
+  // solicited-only arm after an "any completion" arm does not weaken it).
+  if (solicited_only) {
+    uint32_t none = abi::kCqNotifyNone;
+    cq->ring.hdr->notify.compare_exchange_strong(none, abi::kCqNotifySolicited,
+                                                 std::memory_order_seq_cst);
+  } else {
+    cq->ring.hdr->notify.store(abi::kCqNotifyNext, std::memory_order_seq_cst);
+  }
   // As mlx5 does when armed with completions still unpolled, raise the event
   // now rather than lose the wakeup (the engine only looks when it adds one).
   std::lock_guard<std::mutex> lock(cq->mu);

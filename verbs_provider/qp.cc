@@ -44,9 +44,16 @@ constexpr uint64_t kSupportedSendOps =
 
 ibv_qp* create_qp_ex(ibv_context* context, ibv_qp_init_attr_ex* attr) {
   UContext* c = to_uctx(context);
-  const uint32_t known =
-      IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_XRCD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+  const uint32_t known = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_XRCD |
+                         IBV_QP_INIT_ATTR_CREATE_FLAGS | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
   if (attr->comp_mask & ~known) {
+    errno = EOPNOTSUPP;
+    return nullptr;
+  }
+  // No creation flag is implemented: the mask with no flags in it is an
+  // ordinary QP; a flag is refused as mlx5's process_create_flags refuses
+  // one it lacks (EOPNOTSUPP).
+  if ((attr->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) && attr->create_flags) {
     errno = EOPNOTSUPP;
     return nullptr;
   }

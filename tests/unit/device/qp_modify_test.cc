@@ -286,9 +286,15 @@ TEST_F(QpModifyTest, BadPortPkeyAndMtuAreEinval) {
       EXPECT_EQ(modify(qpn, kRcInitMask, a), EINVAL) << pkey;
     }
     a.pkey_index = 0;
-    a.qp_access_flags |= IBV_ACCESS_MW_BIND;
+    a.qp_access_flags |= IBV_ACCESS_ZERO_BASED;  // an MR flag, no QP's
     EXPECT_EQ(modify(qpn, kRcInitMask, a), EINVAL);
     EXPECT_EQ(state(qpn), IBV_QPS_RESET);
+    // MW_BIND is accepted and kept, as rxe and mlx5 do (issue 9, point 4).
+    a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_MW_BIND;
+    EXPECT_EQ(modify(qpn, kRcInitMask, a), 0);
+    abi::QpAttr q;
+    ASSERT_EQ(dev_.query_qp(&owner_, qpn, &q), 0);
+    EXPECT_EQ(q.qp_access_flags, uint32_t(IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_MW_BIND));
   }
   {
     const uint32_t qpn = qp_in(IBV_QPT_RC, IBV_QPS_INIT);
