@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# The Debian package (debian/, issue 15): dpkg-buildpackage builds it from a
+# scratch copy of the source tree; lintian finds no error or warning; apt can
+# install it on this Debian 12 (its dependencies resolve); its files, unpacked
+# into a scratch root, start an engine and run Debian's ibv_rc_pingpong as an
+# ordinary user; its systemd unit is well-formed.
+#
+# Skips (exit 77) without dpkg-buildpackage/debhelper/lintian, which
+# tools/install-deps.sh installs.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+for tool in dpkg-buildpackage dh lintian fakeroot; do
+  command -v "$tool" >/dev/null || { echo "SKIP: $tool is not installed"; exit 77; }
+done
+
+work="$(mktemp -d /tmp/uroce-package.XXXXXX)"
+chmod 755 "$work"
+add_cleanup "rm -rf '$work'"
+src="$work/uroce"
+mkdir -p "$src"
+# The tracked files only (a clean checkout), never the build tree.
+if git -C "$UROCE_SRC_DIR" rev-parse --git-dir >/dev/null 2>&1; then
+  (cd "$UROCE_SRC_DIR" && git ls-files -z --cached --others --exclude-standard |
+    xargs -0 cp --parents -t "$src" 2>/dev/null) || true
+else
+  (cd "$UROCE_SRC_DIR" && tar --exclude=./build -cf - .) | tar -C "$src" -xf -
+fi
+[[ -f "$src/debian/control" ]] || { echo "package_test: no debian/ in the source" >&2; exit 1; }
+
+log="$UROCE_LOG_DIR/dpkg-buildpackage.log"
+if ! (cd "$src" && timeout 900 dpkg-buildpackage -b -us -uc -j2) >"$log" 2>&1; then
+  tail -n 40 "$log" >&2
+  echo "package_test: dpkg-buildpackage failed" >&2
+  exit 1
+fi
+deb=$(ls "$work"/uroce_*.deb)
+echo "package_test: built $(basename "$deb")"
+
+lintian_log="$UROCE_LOG_DIR/lintian.log"
+lintian --allow-root "$deb" >"$lintian_log" 2>&1 || true
+if grep -E '^[EW]: ' "$lintian_log"; then
+  echo "package_test: lintian reports the lines above" >&2
+  exit 1
+fi
+echo "package_test: lintian: no errors, no warnings"
+
+contents=$(dpkg-deb -c "$deb" | awk '{print $6}')
+for f in ./usr/bin/uroce ./usr/bin/uroced ./usr/lib/uroce/libibverbs.so.1 \
+  ./usr/share/man/man1/uroce.1.gz ./usr/share/man/man8/uroced.8.gz \
+  ./usr/share/doc/uroce/copyright ./lib/systemd/system/uroced@.service; do
+  grep -qxF "$f" <<<"$contents" || { echo "package_test: $f is not in the package" >&2; exit 1; }
+done
+if grep -E 'libibverbs' <<<"$contents" | grep -v '^\./usr/lib/uroce/'; then
+  echo "package_test: a libibverbs outside /usr/lib/uroce" >&2
+  exit 1
+fi
+
+# apt would install it here: every dependency resolves (simulated: the
+# test leaves the system's packages alone).
+if ((EUID == 0)); then
+  apt-get install -s "$deb" >"$UROCE_LOG_DIR/apt-simulate.log" 2>&1 ||
+    { cat "$UROCE_LOG_DIR/apt-simulate.log" >&2; echo "package_test: apt cannot install it" >&2; exit 1; }
+  grep -q '^Inst uroce ' "$UROCE_LOG_DIR/apt-simulate.log" ||
+    { cat "$UROCE_LOG_DIR/apt-simulate.log" >&2; echo "package_test: apt would not install uroce" >&2; exit 1; }
+  echo "package_test: apt-get install resolves its dependencies"
+fi
+
+unit="$work/root/lib/systemd/system/uroced@.service"
+dpkg-deb -x "$deb" "$work/root"
+grep -q '^ExecStart=/usr/bin/uroced --name %i ' "$unit" ||
+  { echo "package_test: the unit does not start uroced" >&2; exit 1; }
+if command -v systemd-analyze >/dev/null; then
+  cp "$unit" "$work/uroced@test.service"
+  sed -i "s|/usr/bin/uroced|$work/root/usr/bin/uroced|" "$work/uroced@test.service"
+  systemd-analyze verify --man=no "$work/uroced@test.service" >"$UROCE_LOG_DIR/unit.log" 2>&1 ||
+    { cat "$UROCE_LOG_DIR/unit.log" >&2; echo "package_test: systemd-analyze rejects the unit" >&2; exit 1; }
+fi
+
+# The packaged uroce (unpacked, as installed but under a scratch root) runs
+# a device for an ordinary user.
+uroce_pkg="$work/root/usr/bin/uroce"
+runner=()
+if ((EUID == 0)) && command -v setpriv >/dev/null && id nobody >/dev/null 2>&1; then
+  runner=(setpriv --reuid=nobody --regid="$(id -g nobody)" --clear-groups)
+fi
+rt="$work/rt"
+mkdir -p "$rt"
+((${#runner[@]})) && chown nobody "$rt"
+chmod 700 "$rt"
+as_user() { "${runner[@]}" env UROCE_RUNTIME_DIR="$rt" HOME=/ "$@"; }
+add_cleanup "as_user timeout 30 '$uroce_pkg' stop --all >/dev/null 2>&1"
+as_user timeout 30 "$uroce_pkg" start >"$UROCE_LOG_DIR/pkg-start.log" 2>&1 ||
+  { cat "$UROCE_LOG_DIR/pkg-start.log" >&2; echo "package_test: uroce start failed" >&2; exit 1; }
+as_user timeout -k 5 60 "$uroce_pkg" run -- ibv_rc_pingpong -g 0 -n 100 \
+  >"$UROCE_LOG_DIR/pkg.server.log" 2>&1 </dev/null &
+server=$!
+sleep 0.5
+rc=0
+for _ in 1 2 3 4 5; do
+  rc=0
+  as_user timeout -k 5 60 "$uroce_pkg" run -- ibv_rc_pingpong -g 0 -n 100 localhost \
+    >"$UROCE_LOG_DIR/pkg.client.log" 2>&1 </dev/null || rc=$?
+  ((rc == 0)) || ! grep -q "Couldn't connect" "$UROCE_LOG_DIR/pkg.client.log" && break
+  sleep 0.5
+done
+src_rc=0
+wait "$server" || src_rc=$?
+if ((rc != 0 || src_rc != 0)); then
+  cat "$UROCE_LOG_DIR/pkg.server.log" "$UROCE_LOG_DIR/pkg.client.log" >&2
+  tail -n 30 "$rt/uroce0.log" >&2 || true
+  echo "package_test: ibv_rc_pingpong through the packaged uroce failed (client $rc, server $src_rc)" >&2
+  exit 1
+fi
+as_user timeout 30 "$uroce_pkg" stop --all >/dev/null
+user_name=$(id -un)
+((${#runner[@]})) && user_name=nobody
+echo "package_test: the packaged uroce ran ibv_rc_pingpong as $user_name"
