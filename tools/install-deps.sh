@@ -10,7 +10,7 @@ packages=(
   libibverbs-dev ibverbs-utils perftest rdma-core
   libboost-dev libgtest-dev libdpdk-dev
   iproute2 python3 python3-pyverbs zlib1g-dev tshark
-  debhelper fakeroot lintian
+  debhelper fakeroot lintian clang
 )
 
 missing=()
