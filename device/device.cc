@@ -232,6 +232,25 @@ int Device::dereg_mr(Owner* o, uint32_t key) {
   return 0;
 }
 
+Result<uint32_t> Device::create_ah(Owner* o, uint32_t handle) {
+  Pd* pd = pds_.get(handle);
+  if (!pd || pd->owner != o) return {EINVAL};
+  if (ahs_.count() >= info_.max_ah) return {ENOMEM};
+  auto ah = std::make_unique<Ah>();
+  ah->owner = o;
+  ah->pd = handle;
+  ++pd->refs;  // ibv_dealloc_pd with AHs is EBUSY
+  return {0, ahs_.insert(std::move(ah))};
+}
+
+int Device::destroy_ah(Owner* o, uint32_t handle) {
+  Ah* ah = ahs_.get(handle);
+  if (!ah || ah->owner != o) return EINVAL;
+  --pds_.get(ah->pd)->refs;
+  ahs_.erase(handle);
+  return 0;
+}
+
 Device::MrCheck Device::check_mr(uint32_t key, uint32_t pd, uint64_t va, uint64_t len,
                                  uint32_t access, bool remote, const Mr** out) const {
   const Mr* mr = mrs_.get(key >> 8);
@@ -528,6 +547,9 @@ void Device::release_owner(Owner* o) {
   ids.clear();
   cqs_.for_each([&](uint32_t i, Cq& c) { if (c.owner == o) ids.push_back(i); });
   for (uint32_t i : ids) destroy_cq(o, i);
+  ids.clear();
+  ahs_.for_each([&](uint32_t i, Ah& a) { if (a.owner == o) ids.push_back(i); });
+  for (uint32_t i : ids) destroy_ah(o, i);
   ids.clear();
   mrs_.for_each([&](uint32_t, Mr& m) { if (m.owner == o) ids.push_back(m.key); });
   for (uint32_t k : ids) dereg_mr(o, k);

@@ -63,6 +63,8 @@ class Device {
   Result<uint32_t> reg_mr(Owner* o, const abi::RegMrRequest& req, int shared_fd = -1);  // returns key
   int rereg_mr(Owner* o, const abi::ReregMrRequest& req, uint32_t* new_key, int shared_fd = -1);
   int dereg_mr(Owner* o, uint32_t key);
+  Result<uint32_t> create_ah(Owner* o, uint32_t pd);
+  int destroy_ah(Owner* o, uint32_t handle);
   Result<uint32_t> create_comp_channel(Owner* o, int fd);
   int destroy_comp_channel(Owner* o, uint32_t handle);
   Result<uint32_t> create_cq(Owner* o, const abi::CreateCqRequest& req);
@@ -188,6 +190,7 @@ class Device {
 
   Table<Pd> pds_;
   Table<Mr> mrs_;
+  Table<Ah> ahs_;
   Table<CompChannel> channels_;
   Table<Cq> cqs_;
   Table<Qp> qps_;  // index = qpn - kFirstQpn + 1

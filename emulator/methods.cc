@@ -43,8 +43,21 @@ constexpr HandleAttr optional(HandleAttr a) {
   a.optional = true;
   return a;
 }
-constexpr HandleAttr any64(HandleAttr a) {
-  a.max = UINT64_MAX;
+// A completion channel is a file in the kernel (UVERBS_ATTR_FD): one that is
+// not a channel of this process is EBADF (lookup_get_fd_uobject).
+constexpr HandleAttr channel(HandleAttr a) {
+  a.optional = true;
+  a.missing_errno = EBADF;
+  return a;
+}
+// A write() command's object argument: a failed lookup is EINVAL.
+constexpr HandleAttr einval(HandleAttr a) {
+  a.missing_errno = EINVAL;
+  return a;
+}
+// The object the method destroys (uobj_perform_destroy: ENOENT).
+constexpr HandleAttr destroyed(HandleAttr a) {
+  a.destroys = true;
   return a;
 }
 
@@ -65,27 +78,27 @@ constexpr Table make_table() {
   // PD and MR (methods_pd_mr.cc).
   at(CtlOp::kAllocPd) = method("alloc_pd", alloc_pd, kNoBody, kNoFds);
   at(CtlOp::kDeallocPd) = method("dealloc_pd", dealloc_pd, exact<HandleRequest>(), kNoFds,
-                                 UROCE_HANDLE(HandleRequest, handle, kPd));
+                                 destroyed(UROCE_HANDLE(HandleRequest, handle, kPd)));
   at(CtlOp::kRegMr) = method("reg_mr", reg_mr, exact<RegMrRequest>(), fds_optional(1),  // memfd
-                             UROCE_HANDLE(RegMrRequest, pd, kPd));
+                             einval(UROCE_HANDLE(RegMrRequest, pd, kPd)));
   at(CtlOp::kReregMr) = method("rereg_mr", rereg_mr, exact<ReregMrRequest>(), fds_optional(1),
                                UROCE_HANDLE(ReregMrRequest, handle, kMr),
-                               optional(UROCE_HANDLE(ReregMrRequest, pd, kPd)));
+                               einval(optional(UROCE_HANDLE(ReregMrRequest, pd, kPd))));
   at(CtlOp::kDeregMr) = method("dereg_mr", dereg_mr, exact<HandleRequest>(), kNoFds,
-                               UROCE_HANDLE(HandleRequest, handle, kMr));
+                               destroyed(UROCE_HANDLE(HandleRequest, handle, kMr)));
 
   // Completion channels and CQs (methods_cq.cc).
   at(CtlOp::kCreateCompChannel) =
       method("create_comp_channel", create_comp_channel, kNoBody, fds_exactly(1));  // pipe
   at(CtlOp::kDestroyCompChannel) =
       method("destroy_comp_channel", destroy_comp_channel, exact<HandleRequest>(), kNoFds,
-             UROCE_HANDLE(HandleRequest, handle, kCompChannel));
+             destroyed(UROCE_HANDLE(HandleRequest, handle, kCompChannel)));
   at(CtlOp::kCreateCq) = method("create_cq", create_cq, exact<CreateCqRequest>(), kNoFds,
-                                optional(UROCE_HANDLE(CreateCqRequest, channel, kCompChannel)));
+                                channel(UROCE_HANDLE(CreateCqRequest, channel, kCompChannel)));
   at(CtlOp::kResizeCq) = method("resize_cq", resize_cq, exact<ResizeCqRequest>(), kNoFds,
-                                UROCE_HANDLE(ResizeCqRequest, handle, kCq));
+                                einval(UROCE_HANDLE(ResizeCqRequest, handle, kCq)));
   at(CtlOp::kDestroyCq) = method("destroy_cq", destroy_cq, exact<HandleRequest>(), kNoFds,
-                                 UROCE_HANDLE(HandleRequest, handle, kCq));
+                                 destroyed(UROCE_HANDLE(HandleRequest, handle, kCq)));
 
   // QPs (methods_qp.cc). PD and CQs are optional here: an XRC target QP has
   // none, an XRC initiator no receive CQ; the device checks what each type needs.
@@ -96,11 +109,11 @@ constexpr Table make_table() {
                                 optional(UROCE_HANDLE(CreateQpRequest, srq, kSrq)),
                                 optional(UROCE_HANDLE(CreateQpRequest, xrcd, kXrcd)));
   at(CtlOp::kModifyQp) = method("modify_qp", modify_qp, exact<ModifyQpRequest>(), kNoFds,
-                                UROCE_HANDLE(ModifyQpRequest, handle, kQp));
+                                einval(UROCE_HANDLE(ModifyQpRequest, handle, kQp)));
   at(CtlOp::kQueryQp) = method("query_qp", query_qp, exact<HandleRequest>(), kNoFds,
-                               UROCE_HANDLE(HandleRequest, handle, kQp));
+                               einval(UROCE_HANDLE(HandleRequest, handle, kQp)));
   at(CtlOp::kDestroyQp) = method("destroy_qp", destroy_qp, exact<HandleRequest>(), kNoFds,
-                                 any64(UROCE_HANDLE(HandleRequest, handle, kQp)));
+                                 destroyed(UROCE_HANDLE(HandleRequest, handle, kQp)));
 
   // SRQs and XRC (methods_srq_xrc.cc).
   at(CtlOp::kCreateSrq) = method("create_srq", create_srq, exact<CreateSrqRequest>(), kNoFds,
@@ -108,17 +121,24 @@ constexpr Table make_table() {
                                  optional(UROCE_HANDLE(CreateSrqRequest, xrcd, kXrcd)),
                                  optional(UROCE_HANDLE(CreateSrqRequest, cq, kCq)));
   at(CtlOp::kModifySrq) = method("modify_srq", modify_srq, exact<ModifySrqRequest>(), kNoFds,
-                                 UROCE_HANDLE(ModifySrqRequest, handle, kSrq));
+                                 einval(UROCE_HANDLE(ModifySrqRequest, handle, kSrq)));
   at(CtlOp::kQuerySrq) = method("query_srq", query_srq, exact<HandleRequest>(), kNoFds,
-                                UROCE_HANDLE(HandleRequest, handle, kSrq));
+                                einval(UROCE_HANDLE(HandleRequest, handle, kSrq)));
   at(CtlOp::kDestroySrq) = method("destroy_srq", destroy_srq, exact<HandleRequest>(), kNoFds,
-                                  UROCE_HANDLE(HandleRequest, handle, kSrq));
+                                  destroyed(UROCE_HANDLE(HandleRequest, handle, kSrq)));
   at(CtlOp::kOpenXrcd) =
       method("open_xrcd", open_xrcd, exact<OpenXrcdRequest>(), fds_optional(1));  // the file
   at(CtlOp::kCloseXrcd) = method("close_xrcd", close_xrcd, exact<HandleRequest>(), kNoFds,
-                                 UROCE_HANDLE(HandleRequest, handle, kXrcd));
+                                 destroyed(UROCE_HANDLE(HandleRequest, handle, kXrcd)));
   at(CtlOp::kOpenQp) = method("open_qp", open_qp, exact<OpenQpRequest>(), kNoFds,
-                              UROCE_HANDLE(OpenQpRequest, xrcd, kXrcd));
+                              einval(UROCE_HANDLE(OpenQpRequest, xrcd, kXrcd)));
+
+  // Address handles (methods_ah.cc): the address vector stays in the
+  // client, the engine counts them against max_ah and holds their PD.
+  at(CtlOp::kCreateAh) = method("create_ah", create_ah, exact<CreateAhRequest>(), kNoFds,
+                                einval(UROCE_HANDLE(CreateAhRequest, pd, kPd)));
+  at(CtlOp::kDestroyAh) = method("destroy_ah", destroy_ah, exact<HandleRequest>(), kNoFds,
+                                 destroyed(UROCE_HANDLE(HandleRequest, handle, kAh)));
 
   // The uroce command (methods_tools.cc).
   at(CtlOp::kSetFault) = method("set_fault", set_fault, exact<SetFaultRequest>(), kNoFds);

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cerrno>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -24,6 +25,7 @@ struct Owner;
 namespace uroce::emulator {
 
 class Engine;
+class ObjectTable;
 
 // The object types a handle may name (the kernel's UVERBS_OBJECT_*).
 enum class ObjType : uint8_t { kNone, kPd, kMr, kCompChannel, kCq, kQp, kSrq, kXrcd, kAh, kCount };
@@ -35,9 +37,13 @@ struct Call {
   Engine& engine;
   device::Device& dev;
   device::Owner& owner;
+  ObjectTable& objects;  // the session's handles: creators add theirs
   const uint8_t* body;  // at least the method's request size, zero padded
   uint32_t len;         // bytes the client sent
   std::vector<int>& fds;
+  // The handles as the client sent them, in the order of the method's
+  // HandleAttr list (body holds the device ids they resolved to).
+  std::array<uint64_t, 5> client_handles{};
 
   // Reply.
   alignas(8) uint8_t rep[abi::kMaxCtlMsg - sizeof(abi::CtlReplyHeader)];
@@ -88,7 +94,15 @@ struct HandleAttr {
   uint16_t offset = 0;   // of a uint64_t in the request body
   ObjType type = ObjType::kNone;
   bool optional = false;  // 0 means "none" and is allowed
-  uint64_t max = UINT32_MAX;  // larger is EINVAL
+  // What a handle that names no live object of this type and session gets.
+  // The kernel's lookup (rdma_lookup_get_uobject) gives ENOENT, and so do the
+  // ioctl methods rdma-core uses to create CQs, QPs and SRQs and to destroy
+  // anything; the write() commands that take an object they do not destroy
+  // turn a failed lookup into EINVAL (ib_uverbs_reg_mr, ib_uverbs_modify_qp,
+  // ib_uverbs_resize_cq, ...: "if (!pd) { ret = -EINVAL; ...").
+  uint8_t missing_errno = ENOENT;
+  // The method destroys the object: once it succeeded the handle is gone.
+  bool destroys = false;
 };
 
 enum class SizeRule : uint8_t { kExact, kUpTo };
@@ -137,6 +151,9 @@ int destroy_srq(Call& c);
 int open_xrcd(Call& c);
 int close_xrcd(Call& c);
 int open_qp(Call& c);
+// methods_ah.cc
+int create_ah(Call& c);
+int destroy_ah(Call& c);
 // methods_tools.cc: what the uroce command asks
 int set_fault(Call& c);
 int capture(Call& c);

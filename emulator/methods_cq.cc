@@ -5,6 +5,7 @@
 
 #include "emulator/engine.h"
 #include "emulator/methods.h"
+#include "emulator/object_table.h"
 
 namespace uroce::emulator {
 
@@ -25,7 +26,7 @@ int create_comp_channel(Call& c) {
   fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
   auto r = c.dev.create_comp_channel(&c.owner, fd);
   if (r.err) return r.err;
-  return c.reply(abi::CreateCompChannelReply{r.value});
+  return c.reply(abi::CreateCompChannelReply{c.objects.insert(ObjType::kCompChannel, r.value)});
 }
 
 int destroy_comp_channel(Call& c) {
@@ -35,7 +36,7 @@ int destroy_comp_channel(Call& c) {
 int create_cq(Call& c) {
   auto r = c.dev.create_cq(&c.owner, c.request<abi::CreateCqRequest>());
   if (r.err) return r.err;
-  return reply_cq(c, r.value, r.value);
+  return reply_cq(c, c.objects.insert(ObjType::kCq, r.value), r.value);
 }
 
 int resize_cq(Call& c) {
@@ -44,7 +45,7 @@ int resize_cq(Call& c) {
   // entries than waiting completions" check sees them.
   c.engine.drain_device();
   if (int err = c.dev.resize_cq(&c.owner, uint32_t(req.handle), req.cqe)) return err;
-  return reply_cq(c, req.handle, uint32_t(req.handle));
+  return reply_cq(c, c.client_handles[0], uint32_t(req.handle));
 }
 
 int destroy_cq(Call& c) {

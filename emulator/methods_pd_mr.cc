@@ -3,13 +3,14 @@
 
 #include "device/device.h"
 #include "emulator/methods.h"
+#include "emulator/object_table.h"
 
 namespace uroce::emulator {
 
 int alloc_pd(Call& c) {
   auto r = c.dev.alloc_pd(&c.owner);
   if (r.err) return r.err;
-  return c.reply(abi::AllocPdReply{r.value});
+  return c.reply(abi::AllocPdReply{c.objects.insert(ObjType::kPd, r.value)});
 }
 
 int dealloc_pd(Call& c) {
@@ -20,7 +21,7 @@ int dealloc_pd(Call& c) {
 int reg_mr(Call& c) {
   auto r = c.dev.reg_mr(&c.owner, c.request<abi::RegMrRequest>(), c.fds.empty() ? -1 : c.fds[0]);
   if (r.err) return r.err;
-  return c.reply(abi::RegMrReply{r.value, r.value, r.value});
+  return c.reply(abi::RegMrReply{c.objects.insert(ObjType::kMr, r.value), r.value, r.value});
 }
 
 int rereg_mr(Call& c) {
@@ -28,7 +29,7 @@ int rereg_mr(Call& c) {
   if (int err = c.dev.rereg_mr(&c.owner, c.request<abi::ReregMrRequest>(), &key,
                                c.fds.empty() ? -1 : c.fds[0]))
     return err;
-  return c.reply(abi::RegMrReply{key, key, key});
+  return c.reply(abi::RegMrReply{c.client_handles[0], key, key});
 }
 
 int dereg_mr(Call& c) {

@@ -3,6 +3,7 @@
 
 #include "device/device.h"
 #include "emulator/methods.h"
+#include "emulator/object_table.h"
 
 namespace uroce::emulator {
 
@@ -12,7 +13,7 @@ int create_qp(Call& c) {
   if (r.err) return r.err;
   const device::Qp* qp = c.dev.qp(r.value);
   abi::CreateQpReply rep{};
-  rep.handle = r.value;
+  rep.handle = c.objects.insert(ObjType::kQp, r.value);
   rep.qpn = r.value;
   rep.caps = qp->caps;
   rep.sq_log2 = qp->sq.log2;
@@ -38,7 +39,7 @@ int query_qp(Call& c) {
   return c.reply(rep);
 }
 
-// The handle: a QPN, or id << 32 | QPN for an opened QP.
+// The device id: a QPN, or id << 32 | QPN for an opened QP.
 int destroy_qp(Call& c) { return c.dev.destroy_qp(&c.owner, c.request<abi::HandleRequest>().handle); }
 
 }  // namespace uroce::emulator

@@ -5,17 +5,18 @@
 
 #include "device/device.h"
 #include "emulator/methods.h"
+#include "emulator/object_table.h"
 
 namespace uroce::emulator {
 
 namespace {
 
 // Reply fds: [the queue memfd] when with_fd (creation, or a resize that moved the ring).
-int reply_srq(Call& c, uint32_t handle, bool with_fd) {
-  const device::Srq* s = c.dev.srq(handle);
+int reply_srq(Call& c, uint64_t handle, uint32_t srqn, bool with_fd) {
+  const device::Srq* s = c.dev.srq(srqn);
   abi::CreateSrqReply rep{};
   rep.handle = handle;
-  rep.srqn = handle;
+  rep.srqn = srqn;
   rep.max_wr = s->max_wr;
   rep.max_sge = s->max_sge;
   rep.log2 = s->ring.log2;
@@ -30,7 +31,7 @@ int reply_srq(Call& c, uint32_t handle, bool with_fd) {
 int create_srq(Call& c) {
   auto r = c.dev.create_srq(&c.owner, c.request<abi::CreateSrqRequest>());
   if (r.err) return r.err;
-  return reply_srq(c, r.value, true);
+  return reply_srq(c, c.objects.insert(ObjType::kSrq, r.value), r.value, true);
 }
 
 int modify_srq(Call& c) {
@@ -40,12 +41,11 @@ int modify_srq(Call& c) {
   const int old_fd = before ? before->mem.fd() : -1;
   if (int err = c.dev.modify_srq(&c.owner, handle, req.attr_mask, req.max_wr, req.srq_limit))
     return err;
-  return reply_srq(c, handle, c.dev.srq(handle)->mem.fd() != old_fd);
+  return reply_srq(c, c.client_handles[0], handle, c.dev.srq(handle)->mem.fd() != old_fd);
 }
 
 int query_srq(Call& c) {
   const device::Srq* s = c.dev.srq(uint32_t(c.request<abi::HandleRequest>().handle));
-  if (!s || s->owner != &c.owner) return EINVAL;
   return c.reply(abi::QuerySrqReply{s->max_wr, s->max_sge, s->limit, 0});
 }
 
@@ -61,7 +61,7 @@ int open_xrcd(Call& c) {
   auto r = c.dev.open_xrcd(&c.owner, fd, req.oflags);
   if (fd >= 0) close(fd);
   if (r.err) return r.err;
-  return c.reply(abi::OpenXrcdReply{r.value});
+  return c.reply(abi::OpenXrcdReply{c.objects.insert(ObjType::kXrcd, r.value)});
 }
 
 int close_xrcd(Call& c) {
@@ -73,7 +73,7 @@ int open_qp(Call& c) {
   if (req.qp_type != IBV_QPT_XRC_RECV) return EINVAL;
   auto r = c.dev.open_qp(&c.owner, uint32_t(req.xrcd), req.qpn, req.cookie);
   if (r.err) return r.err;
-  return c.reply(abi::OpenQpReply{r.value});
+  return c.reply(abi::OpenQpReply{c.objects.insert(ObjType::kQp, r.value)});
 }
 
 }  // namespace uroce::emulator

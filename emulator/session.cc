@@ -12,6 +12,7 @@
 
 #include "emulator/engine.h"
 #include "emulator/methods.h"
+#include "emulator/object_table.h"
 
 namespace uroce::emulator {
 
@@ -126,14 +127,23 @@ void Session::dispatch(const abi::CtlRequestHeader& hdr, const uint8_t* body, st
   // A body shorter than the largest the method takes reads as zeros.
   alignas(8) uint8_t req[abi::kMaxCtlMsg] = {};
   std::memcpy(req, body, hdr.len);
+  // Handles name objects of this session only; each becomes the device id
+  // it stands for before the handler sees the request.
+  Call call{engine_, engine_.device(), owner_, objects_, req, hdr.len, fds};
   for (size_t i = 0; i < m->num_handles; ++i) {
     const HandleAttr& a = m->handles[i];
-    uint64_t h;
+    uint64_t h, id = 0;
     std::memcpy(&h, req + a.offset, sizeof(h));
-    if ((h == 0 && !a.optional) || h > a.max) return reply(EINVAL, nullptr, 0);
+    call.client_handles[i] = h;
+    if (h != 0 || !a.optional) {
+      if (int err = objects_.lookup(h, a.type, a.missing_errno, &id)) return reply(err, nullptr, 0);
+    }
+    std::memcpy(req + a.offset, &id, sizeof(id));
   }
-  Call call{engine_, engine_.device(), owner_, req, hdr.len, fds};
   const int status = m->handler(call);
+  if (status == 0)
+    for (size_t i = 0; i < m->num_handles; ++i)
+      if (m->handles[i].destroys) objects_.erase(call.client_handles[i]);
   reply(status, call.rep, call.rep_len, status ? nullptr : call.out_fds, status ? 0 : call.nout);
   for (size_t i = 0; i < call.nout; ++i)
     if (call.close_out[i]) close(call.out_fds[i]);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "device/objects.h"
+#include "emulator/object_table.h"
 #include "uroce/abi.h"
 
 namespace uroce::emulator {
@@ -35,6 +36,7 @@ class Session {
   Engine& engine_;
   SeqPacket::socket socket_;
   device::Owner owner_;
+  ObjectTable objects_;  // this client's handles
 };
 
 }  // namespace uroce::emulator
