@@ -13,8 +13,8 @@ namespace {
 
 // Reply fds: [the CQ's queue memfd].
 int reply_cq(Call& c, uint64_t handle, uint32_t cq_handle) {
-  const device::Cq* cq = c.dev.cq(cq_handle);
-  c.pass_fd(cq->mem.fd(), false);
+  device::Cq* cq = c.dev.cq(cq_handle);
+  c.pass_fd(cq->mem.release_fd(), true);
   return c.reply(abi::CreateCqReply{handle, cq->capacity, cq->ring.log2, cq->mem.size()});
 }
 

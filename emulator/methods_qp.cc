@@ -11,7 +11,7 @@ namespace uroce::emulator {
 int create_qp(Call& c) {
   auto r = c.dev.create_qp(&c.owner, c.request<abi::CreateQpRequest>());
   if (r.err) return r.err;
-  const device::Qp* qp = c.dev.qp(r.value);
+  device::Qp* qp = c.dev.qp(r.value);
   abi::CreateQpReply rep{};
   rep.handle = c.objects.insert(ObjType::kQp, r.value);
   rep.qpn = r.value;
@@ -23,7 +23,7 @@ int create_qp(Call& c) {
   rep.sq_offset = 0;
   rep.rq_offset = uint64_t(reinterpret_cast<uint8_t*>(qp->rq.hdr) - qp->mem.base());
   rep.shm_size = qp->mem.size();
-  c.pass_fd(qp->mem.fd(), false);
+  c.pass_fd(qp->mem.release_fd(), true);
   return c.reply(rep);
 }
 

@@ -13,7 +13,7 @@ namespace {
 
 // Reply fds: [the queue memfd] when with_fd (creation, or a resize that moved the ring).
 int reply_srq(Call& c, uint64_t handle, uint32_t srqn, bool with_fd) {
-  const device::Srq* s = c.dev.srq(srqn);
+  device::Srq* s = c.dev.srq(srqn);
   abi::CreateSrqReply rep{};
   rep.handle = handle;
   rep.srqn = srqn;
@@ -22,7 +22,7 @@ int reply_srq(Call& c, uint64_t handle, uint32_t srqn, bool with_fd) {
   rep.log2 = s->ring.log2;
   rep.stride = s->ring.stride;
   rep.shm_size = s->mem.size();
-  if (with_fd) c.pass_fd(s->mem.fd(), false);
+  if (with_fd) c.pass_fd(s->mem.release_fd(), true);
   return c.reply(rep);
 }
 
@@ -37,11 +37,11 @@ int create_srq(Call& c) {
 int modify_srq(Call& c) {
   const auto req = c.request<abi::ModifySrqRequest>();
   const uint32_t handle = uint32_t(req.handle);
-  const device::Srq* before = c.dev.srq(handle);
-  const int old_fd = before ? before->mem.fd() : -1;
+  const uint8_t* old_ring = c.dev.srq(handle)->mem.base();
   if (int err = c.dev.modify_srq(&c.owner, handle, req.attr_mask, req.max_wr, req.srq_limit))
     return err;
-  return reply_srq(c, c.client_handles[0], handle, c.dev.srq(handle)->mem.fd() != old_fd);
+  // A resize moves the ring to new memory: the client maps it.
+  return reply_srq(c, c.client_handles[0], handle, c.dev.srq(handle)->mem.base() != old_ring);
 }
 
 int query_srq(Call& c) {
