@@ -1,5 +1,6 @@
 // uroced: the engine daemon. Runs in the foreground; `uroce start` detaches it.
 #include <arpa/inet.h>
+#include <malloc.h>
 #include <sys/resource.h>
 
 #include <cerrno>
@@ -49,6 +50,11 @@ void raise_fd_limit() {
     setrlimit(RLIMIT_NOFILE, &r);
   }
 }
+
+// Each QP's engine-side copy of its send queue can be megabytes; glibc would
+// give each such block a mapping of its own, and mappings are what bound the
+// queues the device can hold (device/params.h): keep them on the heap.
+void keep_allocations_off_mappings() { mallopt(M_MMAP_THRESHOLD, 32 << 20); }
 
 // vm.max_map_count bounds the queues the device can hold (device/params.h).
 uint64_t read_max_map_count() {
@@ -111,6 +117,7 @@ int main(int argc, char** argv) {
   config.runtime_dir = uroce::runtime_dir();
   config.device.max_map_count = read_max_map_count();
   raise_fd_limit();
+  keep_allocations_off_mappings();
   bool mac_given = false;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];

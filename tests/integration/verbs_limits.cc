@@ -187,6 +187,58 @@ TEST(Limits, MaxAhThenEnomem) {
             "ok");
 }
 
+size_t entries_of(const std::string& path, bool lines) {
+  if (lines) {
+    FILE* f = std::fopen(path.c_str(), "r");
+    size_t n = 0;
+    for (int c; f && (c = std::fgetc(f)) != EOF;) n += c == '\n';
+    if (f) std::fclose(f);
+    return n;
+  }
+  std::string out;
+  run_command("ls " + path + " | wc -l", &out);
+  return size_t(std::atol(out.c_str()));
+}
+
+// What a QP costs the engine: one mapping (its queues' memfd), no file
+// descriptor, and no mapping for its send queue's engine-side copy even when
+// that is larger than glibc's mmap threshold. That is what lets max_qp QPs
+// of any depth fit in vm.max_map_count.
+TEST(Limits, AQueueCostsTheEngineOneMappingAndNoFd) {
+  const char* dir = std::getenv("UROCE_RUNTIME_DIR");
+  ASSERT_NE(dir, nullptr);
+  std::string pid;
+  ASSERT_EQ(run_command(std::string("cat ") + dir + "/" + kDeviceName + ".pid", &pid), 0);
+  pid.erase(pid.find_last_not_of(" \n") + 1);
+  const std::string maps = "/proc/" + pid + "/maps", fds = "/proc/" + pid + "/fd";
+  const size_t maps_before = entries_of(maps, true), fds_before = entries_of(fds, false);
+  constexpr int kQps = 500;
+  int hold[2];
+  ASSERT_EQ(pipe(hold), 0);
+  Child c = start_child(
+      [](ibv_context* ctx) {
+        ibv_pd* pd = ibv_alloc_pd(ctx);
+        ibv_cq* cq = ibv_create_cq(ctx, 1, nullptr, nullptr, 0);
+        if (!pd || !cq) return errno_text("pd/cq");
+        ibv_qp_init_attr init{};
+        init.send_cq = init.recv_cq = cq;
+        init.qp_type = IBV_QPT_RC;
+        init.cap = {1024, 1, 1, 1, 0};  // a 256 KiB send queue copy in the engine
+        for (int i = 0; i < kQps; ++i)
+          if (!ibv_create_qp(pd, &init)) return errno_text("qp");
+        return std::string();
+      },
+      hold[0], hold[1]);
+  EXPECT_EQ(report_of(c), "ok");
+  const size_t maps_after = entries_of(maps, true), fds_after = entries_of(fds, false);
+  close(hold[1]);
+  close(hold[0]);
+  reap(c);
+  EXPECT_LE(maps_after, maps_before + kQps + 20) << "engine mappings " << maps_before << " -> " << maps_after;
+  EXPECT_GE(maps_after, maps_before + kQps);
+  EXPECT_LE(fds_after, fds_before + 10) << "engine fds " << fds_before << " -> " << fds_after;
+}
+
 // Four processes share max_qp: together they reach it, one more QP in a
 // fifth is ENOMEM, and once they exit their QPs are free again.
 TEST(Limits, FourProcessesShareMaxQp) {
