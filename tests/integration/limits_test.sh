@@ -18,4 +18,4 @@ if ! have_engine; then
 fi
 start_engine uroce0
 echo "engine limits (vm.max_map_count $(cat /proc/sys/vm/max_map_count), ulimit -n $(ulimit -n)):"
-timeout -k 5 90 "$UROCE_BIN" run -- "$binary" --gtest_filter='Limits.*' "$@"
+timeout -k 5 150 "$UROCE_BIN" run -- "$binary" --gtest_filter='Limits.*' "$@"
