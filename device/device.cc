@@ -53,21 +53,22 @@ void Device::init_info() {
   d.engine_pid = uint32_t(getpid());
   d.max_mr_size = kMaxMrSize;
   d.page_size_cap = kPageSizeCap;
-  d.max_qp = kMaxQp;
+  const QueueLimits queues = queue_limits(config_.max_map_count);
+  d.max_qp = queues.max_qp;
   d.max_qp_wr = kMaxQpWr;
   d.device_cap_flags = IBV_DEVICE_BAD_PKEY_CNTR | IBV_DEVICE_BAD_QKEY_CNTR |
                        IBV_DEVICE_SYS_IMAGE_GUID | IBV_DEVICE_RC_RNR_NAK_GEN |
                        IBV_DEVICE_PORT_ACTIVE_EVENT | IBV_DEVICE_CHANGE_PHY_PORT |
                        IBV_DEVICE_SRQ_RESIZE | IBV_DEVICE_XRC;
   d.max_sge = kMaxSge;
-  d.max_cq = kMaxCq;
+  d.max_cq = queues.max_cq;
   d.max_cqe = kMaxCqe;
   d.max_mr = kMaxMr;
   d.max_pd = kMaxPd;
   d.max_qp_rd_atom = kMaxQpRdAtomic;
   d.max_qp_init_rd_atom = kMaxQpRdAtomic;
-  d.max_res_rd_atom = kMaxQpRdAtomic * kMaxQp;
-  d.max_srq = kMaxSrq;
+  d.max_res_rd_atom = kMaxQpRdAtomic * queues.max_qp;
+  d.max_srq = queues.max_srq;
   d.max_srq_wr = kMaxSrqWr - 1;  // the ring keeps one slot empty
   d.max_srq_sge = kMaxSrqSge;
   d.max_ah = kMaxAh;
@@ -111,7 +112,7 @@ void Device::init_info() {
 // ---------------------------------------------------------------- PD / MR
 
 Result<uint32_t> Device::alloc_pd(Owner* o) {
-  if (pds_.count() >= kMaxPd) return {ENOMEM};
+  if (pds_.count() >= info_.max_pd) return {ENOMEM};
   auto pd = std::make_unique<Pd>();
   pd->owner = o;
   return {0, pds_.insert(std::move(pd))};
@@ -165,7 +166,7 @@ Result<uint32_t> Device::reg_mr(Owner* o, const abi::RegMrRequest& req, int shar
   if ((req.access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) &&
       !(req.access & IBV_ACCESS_LOCAL_WRITE))
     return {EINVAL};
-  if (mrs_.count() >= kMaxMr) return {ENOMEM};
+  if (mrs_.count() >= info_.max_mr) return {ENOMEM};
   if (req.addr + req.length < req.addr) return {EINVAL};
   std::unique_ptr<SharedPages> pages;
   if (int err = map_shared_pages(o, req.shared, shared_fd, req.addr, req.length, &pages)) return {err};
@@ -232,6 +233,25 @@ int Device::dereg_mr(Owner* o, uint32_t key) {
   return 0;
 }
 
+Result<uint32_t> Device::create_ah(Owner* o, uint32_t handle) {
+  Pd* pd = pds_.get(handle);
+  if (!pd || pd->owner != o) return {EINVAL};
+  if (ahs_.count() >= info_.max_ah) return {ENOMEM};
+  auto ah = std::make_unique<Ah>();
+  ah->owner = o;
+  ah->pd = handle;
+  ++pd->refs;  // ibv_dealloc_pd with AHs is EBUSY
+  return {0, ahs_.insert(std::move(ah))};
+}
+
+int Device::destroy_ah(Owner* o, uint32_t handle) {
+  Ah* ah = ahs_.get(handle);
+  if (!ah || ah->owner != o) return EINVAL;
+  --pds_.get(ah->pd)->refs;
+  ahs_.erase(handle);
+  return 0;
+}
+
 Device::MrCheck Device::check_mr(uint32_t key, uint32_t pd, uint64_t va, uint64_t len,
                                  uint32_t access, bool remote, const Mr** out) const {
   const Mr* mr = mrs_.get(key >> 8);
@@ -265,7 +285,7 @@ int Device::destroy_comp_channel(Owner* o, uint32_t handle) {
 
 Result<uint32_t> Device::create_cq(Owner* o, const abi::CreateCqRequest& req) {
   if (req.cqe < 1 || req.cqe > kMaxCqe) return {EINVAL};
-  if (cqs_.count() >= kMaxCq) return {ENOMEM};
+  if (cqs_.count() >= info_.max_cq) return {ENOMEM};
   CompChannel* ch = nullptr;
   if (req.channel) {
     ch = channels_.get(req.channel);
@@ -391,7 +411,7 @@ Result<uint32_t> Device::create_qp(Owner* o, const abi::CreateQpRequest& req) {
       caps.max_send_sge > kMaxSge || caps.max_recv_sge > kMaxSge ||
       caps.max_inline_data > kMaxInlineData)
     return {EINVAL};
-  if (qp_count_ >= kMaxQp) return {ENOMEM};
+  if (qp_count_ >= info_.max_qp) return {ENOMEM};
 
   auto qp = std::make_unique<Qp>();
   qp->owner = o;
@@ -444,7 +464,6 @@ Result<uint32_t> Device::create_qp(Owner* o, const abi::CreateQpRequest& req) {
     ++xrcds_.get(xh->xrcd)->users;
   }
   ++qp_count_;
-  active_qps_.push_back(raw);
   return {0, raw->qpn};
 }
 
@@ -487,10 +506,16 @@ int Device::destroy_qp(Owner* o, uint64_t handle) {
     if (Xrcd* x = xrcds_.get(qp->xrcd); x && --x->users == 0 && x->handles == 0)
       xrcds_.erase(qp->xrcd);
   }
-  active_qps_.erase(std::find(active_qps_.begin(), active_qps_.end(), qp));
+  set_polled(*qp, false);
   qps_.erase(qp_index(qpn));
   --qp_count_;
   return 0;
+}
+
+void Device::set_polled(Qp& qp, bool polled) {
+  auto it = std::find(active_qps_.begin(), active_qps_.end(), &qp);
+  if (polled && it == active_qps_.end()) active_qps_.push_back(&qp);
+  if (!polled && it != active_qps_.end()) active_qps_.erase(it);
 }
 
 Result<uint64_t> Device::open_qp(Owner* o, uint32_t xrcd_handle, uint32_t qpn, uint64_t cookie) {
@@ -528,6 +553,9 @@ void Device::release_owner(Owner* o) {
   ids.clear();
   cqs_.for_each([&](uint32_t i, Cq& c) { if (c.owner == o) ids.push_back(i); });
   for (uint32_t i : ids) destroy_cq(o, i);
+  ids.clear();
+  ahs_.for_each([&](uint32_t i, Ah& a) { if (a.owner == o) ids.push_back(i); });
+  for (uint32_t i : ids) destroy_ah(o, i);
   ids.clear();
   mrs_.for_each([&](uint32_t, Mr& m) { if (m.owner == o) ids.push_back(m.key); });
   for (uint32_t k : ids) dereg_mr(o, k);

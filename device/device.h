@@ -38,6 +38,9 @@ struct DeviceConfig {
   uint16_t port_mtu = 0;  // 0: keep the interface's MTU
   int vlan = -1;          // 802.1Q VID on the wire port (-1: untagged)
   bool use_hugepages = true;  // when the host has free ones (EAL falls back to --no-huge)
+  // vm.max_map_count of the host: bounds the queues the device advertises
+  // (device/params.h, queue_limits).
+  uint64_t max_map_count = kDefaultMaxMapCount;
 };
 
 enum class PortId : uint8_t { kLoopback, kWire };
@@ -63,6 +66,8 @@ class Device {
   Result<uint32_t> reg_mr(Owner* o, const abi::RegMrRequest& req, int shared_fd = -1);  // returns key
   int rereg_mr(Owner* o, const abi::ReregMrRequest& req, uint32_t* new_key, int shared_fd = -1);
   int dereg_mr(Owner* o, uint32_t key);
+  Result<uint32_t> create_ah(Owner* o, uint32_t pd);
+  int destroy_ah(Owner* o, uint32_t handle);
   Result<uint32_t> create_comp_channel(Owner* o, int fd);
   int destroy_comp_channel(Owner* o, uint32_t handle);
   Result<uint32_t> create_cq(Owner* o, const abi::CreateCqRequest& req);
@@ -188,6 +193,7 @@ class Device {
 
   Table<Pd> pds_;
   Table<Mr> mrs_;
+  Table<Ah> ahs_;
   Table<CompChannel> channels_;
   Table<Cq> cqs_;
   Table<Qp> qps_;  // index = qpn - kFirstQpn + 1
@@ -195,7 +201,10 @@ class Device {
   Table<Xrcd> xrcds_;
   Table<XrcdHandle> xrcd_handles_;
   size_t qp_count_ = 0;
-  std::vector<Qp*> active_qps_;  // QPs whose SQ may hold work (RTS, SQD, ERR)
+  // QPs out of RESET: the datapath polls them. A QP in RESET has no work, so
+  // thousands of fresh QPs cost the poll loop nothing.
+  std::vector<Qp*> active_qps_;
+  void set_polled(Qp& qp, bool polled);
 };
 
 // Requester, responder and completer entry points (one file each).

@@ -20,6 +20,7 @@ namespace uroce::device {
 
 namespace {
 SharedBudget g_engine_budget{kMaxSharedBytes};
+uint32_t g_shared_mappings = 0;  // of kMaxSharedMrMappings: the rest are for queues
 }  // namespace
 
 std::unique_ptr<SharedPages> SharedPages::map(int fd, uint64_t start, uint64_t length, int* err,
@@ -38,17 +39,20 @@ std::unique_ptr<SharedPages> SharedPages::map(int fd, uint64_t start, uint64_t l
   if (seals < 0 || !(seals & F_SEAL_SHRINK)) return nullptr;
   *err = 0;
   if (g_engine_budget.used + length > g_engine_budget.limit ||
-      (owner_budget && owner_budget->used + length > owner_budget->limit))
+      (owner_budget && owner_budget->used + length > owner_budget->limit) ||
+      g_shared_mappings >= kMaxSharedMrMappings)
     return nullptr;
   void* p = mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED) return nullptr;  // out of address space: unshared, as over budget
   g_engine_budget.used += length;
   if (owner_budget) owner_budget->used += length;
+  ++g_shared_mappings;
   return std::unique_ptr<SharedPages>(new SharedPages(static_cast<uint8_t*>(p), start, length, owner_budget));
 }
 
 SharedPages::~SharedPages() {
   munmap(base_, length_);
+  --g_shared_mappings;
   g_engine_budget.used -= length_;
   if (owner_budget_) owner_budget_->used -= length_;
 }

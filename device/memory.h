@@ -31,8 +31,9 @@ class SharedPages {
   // Maps fd's bytes [0, length) as the client's [start, start + length).
   // Refuses (nullptr, *err set) anything but a memfd on shmem sealed against
   // shrinking, large enough, with page-aligned bounds: the engine must never
-  // fault on a client's page. Over the client's or the engine's budget it
-  // maps nothing and sets *err to 0: the MR then works through process_vm_*.
+  // fault on a client's page. Over the client's or the engine's budget (bytes,
+  // or kMaxSharedMrMappings mappings) it maps nothing and sets *err to 0: the
+  // MR then works through process_vm_*.
   static std::unique_ptr<SharedPages> map(int fd, uint64_t start, uint64_t length, int* err,
                                           SharedBudget* owner_budget);
   ~SharedPages();

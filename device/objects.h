@@ -86,6 +86,13 @@ struct Mr {
   RemoteSpan span(uint64_t owner_addr, size_t len) const { return {owner_addr, len, pages.get()}; }
 };
 
+// An address handle: its address vector lives in the client (it travels in
+// each UD work request); the device counts it against max_ah and holds its PD.
+struct Ah {
+  Owner* owner = nullptr;
+  uint32_t pd = 0;
+};
+
 struct CompChannel {
   Owner* owner = nullptr;
   int fd = -1;  // write end of the client's channel pipe (non-blocking)

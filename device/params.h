@@ -10,16 +10,19 @@ constexpr uint32_t kVendorPartId = 0x7563;        // "uc"
 constexpr uint32_t kHwVer = 1;
 constexpr char kFwVer[] = "0.1.0";
 
-constexpr uint32_t kMaxQp = 1u << 16;
+// Objects per device (all clients together). One past any of them is ENOMEM,
+// as mlx5 reports a firmware limit (MLX5_CMD_STAT_LIM_ERR / EXCEED_LIM).
+// QPs, CQs and SRQs: see queue_limits() below; these are their ceilings.
+constexpr uint32_t kMaxQpCeiling = 1u << 16;
 constexpr uint32_t kMaxQpWr = 1u << 14;
 constexpr uint32_t kMaxSge = 32;
 constexpr uint32_t kMaxInlineData = 512;
-constexpr uint32_t kMaxCq = 1u << 16;
+constexpr uint32_t kMaxCqCeiling = 1u << 16;
 constexpr uint32_t kMaxCqe = (1u << 20) - 1;
-constexpr uint32_t kMaxMr = 1u << 20;
+constexpr uint32_t kMaxMr = 1u << 16;  // a control message each: all of them within seconds
 constexpr uint32_t kMaxPd = 1u << 16;
 constexpr uint32_t kMaxAh = 1u << 16;
-constexpr uint32_t kMaxSrq = 1u << 14;
+constexpr uint32_t kMaxSrqCeiling = 1u << 14;
 constexpr uint32_t kMaxSrqWr = 1u << 14;
 constexpr uint32_t kMaxSrqSge = 32;
 constexpr uint32_t kMaxQpRdAtomic = 16;
@@ -29,6 +32,38 @@ constexpr uint64_t kMaxMrSize = 1ull << 40;
 constexpr uint64_t kMaxSharedBytesPerOwner = 8ull << 40;
 constexpr uint64_t kMaxSharedBytes = 32ull << 40;
 constexpr uint32_t kMaxMsgSize = 1u << 31;
+
+// Each QP, CQ and SRQ is one shared mapping of its memfd in the engine and
+// again in the client that made it, and the kernel bounds the mappings of a
+// process (vm.max_map_count, 65530 by default). The engine maps every
+// client's queues, so max_qp + max_cq + max_srq must fit with room left for
+// the rest of the process (libraries, DPDK, heaps) and for MRs on shared
+// pages; a client that makes all of them needs the same room. The engine
+// reads vm.max_map_count at start and advertises what fits.
+constexpr uint64_t kDefaultMaxMapCount = 65530;
+constexpr uint32_t kMappingsReserved = 8192;  // everything but queues
+// Of those: the engine's mappings of MRs on shared pages. Past it MRs work
+// through process_vm_* (as past the byte budget), so queues never run out.
+constexpr uint32_t kMaxSharedMrMappings = 4096;
+
+struct QueueLimits {
+  uint32_t max_qp, max_cq, max_srq;
+};
+constexpr QueueLimits queue_limits(uint64_t max_map_count) {
+  const uint64_t budget = max_map_count > 2 * kMappingsReserved ? max_map_count - kMappingsReserved
+                                                                : max_map_count / 2;
+  // Half for QPs, a quarter for CQs, an eighth for SRQs; whole thousands.
+  auto fit = [](uint64_t n, uint32_t ceiling) {
+    if (n >= 4096) n &= ~uint64_t(1023);
+    return uint32_t(n < ceiling ? n : ceiling);
+  };
+  return {fit(budget / 2, kMaxQpCeiling), fit(budget / 4, kMaxCqCeiling), fit(budget / 8, kMaxSrqCeiling)};
+}
+static_assert(queue_limits(kDefaultMaxMapCount).max_qp == 27648);
+static_assert(queue_limits(kDefaultMaxMapCount).max_qp + queue_limits(kDefaultMaxMapCount).max_cq +
+                  queue_limits(kDefaultMaxMapCount).max_srq + kMappingsReserved <=
+              kDefaultMaxMapCount);
+static_assert(queue_limits(1u << 20).max_qp == kMaxQpCeiling);
 constexpr uint64_t kPageSizeCap = 0xfffff000;
 constexpr uint32_t kGidTableLen = 16;
 constexpr uint32_t kPkeyTableLen = 1;

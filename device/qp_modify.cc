@@ -190,6 +190,7 @@ int Device::modify_qp(Owner* o, uint32_t qpn, uint32_t mask, const abi::QpAttr& 
   if (mask & IBV_QP_RETRY_CNT) qp->retry_left = qp->retry_cnt;
   if (mask & IBV_QP_RNR_RETRY) qp->rnr_retry_left = qp->rnr_retry;
 
+  set_polled(*qp, next != IBV_QPS_RESET);
   if (next == IBV_QPS_RESET && qp->state != IBV_QPS_RESET) {
     // Back to RESET: rings emptied, transport state cleared (IBA 10.3.1).
     const uint32_t sq_prod = qp->sq.hdr->producer.load(std::memory_order_acquire);
@@ -235,6 +236,7 @@ int Device::query_qp(Owner* o, uint32_t qpn, abi::QpAttr* attr) {
 void Device::qp_to_error(Qp& qp) {
   if (qp.state == IBV_QPS_ERR) return;
   qp.state = IBV_QPS_ERR;
+  set_polled(qp, true);  // it flushes what is posted from now on
   flush_qp(qp);
 }
 

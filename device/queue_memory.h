@@ -22,6 +22,13 @@ class QueueMemory {
   // Returns 0 or an errno.
   int create(const char* name, size_t size);
   int fd() const { return fd_; }
+  // Hands the memfd over (to be sent to the client, then closed): the
+  // engine keeps only its mapping, so queues cost it no file descriptor.
+  int release_fd() {
+    const int fd = fd_;
+    fd_ = -1;
+    return fd;
+  }
   size_t size() const { return size_; }
   uint8_t* base() const { return base_; }
 

@@ -42,7 +42,7 @@ Result<uint32_t> Device::create_srq(Owner* o, const abi::CreateSrqRequest& req) 
   }
   // IBA 11.2.3.1 / man ibv_create_srq: zero or over-limit sizes are EINVAL.
   if (req.max_wr == 0 || req.max_wr > kMaxSrqWr - 1 || req.max_sge > kMaxSrqSge) return {EINVAL};
-  if (srqs_.count() >= kMaxSrq) return {ENOMEM};
+  if (srqs_.count() >= info_.max_srq) return {ENOMEM};
   auto srq = std::make_unique<Srq>();
   srq->owner = o;
   srq->cookie = req.cookie;

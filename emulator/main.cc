@@ -1,10 +1,13 @@
 // uroced: the engine daemon. Runs in the foreground; `uroce start` detaches it.
 #include <arpa/inet.h>
+#include <malloc.h>
+#include <sys/resource.h>
 
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <iostream>
 #include <string>
 
@@ -35,6 +38,30 @@ bool parse_mac(const std::string& s, std::array<uint8_t, 6>& mac) {
     mac[i] = uint8_t(v[i]);
   }
   return true;
+}
+
+// Completion channels and clients' async pipes cost the engine a descriptor
+// each (queues do not: their memfds are closed once passed): take all the
+// descriptors the hard limit allows.
+void raise_fd_limit() {
+  rlimit r{};
+  if (getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur < r.rlim_max) {
+    r.rlim_cur = r.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &r);
+  }
+}
+
+// Each QP's engine-side copy of its send queue can be megabytes; glibc would
+// give each such block a mapping of its own, and mappings are what bound the
+// queues the device can hold (device/params.h): keep them on the heap.
+void keep_allocations_off_mappings() { mallopt(M_MMAP_THRESHOLD, 32 << 20); }
+
+// vm.max_map_count bounds the queues the device can hold (device/params.h).
+uint64_t read_max_map_count() {
+  std::ifstream f("/proc/sys/vm/max_map_count");
+  uint64_t n = 0;
+  if (f >> n && n > 0) return n;
+  return uroce::device::kDefaultMaxMapCount;
 }
 
 }  // namespace
@@ -88,6 +115,9 @@ using uroce::emulator::parse_fault;
 int main(int argc, char** argv) {
   uroce::emulator::EngineConfig config;
   config.runtime_dir = uroce::runtime_dir();
+  config.device.max_map_count = read_max_map_count();
+  raise_fd_limit();
+  keep_allocations_off_mappings();
   bool mac_given = false;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "device/objects.h"
+#include "emulator/object_table.h"
 #include "uroce/abi.h"
 
 namespace uroce::emulator {
@@ -29,13 +30,13 @@ class Session {
  private:
   void wait_readable();
   bool handle_readable();  // false: the peer is gone
-  void handle(const abi::CtlRequestHeader& hdr, const uint8_t* body, std::vector<int>& fds);
+  void dispatch(const abi::CtlRequestHeader& hdr, const uint8_t* body, std::vector<int>& fds);
   void reply(int status, const void* body, size_t len, const int* fds = nullptr, size_t nfds = 0);
-  void reply_srq(uint32_t handle, bool with_fd);
 
   Engine& engine_;
   SeqPacket::socket socket_;
   device::Owner owner_;
+  ObjectTable objects_;  // this client's handles
 };
 
 }  // namespace uroce::emulator

@@ -120,7 +120,6 @@ ibv_cq_ex* create_cq(ibv_context* context, uint32_t cqe, void* cq_context, ibv_c
     return nullptr;
   }
   cq->ctx = c;
-  cq->handle = rep.handle;
   cq->map_size = rep.shm_size;
   cq->ring.attach(static_cast<uint8_t*>(cq->map));
   cq->ring.log2 = rep.log2_entries;
@@ -324,10 +323,10 @@ UROCE_EXPORT int ibv_resize_cq(ibv_cq* ibcq, int cqe) {
   std::lock_guard<std::mutex> lock(cq->mu);
   // The engine copies the unpolled entries into the new ring.
   cq->ring.hdr->consumer.store(cq->ring.prod, std::memory_order_release);
-  abi::ResizeCqRequest req{cq->handle, uint32_t(cqe), 0};
+  abi::ResizeCqRequest req{ibcq->handle, uint32_t(cqe), 0};
   abi::ResizeCqReply rep;
   int fd = -1;
-  if (int err = cq->ctx->conn.call(abi::CtlOp::kResizeCq, &req, sizeof(req), &rep, sizeof(rep),
+  if (int err = to_uctx(ibcq->context)->conn.call(abi::CtlOp::kResizeCq, &req, sizeof(req), &rep, sizeof(rep),
                                    nullptr, 0, &fd, 1))
     return err;
   void* map = map_queue(fd, rep.shm_size);
@@ -345,8 +344,8 @@ UROCE_EXPORT int ibv_resize_cq(ibv_cq* ibcq, int cqe) {
 
 UROCE_EXPORT int ibv_destroy_cq(ibv_cq* ibcq) {
   UCq* cq = to_ucq(ibcq);
-  abi::HandleRequest req{cq->handle};
-  int err = cq->ctx->conn.call(abi::CtlOp::kDestroyCq, &req, sizeof(req), nullptr, 0);
+  abi::HandleRequest req{ibcq->handle};
+  int err = to_uctx(ibcq->context)->conn.call(abi::CtlOp::kDestroyCq, &req, sizeof(req), nullptr, 0);
   if (err && err != EIO) return err;
   if (cq->channel) --cq->channel->ch.refcnt;
   unmap_queue(cq->map, cq->map_size);

@@ -25,7 +25,7 @@ ibv_mr* reg_mr(ibv_pd* pd, void* addr, size_t length, uint64_t iova, unsigned ac
   }
   // On-demand paging registers address space, not pages: nothing to move.
   const SharedLease lease = access & IBV_ACCESS_ON_DEMAND ? SharedLease{} : share_pages(addr, length);
-  abi::RegMrRequest req{reinterpret_cast<UPd*>(pd)->handle, uint64_t(uintptr_t(addr)), length, iova,
+  abi::RegMrRequest req{pd->handle, uint64_t(uintptr_t(addr)), length, iova,
                         access, 0, lease.range};
   abi::RegMrReply rep;
   if (int err = c->conn.call(abi::CtlOp::kRegMr, &req, sizeof(req), &rep, sizeof(rep), &lease.fd,
@@ -35,13 +35,12 @@ ibv_mr* reg_mr(ibv_pd* pd, void* addr, size_t length, uint64_t iova, unsigned ac
     errno = err;
     return nullptr;
   }
-  mr->handle = rep.handle;
   mr->shared_lease = lease.id;
   mr->mr.context = pd->context;
   mr->mr.pd = pd;
   mr->mr.addr = addr;
   mr->mr.length = length;
-  mr->mr.handle = rep.lkey;
+  mr->mr.handle = uint32_t(rep.handle);
   mr->mr.lkey = rep.lkey;
   mr->mr.rkey = rep.rkey;
   return &mr->mr;
@@ -59,14 +58,12 @@ UROCE_EXPORT ibv_pd* ibv_alloc_pd(ibv_context* context) {
   auto* pd = new UPd{};
   pd->pd.context = context;
   pd->pd.handle = uint32_t(rep.handle);
-  pd->handle = rep.handle;
   return &pd->pd;
 }
 
 UROCE_EXPORT int ibv_dealloc_pd(ibv_pd* pd) {
   auto* u = reinterpret_cast<UPd*>(pd);
-  if (u->ah_count.load()) return EBUSY;
-  abi::HandleRequest req{u->handle};
+  abi::HandleRequest req{pd->handle};
   int err = to_uctx(pd->context)->conn.call(abi::CtlOp::kDeallocPd, &req, sizeof(req), nullptr, 0);
   if (err && err != EIO) return err;
   delete u;
@@ -97,10 +94,10 @@ UROCE_EXPORT int ibv_rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, siz
   if ((flags & IBV_REREG_MR_CHANGE_TRANSLATION) && (!addr || !length)) return IBV_REREG_MR_ERR_INPUT;
   if ((flags & IBV_REREG_MR_CHANGE_PD) && !pd) return IBV_REREG_MR_ERR_INPUT;
   abi::ReregMrRequest req{};
-  req.handle = u->handle;
+  req.handle = mr->handle;
   req.flags = uint32_t(flags);
   req.access = uint32_t(access);
-  req.pd = (flags & IBV_REREG_MR_CHANGE_PD) ? reinterpret_cast<UPd*>(pd)->handle : 0;
+  req.pd = (flags & IBV_REREG_MR_CHANGE_PD) ? pd->handle : 0;
   req.addr = uint64_t(uintptr_t(addr));
   req.length = length;
   const SharedLease lease = (flags & IBV_REREG_MR_CHANGE_TRANSLATION) ? share_pages(addr, length)
@@ -117,8 +114,7 @@ UROCE_EXPORT int ibv_rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, siz
     release_pages(u->shared_lease);
     u->shared_lease = lease.id;
   }
-  u->handle = rep.handle;
-  mr->lkey = mr->handle = rep.lkey;
+  mr->lkey = rep.lkey;
   mr->rkey = rep.rkey;
   if (flags & IBV_REREG_MR_CHANGE_PD) mr->pd = pd;
   if (flags & IBV_REREG_MR_CHANGE_TRANSLATION) {
@@ -130,7 +126,7 @@ UROCE_EXPORT int ibv_rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, siz
 
 UROCE_EXPORT int ibv_dereg_mr(ibv_mr* mr) {
   auto* u = reinterpret_cast<UMr*>(mr);
-  abi::HandleRequest req{u->handle};
+  abi::HandleRequest req{mr->handle};
   int err = to_uctx(mr->context)->conn.call(abi::CtlOp::kDeregMr, &req, sizeof(req), nullptr, 0);
   if (err && err != EIO) return err;
   release_pages(u->shared_lease);

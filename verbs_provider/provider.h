@@ -75,15 +75,14 @@ inline UContext* to_uctx(ibv_context* c) {
   return reinterpret_cast<UContext*>(reinterpret_cast<uint8_t*>(c) - offsetof(verbs_context, context));
 }
 
+// Objects send the `handle` of their ibv_* struct (as the kernel providers
+// do) and their `context` says which connection.
 struct UPd {
   ibv_pd pd;
-  uint64_t handle;
-  std::atomic<int> ah_count;  // AHs live only in the provider: the engine cannot count them
 };
 
 struct UMr {
   ibv_mr mr;
-  uint64_t handle;        // the key
   uint64_t shared_lease;  // its pages on a memfd (shared_pages.h), 0: none
 };
 
@@ -112,7 +111,6 @@ struct URing {
 struct UCq {
   ibv_cq_ex ex;  // ibv_cq is its prefix
   UContext* ctx;
-  uint64_t handle;
   void* map;
   size_t map_size;
   URing ring;  // ring.prod is our consumer index
@@ -145,7 +143,6 @@ struct UQp {
   abi::SendWqe* batch_cur;
   int batch_err;
   bool has_srq;  // receives come from an SRQ: ibv_post_recv is refused
-  uint64_t engine_handle;  // the QPN, or what ibv_open_qp was given
   bool opened;   // from ibv_open_qp: no queues of its own
 };
 
@@ -154,7 +151,6 @@ inline UQp* to_uqp(ibv_qp* qp) { return reinterpret_cast<UQp*>(qp); }
 struct USrq {
   ibv_srq srq;
   UContext* ctx;
-  uint64_t handle;
   uint32_t srqn;
   ibv_srq_type type;
   void* map;

@@ -90,10 +90,10 @@ ibv_qp* create_qp_ex(ibv_context* context, ibv_qp_init_attr_ex* attr) {
   if (target) {
     req.xrcd = reinterpret_cast<UXrcd*>(attr->xrcd)->handle;
   } else {
-    req.pd = reinterpret_cast<UPd*>(attr->pd)->handle;
-    req.send_cq = to_ucq(attr->send_cq)->handle;
-    if (type != IBV_QPT_XRC_SEND) req.recv_cq = to_ucq(attr->recv_cq)->handle;
-    if (uses_srq) req.srq = to_usrq(attr->srq)->handle;
+    req.pd = attr->pd->handle;
+    req.send_cq = attr->send_cq->handle;
+    if (type != IBV_QPT_XRC_SEND) req.recv_cq = attr->recv_cq->handle;
+    if (uses_srq) req.srq = attr->srq->handle;
   }
   req.cookie = uint64_t(uintptr_t(qp));
   req.qp_type = attr->qp_type;
@@ -119,7 +119,6 @@ ibv_qp* create_qp_ex(ibv_context* context, ibv_qp_init_attr_ex* attr) {
   }
   qp->ctx = c;
   qp->qpn = rep.qpn;
-  qp->engine_handle = rep.handle;
   qp->map_size = rep.shm_size;
   auto* base = static_cast<uint8_t*>(qp->map);
   qp->sq.attach(base + rep.sq_offset);
@@ -182,7 +181,6 @@ ibv_qp* open_qp(ibv_context* context, ibv_qp_open_attr* attr) {
   }
   qp->ctx = to_uctx(context);
   qp->qpn = attr->qp_num;
-  qp->engine_handle = rep.handle;
   qp->opened = true;
   ibv_qp& q = qp->qpx.qp_base;
   q.context = context;
@@ -243,7 +241,7 @@ UROCE_EXPORT int ibv_modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask) {
   a.retry_cnt = attr->retry_cnt;
   a.rnr_retry = attr->rnr_retry;
   if (attr_mask & IBV_QP_AV) to_abi_av(attr->ah_attr, &a.ah);
-  if (int err = to_uqp(qp)->ctx->conn.call(abi::CtlOp::kModifyQp, &req, sizeof(req), nullptr, 0))
+  if (int err = to_uctx(qp->context)->conn.call(abi::CtlOp::kModifyQp, &req, sizeof(req), nullptr, 0))
     return err;
   if (attr_mask & IBV_QP_STATE) qp->state = attr->qp_state;
   if ((attr_mask & IBV_QP_STATE) && attr->qp_state == IBV_QPS_RESET) {
@@ -258,7 +256,7 @@ UROCE_EXPORT int ibv_query_qp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask, ibv_
   UQp* u = to_uqp(qp);
   abi::HandleRequest req{qp->handle};
   abi::QueryQpReply rep;
-  if (int err = u->ctx->conn.call(abi::CtlOp::kQueryQp, &req, sizeof(req), &rep, sizeof(rep)))
+  if (int err = to_uctx(qp->context)->conn.call(abi::CtlOp::kQueryQp, &req, sizeof(req), &rep, sizeof(rep)))
     return err;
   const abi::QpAttr& a = rep.attr;
   std::memset(attr, 0, sizeof(*attr));
@@ -304,8 +302,8 @@ UROCE_EXPORT int ibv_query_qp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask, ibv_
 
 UROCE_EXPORT int ibv_destroy_qp(ibv_qp* qp) {
   UQp* u = to_uqp(qp);
-  abi::HandleRequest req{u->engine_handle};
-  int err = u->ctx->conn.call(abi::CtlOp::kDestroyQp, &req, sizeof(req), nullptr, 0);
+  abi::HandleRequest req{qp->handle};
+  int err = to_uctx(qp->context)->conn.call(abi::CtlOp::kDestroyQp, &req, sizeof(req), nullptr, 0);
   if (err && err != EIO) return err;
   unmap_queue(u->map, u->map_size);
   pthread_cond_destroy(&qp->cond);
@@ -330,15 +328,26 @@ UROCE_EXPORT ibv_ah* ibv_create_ah(ibv_pd* pd, ibv_ah_attr* attr) {
     errno = ENOMEM;
     return nullptr;
   }
+  // The engine counts it against max_ah and holds the PD (mlx5 makes a
+  // kernel AH for RoCE too, to resolve the MAC).
+  abi::CreateAhRequest req{pd->handle};
+  abi::CreateAhReply rep;
+  if (int err = c->conn.call(abi::CtlOp::kCreateAh, &req, sizeof(req), &rep, sizeof(rep))) {
+    delete ah;
+    errno = err;
+    return nullptr;
+  }
   ah->ah.context = pd->context;
   ah->ah.pd = pd;
-  reinterpret_cast<UPd*>(pd)->ah_count.fetch_add(1);
+  ah->ah.handle = uint32_t(rep.handle);
   to_abi_av(*attr, &ah->av);
   return &ah->ah;
 }
 
 UROCE_EXPORT int ibv_destroy_ah(ibv_ah* ah) {
-  reinterpret_cast<UPd*>(ah->pd)->ah_count.fetch_sub(1);
+  abi::HandleRequest req{ah->handle};
+  int err = to_uctx(ah->context)->conn.call(abi::CtlOp::kDestroyAh, &req, sizeof(req), nullptr, 0);
+  if (err && err != EIO) return err;
   delete reinterpret_cast<UAh*>(ah);
   return 0;
 }

@@ -46,7 +46,7 @@ ibv_srq* create_srq_ex(ibv_context* context, ibv_srq_init_attr_ex* attr) {
       return nullptr;
     }
     req.xrcd = reinterpret_cast<UXrcd*>(attr->xrcd)->handle;
-    req.cq = to_ucq(attr->cq)->handle;
+    req.cq = attr->cq->handle;
   } else if (type != IBV_SRQT_BASIC) {
     errno = EOPNOTSUPP;  // tag matching arrives with its own issue
     return nullptr;
@@ -56,7 +56,7 @@ ibv_srq* create_srq_ex(ibv_context* context, ibv_srq_init_attr_ex* attr) {
     errno = ENOMEM;
     return nullptr;
   }
-  req.pd = reinterpret_cast<UPd*>(attr->pd)->handle;
+  req.pd = attr->pd->handle;
   req.cookie = uint64_t(uintptr_t(s));
   req.srq_type = type;
   req.max_wr = attr->attr.max_wr;
@@ -80,7 +80,6 @@ ibv_srq* create_srq_ex(ibv_context* context, ibv_srq_init_attr_ex* attr) {
     return nullptr;
   }
   s->ctx = c;
-  s->handle = rep.handle;
   s->srqn = rep.srqn;
   s->type = type;
   attach_ring(s, rep, map);
@@ -198,10 +197,10 @@ UROCE_EXPORT int ibv_modify_srq(ibv_srq* ibsrq, ibv_srq_attr* attr, int attr_mas
   if (attr_mask & ~(IBV_SRQ_MAX_WR | IBV_SRQ_LIMIT)) return EINVAL;
   if (!attr_mask) return 0;
   std::lock_guard<std::mutex> lock(s->mu);
-  abi::ModifySrqRequest req{s->handle, uint32_t(attr_mask), attr->max_wr, attr->srq_limit, 0};
+  abi::ModifySrqRequest req{ibsrq->handle, uint32_t(attr_mask), attr->max_wr, attr->srq_limit, 0};
   abi::ModifySrqReply rep;
   int fd = -1;
-  if (int err = s->ctx->conn.call(abi::CtlOp::kModifySrq, &req, sizeof(req), &rep, sizeof(rep),
+  if (int err = to_uctx(ibsrq->context)->conn.call(abi::CtlOp::kModifySrq, &req, sizeof(req), &rep, sizeof(rep),
                                   nullptr, 0, &fd, 1))
     return err;
   if (fd >= 0) {
@@ -216,10 +215,9 @@ UROCE_EXPORT int ibv_modify_srq(ibv_srq* ibsrq, ibv_srq_attr* attr, int attr_mas
 }
 
 UROCE_EXPORT int ibv_query_srq(ibv_srq* ibsrq, ibv_srq_attr* attr) {
-  USrq* s = to_usrq(ibsrq);
-  abi::HandleRequest req{s->handle};
+  abi::HandleRequest req{ibsrq->handle};
   abi::QuerySrqReply rep;
-  if (int err = s->ctx->conn.call(abi::CtlOp::kQuerySrq, &req, sizeof(req), &rep, sizeof(rep)))
+  if (int err = to_uctx(ibsrq->context)->conn.call(abi::CtlOp::kQuerySrq, &req, sizeof(req), &rep, sizeof(rep)))
     return err;
   attr->max_wr = rep.max_wr;
   attr->max_sge = rep.max_sge;
@@ -229,8 +227,8 @@ UROCE_EXPORT int ibv_query_srq(ibv_srq* ibsrq, ibv_srq_attr* attr) {
 
 UROCE_EXPORT int ibv_destroy_srq(ibv_srq* ibsrq) {
   USrq* s = to_usrq(ibsrq);
-  abi::HandleRequest req{s->handle};
-  int err = s->ctx->conn.call(abi::CtlOp::kDestroySrq, &req, sizeof(req), nullptr, 0);
+  abi::HandleRequest req{ibsrq->handle};
+  int err = to_uctx(ibsrq->context)->conn.call(abi::CtlOp::kDestroySrq, &req, sizeof(req), nullptr, 0);
   if (err && err != EIO) return err;
   unmap_queue(s->map, s->map_size);
   pthread_cond_destroy(&ibsrq->cond);

@@ -16,7 +16,7 @@
 namespace uroce::abi {
 
 constexpr uint32_t kMagic = 0x434f5255;  // "UROC"
-constexpr uint32_t kVersion = 2;  // 2: MRs on shared pages
+constexpr uint32_t kVersion = 3;  // 2: MRs on shared pages; 3: session handles, AHs in the engine
 constexpr size_t kCacheLine = 64;
 constexpr size_t kMaxDeviceName = 64;
 constexpr size_t kMaxGids = 16;
@@ -194,6 +194,8 @@ enum class CtlOp : uint32_t {
   kOpenQp,
   kSetFault,  // fault injection on a port (uroce fault)
   kCapture,   // pcap capture of a port's frames (uroce capture)
+  kCreateAh,
+  kDestroyAh,
   kCount,
 };
 
@@ -271,6 +273,12 @@ struct HelloReply {
   DeviceInfo device;
 };
 
+// Handles name objects of the calling connection only: the engine gives each
+// object a handle of its session when it is created (the `handle` field of
+// the ibv_* object, as the kernel's uobject handles), separate from QPNs, SRQ
+// numbers and keys. Another connection's handle or a stale one is ENOENT
+// (EINVAL for the operations whose kernel command says so: see
+// emulator/methods.cc).
 struct HandleRequest {  // kDeallocPd, kDeregMr, kDestroy*, kQueryQp
   uint64_t handle;
 };
@@ -511,6 +519,15 @@ struct CaptureReply {
   uint64_t frames;
   uint32_t active;
   uint32_t reserved;
+};
+
+// kCreateAh: the address vector stays in the client (it travels in each UD
+// work request); the engine counts AHs against max_ah and holds their PD.
+struct CreateAhRequest {
+  uint64_t pd;
+};
+struct CreateAhReply {
+  uint64_t handle;
 };
 
 // kStatus / kStats: reply body is UTF-8 text (not NUL terminated).

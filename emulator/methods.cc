@@ -1,0 +1,178 @@
+// The method table: what each control request carries. Indexed by abi::CtlOp;
+// an operation without an entry is EOPNOTSUPP.
+#include "emulator/methods.h"
+
+namespace uroce::emulator {
+
+namespace {
+
+using abi::CtlOp;
+
+struct Size {
+  uint32_t bytes;
+  SizeRule rule;
+};
+template <typename T>
+constexpr Size exact() {
+  return {sizeof(T), SizeRule::kExact};
+}
+template <typename T>
+constexpr Size up_to() {
+  return {sizeof(T), SizeRule::kUpTo};
+}
+constexpr Size kNoBody{0, SizeRule::kExact};
+
+struct Fds {
+  uint8_t min, max;
+};
+constexpr Fds kNoFds{0, 0};
+constexpr Fds fds_exactly(uint8_t n) { return {n, n}; }
+constexpr Fds fds_optional(uint8_t n) { return {0, n}; }
+
+// A handle field of request struct S (a uint64_t).
+#define UROCE_HANDLE(S, field, obj_type, ...) \
+  HandleAttr { uint16_t(offsetof(S, field)), ObjType::obj_type, __VA_ARGS__ }
+
+template <typename... A>
+constexpr Method method(const char* name, Handler handler, Size size, Fds fds, A... handles) {
+  Method m{name, handler, size.bytes, size.rule, fds.min, fds.max, {handles...}, uint8_t(sizeof...(A))};
+  return m;
+}
+
+constexpr HandleAttr optional(HandleAttr a) {
+  a.optional = true;
+  return a;
+}
+// A completion channel is a file in the kernel (UVERBS_ATTR_FD): one that is
+// not a channel of this process is EBADF (lookup_get_fd_uobject).
+constexpr HandleAttr channel(HandleAttr a) {
+  a.optional = true;
+  a.missing_errno = EBADF;
+  return a;
+}
+// A write() command's object argument: a failed lookup is EINVAL.
+constexpr HandleAttr einval(HandleAttr a) {
+  a.missing_errno = EINVAL;
+  return a;
+}
+// The object the method destroys (uobj_perform_destroy: ENOENT).
+constexpr HandleAttr destroyed(HandleAttr a) {
+  a.destroys = true;
+  return a;
+}
+
+using Table = std::array<Method, size_t(CtlOp::kCount)>;
+
+constexpr Table make_table() {
+  Table t{};
+  auto at = [&t](CtlOp op) -> Method& { return t[size_t(op)]; };
+  using namespace abi;
+
+  // Connection, device and port (methods_device.cc).
+  at(CtlOp::kHello) = method("hello", hello, exact<HelloRequest>(), fds_exactly(1));  // async pipe
+  at(CtlOp::kQueryDevice) = method("query_device", query_device, kNoBody, kNoFds);
+  at(CtlOp::kQueryPort) = method("query_port", query_port, kNoBody, kNoFds);
+  at(CtlOp::kSetPortState) =
+      method("set_port_state", set_port_state, exact<SetPortStateRequest>(), kNoFds);
+
+  // PD and MR (methods_pd_mr.cc).
+  at(CtlOp::kAllocPd) = method("alloc_pd", alloc_pd, kNoBody, kNoFds);
+  at(CtlOp::kDeallocPd) = method("dealloc_pd", dealloc_pd, exact<HandleRequest>(), kNoFds,
+                                 destroyed(UROCE_HANDLE(HandleRequest, handle, kPd)));
+  at(CtlOp::kRegMr) = method("reg_mr", reg_mr, exact<RegMrRequest>(), fds_optional(1),  // memfd
+                             einval(UROCE_HANDLE(RegMrRequest, pd, kPd)));
+  at(CtlOp::kReregMr) = method("rereg_mr", rereg_mr, exact<ReregMrRequest>(), fds_optional(1),
+                               UROCE_HANDLE(ReregMrRequest, handle, kMr),
+                               einval(optional(UROCE_HANDLE(ReregMrRequest, pd, kPd))));
+  at(CtlOp::kDeregMr) = method("dereg_mr", dereg_mr, exact<HandleRequest>(), kNoFds,
+                               destroyed(UROCE_HANDLE(HandleRequest, handle, kMr)));
+
+  // Completion channels and CQs (methods_cq.cc).
+  at(CtlOp::kCreateCompChannel) =
+      method("create_comp_channel", create_comp_channel, kNoBody, fds_exactly(1));  // pipe
+  at(CtlOp::kDestroyCompChannel) =
+      method("destroy_comp_channel", destroy_comp_channel, exact<HandleRequest>(), kNoFds,
+             destroyed(UROCE_HANDLE(HandleRequest, handle, kCompChannel)));
+  at(CtlOp::kCreateCq) = method("create_cq", create_cq, exact<CreateCqRequest>(), kNoFds,
+                                channel(UROCE_HANDLE(CreateCqRequest, channel, kCompChannel)));
+  at(CtlOp::kResizeCq) = method("resize_cq", resize_cq, exact<ResizeCqRequest>(), kNoFds,
+                                einval(UROCE_HANDLE(ResizeCqRequest, handle, kCq)));
+  at(CtlOp::kDestroyCq) = method("destroy_cq", destroy_cq, exact<HandleRequest>(), kNoFds,
+                                 destroyed(UROCE_HANDLE(HandleRequest, handle, kCq)));
+
+  // QPs (methods_qp.cc). PD and CQs are optional here: an XRC target QP has
+  // none, an XRC initiator no receive CQ; the device checks what each type needs.
+  at(CtlOp::kCreateQp) = method("create_qp", create_qp, exact<CreateQpRequest>(), kNoFds,
+                                optional(UROCE_HANDLE(CreateQpRequest, pd, kPd)),
+                                optional(UROCE_HANDLE(CreateQpRequest, send_cq, kCq)),
+                                optional(UROCE_HANDLE(CreateQpRequest, recv_cq, kCq)),
+                                optional(UROCE_HANDLE(CreateQpRequest, srq, kSrq)),
+                                optional(UROCE_HANDLE(CreateQpRequest, xrcd, kXrcd)));
+  at(CtlOp::kModifyQp) = method("modify_qp", modify_qp, exact<ModifyQpRequest>(), kNoFds,
+                                einval(UROCE_HANDLE(ModifyQpRequest, handle, kQp)));
+  at(CtlOp::kQueryQp) = method("query_qp", query_qp, exact<HandleRequest>(), kNoFds,
+                               einval(UROCE_HANDLE(HandleRequest, handle, kQp)));
+  at(CtlOp::kDestroyQp) = method("destroy_qp", destroy_qp, exact<HandleRequest>(), kNoFds,
+                                 destroyed(UROCE_HANDLE(HandleRequest, handle, kQp)));
+
+  // SRQs and XRC (methods_srq_xrc.cc).
+  at(CtlOp::kCreateSrq) = method("create_srq", create_srq, exact<CreateSrqRequest>(), kNoFds,
+                                 optional(UROCE_HANDLE(CreateSrqRequest, pd, kPd)),
+                                 optional(UROCE_HANDLE(CreateSrqRequest, xrcd, kXrcd)),
+                                 optional(UROCE_HANDLE(CreateSrqRequest, cq, kCq)));
+  at(CtlOp::kModifySrq) = method("modify_srq", modify_srq, exact<ModifySrqRequest>(), kNoFds,
+                                 einval(UROCE_HANDLE(ModifySrqRequest, handle, kSrq)));
+  at(CtlOp::kQuerySrq) = method("query_srq", query_srq, exact<HandleRequest>(), kNoFds,
+                                einval(UROCE_HANDLE(HandleRequest, handle, kSrq)));
+  at(CtlOp::kDestroySrq) = method("destroy_srq", destroy_srq, exact<HandleRequest>(), kNoFds,
+                                  destroyed(UROCE_HANDLE(HandleRequest, handle, kSrq)));
+  at(CtlOp::kOpenXrcd) =
+      method("open_xrcd", open_xrcd, exact<OpenXrcdRequest>(), fds_optional(1));  // the file
+  at(CtlOp::kCloseXrcd) = method("close_xrcd", close_xrcd, exact<HandleRequest>(), kNoFds,
+                                 destroyed(UROCE_HANDLE(HandleRequest, handle, kXrcd)));
+  at(CtlOp::kOpenQp) = method("open_qp", open_qp, exact<OpenQpRequest>(), kNoFds,
+                              einval(UROCE_HANDLE(OpenQpRequest, xrcd, kXrcd)));
+
+  // Address handles (methods_ah.cc): the address vector stays in the
+  // client, the engine counts them against max_ah and holds their PD.
+  at(CtlOp::kCreateAh) = method("create_ah", create_ah, exact<CreateAhRequest>(), kNoFds,
+                                einval(UROCE_HANDLE(CreateAhRequest, pd, kPd)));
+  at(CtlOp::kDestroyAh) = method("destroy_ah", destroy_ah, exact<HandleRequest>(), kNoFds,
+                                 destroyed(UROCE_HANDLE(HandleRequest, handle, kAh)));
+
+  // The uroce command (methods_tools.cc).
+  at(CtlOp::kSetFault) = method("set_fault", set_fault, exact<SetFaultRequest>(), kNoFds);
+  at(CtlOp::kCapture) = method("capture", capture, exact<CaptureRequest>(), kNoFds);
+  at(CtlOp::kStatus) = method("status", status, kNoBody, kNoFds);
+  at(CtlOp::kStats) = method("stats", stats, kNoBody, kNoFds);
+  return t;
+}
+
+constexpr Table kMethods = make_table();
+
+constexpr bool every_op_has_a_method() {
+  for (size_t op = 1; op < kMethods.size(); ++op)
+    if (!kMethods[op].name || !kMethods[op].handler) return false;
+  return !kMethods[0].name;
+}
+static_assert(every_op_has_a_method(), "a CtlOp without a method table entry");
+
+constexpr bool sizes_fit() {
+  for (const Method& m : kMethods) {
+    if (m.req_size + sizeof(abi::CtlRequestHeader) > abi::kMaxCtlMsg) return false;
+    if (m.max_fds > abi::kMaxCtlFds || m.min_fds > m.max_fds) return false;
+    for (size_t i = 0; i < m.num_handles; ++i)
+      if (m.handles[i].offset + sizeof(uint64_t) > m.req_size) return false;
+  }
+  return true;
+}
+static_assert(sizes_fit(), "a request larger than a control message, or a handle outside it");
+
+}  // namespace
+
+const Method* find_method(uint32_t op) {
+  if (op >= kMethods.size() || !kMethods[op].name) return nullptr;
+  return &kMethods[op];
+}
+
+}  // namespace uroce::emulator

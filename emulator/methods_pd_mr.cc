@@ -1,0 +1,39 @@
+// Methods of protection domains and memory regions.
+#include <cerrno>
+
+#include "device/device.h"
+#include "emulator/methods.h"
+#include "emulator/object_table.h"
+
+namespace uroce::emulator {
+
+int alloc_pd(Call& c) {
+  auto r = c.dev.alloc_pd(&c.owner);
+  if (r.err) return r.err;
+  return c.reply(abi::AllocPdReply{c.objects.insert(ObjType::kPd, r.value)});
+}
+
+int dealloc_pd(Call& c) {
+  return c.dev.dealloc_pd(&c.owner, uint32_t(c.request<abi::HandleRequest>().handle));
+}
+
+// Request fds: [the memfd of shared pages], mapped by the device, closed after.
+int reg_mr(Call& c) {
+  auto r = c.dev.reg_mr(&c.owner, c.request<abi::RegMrRequest>(), c.fds.empty() ? -1 : c.fds[0]);
+  if (r.err) return r.err;
+  return c.reply(abi::RegMrReply{c.objects.insert(ObjType::kMr, r.value), r.value, r.value});
+}
+
+int rereg_mr(Call& c) {
+  uint32_t key = 0;
+  if (int err = c.dev.rereg_mr(&c.owner, c.request<abi::ReregMrRequest>(), &key,
+                               c.fds.empty() ? -1 : c.fds[0]))
+    return err;
+  return c.reply(abi::RegMrReply{c.client_handles[0], key, key});
+}
+
+int dereg_mr(Call& c) {
+  return c.dev.dereg_mr(&c.owner, uint32_t(c.request<abi::HandleRequest>().handle));
+}
+
+}  // namespace uroce::emulator

@@ -1,0 +1,45 @@
+// Methods of queue pairs.
+#include <cerrno>
+
+#include "device/device.h"
+#include "emulator/methods.h"
+#include "emulator/object_table.h"
+
+namespace uroce::emulator {
+
+// Reply fds: [the queue memfd holding the SQ then the RQ].
+int create_qp(Call& c) {
+  auto r = c.dev.create_qp(&c.owner, c.request<abi::CreateQpRequest>());
+  if (r.err) return r.err;
+  device::Qp* qp = c.dev.qp(r.value);
+  abi::CreateQpReply rep{};
+  rep.handle = c.objects.insert(ObjType::kQp, r.value);
+  rep.qpn = r.value;
+  rep.caps = qp->caps;
+  rep.sq_log2 = qp->sq.log2;
+  rep.sq_stride = qp->sq.stride;
+  rep.rq_log2 = qp->rq.log2;
+  rep.rq_stride = qp->rq.stride;
+  rep.sq_offset = 0;
+  rep.rq_offset = uint64_t(reinterpret_cast<uint8_t*>(qp->rq.hdr) - qp->mem.base());
+  rep.shm_size = qp->mem.size();
+  c.pass_fd(qp->mem.release_fd(), true);
+  return c.reply(rep);
+}
+
+int modify_qp(Call& c) {
+  const auto req = c.request<abi::ModifyQpRequest>();
+  return c.dev.modify_qp(&c.owner, uint32_t(req.handle), req.attr_mask, req.attr);
+}
+
+int query_qp(Call& c) {
+  abi::QueryQpReply rep{};
+  if (int err = c.dev.query_qp(&c.owner, uint32_t(c.request<abi::HandleRequest>().handle), &rep.attr))
+    return err;
+  return c.reply(rep);
+}
+
+// The device id: a QPN, or id << 32 | QPN for an opened QP.
+int destroy_qp(Call& c) { return c.dev.destroy_qp(&c.owner, c.request<abi::HandleRequest>().handle); }
+
+}  // namespace uroce::emulator

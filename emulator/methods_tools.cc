@@ -1,0 +1,58 @@
+// Methods the uroce command calls: fault injection, capture, status, counters.
+#include <cerrno>
+
+#include "emulator/engine.h"
+#include "emulator/methods.h"
+
+namespace uroce::emulator {
+
+int set_fault(Call& c) {
+  const auto req = c.request<abi::SetFaultRequest>();
+  if (req.port > abi::kFaultPortWire) return EINVAL;
+  net::FaultConfig cfg;
+  cfg.drop = req.drop;
+  cfg.duplicate = req.duplicate;
+  cfg.reorder = req.reorder;
+  cfg.corrupt = req.corrupt;
+  cfg.delay_us = req.delay_us;
+  cfg.seed = req.seed;
+  const device::PortId port =
+      req.port == abi::kFaultPortLoopback || (req.port == abi::kFaultPortDefault && !c.dev.has_wire())
+          ? device::PortId::kLoopback
+          : device::PortId::kWire;
+  const std::string err = c.dev.set_fault(port, cfg);
+  if (!err.empty()) {
+    c.reply_text(err);
+    return EINVAL;
+  }
+  return 0;
+}
+
+int capture(Call& c) {
+  auto req = c.request<abi::CaptureRequest>();
+  req.path[abi::kMaxCapturePath - 1] = 0;
+  if (req.action == abi::kCaptureStart) {
+    const std::string err = c.dev.start_capture(req.path, req.max_frames);
+    if (!err.empty()) {
+      c.reply_text(err);
+      return EIO;
+    }
+  } else if (req.action == abi::kCaptureStop) {
+    c.dev.stop_capture();
+  } else if (req.action != abi::kCaptureStatus) {
+    return EINVAL;
+  }
+  return c.reply(abi::CaptureReply{c.dev.captured_frames(), c.dev.capturing() ? 1u : 0u, 0});
+}
+
+int status(Call& c) {
+  c.reply_text(c.engine.status_text());
+  return 0;
+}
+
+int stats(Call& c) {
+  c.reply_text(c.dev.stats_text());
+  return 0;
+}
+
+}  // namespace uroce::emulator

@@ -1,0 +1,407 @@
+// The control socket's checks (emulator/methods.cc): request size and fd
+// count are checked for every operation before its handler, and object
+// handles name only live objects of the calling ibv_context.
+#include <fcntl.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstdlib>
+
+#include "tests/integration/verbs_fixture.h"
+#include "uroce/abi.h"
+
+namespace vt {
+namespace {
+
+namespace abi = uroce::abi;
+
+// A raw control connection to the engine, as the provider opens one.
+class RawControl {
+ public:
+  RawControl() {
+    const char* dir = std::getenv("UROCE_RUNTIME_DIR");
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::snprintf(addr.sun_path, sizeof(addr.sun_path), "%s/%s.sock", dir ? dir : "", kDeviceName);
+    fd_ = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    if (fd_ >= 0 && connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+      close(fd_);
+      fd_ = -1;
+    }
+  }
+  ~RawControl() {
+    if (fd_ >= 0) close(fd_);
+  }
+  bool ok() const { return fd_ >= 0; }
+  // Sends op with body and fds; returns the reply status (-1: no reply).
+  int call(uint32_t op, const void* body, size_t len, const int* fds = nullptr, size_t nfds = 0) {
+    uint8_t buf[abi::kMaxCtlMsg];
+    const abi::CtlRequestHeader hdr{op, uint32_t(len)};
+    std::memcpy(buf, &hdr, sizeof(hdr));
+    if (len) std::memcpy(buf + sizeof(hdr), body, len);
+    iovec iov{buf, sizeof(hdr) + len};
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    alignas(cmsghdr) char cbuf[CMSG_SPACE(sizeof(int) * abi::kMaxCtlFds)];
+    if (nfds) {
+      msg.msg_control = cbuf;
+      msg.msg_controllen = CMSG_SPACE(sizeof(int) * nfds);
+      cmsghdr* c = CMSG_FIRSTHDR(&msg);
+      c->cmsg_level = SOL_SOCKET;
+      c->cmsg_type = SCM_RIGHTS;
+      c->cmsg_len = CMSG_LEN(sizeof(int) * nfds);
+      std::memcpy(CMSG_DATA(c), fds, sizeof(int) * nfds);
+    }
+    if (sendmsg(fd_, &msg, MSG_NOSIGNAL) < 0) return -1;
+    iovec riov{buf, sizeof(buf)};
+    msghdr rmsg{};
+    rmsg.msg_iov = &riov;
+    rmsg.msg_iovlen = 1;
+    rmsg.msg_control = cbuf;
+    rmsg.msg_controllen = sizeof(cbuf);
+    const ssize_t n = recvmsg(fd_, &rmsg, MSG_CMSG_CLOEXEC);
+    if (n < ssize_t(sizeof(abi::CtlReplyHeader))) return -1;
+    for (cmsghdr* c = CMSG_FIRSTHDR(&rmsg); c; c = CMSG_NXTHDR(&rmsg, c))
+      for (size_t i = 0; i < (c->cmsg_len - CMSG_LEN(0)) / sizeof(int); ++i) {
+        int fd;
+        std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+        close(fd);
+      }
+    abi::CtlReplyHeader rep;
+    std::memcpy(&rep, buf, sizeof(rep));
+    last_body_.assign(buf + sizeof(rep), buf + n);
+    return rep.status;
+  }
+  template <typename T>
+  T body() const {
+    T t{};
+    std::memcpy(&t, last_body_.data(), std::min(sizeof(T), last_body_.size()));
+    return t;
+  }
+
+ private:
+  int fd_ = -1;
+  std::vector<uint8_t> last_body_;
+};
+
+uint32_t op(abi::CtlOp o) { return uint32_t(o); }
+
+// A pipe whose write end goes to the engine: once every copy of that end is
+// closed, the read end sees EOF.
+struct Pipe {
+  int r = -1, w = -1;
+  Pipe() {
+    int p[2];
+    if (pipe2(p, O_CLOEXEC) == 0) r = p[0], w = p[1];
+  }
+  ~Pipe() {
+    if (r >= 0) close(r);
+    if (w >= 0) close(w);
+  }
+  void close_write() {
+    close(w);
+    w = -1;
+  }
+  // True once the engine closed its copy too (EOF within a second).
+  bool write_end_gone() const {
+    pollfd p{r, POLLIN, 0};  // EOF shows as POLLHUP
+    if (poll(&p, 1, 1000) != 1) return false;
+    char c;
+    return read(r, &c, 1) == 0;
+  }
+};
+
+TEST(ControlMessages, WrongSizeOrFdCountIsEinvalAndTheFdsAreClosed) {
+  RawControl ctl;
+  ASSERT_TRUE(ctl.ok()) << "no engine socket in $UROCE_RUNTIME_DIR";
+  // A request body one byte short and one byte long.
+  abi::HandleRequest h{1};
+  EXPECT_EQ(ctl.call(op(abi::CtlOp::kDeallocPd), &h, sizeof(h) - 1), EINVAL);
+  uint8_t longer[sizeof(h) + 1] = {};
+  EXPECT_EQ(ctl.call(op(abi::CtlOp::kDeallocPd), longer, sizeof(longer)), EINVAL);
+  EXPECT_EQ(ctl.call(op(abi::CtlOp::kAllocPd), longer, 1), EINVAL);
+  // An fd an operation does not take: refused, and the engine keeps no copy.
+  {
+    Pipe p;
+    EXPECT_EQ(ctl.call(op(abi::CtlOp::kAllocPd), nullptr, 0, &p.w, 1), EINVAL);
+    p.close_write();
+    EXPECT_TRUE(p.write_end_gone());
+  }
+  // Too few fds (Hello takes the async pipe) and too many (two for a memfd slot).
+  abi::HelloRequest hello{abi::kMagic, abi::kVersion};
+  EXPECT_EQ(ctl.call(op(abi::CtlOp::kHello), &hello, sizeof(hello)), EINVAL);
+  {
+    Pipe p, q;
+    abi::RegMrRequest reg{};
+    const int two[2] = {p.w, q.w};
+    EXPECT_EQ(ctl.call(op(abi::CtlOp::kRegMr), &reg, sizeof(reg), two, 2), EINVAL);
+    p.close_write();
+    q.close_write();
+    EXPECT_TRUE(p.write_end_gone());
+    EXPECT_TRUE(q.write_end_gone());
+  }
+  // Operations the engine does not know.
+  EXPECT_EQ(ctl.call(0, nullptr, 0), EOPNOTSUPP);
+  EXPECT_EQ(ctl.call(op(abi::CtlOp::kCount), nullptr, 0), EOPNOTSUPP);
+  // The connection still works: a valid request succeeds.
+  {
+    Pipe p;
+    EXPECT_EQ(ctl.call(op(abi::CtlOp::kHello), &hello, sizeof(hello), &p.w, 1), 0);
+  }
+  EXPECT_EQ(ctl.call(op(abi::CtlOp::kAllocPd), nullptr, 0), 0);
+}
+
+// ---- object handles (issue 9) ----------------------------------------------
+//
+// A corrupted `handle` field names no object of this context: destroying the
+// object fails with the kernel's errno (ENOENT: uobj_perform_destroy and the
+// ioctl methods' lookup; EINVAL where a write() command says so) and leaves
+// the object usable once the handle is restored.
+
+// Far from any handle the engine has given out (they count up from 1).
+constexpr uint32_t kCorrupt = 0x5a000000;
+
+class Handles : public VerbsTest {
+ protected:
+  ibv_qp* raw_qp(ibv_pd* pd, ibv_cq* cq, ibv_srq* srq = nullptr, ibv_qp_type type = IBV_QPT_RC) {
+    ibv_qp_init_attr init{};
+    init.send_cq = init.recv_cq = cq;
+    init.srq = srq;
+    init.qp_type = type;
+    init.cap = {4, srq ? 0u : 4u, 1, 1, 0};
+    return ibv_create_qp(pd, &init);
+  }
+  // One SEND of 64 bytes from a to b over RC; true if both sides complete.
+  void expect_send_works(ibv_qp* a, ibv_cq* acq, ibv_qp* b, ibv_cq* bcq, ibv_mr* mr) {
+    ASSERT_EQ(post_recv_mr(b, 1, mr, 0, 64), 0);
+    ibv_sge sge = sge_of(mr, 64, 64);
+    ASSERT_EQ(post_send(a, 2, IBV_WR_SEND, &sge, 1), 0);
+    ibv_wc wc;
+    VT_POLL_ONE(acq, &wc);
+    EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << describe(wc);
+    VT_POLL_ONE(bcq, &wc);
+    EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << describe(wc);
+  }
+};
+
+TEST_F(Handles, CorruptPdHandle) {
+  ibv_pd* pd = ibv_alloc_pd(ctx_);
+  ASSERT_NE(pd, nullptr);
+  ibv_cq* cq = make_cq();
+  ASSERT_NE(cq, nullptr);
+  uint8_t* buf = buffer(4096);
+  const uint32_t saved = pd->handle;
+  pd->handle = saved ^ kCorrupt;
+  EXPECT_EQ(ibv_dealloc_pd(pd), ENOENT);
+  errno = 0;
+  EXPECT_EQ(ibv_reg_mr(pd, buf, 4096, IBV_ACCESS_LOCAL_WRITE), nullptr);
+  EXPECT_EQ(errno, EINVAL);  // ib_uverbs_reg_mr
+  errno = 0;
+  EXPECT_EQ(raw_qp(pd, cq), nullptr);
+  EXPECT_EQ(errno, ENOENT);  // UVERBS_METHOD_QP_CREATE
+  ibv_srq_init_attr sattr{};
+  sattr.attr = {4, 1, 0};
+  errno = 0;
+  EXPECT_EQ(ibv_create_srq(pd, &sattr), nullptr);
+  EXPECT_EQ(errno, ENOENT);  // UVERBS_METHOD_SRQ_CREATE
+  ibv_ah_attr av = loopback_av();
+  errno = 0;
+  EXPECT_EQ(ibv_create_ah(pd, &av), nullptr);
+  EXPECT_EQ(errno, EINVAL);  // ib_uverbs_create_ah
+  // A live handle of another type is EINVAL (rdma_lookup_get_uobject).
+  pd->handle = cq->handle;
+  EXPECT_EQ(ibv_dealloc_pd(pd), EINVAL);
+
+  pd->handle = saved;
+  ibv_mr* mr = ibv_reg_mr(pd, buf, 4096, IBV_ACCESS_LOCAL_WRITE);
+  ASSERT_NE(mr, nullptr);
+  EXPECT_EQ(ibv_dealloc_pd(pd), EBUSY);
+  EXPECT_EQ(ibv_dereg_mr(mr), 0);
+  EXPECT_EQ(ibv_dealloc_pd(pd), 0);
+}
+
+TEST_F(Handles, CorruptMrHandle) {
+  Pair p = make_pair();
+  ASSERT_NE(p.b.qp, nullptr);
+  ibv_mr* mr = reg_buffer(4096, kRw);
+  ASSERT_NE(mr, nullptr);
+  const uint32_t saved = mr->handle;
+  mr->handle = saved ^ kCorrupt;
+  EXPECT_EQ(ibv_dereg_mr(mr), ENOENT);
+  errno = 0;
+  EXPECT_EQ(ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_ACCESS, nullptr, nullptr, 0, IBV_ACCESS_LOCAL_WRITE),
+            IBV_REREG_MR_ERR_CMD);
+  EXPECT_EQ(errno, ENOENT);  // ib_uverbs_rereg_mr: uobj_get_write
+  mr->handle = saved;
+  expect_send_works(p.a.qp, p.a.cq, p.b.qp, p.b.cq, mr);
+}
+
+TEST_F(Handles, CorruptCqHandle) {
+  ibv_cq* cq = make_cq();
+  ibv_cq* other = make_cq();
+  ASSERT_NE(other, nullptr);
+  const uint32_t saved = cq->handle;
+  cq->handle = saved ^ kCorrupt;
+  EXPECT_EQ(ibv_destroy_cq(cq), ENOENT);
+  EXPECT_EQ(ibv_resize_cq(cq, 512), EINVAL);  // ib_uverbs_resize_cq
+  errno = 0;
+  EXPECT_EQ(raw_qp(pd_, cq), nullptr);
+  EXPECT_EQ(errno, ENOENT);
+  cq->handle = saved;
+  ibv_qp* a = make_qp(IBV_QPT_RC, cq, cq);
+  ibv_qp* b = make_qp(IBV_QPT_RC, other, other);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  connect_qp(a, b->qp_num);
+  connect_qp(b, a->qp_num);
+  ibv_mr* mr = reg_buffer(4096, kRw);
+  expect_send_works(a, cq, b, other, mr);
+}
+
+TEST_F(Handles, CorruptQpHandle) {
+  Pair p = make_pair();
+  ASSERT_NE(p.b.qp, nullptr);
+  const uint32_t saved = p.a.qp->handle;
+  p.a.qp->handle = saved ^ kCorrupt;
+  EXPECT_EQ(ibv_destroy_qp(p.a.qp), ENOENT);
+  ibv_qp_attr attr{};
+  ibv_qp_init_attr init{};
+  EXPECT_EQ(ibv_query_qp(p.a.qp, &attr, IBV_QP_STATE, &init), EINVAL);  // ib_uverbs_query_qp
+  attr.qp_state = IBV_QPS_ERR;
+  EXPECT_EQ(ibv_modify_qp(p.a.qp, &attr, IBV_QP_STATE), EINVAL);  // ib_uverbs_modify_qp
+  p.a.qp->handle = saved;
+  EXPECT_EQ(qp_state(p.a.qp), IBV_QPS_RTS);
+  ibv_mr* mr = reg_buffer(4096, kRw);
+  expect_send_works(p.a.qp, p.a.cq, p.b.qp, p.b.cq, mr);
+}
+
+TEST_F(Handles, CorruptSrqHandle) {
+  ibv_srq_init_attr sattr{};
+  sattr.attr = {8, 1, 0};
+  ibv_srq* srq = ibv_create_srq(pd_, &sattr);
+  ASSERT_NE(srq, nullptr);
+  defer([srq] { EXPECT_EQ(ibv_destroy_srq(srq), 0); });
+  ibv_cq* cq = make_cq();
+  const uint32_t saved = srq->handle;
+  srq->handle = saved ^ kCorrupt;
+  EXPECT_EQ(ibv_destroy_srq(srq), ENOENT);
+  ibv_srq_attr attr{};
+  EXPECT_EQ(ibv_query_srq(srq, &attr), EINVAL);  // ib_uverbs_query_srq
+  attr.srq_limit = 2;
+  EXPECT_EQ(ibv_modify_srq(srq, &attr, IBV_SRQ_LIMIT), EINVAL);  // ib_uverbs_modify_srq
+  errno = 0;
+  EXPECT_EQ(raw_qp(pd_, cq, srq), nullptr);
+  EXPECT_EQ(errno, ENOENT);
+  srq->handle = saved;
+  EXPECT_EQ(ibv_query_srq(srq, &attr), 0);
+  EXPECT_EQ(attr.srq_limit, 0u);
+  ibv_qp* qp = raw_qp(pd_, cq, srq);
+  ASSERT_NE(qp, nullptr) << std::strerror(errno);
+  EXPECT_EQ(ibv_destroy_qp(qp), 0);
+}
+
+TEST_F(Handles, CorruptAhHandle) {
+  Pair p = make_pair(IBV_QPT_UD);
+  ASSERT_NE(p.b.qp, nullptr);
+  ibv_ah_attr av = loopback_av();
+  ibv_ah* ah = make_ah(&av);
+  ASSERT_NE(ah, nullptr);
+  const uint32_t saved = ah->handle;
+  ah->handle = saved ^ kCorrupt;
+  EXPECT_EQ(ibv_destroy_ah(ah), ENOENT);
+  ah->handle = saved;
+  ibv_mr* mr = reg_buffer(4096, kRw);
+  ASSERT_EQ(post_recv_mr(p.b.qp, 1, mr, 0, 40 + 64), 0);
+  ibv_sge sge = sge_of(mr, 2048, 64);
+  ibv_send_wr wr{};
+  wr.wr_id = 2;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.opcode = IBV_WR_SEND;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.wr.ud.ah = ah;
+  wr.wr.ud.remote_qpn = p.b.qp->qp_num;
+  wr.wr.ud.remote_qkey = ConnectOpts{}.qkey;
+  ibv_send_wr* bad = nullptr;
+  ASSERT_EQ(ibv_post_send(p.a.qp, &wr, &bad), 0);
+  ibv_wc wc;
+  VT_POLL_ONE(p.a.cq, &wc);
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << describe(wc);
+  VT_POLL_ONE(p.b.cq, &wc);
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << describe(wc);
+}
+
+TEST_F(Handles, StaleHandleIsNotReused) {
+  ibv_pd* pd = ibv_alloc_pd(ctx_);
+  ASSERT_NE(pd, nullptr);
+  const uint32_t stale = pd->handle;
+  ASSERT_EQ(ibv_dealloc_pd(pd), 0);
+  ibv_pd* fresh = ibv_alloc_pd(ctx_);  // may reuse the engine's slot, never the handle
+  ASSERT_NE(fresh, nullptr);
+  EXPECT_NE(fresh->handle, stale);
+  const uint32_t saved = fresh->handle;
+  fresh->handle = stale;
+  EXPECT_EQ(ibv_dealloc_pd(fresh), ENOENT);
+  fresh->handle = saved;
+  EXPECT_EQ(ibv_dealloc_pd(fresh), 0);
+}
+
+// Objects of a second ibv_context (another connection to the engine, as a
+// second process would have) name nothing in the first.
+TEST_F(Handles, ObjectsOfAnotherContextFail) {
+  ibv_context* ctx2 = ibv_open_device(ctx_->device);
+  ASSERT_NE(ctx2, nullptr);
+  defer([ctx2] { EXPECT_EQ(ibv_close_device(ctx2), 0); });
+  ibv_pd* pd2 = ibv_alloc_pd(ctx2);
+  ibv_cq* cq2 = ibv_create_cq(ctx2, 16, nullptr, nullptr, 0);
+  ibv_comp_channel* ch2 = ibv_create_comp_channel(ctx2);
+  ibv_srq_init_attr sattr{};
+  sattr.attr = {8, 1, 0};
+  ibv_srq* srq2 = ibv_create_srq(pd2, &sattr);
+  ASSERT_TRUE(pd2 && cq2 && ch2 && srq2);
+  ibv_qp* qp2 = raw_qp(pd2, cq2);
+  ASSERT_NE(qp2, nullptr);
+  ibv_cq* cq = make_cq();
+
+  // ctx2's objects in requests on the first context.
+  errno = 0;
+  EXPECT_EQ(raw_qp(pd_, cq2), nullptr);
+  EXPECT_EQ(errno, ENOENT);
+  errno = 0;
+  EXPECT_EQ(raw_qp(pd2, cq), nullptr);  // sent on ctx2: cq is the stranger there
+  EXPECT_EQ(errno, ENOENT);
+  errno = 0;
+  EXPECT_EQ(raw_qp(pd_, cq, srq2), nullptr);
+  EXPECT_EQ(errno, ENOENT);
+  errno = 0;
+  EXPECT_EQ(ibv_create_cq(ctx_, 16, nullptr, ch2, 0), nullptr);
+  EXPECT_EQ(errno, EBADF);  // a channel is a file of its context
+  uint8_t* buf = buffer(4096);
+  ibv_pd* real = pd_;
+  // Destroying ctx2's objects through the first context.
+  auto through_first = [&](auto* obj, auto destroy) {
+    ibv_context* own = obj->context;
+    obj->context = ctx_;
+    EXPECT_EQ(destroy(obj), ENOENT);
+    obj->context = own;
+  };
+  through_first(qp2, ibv_destroy_qp);
+  through_first(srq2, ibv_destroy_srq);
+  through_first(cq2, ibv_destroy_cq);
+  through_first(pd2, ibv_dealloc_pd);
+  EXPECT_EQ(pd_, real);
+  // All of them still work in their own context.
+  ibv_mr* mr2 = ibv_reg_mr(pd2, buf, 4096, IBV_ACCESS_LOCAL_WRITE);
+  ASSERT_NE(mr2, nullptr);
+  EXPECT_EQ(ibv_dereg_mr(mr2), 0);
+  EXPECT_EQ(ibv_destroy_qp(qp2), 0);
+  EXPECT_EQ(ibv_destroy_srq(srq2), 0);
+  EXPECT_EQ(ibv_destroy_cq(cq2), 0);
+  EXPECT_EQ(ibv_destroy_comp_channel(ch2), 0);
+  EXPECT_EQ(ibv_dealloc_pd(pd2), 0);
+}
+
+}  // namespace
+}  // namespace vt
