@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "device/counters.h"
 #include "device/objects.h"
 #include "device/qp.h"
@@ -125,6 +127,9 @@ class Device {
   const Counters& counters() const { return counters_; }
   std::string status_text() const;
   std::string stats_text() const;
+  // The device's state and counters, for `uroce status/stats --json` and
+  // `--watch` (device/report.cc).
+  void report(nlohmann::json& out) const;
   size_t qp_count() const { return qp_count_; }
 
   // Transport internals, shared by requester/responder/completer.

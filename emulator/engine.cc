@@ -1,5 +1,7 @@
 #include "emulator/engine.h"
 
+#include <nlohmann/json.hpp>
+
 #include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
@@ -157,6 +159,7 @@ void Engine::close_session(Session* s) {
   // Defer destruction: we may be inside one of the session's own handlers.
   auto it = sessions_.find(s);
   if (it == sessions_.end()) return;
+  report_snapshots_.erase(s->owner().id);
   std::shared_ptr<Session> doomed(std::move(it->second));
   sessions_.erase(it);
   boost::asio::post(io_, [doomed] {});
@@ -184,6 +187,25 @@ std::string Engine::status_text() const {
   for (const auto& [raw, s] : sessions_)
     os << "  pid " << s->owner().mem.pid() << " " << s->owner().comm << '\n';
   return os.str();
+}
+
+std::string Engine::report_json() const {
+  nlohmann::json j;
+  device_.report(j);
+  const int cpu = shared_ ? shared_->polling_cpu.load(std::memory_order_relaxed) : -1;
+  j["engine"] = {{"pid", int(getpid())}, {"polling_cpu", cpu}};
+  nlohmann::json clients = nlohmann::json::array();
+  for (const auto& [raw, s] : sessions_)
+    clients.push_back({{"pid", int(s->owner().mem.pid())}, {"comm", s->owner().comm}});
+  j["clients"] = clients;
+  j["time_ns"] = monotonic_ns();
+  return j.dump();
+}
+
+const std::string& Engine::report_snapshot(const device::Owner& client, bool fresh) {
+  std::string& snap = report_snapshots_[client.id];
+  if (fresh) snap = report_json();
+  return snap;
 }
 
 void Engine::run() {

@@ -63,8 +63,12 @@ class Engine {
   // (IBV_EVENT_PORT_ACTIVE / IBV_EVENT_PORT_ERR) to every client.
   void set_port_state(bool up);
   std::string status_text() const;
+  // The JSON report of a connection (kReport): a new snapshot when `fresh`,
+  // else the one taken at its offset 0, so its pieces agree.
+  const std::string& report_snapshot(const device::Owner& client, bool fresh);
 
  private:
+  std::string report_json() const;
   void accept_next();
   void arm_doorbell();
   void arm_wire_wakeup();
@@ -83,6 +87,7 @@ class Engine {
   abi::EngineShared* shared_ = nullptr;
   bool stopping_ = false;
   uint64_t next_owner_id_ = 1;
+  std::unordered_map<uint64_t, std::string> report_snapshots_;  // by Owner::id
   IdlePolicy idle_;
 };
 

@@ -145,6 +145,7 @@ constexpr Table make_table() {
   at(CtlOp::kCapture) = method("capture", capture, exact<CaptureRequest>(), kNoFds);
   at(CtlOp::kStatus) = method("status", status, kNoBody, kNoFds);
   at(CtlOp::kStats) = method("stats", stats, kNoBody, kNoFds);
+  at(CtlOp::kReport) = method("report", report, exact<ReportRequest>(), kNoFds);
   return t;
 }
 

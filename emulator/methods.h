@@ -159,5 +159,6 @@ int set_fault(Call& c);
 int capture(Call& c);
 int status(Call& c);
 int stats(Call& c);
+int report(Call& c);
 
 }  // namespace uroce::emulator

@@ -50,6 +50,18 @@ int status(Call& c) {
   return 0;
 }
 
+int report(Call& c) {
+  const auto req = c.request<abi::ReportRequest>();
+  const std::string& doc = c.engine.report_snapshot(c.owner, req.offset == 0);
+  if (req.offset > doc.size()) return EINVAL;
+  const abi::ReportReply head{doc.size()};
+  std::memcpy(c.rep, &head, sizeof(head));
+  const size_t piece = std::min<size_t>(doc.size() - req.offset, sizeof(c.rep) - sizeof(head));
+  std::memcpy(c.rep + sizeof(head), doc.data() + req.offset, piece);
+  c.rep_len = uint32_t(sizeof(head) + piece);
+  return 0;
+}
+
 int stats(Call& c) {
   c.reply_text(c.dev.stats_text());
   return 0;

@@ -99,26 +99,21 @@ ProbeResult probe_engine(const std::string& socket_path) {
   return result;
 }
 
-std::optional<CtlReply> control_request(const std::string& socket_path, abi::CtlOp op,
-                                        int timeout_ms, std::string* error,
-                                        std::string_view body) {
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
-  int err = 0;
-  UniqueFd fd = connect_seqpacket(socket_path, &err);
-  if (!fd) {
-    *error = std::string("cannot connect: ") + std::strerror(err);
-    return std::nullopt;
-  }
+namespace {
 
+// One request and its reply on a connected socket.
+std::optional<CtlReply> exchange(int fd, abi::CtlOp op, std::string_view body,
+                                 std::chrono::steady_clock::time_point deadline, int timeout_ms,
+                                 std::string* error) {
   const abi::CtlRequestHeader request_header{static_cast<uint32_t>(op),
                                              static_cast<uint32_t>(body.size())};
   std::string request(reinterpret_cast<const char*>(&request_header), sizeof(request_header));
   request.append(body);
   for (;;) {
-    ssize_t n = ::send(fd.get(), request.data(), request.size(), MSG_NOSIGNAL);
+    ssize_t n = ::send(fd, request.data(), request.size(), MSG_NOSIGNAL);
     if (n == static_cast<ssize_t>(request.size())) break;
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && errno == EAGAIN && wait_for(fd.get(), POLLOUT, deadline)) continue;
+    if (n < 0 && errno == EAGAIN && wait_for(fd, POLLOUT, deadline)) continue;
     *error = std::string("cannot send request: ") + std::strerror(n < 0 ? errno : EIO);
     return std::nullopt;
   }
@@ -128,7 +123,7 @@ std::optional<CtlReply> control_request(const std::string& socket_path, abi::Ctl
   ssize_t n;
   msghdr msg{};
   for (;;) {
-    if (!wait_for(fd.get(), POLLIN, deadline)) {
+    if (!wait_for(fd, POLLIN, deadline)) {
       *error = "no reply within " + std::to_string(timeout_ms / 1000) + " s";
       return std::nullopt;
     }
@@ -138,7 +133,7 @@ std::optional<CtlReply> control_request(const std::string& socket_path, abi::Ctl
     msg.msg_iovlen = 1;
     msg.msg_control = control;
     msg.msg_controllen = sizeof(control);
-    n = ::recvmsg(fd.get(), &msg, MSG_CMSG_CLOEXEC);
+    n = ::recvmsg(fd, &msg, MSG_CMSG_CLOEXEC);
     if (n >= 0) break;
     if (errno != EINTR && errno != EAGAIN) {
       *error = std::string("cannot receive reply: ") + std::strerror(errno);
@@ -164,6 +159,58 @@ std::optional<CtlReply> control_request(const std::string& socket_path, abi::Ctl
   if (header.len > have || (msg.msg_flags & MSG_TRUNC))
     reply.body += "\n[reply truncated]\n";
   return reply;
+}
+
+}  // namespace
+
+std::optional<CtlReply> control_request(const std::string& socket_path, abi::CtlOp op,
+                                        int timeout_ms, std::string* error,
+                                        std::string_view body) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  int err = 0;
+  UniqueFd fd = connect_seqpacket(socket_path, &err);
+  if (!fd) {
+    *error = std::string("cannot connect: ") + std::strerror(err);
+    return std::nullopt;
+  }
+  return exchange(fd.get(), op, body, deadline, timeout_ms, error);
+}
+
+std::optional<std::string> fetch_report(const std::string& socket_path, int timeout_ms,
+                                        std::string* error) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  int err = 0;
+  UniqueFd fd = connect_seqpacket(socket_path, &err);
+  if (!fd) {
+    *error = std::string("cannot connect: ") + std::strerror(err);
+    return std::nullopt;
+  }
+  // One connection: the engine's snapshot (taken at offset 0) belongs to it.
+  std::string doc;
+  for (;;) {
+    abi::ReportRequest req{doc.size()};
+    auto reply = exchange(fd.get(), abi::CtlOp::kReport,
+                          std::string_view(reinterpret_cast<const char*>(&req), sizeof(req)),
+                          deadline, timeout_ms, error);
+    if (!reply) return std::nullopt;
+    if (reply->status) {
+      *error = std::strerror(reply->status);
+      return std::nullopt;
+    }
+    abi::ReportReply head;
+    if (reply->body.size() < sizeof(head)) {
+      *error = "malformed report reply";
+      return std::nullopt;
+    }
+    std::memcpy(&head, reply->body.data(), sizeof(head));
+    const size_t piece = reply->body.size() - sizeof(head);
+    doc.append(reply->body, sizeof(head), piece);
+    if (doc.size() >= head.total) return doc;
+    if (piece == 0) {
+      *error = "the report stopped short";
+      return std::nullopt;
+    }
+  }
 }
 
 }  // namespace uroce::tool

@@ -69,4 +69,9 @@ std::optional<CtlReply> control_request(const std::string& socket_path, abi::Ctl
                                         int timeout_ms, std::string* error,
                                         std::string_view body = {});
 
+// The engine's report (kReport): its state and counters as one JSON
+// document, fetched in pieces over one connection.
+std::optional<std::string> fetch_report(const std::string& socket_path, int timeout_ms,
+                                        std::string* error);
+
 }  // namespace uroce::tool

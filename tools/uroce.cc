@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "tools/engine_client.h"
+#include "tools/engine_report.h"
 #include "tools/engine_process.h"
 #include "uroce/abi.h"
 #include "uroce/runtime_dir.h"
@@ -42,8 +43,12 @@ Commands:
                       flags are passed on to uroced
   stop [--name NAME | --all]
                       stop engine NAME, or every engine
-  status              show every engine in the runtime directory
-  stats [--name NAME] show the counters of one engine, or of every engine
+  status [--json]     show every engine in the runtime directory
+  stats [--name NAME] [--json | --watch [--interval S] [--count N]]
+                      the counters of one engine, or of every engine;
+                      --watch: live rates (packets, bytes, retransmissions,
+                      NAKs, drops per second, the busiest QPs) every S seconds
+                      (default 1); --json: status and counters as JSON
   run [--all-cpus] [--] CMD [ARGS...]
                       run CMD with uroce's libibverbs.so.1 (LD_LIBRARY_PATH);
                       its threads that poll CQs leave the engine's CPU
@@ -258,26 +263,65 @@ bool show_engine(const Context& ctx, const std::string& name, abi::CtlOp op) {
   return true;
 }
 
+// The options `status` and `stats` share: which engines, and how to show them.
+struct ShowOptions {
+  std::vector<std::string> names;  // empty: every engine of the runtime directory
+  bool json = false;
+  bool watch = false;
+  double interval_s = 1.0;
+  unsigned count = 0;  // --watch refreshes (0: until interrupted)
+};
+
+ShowOptions show_options(Args args, bool allow_name, bool allow_watch) {
+  ShowOptions o;
+  for (size_t i = 0; i < args.size();) {
+    std::string value;
+    if (allow_name && take_option(args, i, "--name", &value)) {
+      o.names.push_back(value);
+      continue;
+    }
+    if (args[i] == "--json") {
+      o.json = true;
+      ++i;
+      continue;
+    }
+    if (allow_watch && args[i] == "--watch") {
+      o.watch = true;
+      ++i;
+      continue;
+    }
+    if (allow_watch && take_option(args, i, "--interval", &value)) {
+      o.interval_s = std::stod(value);
+      if (!(o.interval_s >= 0.1 && o.interval_s <= 3600))
+        throw std::invalid_argument("--interval: 0.1 to 3600 seconds");
+      continue;
+    }
+    if (allow_watch && take_option(args, i, "--count", &value)) {
+      o.count = unsigned(std::stoul(value));
+      continue;
+    }
+    throw std::invalid_argument("unknown argument '" + args[i] + "'");
+  }
+  if (o.json && o.watch) throw std::invalid_argument("--json and --watch do not go together");
+  return o;
+}
+
 int show_engines(const Context& ctx, Args args, abi::CtlOp op, bool allow_name) {
-  std::vector<std::string> names;
-  if (allow_name && !args.empty()) {
-    std::string error;
-    std::string name = name_option(args, &error);
-    if (!error.empty()) return usage_error(error);
+  const ShowOptions o = show_options(args, allow_name, /*allow_watch=*/op == abi::CtlOp::kStats);
+  std::vector<std::string> names = o.names;
+  for (const auto& name : names) {
     if (!probe_engine(engine_socket_path(ctx.runtime_dir, name)).running) {
       std::cerr << "uroce: " << name << ": not running\n";
       return 1;
     }
-    names.push_back(name);
-  } else if (!args.empty()) {
-    return usage_error("unknown argument '" + args[0] + "'");
-  } else {
-    names = list_engine_sockets(ctx.runtime_dir);
   }
+  if (names.empty()) names = list_engine_sockets(ctx.runtime_dir);
+  if (o.json) return print_reports_json(ctx.runtime_dir, names);
   if (names.empty()) {
     std::cout << "no engines running\n";
     return 0;
   }
+  if (o.watch) return watch_reports(ctx.runtime_dir, names, o.interval_s, o.count);
   bool ok = true;
   for (size_t i = 0; i < names.size(); ++i) {
     if (i > 0) std::cout << '\n';

@@ -196,6 +196,7 @@ enum class CtlOp : uint32_t {
   kCapture,   // pcap capture of a port's frames (uroce capture)
   kCreateAh,
   kDestroyAh,
+  kReport,  // ReportRequest: the engine's state and counters as JSON, in pieces
   kCount,
 };
 
@@ -528,6 +529,18 @@ struct CreateAhRequest {
 };
 struct CreateAhReply {
   uint64_t handle;
+};
+
+// kReport: the engine's state and counters as one JSON document (uroce
+// status/stats --json, --watch), read in pieces that fit a control message:
+// offset 0 takes a new snapshot for the connection, later offsets read the
+// same snapshot. Reply: ReportReply, then up to the rest of the message of
+// the document from `offset`.
+struct ReportRequest {
+  uint64_t offset;
+};
+struct ReportReply {
+  uint64_t total;  // bytes of the whole document
 };
 
 // kStatus / kStats: reply body is UTF-8 text (not NUL terminated).

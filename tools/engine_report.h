@@ -1,0 +1,21 @@
+// `uroce status --json`, `uroce stats --json` and `uroce stats --watch`: the
+// engines' JSON reports (abi kReport), printed whole or as live rates.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace uroce::tool {
+
+// {"engines": [{"name": ..., "report": {...}} ...]} on stdout. 0, or 1 if an
+// engine did not answer (its entry then has "error").
+int print_reports_json(const std::string& runtime_dir, const std::vector<std::string>& names);
+
+// Refreshes every interval_s: per engine the port's packet and byte rates,
+// retransmissions, NAKs and drops per second, and the busiest QPs. Stops
+// after `count` refreshes (0: until interrupted). On a terminal the screen
+// is redrawn; otherwise each refresh is appended (for logs and tests).
+int watch_reports(const std::string& runtime_dir, const std::vector<std::string>& names,
+                  double interval_s, unsigned count);
+
+}  // namespace uroce::tool
