@@ -85,6 +85,28 @@ if [[ ! -c /dev/infiniband/uverbs-uroce0 ]]; then
   fi
 fi
 
+# A machine with a /dev/infiniband of its own (here made in a mount namespace
+# of the test's: a tmpfs /dev with the null device and a uverbs0 node): `run`
+# covers only that directory, keeps its nodes and adds uroce's.
+if [[ $(id -u) == 0 ]] && command -v unshare >/dev/null; then
+  orig_dev="$UROCE_TEST_DIR/orig-dev"
+  mkdir "$orig_dev"
+  # shellcheck disable=SC2016
+  out=$(timeout -k 5 30 unshare --mount --propagation private sh -c '
+    mount --rbind /dev "$1" && mount -t tmpfs tmpfs /dev &&
+    touch /dev/null && mount --bind "$1/null" /dev/null &&
+    mkdir /dev/infiniband && touch /dev/infiniband/uverbs0 &&
+    mount --bind "$1/null" /dev/infiniband/uverbs0 &&
+    "$2" run -- sh -c "echo \$(ls /dev/infiniband); echo \$(ls /dev)" &&
+    echo "after:" $(ls /dev/infiniband)' sh "$orig_dev" "$UROCE_BIN" 2>&1) || true
+  if [[ $(head -n 1 <<<"$out") == "uverbs-second uverbs-uroce0 uverbs0" && $(sed -n 2p <<<"$out") == "infiniband null" ]] &&
+    grep -qx 'after: uverbs0' <<<"$out"; then
+    ok "an existing /dev/infiniband keeps its nodes, gets uroce's, and only for the command"
+  else
+    fail "existing /dev/infiniband: '$out'"
+  fi
+fi
+
 # Where no namespace may be made (here: a user namespace that allows no more
 # mount namespaces, its /dev a private tmpfs so the host is not touched), the
 # command runs all the same and uroce says what is missing and why.
