@@ -9,9 +9,10 @@
 #       The client's output is kept in $PERFTEST_CLIENT_LOG.
 #   UCX_AS=(CMD...)                 prefix for both sides' `uroce run`
 #                                   (e.g. setpriv to another user); default none
-#   expect_transport LOG TL         the log names TL on uroce0:1 for an
-#                                   endpoint (UCX_LOG_LEVEL=info) or the
-#                                   perftest's -x, and no other transport
+#   expect_transport LOG TL [DEVICE...]
+#                                   UCP's endpoints (UCX_LOG_LEVEL=info) use
+#                                   TL on each DEVICE (default uroce0:1) and
+#                                   nothing but rc_verbs/ud_verbs on them
 
 need_commands() {
   local c
@@ -83,21 +84,29 @@ perftest_pair() {
 }
 
 # UCP logs, at UCX_LOG_LEVEL=info, the transports of each endpoint
-# configuration: "ep_cfg[0]: tag(rc_verbs/uroce0:1)". Every lane must be on
-# uroce0:1 and TL must be one of them (not self, shm, tcp).
+# configuration: "ep_cfg[0]: tag(rc_verbs/uroce0:1)". Every lane must be
+# rc_verbs or ud_verbs on one of DEVICES (default uroce0:1; not self, shm or
+# tcp), and TL must be used on each of DEVICES.
 expect_transport() {
-  local log=$1 tl=$2 lanes
+  local log=$1 tl=$2 lanes dev
+  shift 2
+  local -a devices=("$@")
+  ((${#devices[@]})) || devices=(uroce0:1)
   lanes=$(grep -oE 'ep_cfg\[[0-9]+\]: .*' "$log" | grep -oE '[a-z_0-9]+/[A-Za-z_0-9:.]+' | sort -u)
   if [[ -z "$lanes" ]]; then
     echo "expect_transport: $log names no endpoint transports" >&2
     return 1
   fi
-  if grep -qvE "^(rc_verbs|ud_verbs)/uroce0:1$" <<<"$lanes"; then
-    echo "expect_transport: $log uses a transport other than uroce0:1: $(tr '\n' ' ' <<<"$lanes")" >&2
+  local allowed
+  allowed="^(rc_verbs|ud_verbs)/($(IFS='|'; echo "${devices[*]}"))\$"
+  if grep -qvE "$allowed" <<<"$lanes"; then
+    echo "expect_transport: $log uses a transport other than rc_verbs/ud_verbs on ${devices[*]}: $(tr '\n' ' ' <<<"$lanes")" >&2
     return 1
   fi
-  if ! grep -qx "$tl/uroce0:1" <<<"$lanes"; then
-    echo "expect_transport: $log does not use $tl/uroce0:1: $(tr '\n' ' ' <<<"$lanes")" >&2
-    return 1
-  fi
+  for dev in "${devices[@]}"; do
+    if ! grep -qx "$tl/$dev" <<<"$lanes"; then
+      echo "expect_transport: $log does not use $tl/$dev: $(tr '\n' ' ' <<<"$lanes")" >&2
+      return 1
+    fi
+  done
 }
