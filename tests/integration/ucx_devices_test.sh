@@ -56,6 +56,7 @@ log="$UROCE_LOG_DIR/ucx_info.root.log"
 timeout -k 5 60 "$UROCE_BIN" run -- ucx_info -d >"$log" 2>&1 || fail "root: ucx_info -d exit $?"
 check_ucx_info root "$log"
 
+# shellcheck disable=SC2016
 nodes=$(timeout -k 5 30 "$UROCE_BIN" run -- sh -c \
   'for n in uverbs-uroce0 uverbs-second; do f=/dev/infiniband/$n; [ -c $f ] && [ -r $f ] && [ -w $f ] && echo $n; done' 2>&1)
 if [[ $(tr '\n' ' ' <<<"$nodes") == "uverbs-uroce0 uverbs-second " ]]; then

@@ -40,7 +40,7 @@ for t in "${uct_tests[@]}"; do
 done
 
 # ---- UCP over rc_verbs and ud_verbs on uroce0:1, nothing else ----
-ucp_env=(--env UCX_TLS=rc_verbs,ud_verbs --env UCX_NET_DEVICES=uroce0:1 --env UCX_LOG_LEVEL=info)
+ucp_env=(--env "UCX_TLS=rc_verbs,ud_verbs" --env UCX_NET_DEVICES=uroce0:1 --env UCX_LOG_LEVEL=info)
 ucp_tests=(
   "tag_lat   rc_verbs -t tag_lat ${lat[*]}"
   "tag_bw    rc_verbs -t tag_bw -s 1048576 -n 20 -w 2"
