@@ -147,6 +147,10 @@ else
   perftest_pair "${user}_rc_am_lat" -- -d uroce0:1 -x rc_verbs -t am_lat -n 1000 -w 100 || fail "$user: rc am_lat"
   perftest_pair "${user}_rc_put_bw" -- -d uroce0:1 -x rc_verbs -t put_bw -D zcopy -s 65536 -n 200 -w 20 ||
     fail "$user: rc put_bw zcopy"
+  # Without shared pages every byte goes through the engine's process_vm_*
+  # into a process of the user namespace.
+  perftest_pair "${user}_rc_get_process_vm" --env UROCE_SHARED_MR=0 -- -d uroce0:1 -x rc_verbs -t get -D zcopy \
+    -s 65536 -n 200 -w 20 || fail "$user: rc get zcopy without shared pages"
   perftest_pair "${user}_ud_am_lat" -- -d uroce0:1 -x ud_verbs -t am_lat -n 1000 -w 100 || fail "$user: ud am_lat"
   UCX_AS=()
 fi
