@@ -124,6 +124,27 @@ if [[ $(id -u) == 0 ]] && command -v unshare >/dev/null; then
   fi
 fi
 
+# Root without CAP_SYS_ADMIN (as in a docker container: no namespaces) gets
+# the node made on /dev, and is told so; here that /dev is a tmpfs of a mount
+# namespace of the test's, so the host's stays untouched.
+if [[ $(id -u) == 0 ]] && command -v unshare >/dev/null && command -v setpriv >/dev/null; then
+  dev_copy="$UROCE_TEST_DIR/dev-copy"
+  mkdir "$dev_copy"
+  # shellcheck disable=SC2016
+  out=$(timeout -k 5 30 unshare --mount --propagation private sh -c '
+    mount --rbind /dev "$1" && mount -t tmpfs tmpfs /dev &&
+    touch /dev/null && mount --bind "$1/null" /dev/null &&
+    setpriv --bounding-set=-sys_admin "$2" run -- echo command-ran &&
+    echo "after: $(stat -c "%F %t:%T %a" /dev/infiniband/uverbs-uroce0)"' sh "$dev_copy" "$UROCE_BIN" 2>&1) || true
+  if grep -q '^command-ran$' <<<"$out" &&
+    grep -q '^uroce: created /dev/infiniband/uverbs-uroce0 .* on this host (the null device, 1:3): no private mount namespace' <<<"$out" &&
+    grep -qx 'after: character special file 1:3 666' <<<"$out"; then
+    ok "root without CAP_SYS_ADMIN: the node is made on /dev, and uroce says so"
+  else
+    fail "root without CAP_SYS_ADMIN: '$out'"
+  fi
+fi
+
 # ---- an unprivileged user with an engine of its own ----
 user=nobody
 group=$(id -gn "$user" 2>/dev/null || echo nogroup)
