@@ -188,6 +188,16 @@ uint32_t overflow_status(const RecvInProgress& r, uint64_t need) {
   return r.mr_limited && need <= r.declared_len ? IBV_WC_LOC_PROT_ERR : IBV_WC_LOC_LEN_ERR;
 }
 
+// RoCEv2 annex A17.4.5.1: a receive completion tells whether the frame was
+// IPv4 or IPv6. mlx5 puts the frame's L3 header type in wc.sl (bits 2:0: 1
+// IPv6, 2 IPv4; rdma-core providers/mlx5/cq.c copies it from the CQE for
+// every responder completion), and UCX's ud_verbs reads it there to find the
+// destination GID in the GRH area.
+uint8_t l3_header_type(const net::Packet& p) {
+  constexpr uint8_t kMlx5L3Ipv6 = 1, kMlx5L3Ipv4 = 2;
+  return net::roce_family(p) == net::IpFamily::kIpv6 ? kMlx5L3Ipv6 : kMlx5L3Ipv4;
+}
+
 // Completes the receive WQE being filled and frees its RQ slot.
 void complete_recv(Device& dev, Qp& qp, uint32_t status, uint32_t opcode, uint32_t byte_len,
                    const net::Packet* p, bool solicited) {
@@ -200,6 +210,7 @@ void complete_recv(Device& dev, Qp& qp, uint32_t status, uint32_t opcode, uint32
   cqe.src_qp = qp.dest_qpn;
   if (p && status == IBV_WC_SUCCESS) {
     const OpcodeInfo& info = p->info();
+    cqe.sl = l3_header_type(*p);
     if (info.has(net::kHasImm)) {
       cqe.imm_data = p->hdr<net::ImmDt>(info.imm_off)->imm;
       cqe.wc_flags |= IBV_WC_WITH_IMM;
@@ -243,8 +254,6 @@ void receive_ud(Device& dev, Qp& qp, net::Packet& p) {
     complete_recv(dev, qp, status, IBV_WC_RECV, 0, nullptr, false);
     return;
   }
-  // The first 40 bytes receive the GRH; for RoCEv2 over IPv4 the IPv4 header
-  // sits in its last 20 bytes (as rxe and mlx5 place it).
   // The first 40 bytes receive the GRH: over IPv6 the IPv6 header, over IPv4
   // 20 zero bytes then the IPv4 header (as rxe and mlx5 place it).
   uint8_t grh[40];

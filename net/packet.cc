@@ -323,7 +323,12 @@ void roce_grh(const Packet& p, uint8_t grh[40]) {
     return;
   }
   std::memset(grh, 0, 40 - sizeof(Ipv4Hdr));
-  std::memcpy(grh + 40 - sizeof(Ipv4Hdr), p.data + p.l3_off, sizeof(Ipv4Hdr));
+  Ipv4Hdr ip;
+  std::memcpy(&ip, p.data + p.l3_off, sizeof(ip));
+  // The header as it was on the wire: a loopback frame is built without its
+  // checksum (ports.cc), rxe hands the received header over with it.
+  ip.checksum = ipv4_checksum(ip);
+  std::memcpy(grh + 40 - sizeof(Ipv4Hdr), &ip, sizeof(ip));
 }
 
 // ---- GIDs and routes ----

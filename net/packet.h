@@ -159,7 +159,7 @@ Ipv6Addr roce_src_gid(const Packet& p);
 Ipv6Addr roce_dst_gid(const Packet& p);
 // The 40-byte GRH a UD receive places before the payload (as rxe and mlx5):
 // over IPv6 the IPv6 header itself, over IPv4 20 zero bytes then the IPv4
-// header.
+// header with its checksum (also when the frame was built without one).
 void roce_grh(const Packet& p, uint8_t grh[40]);
 
 // ---- GIDs and routes ----

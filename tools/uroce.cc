@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "tools/device_nodes.h"
 #include "tools/engine_client.h"
 #include "tools/engine_report.h"
 #include "tools/engine_process.h"
@@ -480,6 +481,9 @@ int cmd_run(const Context& ctx, Args args) {
   auto [ld_path, runtime_dir] = provider_environment(ctx);
   ::setenv("LD_LIBRARY_PATH", ld_path.c_str(), 1);
   ::setenv("UROCE_RUNTIME_DIR", runtime_dir.c_str(), 1);
+  // UCX lists a device only beside its /dev/infiniband node (device_nodes.h).
+  const NodeSetupResult nodes = provide_uverbs_nodes(uverbs_node_names(ctx.runtime_dir, kDefaultName));
+  if (!nodes.message.empty()) std::cerr << "uroce: " << nodes.message << '\n';
   std::vector<char*> argv;
   for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
@@ -500,6 +504,12 @@ int cmd_env(const Context& ctx, Args args) {
   std::cout << "export LD_LIBRARY_PATH=" << shell_quote(ld_path) << '\n';
   std::cout << "export UROCE_RUNTIME_DIR=" << shell_quote(runtime_dir) << '\n';
   std::cout << "export UROCE_POLL_PLACEMENT=1\n";
+  // A shell cannot be moved into a namespace of its own: say which nodes its
+  // programs will miss (UCX lists no device without one) and what gives them.
+  if (auto missing = missing_uverbs_nodes(uverbs_node_names(ctx.runtime_dir, kDefaultName)); !missing.empty())
+    std::cerr << "uroce: note: no " << (missing.size() == 1 ? "node /dev/infiniband/" + missing[0] : "/dev/infiniband nodes")
+              << " here, so UCX and Open MPI will not list the device in this shell; 'uroce run CMD' provides "
+              << (missing.size() == 1 ? "it" : "them") << " for CMD (or, as root: " << mknod_commands(missing) << ")\n";
   return 0;
 }
 

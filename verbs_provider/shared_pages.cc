@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -27,6 +28,20 @@ constexpr char kMemfdPath[] = "/memfd:uroce-mr";  // as /proc/self/maps shows it
 // the usual 1024 soft limit.
 constexpr size_t kMaxLeases = 256;
 constexpr size_t kMoveChunk = size_t(64) << 20;
+
+// Moving registered pages onto or off a memfd keeps every byte at its
+// address: it is no unmap of the program's memory. Memory-event hooks see it
+// as one all the same (UCX's UCM patches libc's mmap and mremap and drops
+// cached registrations of a range "unmapped"; UCX then registers the same
+// buffer again for every rendezvous message, moving it each time), so these
+// two go to the kernel directly.
+void* map_memfd_over(void* addr, size_t len, int fd, off_t offset) {
+  return reinterpret_cast<void*>(
+      syscall(SYS_mmap, addr, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, offset));
+}
+void* move_mapping_to(void* from, size_t len, void* to) {
+  return reinterpret_cast<void*>(syscall(SYS_mremap, from, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, to));
+}
 
 struct Vma {
   uint64_t start, end;
@@ -261,8 +276,7 @@ SharedLease share_pages(const void* addr, size_t length) {
   while (moved < len) {
     const size_t chunk = std::min(len - moved, kMoveChunk);
     copy_pages(static_cast<uint8_t*>(staging) + moved, target + moved, chunk);
-    if (mmap(target + moved, chunk, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, off_t(moved)) ==
-        MAP_FAILED)
+    if (map_memfd_over(target + moved, chunk, fd, off_t(moved)) == MAP_FAILED)
       break;  // ENOMEM for a new VMA: the kernel leaves the old mapping
     moved += chunk;
   }
@@ -296,8 +310,7 @@ void release_pages(uint64_t id) {
     const size_t len = size_t(end - start);
     void* copy = private_copy(v, start, len);
     if (!copy) continue;  // stays on the memfd: still correct, just shared
-    if (mremap(copy, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, reinterpret_cast<void*>(start)) == MAP_FAILED)
-      munmap(copy, len);
+    if (move_mapping_to(copy, len, reinterpret_cast<void*>(start)) == MAP_FAILED) munmap(copy, len);
   }
   close(l.fd);
 }

@@ -82,6 +82,40 @@ TEST_F(Ud, SendWithGrhAndReplyThroughAhFromWc) {
   EXPECT_EQ(got[0].src_qp, p.b.qp->qp_num);
 }
 
+// What UCX's ud_verbs needs from a UD receive (UCX_UD_VERBS_ETH_DGID_CHECK,
+// on by default): wc.sl says the frame was IPv4 (mlx5's L3 header type 2,
+// RoCEv2 A17.4.5.1), so it takes the destination GID from the last 4 bytes of
+// the GRH area; and that IPv4 header is the one from the wire, checksum
+// included (rdma-core's ibv_init_ah_from_wc trusts an IPv4 header by it).
+TEST_F(Ud, ReceiveCompletionSaysIpv4AndGrhAreaHasTheWireHeader) {
+  ConnectOpts o;
+  o.qkey = 0x1234;
+  Pair p = make_pair(IBV_QPT_UD, o);
+  ASSERT_FALSE(HasFailure());
+  ibv_ah_attr av = loopback_av();
+  ibv_ah* ah = make_ah(&av);
+  ASSERT_NE(ah, nullptr) << std::strerror(errno);
+  ibv_mr* mr = reg_buffer(8192, IBV_ACCESS_LOCAL_WRITE, 0);
+  ASSERT_NE(mr, nullptr);
+  auto* base = static_cast<uint8_t*>(mr->addr);
+  ASSERT_EQ(post_recv_mr(p.b.qp, 1, mr, 4096, 40 + 256), 0);
+  ibv_sge s = sge_of(mr, 0, 64);
+  ASSERT_EQ(post_ud(p.a.qp, 10, &s, ah, p.b.qp->qp_num, o.qkey), 0);
+  ibv_wc wc;
+  VT_POLL_ONE(p.a.cq, &wc);
+  ASSERT_EQ(wc.status, IBV_WC_SUCCESS) << describe(wc);
+  VT_POLL_ONE(p.b.cq, &wc);
+  ASSERT_EQ(wc.status, IBV_WC_SUCCESS) << describe(wc);
+  EXPECT_EQ(wc.sl & 7, 2) << "mlx5's L3 header type: 2 is IPv4";
+  const uint8_t* ip = base + 4096 + 20;
+  EXPECT_EQ(std::memcmp(base + 4096 + 36, gid_.raw + 12, 4), 0) << "destination GID, 4 bytes";
+  uint32_t sum = 0;  // RFC 1071: a header with its checksum sums to 0xffff
+  for (int i = 0; i < 20; i += 2) sum += uint32_t(ip[i]) << 8 | ip[i + 1];
+  while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
+  EXPECT_EQ(sum, 0xffffu) << "IPv4 header checksum";
+  EXPECT_NE(ip[10] | ip[11], 0) << "checksum field filled in";
+}
+
 TEST_F(Ud, AddressHandleWithoutGrhIsRejectedOnRoce) {
   ibv_ah_attr av = loopback_av();
   av.is_global = 0;

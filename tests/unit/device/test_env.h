@@ -180,7 +180,7 @@ constexpr uint32_t kUdRtsMask = IBV_QP_STATE | IBV_QP_SQ_PSN;
 // A device, one client, one PD, and helpers to build connected QPs.
 class DeviceFixture : public ::testing::Test {
  protected:
-  DeviceFixture() : dev_(DeviceConfig{}), owner_(make_self_owner()) {}
+  explicit DeviceFixture(DeviceConfig config = {}) : dev_(std::move(config)), owner_(make_self_owner()) {}
 
   void SetUp() override {
     auto pd = dev_.alloc_pd(&owner_);
@@ -302,6 +302,7 @@ inline abi::SendWqe wqe(uint32_t opcode, uint64_t wr_id, uint32_t flags = IBV_SE
 // receive CQ, and a 64 KiB registered buffer on each side.
 class PairFixture : public DeviceFixture {
  protected:
+  using DeviceFixture::DeviceFixture;
   void SetUp() override {
     DeviceFixture::SetUp();
     a_buf_.resize(kBufSize);

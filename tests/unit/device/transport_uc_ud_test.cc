@@ -151,6 +151,7 @@ TEST_F(TransportUcTest, RingsWrapAround) {
 
 class UdTest : public PairFixture {
  protected:
+  using PairFixture::PairFixture;
   void SetUp() override {
     PairFixture::SetUp();
     abi::QpAttr attr = default_attr();
@@ -160,13 +161,14 @@ class UdTest : public PairFixture {
     connect(a_, 0, attr);
     connect(b_, 0, attr);
   }
-  abi::SendWqe ud_wqe(uint64_t wr_id, uint32_t qkey) {
+  abi::SendWqe ud_wqe(uint64_t wr_id, uint32_t qkey, uint8_t gid_index = 0) {
     abi::SendWqe w = wqe(IBV_WR_SEND, wr_id);
     w.remote_qpn = b_;
     w.remote_qkey = qkey;
     w.av.is_global = 1;
     w.av.port_num = 1;
-    std::memcpy(w.av.dgid, dev_.info().gids[0].gid, 16);
+    w.av.sgid_index = gid_index;
+    std::memcpy(w.av.dgid, dev_.info().gids[gid_index].gid, 16);
     return w;
   }
   static constexpr uint32_t kQkey = 0x1234;
@@ -192,6 +194,59 @@ TEST_F(UdTest, SendRecvWithGrh) {
   EXPECT_EQ(b(20)[9], 17);  // UDP
   EXPECT_EQ(std::memcmp(b(20 + 12), dev_.config().ip.data(), 4), 0);
   EXPECT_EQ(std::memcmp(b(40), a(0), 1000), 0);
+}
+
+// RoCEv2 A17.4.5.1, as mlx5 reports it: wc.sl bits 2:0 hold the frame's L3
+// header type (2: IPv4). UCX's ud_verbs reads the destination GID from the
+// GRH area by it, and drops the datagram when it does not match its own.
+TEST_F(UdTest, ReceiveOverIpv4SaysIpv4InSl) {
+  post_recv(B(), 5, {sge(b(0), 40 + 64, b_key_)});
+  post_send(A(), ud_wqe(6, kQkey), {sge(a(0), 64, a_key_)});
+  ASSERT_TRUE(run());
+  abi::Cqe r = one_cqe(b_rcq_);
+  ASSERT_EQ(r.status, uint32_t(IBV_WC_SUCCESS));
+  EXPECT_EQ(r.sl, 2u);
+  // The last 4 bytes of the GRH area: the destination IPv4 address, which is
+  // where UCX looks for a 4-byte GID.
+  EXPECT_EQ(std::memcmp(b(36), dev_.config().ip.data(), 4), 0);
+}
+
+// The IPv4 header in the GRH area carries the checksum it had on the wire
+// (rxe copies the received header), also over the loopback port, which builds
+// its frames without one.
+TEST_F(UdTest, GrhAreaIpv4HeaderHasItsChecksum) {
+  post_recv(B(), 5, {sge(b(0), 40 + 100, b_key_)});
+  post_send(A(), ud_wqe(6, kQkey), {sge(a(0), 100, a_key_)});
+  ASSERT_TRUE(run());
+  ASSERT_EQ(one_cqe(b_rcq_).status, uint32_t(IBV_WC_SUCCESS));
+  net::Ipv4Hdr ip;
+  std::memcpy(&ip, b(20), sizeof(ip));
+  EXPECT_NE(uint16_t(ip.checksum), 0u);
+  EXPECT_EQ(uint16_t(ip.checksum), net::ipv4_checksum(ip));
+  EXPECT_EQ(uint16_t(ip.total_len), 20u + 8 + 12 + 8 + 100 + 4);  // IP UDP BTH DETH data ICRC
+}
+
+DeviceConfig config_with_ip6() {
+  DeviceConfig c;
+  c.ip6 = {0xfd, 0x00, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x11};
+  return c;
+}
+
+class UdIpv6Test : public UdTest {
+ protected:
+  UdIpv6Test() : UdTest(config_with_ip6()) {}
+  static constexpr uint8_t kIpv6GidIndex = 2;
+};
+
+TEST_F(UdIpv6Test, ReceiveOverIpv6SaysIpv6InSl) {
+  post_recv(B(), 5, {sge(b(0), 40 + 64, b_key_)});
+  post_send(A(), ud_wqe(6, kQkey, kIpv6GidIndex), {sge(a(0), 64, a_key_)});
+  ASSERT_TRUE(run());
+  abi::Cqe r = one_cqe(b_rcq_);
+  ASSERT_EQ(r.status, uint32_t(IBV_WC_SUCCESS));
+  EXPECT_EQ(r.sl, 1u);
+  EXPECT_EQ(*b(0) >> 4, 6);  // the IPv6 header fills the GRH area
+  EXPECT_EQ(std::memcmp(b(24), dev_.config().ip6.data(), 16), 0);  // its destination
 }
 
 TEST_F(UdTest, QkeyMismatchIsDropped) {
