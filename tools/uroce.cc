@@ -171,16 +171,6 @@ struct Context {
   std::string runtime_dir;  // absolute
 };
 
-std::string name_option(Args args, std::string* error) {
-  std::string name = kDefaultName;
-  for (size_t i = 0; i < args.size();) {
-    if (take_option(args, i, "--name", &name)) continue;
-    *error = "unknown argument '" + args[i] + "'";
-    return {};
-  }
-  return name;
-}
-
 int cmd_start(const Context& ctx, Args args) {
   StartOptions o;
   o.runtime_dir = ctx.runtime_dir;
