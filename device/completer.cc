@@ -35,6 +35,7 @@ void progress(Device& dev, Qp& qp, uint32_t next_psn) {
   if (psn_diff(next_psn, qp.comp_psn) <= 0) return;
   qp.comp_psn = next_psn;
   qp.comp_rewound = false;
+  if (qp.rnr_nak_valid && psn_diff(next_psn, qp.rnr_nak_psn) > 0) qp.rnr_nak_valid = false;
   // Acknowledgements can overtake a go-back-N retransmission: never resend
   // what the responder has confirmed.
   if (psn_diff(qp.comp_psn, qp.req_psn) > 0) position_requester(qp, qp.comp_psn);
@@ -66,10 +67,13 @@ void on_ack(Device& dev, Qp& qp, const net::Packet& p) {
         const SendWqeState& st = wqe_state(qp, qp.sq_head);
         if (st.is_rd_atomic && st.started && psn_diff(psn, st.first_psn) >= 0) {
           // An ACK beyond an outstanding READ or atomic: its responses were
-          // lost (implicit NAK, IBA 9.7.5.1.5). Ask again from what arrived.
-          const uint32_t expect = psn_add(st.first_psn, st.resp_bytes / qp.mtu_bytes());
-          if (psn_diff(expect, qp.comp_psn) > 0) qp.comp_psn = expect;
-          rewind_requester(dev, qp, qp.comp_psn);
+          // lost or are late (implicit NAK, IBA 9.7.5.1.5). Ask again from
+          // what arrived, once per gap: the ACKs of the requests resent
+          // behind it must not each start another retransmission.
+          if (!qp.comp_rewound) {
+            qp.comp_rewound = true;
+            rewind_requester(dev, qp, qp.comp_psn);
+          }
           return;
         }
       }
@@ -80,8 +84,14 @@ void on_ack(Device& dev, Qp& qp, const net::Packet& p) {
       // Everything before the NAKed PSN arrived (IBA 9.7.5.2.8).
       ++dev.counters_mut().rnr_nak_received;
       ++qp.rnr_naks;
+      if (psn_diff(psn, qp.comp_psn) < 0) return;  // older than what was acknowledged since
       complete_acked(dev, qp, psn_add(psn, 0xffffff));
-      if (psn_diff(psn, qp.comp_psn) > 0) qp.comp_psn = psn;
+      progress(dev, qp, psn);
+      // The RNR NAK is the authority for `psn` until an acknowledgement
+      // passes it: sequence error NAKs for the same PSN (the rest of the
+      // message arriving behind the NAKed FIRST) are its echo, not new loss.
+      qp.rnr_nak_psn = psn;
+      qp.rnr_nak_valid = true;
       if (qp.rnr_retry != 7) {  // 7 means retry forever
         if (qp.rnr_retry_left == 0) {
           ++dev.counters_mut().rnr_retry_exceeded;
@@ -104,7 +114,12 @@ void on_ack(Device& dev, Qp& qp, const net::Packet& p) {
   switch (syn) {
     case net::aeth::kNakPsnSeqError:
       // Go back N from the PSN the responder expects (IBA 9.7.5.2.2); what
-      // came before it arrived, which is progress.
+      // came before it arrived, which is progress. The responder NAKs once
+      // per gap, so a NAK for a PSN already passed, or for the gap already
+      // being retried, is a duplicate or a late echo: no second retry.
+      if (psn_diff(psn, qp.comp_psn) < 0) return;
+      if (psn == qp.comp_psn && qp.comp_rewound) return;
+      if (qp.rnr_nak_valid && psn == qp.rnr_nak_psn) return;  // the RNR timer decides
       progress(dev, qp, psn);
       if (qp.retry_left == 0) {
         ++dev.counters_mut().retry_exceeded;
@@ -113,6 +128,7 @@ void on_ack(Device& dev, Qp& qp, const net::Packet& p) {
       }
       --qp.retry_left;
       rewind_requester(dev, qp, psn);
+      qp.comp_rewound = true;
       return;
     case net::aeth::kNakInvalidRequest:
       fail_head(dev, qp, IBV_WC_REM_INV_REQ_ERR);

@@ -1,0 +1,259 @@
+// Protocol tests for RC retransmission under loss, duplication and reordering
+// (IBA 9.7.5.1 responder, 9.7.5.2 / 9.7.6 requester; issue 9 points 5 and 6).
+// Hand-made requests go to QP B and hand-made responses to QP A; the frames
+// each sends are taken off the loopback port and checked. Each test is the
+// smallest reproduction of a failure seen under `uroce fault` with perftest
+// or ibverbs-utils.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <vector>
+
+#include "device/test_env.h"
+
+namespace uroce::device {
+namespace {
+
+using net::AtomicEth;
+using net::Reth;
+
+// RC opcodes (IBA table 38).
+constexpr uint8_t kSendFirst = 0x00, kSendMiddle = 0x01, kSendLast = 0x02, kSendOnly = 0x04,
+                  kReadRequest = 0x0c, kReadRespFirst = 0x0d, kReadRespMiddle = 0x0e,
+                  kReadRespLast = 0x0f, kReadRespOnly = 0x10, kAck = 0x11, kAtomicAck = 0x12,
+                  kFetchAdd = 0x14;
+// AETH syndromes (IBA table 44).
+constexpr uint8_t kSynAck = 0x1f, kSynRnr = 0x20, kSynPsnSeq = 0x60;
+constexpr uint32_t kPsn = 1000;  // A's first PSN and what B expects (PairFixture::make_pair)
+constexpr uint32_t kMtu = 1024;
+
+class RetransmissionTest : public PairFixture {
+ protected:
+  void SetUp() override {
+    PairFixture::SetUp();
+    payload_.resize(4 * kMtu);
+    fill(payload_, 0x40);
+  }
+
+  auto reth(uint64_t va, uint32_t rkey, uint32_t len) {
+    return [=](net::Packet& p) {
+      auto* r = p.hdr<Reth>(p.info().reth_off);
+      r->va = va;
+      r->rkey = rkey;
+      r->dma_len = len;
+    };
+  }
+  auto fetch_add(uint64_t va, uint32_t rkey, uint64_t add) {
+    return [=](net::Packet& p) {
+      auto* a = p.hdr<AtomicEth>(p.info().atomiceth_off);
+      a->va = va;
+      a->rkey = rkey;
+      a->swap_add = add;
+      a->compare = 0;
+    };
+  }
+  // A response "from B" to A, with an AETH where the opcode has one.
+  void reply(uint8_t opcode, uint32_t psn, uint8_t syndrome, const void* payload = nullptr,
+             uint32_t len = 0, uint64_t orig = 0) {
+    inject(opcode, a_, psn, false,
+           [=](net::Packet& p) {
+             const net::OpcodeInfo& info = p.info();
+             if (info.has(net::kHasAeth))
+               p.hdr<net::Aeth>(info.aeth_off)->syndrome_msn = uint32_t(syndrome) << 24 | 1;
+             if (info.has(net::kHasAtomicAck))
+               p.hdr<net::AtomicAckEth>(info.atomicack_off)->orig = orig;
+           },
+           payload, len);
+  }
+  void post_read(uint64_t wr_id, uint32_t len, size_t local_off = 0, size_t remote_off = 0) {
+    abi::SendWqe w = wqe(IBV_WR_RDMA_READ, wr_id);
+    w.remote_addr = b_addr(remote_off);
+    w.rkey = b_key_;
+    post_send(A(), w, {sge(a(local_off), len, a_key_)});
+  }
+  static std::vector<uint32_t> psns(const std::vector<Frame>& frames) {
+    std::vector<uint32_t> out;
+    for (const Frame& f : frames) out.push_back(f.psn);
+    return out;
+  }
+  static size_t count_opcode(const std::vector<Frame>& frames, uint8_t opcode) {
+    size_t n = 0;
+    for (const Frame& f : frames) n += f.opcode == opcode;
+    return n;
+  }
+
+  std::vector<uint8_t> payload_;
+};
+
+// ---- point 5: RNR on a multi-packet SEND with rnr_retry 7 -------------------
+
+// IBA 9.7.5.1.2 / C9-112: one NAK per sequence error. The RNR NAK of a FIRST
+// packet is that NAK for the rest of its message: MIDDLE and LAST behind it
+// are out of sequence but must not draw PSN sequence error NAKs, which the
+// requester would count against retry_cnt on every RNR round.
+TEST_F(RetransmissionTest, RnrNakIsTheOnlyNakForTheRestOfItsMessage) {
+  make_pair(IBV_QPT_RC);
+  for (int round = 0; round < 3; ++round) {
+    inject(kSendFirst, b_, kPsn, false, payload_.data(), kMtu);
+    inject(kSendMiddle, b_, kPsn + 1, false, payload_.data(), kMtu);
+    inject(kSendLast, b_, kPsn + 2, true, payload_.data(), 100);
+    auto f = step();
+    ASSERT_EQ(f.size(), 1u) << "round " << round;
+    EXPECT_EQ(f[0].opcode, kAck);
+    EXPECT_EQ(f[0].syndrome & 0xe0, kSynRnr);
+    EXPECT_EQ(f[0].psn, kPsn);
+  }
+  EXPECT_EQ(counters().nak_sent, 0u);
+  EXPECT_EQ(counters().rnr_nak_sent, 3u);
+  // Once a receive is there the message goes through.
+  post_recv(B(), 1, {sge(b(0), 4096, b_key_)});
+  inject(kSendFirst, b_, kPsn, false, payload_.data(), kMtu);
+  inject(kSendMiddle, b_, kPsn + 1, false, payload_.data() + kMtu, kMtu);
+  inject(kSendLast, b_, kPsn + 2, true, payload_.data() + 2 * kMtu, 100);
+  auto f = step();
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].syndrome, kSynAck);
+  EXPECT_EQ(f[0].psn, kPsn + 2);
+  abi::Cqe r = one_cqe(b_rcq_);
+  EXPECT_EQ(r.status, uint32_t(IBV_WC_SUCCESS));
+  EXPECT_EQ(r.byte_len, 2 * kMtu + 100);
+  EXPECT_EQ(std::memcmp(b(0), payload_.data(), 2 * kMtu + 100), 0);
+}
+
+// The requester side of the same rule: the RNR NAK is the authority for its
+// PSN. Sequence error NAKs for that PSN (a responder that sends them anyway)
+// neither rewind again nor use up retry_cnt; the RNR timer decides.
+TEST_F(RetransmissionTest, SequenceNaksForAnRnrNakedPsnDoNotCountAgainstRetryCnt) {
+  abi::QpAttr attr = default_attr();
+  attr.retry_cnt = 1;
+  attr.rnr_retry = 7;
+  attr.timeout = 10;
+  make_pair(IBV_QPT_RC, attr, default_attr());
+  post_send(A(), wqe(IBV_WR_SEND, 1), {sge(a(0), 2 * kMtu + 100, a_key_)});
+  for (int round = 0; round < 5; ++round) {
+    auto sent = step();
+    ASSERT_EQ(psns(sent), (std::vector<uint32_t>{kPsn, kPsn + 1, kPsn + 2})) << "round " << round;
+    reply(kAck, kPsn, kSynRnr | 1);  // 10 us
+    reply(kAck, kPsn, kSynPsnSeq);
+    reply(kAck, kPsn, kSynPsnSeq);
+    EXPECT_TRUE(step().empty()) << "resent before the RNR timer";
+    EXPECT_TRUE(drain_cq(dev_, a_scq_).empty()) << "round " << round;
+    EXPECT_EQ(A().state, IBV_QPS_RTS);
+    now_ += 10'000;
+  }
+  EXPECT_EQ(counters().retry_exceeded, 0u);
+}
+
+// End to end on one device: rnr_retry 7 waits as long as it takes, for a
+// SEND of three packets as for one (issue 9 point 5: WR_FLUSH_ERR after 0.4 s).
+TEST_F(RetransmissionTest, RnrRetryForeverOnAMultiPacketSend) {
+  abi::QpAttr attr_a = default_attr();
+  attr_a.retry_cnt = 7;
+  attr_a.rnr_retry = 7;
+  abi::QpAttr attr_b = default_attr();
+  attr_b.min_rnr_timer = 12;  // 0.64 ms
+  make_pair(IBV_QPT_RC, attr_a, attr_b);
+  post_send(A(), wqe(IBV_WR_SEND, 1), {sge(a(0), 3 * kMtu, a_key_)});
+  for (int i = 0; i < 2000; ++i) ASSERT_TRUE(advance(1'000'000));  // 2 s
+  EXPECT_TRUE(drain_cq(dev_, a_scq_).empty());
+  EXPECT_EQ(A().state, IBV_QPS_RTS);
+  EXPECT_GT(counters().rnr_nak_received, 100u);
+  post_recv(B(), 9, {sge(b(0), 4096, b_key_)});
+  ASSERT_TRUE(advance(1'000'000));
+  EXPECT_EQ(one_cqe(a_scq_).status, uint32_t(IBV_WC_SUCCESS));
+  abi::Cqe r = one_cqe(b_rcq_);
+  EXPECT_EQ(r.status, uint32_t(IBV_WC_SUCCESS));
+  EXPECT_EQ(r.byte_len, 3 * kMtu);
+  EXPECT_EQ(std::memcmp(b(0), a(0), 3 * kMtu), 0);
+  EXPECT_EQ(counters().retry_exceeded, 0u);
+}
+
+// ---- point 6: duplicates and reordering --------------------------------------
+
+// A duplicated READ request (the fault injector, or a requester's retry)
+// restarts the response of its own READ; it is not a new READ and must not
+// count against max_dest_rd_atomic (C9-149), which made ib_read_bw fail with
+// REM_INV_REQ_ERR under duplication.
+TEST_F(RetransmissionTest, DuplicateReadRequestsDoNotUseUpResponderResources) {
+  make_pair(IBV_QPT_RC);  // max_dest_rd_atomic 4
+  inject(kReadRequest, b_, kPsn, true, reth(b_addr(0), b_key_, 4 * kMtu));
+  inject(kReadRequest, b_, kPsn + 4, true, reth(b_addr(0), b_key_, 4 * kMtu));
+  inject(kReadRequest, b_, kPsn + 8, true, reth(b_addr(0), b_key_, 4 * kMtu));
+  inject(kReadRequest, b_, kPsn, true, reth(b_addr(0), b_key_, 4 * kMtu));
+  inject(kReadRequest, b_, kPsn + 4, true, reth(b_addr(0), b_key_, 4 * kMtu));
+  inject(kReadRequest, b_, kPsn + 12, true, reth(b_addr(0), b_key_, 4 * kMtu));
+  std::vector<Frame> out;
+  for (int i = 0; i < 10; ++i)
+    for (Frame& f : step()) out.push_back(f);
+  EXPECT_EQ(count_opcode(out, kAck), 0u) << "NAKed";
+  ASSERT_EQ(out.size(), 16u);
+  for (uint32_t i = 0; i < 16; ++i) EXPECT_EQ(out[i].psn, kPsn + i);
+  EXPECT_EQ(B().state, IBV_QPS_RTS);
+  EXPECT_EQ(counters().nak_sent, 0u);
+}
+
+// Responses leave in PSN order (IBA 9.7.5.1.1), also when a duplicate READ
+// asks again for an earlier range while a later READ is still queued.
+TEST_F(RetransmissionTest, DuplicateReadIsAnsweredBeforeLaterQueuedResponses) {
+  make_pair(IBV_QPT_RC);
+  inject(kReadRequest, b_, kPsn, true, reth(b_addr(0), b_key_, 2 * kMtu));
+  EXPECT_EQ(psns(step()), (std::vector<uint32_t>{kPsn, kPsn + 1}));
+  inject(kReadRequest, b_, kPsn + 2, true, reth(b_addr(0), b_key_, 2 * kMtu));
+  inject(kReadRequest, b_, kPsn + 1, true, reth(b_addr(kMtu), b_key_, kMtu));  // resumed
+  auto out = step();
+  EXPECT_EQ(psns(out), (std::vector<uint32_t>{kPsn + 1, kPsn + 2, kPsn + 3}));
+  ASSERT_FALSE(out.empty());
+  EXPECT_EQ(std::memcmp(out[0].payload.data(), b(kMtu), kMtu), 0);
+}
+
+// A duplicate atomic is answered from the saved reply, in PSN order, and
+// never executed twice, also while its first reply is still queued.
+TEST_F(RetransmissionTest, DuplicateAtomicBehindQueuedReadDataIsReplayedInOrder) {
+  make_pair(IBV_QPT_RC);
+  uint64_t* target = reinterpret_cast<uint64_t*>(b(8192));
+  *target = 10;
+  inject(kReadRequest, b_, kPsn, true, reth(b_addr(0), b_key_, 2 * kMtu));
+  inject(kFetchAdd, b_, kPsn + 2, true, fetch_add(b_addr(8192), b_key_, 5));
+  inject(kFetchAdd, b_, kPsn + 2, true, fetch_add(b_addr(8192), b_key_, 5));
+  auto out = step();
+  EXPECT_EQ(*target, 15u);
+  ASSERT_GE(out.size(), 3u);
+  for (size_t i = 1; i < out.size(); ++i) EXPECT_GE(out[i].psn, out[i - 1].psn);
+  EXPECT_EQ(count_opcode(out, kAtomicAck), 1u) << "its first reply is still queued: one answers both";
+  for (const Frame& f : out) {
+    if (f.opcode == kAtomicAck) {
+      EXPECT_EQ(f.atomic_orig, 10u);
+    }
+  }
+  EXPECT_EQ(B().state, IBV_QPS_RTS);
+}
+
+// A duplicated or delayed PSN sequence error NAK for a gap the requester has
+// already gone back for (or that acknowledgements have since passed) is
+// old news: no second rewind, and no retry counted.
+TEST_F(RetransmissionTest, StaleOrRepeatedSequenceNakIsIgnored) {
+  abi::QpAttr attr = default_attr();
+  attr.retry_cnt = 1;
+  attr.timeout = 10;
+  make_pair(IBV_QPT_RC, attr, default_attr());
+  for (int i = 0; i < 3; ++i) post_send(A(), wqe(IBV_WR_SEND, 100 + i), {sge(a(0), 8, a_key_)});
+  step();
+  reply(kAck, kPsn + 1, kSynPsnSeq);
+  EXPECT_EQ(psns(step()), (std::vector<uint32_t>{kPsn + 1, kPsn + 2}));
+  reply(kAck, kPsn + 1, kSynPsnSeq);  // the same NAK, duplicated on the way
+  EXPECT_TRUE(step().empty());
+  reply(kAck, kPsn + 1, kSynAck);
+  step();
+  reply(kAck, kPsn + 1, kSynPsnSeq);  // delayed: B has since acknowledged kPsn + 1
+  EXPECT_TRUE(step().empty());
+  EXPECT_EQ(counters().retransmits, 1u);
+  EXPECT_EQ(A().state, IBV_QPS_RTS);
+  reply(kAck, kPsn + 2, kSynAck);
+  step();
+  auto s = drain_cq(dev_, a_scq_);
+  ASSERT_EQ(s.size(), 3u);
+  for (const abi::Cqe& c : s) EXPECT_EQ(c.status, uint32_t(IBV_WC_SUCCESS));
+}
+
+}  // namespace
+}  // namespace uroce::device
