@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <string>
+#include <tuple>
 #include <vector>
 
 #include "device/test_env.h"
@@ -254,6 +256,115 @@ TEST_F(RetransmissionTest, StaleOrRepeatedSequenceNakIsIgnored) {
   ASSERT_EQ(s.size(), 3u);
   for (const abi::Cqe& c : s) EXPECT_EQ(c.status, uint32_t(IBV_WC_SUCCESS));
 }
+
+// ---- point 6: whole workloads under the loopback fault injector ----------------
+
+// perftest- and pingpong-like traffic from A to B through the device's own
+// fault injector at issue 9's rates, with a fixed seed per run, on a
+// simulated clock: every work request must complete successfully with the
+// right data. One test per operation and a handful of seeds.
+struct SoakCase {
+  const char* name;
+  ibv_wr_opcode op;
+  uint32_t len;
+  int count;
+};
+
+class FaultSoakTest : public RetransmissionTest,
+                      public ::testing::WithParamInterface<std::tuple<SoakCase, uint64_t>> {
+ protected:
+  static constexpr int kWindow = 16;  // outstanding WRs, perftest's default tx depth for READs
+  static abi::QpCaps caps() {
+    abi::QpCaps c = default_caps();
+    c.max_send_wr = c.max_recv_wr = 64;
+    return c;
+  }
+  static abi::QpAttr attr() {
+    abi::QpAttr a = default_attr();
+    a.max_rd_atomic = a.max_dest_rd_atomic = 16;
+    a.min_rnr_timer = 12;
+    return a;
+  }
+};
+
+TEST_P(FaultSoakTest, EveryWorkRequestCompletesWithItsData) {
+  const SoakCase c = std::get<0>(GetParam());
+  make_pair(IBV_QPT_RC, attr(), attr(), caps());
+  net::FaultConfig f;
+  f.drop = 0.02;
+  f.duplicate = 0.01;
+  f.reorder = 0.05;
+  f.corrupt = 0.005;
+  f.seed = std::get<1>(GetParam());
+  ASSERT_EQ(dev_.set_fault(PortId::kLoopback, f), "");
+  const bool atomic = c.op == IBV_WR_ATOMIC_FETCH_AND_ADD;
+  const bool recv = c.op == IBV_WR_SEND;
+  uint64_t* counter = reinterpret_cast<uint64_t*>(b(60000));
+  *counter = 0;
+  int posted = 0, done = 0, recvs_posted = 0, recvs_done = 0;
+  std::vector<bool> seen(c.count, false);
+  const uint64_t start = now_;
+  while ((done < c.count || recvs_done < (recv ? c.count : 0)) && now_ - start < 60'000'000'000ull) {
+    while (recv && recvs_posted < c.count && recvs_posted - recvs_done < kWindow) {
+      post_recv(B(), recvs_posted, {sge(b(0), c.len, b_key_)});
+      ++recvs_posted;
+    }
+    while (posted < c.count && posted - done < kWindow) {
+      abi::SendWqe w = wqe(c.op, posted);
+      w.remote_addr = atomic ? b_addr(60000) : b_addr(0);
+      w.rkey = b_key_;
+      w.compare_add = 1;
+      const size_t local = atomic ? 60000 + 8 * (posted % kWindow) : 0;
+      post_send(A(), w, {sge(a(local), atomic ? 8 : c.len, a_key_)});
+      ++posted;
+    }
+    now_ += 20'000;  // 20 us a round
+    dev_.poll(now_);
+    for (const abi::Cqe& e : drain_cq(dev_, a_scq_)) {
+      ASSERT_EQ(e.status, uint32_t(IBV_WC_SUCCESS))
+          << c.name << " wr " << e.wr_id << " after " << done << " of " << c.count << ": "
+          << "status " << e.status;
+      if (atomic) {
+        const uint64_t orig = *reinterpret_cast<uint64_t*>(a(60000 + 8 * (e.wr_id % kWindow)));
+        ASSERT_LT(orig, uint64_t(c.count));
+        ASSERT_FALSE(seen[orig]) << "fetch-and-add executed twice or its reply replayed wrong: " << orig;
+        seen[orig] = true;
+      } else if (c.op == IBV_WR_RDMA_READ) {
+        ASSERT_EQ(std::memcmp(a(0), b(0), c.len), 0) << "READ " << e.wr_id << " data";
+      }
+      ++done;
+    }
+    for (const abi::Cqe& e : drain_cq(dev_, b_rcq_)) {
+      ASSERT_EQ(e.status, uint32_t(IBV_WC_SUCCESS)) << "receive " << e.wr_id;
+      ASSERT_EQ(e.byte_len, c.len);
+      ++recvs_done;
+    }
+  }
+  EXPECT_EQ(done, c.count) << c.name << ": " << done << " completions in 60 simulated s";
+  if (recv) {
+    EXPECT_EQ(recvs_done, c.count);
+  }
+  if (atomic) {
+    EXPECT_EQ(*counter, uint64_t(c.count));
+  }
+  if (c.op == IBV_WR_RDMA_WRITE || c.op == IBV_WR_SEND) {
+    EXPECT_EQ(std::memcmp(a(0), b(0), c.len), 0);
+  }
+  EXPECT_EQ(counters().retry_exceeded, 0u);
+  EXPECT_GT(DeviceTestPeer::loopback_faults(dev_).dropped, 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Issue9Rates, FaultSoakTest,
+    ::testing::Combine(::testing::Values(SoakCase{"read", IBV_WR_RDMA_READ, 16384, 300},
+                                         SoakCase{"write", IBV_WR_RDMA_WRITE, 16384, 300},
+                                         SoakCase{"send", IBV_WR_SEND, 4096, 600},
+                                         SoakCase{"atomic", IBV_WR_ATOMIC_FETCH_AND_ADD, 8, 1000}),
+                       ::testing::Values(1u, 2u, 3u, 4u, 5u)),
+    [](const auto& info) {
+      return std::string(std::get<0>(info.param).name) + "_seed" +
+             std::to_string(std::get<1>(info.param));
+    });
 
 }  // namespace
 }  // namespace uroce::device
