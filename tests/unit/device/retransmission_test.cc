@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <ostream>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -257,6 +258,95 @@ TEST_F(RetransmissionTest, StaleOrRepeatedSequenceNakIsIgnored) {
   for (const abi::Cqe& c : s) EXPECT_EQ(c.status, uint32_t(IBV_WC_SUCCESS));
 }
 
+// A go-back-N rewind pulls the requester back to the oldest unacknowledged
+// WQE; a response for it arriving before the resend (here in the same poll
+// as the NAK) still completes it. It used to be dropped as stale, so the
+// atomic never completed and the QP ended in RETRY_EXC_ERR.
+TEST_F(RetransmissionTest, AtomicReplyRightAfterARewindCompletesTheAtomic) {
+  make_pair(IBV_QPT_RC);
+  for (int i = 0; i < 2; ++i) {
+    abi::SendWqe w = wqe(IBV_WR_ATOMIC_FETCH_AND_ADD, 10 + i);
+    w.remote_addr = b_addr(8192);
+    w.rkey = b_key_;
+    w.compare_add = 1;
+    post_send(A(), w, {sge(a(8 * i), 8, a_key_)});
+  }
+  EXPECT_EQ(psns(step()), (std::vector<uint32_t>{kPsn, kPsn + 1}));
+  reply(kAck, kPsn, kSynPsnSeq);
+  reply(kAtomicAck, kPsn, kSynAck, nullptr, 0, 41);
+  step();
+  abi::Cqe c = one_cqe(a_scq_);
+  EXPECT_EQ(c.wr_id, 10u);
+  EXPECT_EQ(c.status, uint32_t(IBV_WC_SUCCESS));
+  EXPECT_EQ(*reinterpret_cast<uint64_t*>(a(0)), 41u);
+}
+
+// The same for plain ACKs: SENDs a rewind went back over complete when an
+// ACK covers them, though they have not been resent yet.
+TEST_F(RetransmissionTest, AckRightAfterARewindCompletesWhatItCovers) {
+  make_pair(IBV_QPT_RC);
+  for (int i = 0; i < 3; ++i) post_send(A(), wqe(IBV_WR_SEND, 100 + i), {sge(a(0), 8, a_key_)});
+  EXPECT_EQ(step().size(), 3u);
+  reply(kAck, kPsn + 1, kSynPsnSeq);
+  reply(kAck, kPsn + 2, kSynAck);  // the resent packets were not needed after all
+  step();
+  auto s = drain_cq(dev_, a_scq_);
+  ASSERT_EQ(s.size(), 3u);
+  for (const abi::Cqe& c : s) EXPECT_EQ(c.status, uint32_t(IBV_WC_SUCCESS));
+}
+
+// A NAK (or RNR NAK) naming a PSN beyond an outstanding READ says the READ
+// was executed, not that its data arrived: the requester asks for the READ
+// again instead of skipping it (IBA 9.7.5.1.5). It used to move comp_psn past
+// the READ, whose responses were then stale forever.
+TEST_F(RetransmissionTest, NakBeyondAnOutstandingReadAsksForTheReadAgain) {
+  make_pair(IBV_QPT_RC);
+  post_read(7, 2 * kMtu);                                            // kPsn, kPsn + 1
+  post_send(A(), wqe(IBV_WR_SEND, 8), {sge(a(8192), 8, a_key_)});   // kPsn + 2
+  post_send(A(), wqe(IBV_WR_SEND, 9), {sge(a(8192), 8, a_key_)});   // kPsn + 3
+  EXPECT_EQ(step().size(), 3u);
+  reply(kAck, kPsn + 3, kSynPsnSeq);  // B has the READ and the first SEND
+  auto again = step();
+  ASSERT_FALSE(again.empty());
+  EXPECT_EQ(again[0].opcode, kReadRequest);
+  EXPECT_EQ(again[0].psn, kPsn);
+  std::vector<uint8_t> data(2 * kMtu);
+  fill(data, 77);
+  reply(kReadRespFirst, kPsn, kSynAck, data.data(), kMtu);
+  reply(kReadRespLast, kPsn + 1, kSynAck, data.data() + kMtu, kMtu);
+  reply(kAck, kPsn + 3, kSynAck);
+  step();
+  auto s = drain_cq(dev_, a_scq_);
+  ASSERT_EQ(s.size(), 3u);
+  EXPECT_EQ(s[0].wr_id, 7u);
+  for (const abi::Cqe& c : s) EXPECT_EQ(c.status, uint32_t(IBV_WC_SUCCESS));
+  EXPECT_EQ(std::memcmp(a(0), data.data(), 2 * kMtu), 0);
+}
+
+// An ACK that overtook two READs' responses covers the SEND behind them, but
+// when the first READ completes, progress stops at the second READ: it
+// used to jump to the ACKed PSN and leave the second READ unanswerable.
+TEST_F(RetransmissionTest, AckBeyondTwoReadsStopsAtTheSecond) {
+  make_pair(IBV_QPT_RC);
+  post_read(1, kMtu, 0, 0);                                          // kPsn
+  post_read(2, kMtu, kMtu, kMtu);                                    // kPsn + 1
+  post_send(A(), wqe(IBV_WR_SEND, 3), {sge(a(8192), 8, a_key_)});   // kPsn + 2
+  EXPECT_EQ(step().size(), 3u);
+  reply(kAck, kPsn + 2, kSynAck);
+  reply(kReadRespOnly, kPsn, kSynAck, payload_.data(), kMtu);
+  step();
+  EXPECT_EQ(A().comp_psn, kPsn + 1);
+  reply(kReadRespOnly, kPsn + 1, kSynAck, payload_.data() + kMtu, kMtu);
+  step();
+  auto s = drain_cq(dev_, a_scq_);
+  ASSERT_EQ(s.size(), 3u);
+  for (uint32_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(s[i].wr_id, i + 1);
+    EXPECT_EQ(s[i].status, uint32_t(IBV_WC_SUCCESS));
+  }
+  EXPECT_EQ(std::memcmp(a(0), payload_.data(), 2 * kMtu), 0);
+}
+
 // ---- point 6: whole workloads under the loopback fault injector ----------------
 
 // perftest- and pingpong-like traffic from A to B through the device's own
@@ -269,6 +359,8 @@ struct SoakCase {
   uint32_t len;
   int count;
 };
+
+void PrintTo(const SoakCase& c, std::ostream* os) { *os << c.name; }
 
 class FaultSoakTest : public RetransmissionTest,
                       public ::testing::WithParamInterface<std::tuple<SoakCase, uint64_t>> {
