@@ -16,10 +16,17 @@ constexpr uint32_t kRnrTimerUs[32] = {655360, 10,    20,    30,    40,    60,   
                                       2560,   3840,  5120,  7680,  10240, 15360, 20480, 30720,
                                       40960,  61440, 81920, 122880, 163840, 245760, 327680, 491520};
 
+// True if the SQ head WQE has gone out at least once. Not sq_head != sq_next:
+// a go-back-N rewind pulls sq_next back to WQEs that are still outstanding,
+// and acknowledgements arriving before they are resent still complete them.
+bool head_started(Qp& qp) {
+  return qp.sq_head != qp.sq_fetched && wqe_state(qp, qp.sq_head).started;
+}
+
 // Completes head WQEs that the acknowledged PSN covers. READs and atomics
 // complete only through their responses.
 void complete_acked(Device& dev, Qp& qp, uint32_t acked_psn) {
-  while (qp.sq_head != qp.sq_next && qp.state != IBV_QPS_ERR) {
+  while (head_started(qp) && qp.state != IBV_QPS_ERR) {
     const SendWqeState& st = wqe_state(qp, qp.sq_head);
     if (st.is_rd_atomic) break;
     const uint32_t last_psn = psn_add(st.first_psn, st.npsn - 1);
@@ -35,6 +42,7 @@ void progress(Device& dev, Qp& qp, uint32_t next_psn) {
   if (psn_diff(next_psn, qp.comp_psn) <= 0) return;
   qp.comp_psn = next_psn;
   qp.comp_rewound = false;
+  if (qp.rnr_nak_valid && psn_diff(next_psn, qp.rnr_nak_psn) > 0) qp.rnr_nak_valid = false;
   // Acknowledgements can overtake a go-back-N retransmission: never resend
   // what the responder has confirmed.
   if (psn_diff(qp.comp_psn, qp.req_psn) > 0) position_requester(qp, qp.comp_psn);
@@ -44,9 +52,25 @@ void progress(Device& dev, Qp& qp, uint32_t next_psn) {
   qp.retrans_deadline_ns = outstanding && qp.timeout ? dev.now_ns() + (4096ull << qp.timeout) : 0;
 }
 
+// How far an ACK or NAK naming `next_psn` acknowledges: everything before
+// it, except the responses of a READ or atomic at the head, which only its
+// own responses deliver (IBA 9.7.5.1.5). The acknowledgement stops where
+// that WQE's data stops, and is noted in acked_psn for when they arrive.
+uint32_t ack_limit(Qp& qp, uint32_t next_psn) {
+  if (!head_started(qp)) return next_psn;
+  const SendWqeState& st = wqe_state(qp, qp.sq_head);
+  if (!st.is_rd_atomic) return next_psn;
+  const uint32_t limit = psn_diff(qp.comp_psn, st.first_psn) > 0 ? qp.comp_psn : st.first_psn;
+  if (psn_diff(next_psn, limit) <= 0) return next_psn;
+  const uint32_t acked = psn_add(next_psn, 0xffffff);
+  if (!qp.acked_valid || psn_diff(acked, qp.acked_psn) > 0) qp.acked_psn = acked;
+  qp.acked_valid = true;
+  return limit;
+}
+
 // A fatal remote answer: the WQE at the head ends with `status`, the QP errs.
 void fail_head(Device& dev, Qp& qp, uint32_t status) {
-  if (qp.sq_head == qp.sq_next && !qp.req_offset) {  // nothing started: nothing to blame
+  if (!head_started(qp) && !qp.req_offset) {  // nothing started: nothing to blame
     dev.qp_to_error(qp);
     return;
   }
@@ -66,10 +90,13 @@ void on_ack(Device& dev, Qp& qp, const net::Packet& p) {
         const SendWqeState& st = wqe_state(qp, qp.sq_head);
         if (st.is_rd_atomic && st.started && psn_diff(psn, st.first_psn) >= 0) {
           // An ACK beyond an outstanding READ or atomic: its responses were
-          // lost (implicit NAK, IBA 9.7.5.1.5). Ask again from what arrived.
-          const uint32_t expect = psn_add(st.first_psn, st.resp_bytes / qp.mtu_bytes());
-          if (psn_diff(expect, qp.comp_psn) > 0) qp.comp_psn = expect;
-          rewind_requester(dev, qp, qp.comp_psn);
+          // lost or are late (implicit NAK, IBA 9.7.5.1.5). Ask again from
+          // what arrived, once per gap: the ACKs of the requests resent
+          // behind it must not each start another retransmission.
+          if (!qp.comp_rewound) {
+            qp.comp_rewound = true;
+            rewind_requester(dev, qp, qp.comp_psn);
+          }
           return;
         }
       }
@@ -80,8 +107,16 @@ void on_ack(Device& dev, Qp& qp, const net::Packet& p) {
       // Everything before the NAKed PSN arrived (IBA 9.7.5.2.8).
       ++dev.counters_mut().rnr_nak_received;
       ++qp.rnr_naks;
+      if (psn_diff(psn, qp.comp_psn) < 0) return;  // older than what was acknowledged since
       complete_acked(dev, qp, psn_add(psn, 0xffffff));
-      if (psn_diff(psn, qp.comp_psn) > 0) qp.comp_psn = psn;
+      // Resent from the oldest PSN not acknowledged: the NAKed one, or an
+      // outstanding READ or atomic before it whose responses were lost.
+      progress(dev, qp, ack_limit(qp, psn));
+      // The RNR NAK is the authority for `psn` until an acknowledgement
+      // passes it: sequence error NAKs for the same PSN (the rest of the
+      // message arriving behind the NAKed FIRST) are its echo, not new loss.
+      qp.rnr_nak_psn = psn;
+      qp.rnr_nak_valid = true;
       if (qp.rnr_retry != 7) {  // 7 means retry forever
         if (qp.rnr_retry_left == 0) {
           ++dev.counters_mut().rnr_retry_exceeded;
@@ -90,7 +125,7 @@ void on_ack(Device& dev, Qp& qp, const net::Packet& p) {
         }
         --qp.rnr_retry_left;
       }
-      rewind_requester(dev, qp, psn);
+      rewind_requester(dev, qp, qp.comp_psn);
       qp.rnr_wait_until_ns = dev.now_ns() + uint64_t(kRnrTimerUs[syn & 0x1f]) * 1000;
       qp.retrans_deadline_ns = 0;
       return;
@@ -104,15 +139,22 @@ void on_ack(Device& dev, Qp& qp, const net::Packet& p) {
   switch (syn) {
     case net::aeth::kNakPsnSeqError:
       // Go back N from the PSN the responder expects (IBA 9.7.5.2.2); what
-      // came before it arrived, which is progress.
-      progress(dev, qp, psn);
+      // came before it arrived, which is progress. The responder NAKs once
+      // per gap, so a NAK for a PSN already passed, or for the gap already
+      // being retried, is a duplicate or a late echo: no second retry.
+      // A NAK beyond an outstanding READ or atomic goes back to that WQE.
+      if (psn_diff(psn, qp.comp_psn) < 0) return;
+      if (qp.rnr_nak_valid && psn == qp.rnr_nak_psn) return;  // the RNR timer decides
+      progress(dev, qp, ack_limit(qp, psn));
+      if (qp.comp_rewound) return;
       if (qp.retry_left == 0) {
         ++dev.counters_mut().retry_exceeded;
         fail_head(dev, qp, IBV_WC_RETRY_EXC_ERR);
         return;
       }
       --qp.retry_left;
-      rewind_requester(dev, qp, psn);
+      rewind_requester(dev, qp, qp.comp_psn);
+      qp.comp_rewound = true;
       return;
     case net::aeth::kNakInvalidRequest:
       fail_head(dev, qp, IBV_WC_REM_INV_REQ_ERR);
@@ -141,7 +183,7 @@ void on_read_or_atomic_response(Device& dev, Qp& qp, const net::Packet& p) {
   }
   // Responses are in order, so every WQE before this one is acknowledged.
   complete_acked(dev, qp, psn_add(psn, 0xffffff));
-  if (qp.sq_head == qp.sq_next && !qp.req_offset) {
+  if (!head_started(qp)) {
     ++dev.counters_mut().rx_stale_response;
     return;
   }
@@ -192,9 +234,10 @@ void on_read_or_atomic_response(Device& dev, Qp& qp, const net::Packet& p) {
   complete_send_head(dev, qp, IBV_WC_SUCCESS);
   // An ACK that overtook this READ's (lost) responses still covers the
   // requests after it: they need not be acknowledged again.
+  // It stops at the next READ or atomic, which its own responses complete.
   if (qp.acked_valid && psn_diff(qp.acked_psn, psn) > 0) {
     complete_acked(dev, qp, qp.acked_psn);
-    progress(dev, qp, psn_add(qp.acked_psn, 1));
+    progress(dev, qp, ack_limit(qp, psn_add(qp.acked_psn, 1)));
   }
 }
 
@@ -224,7 +267,7 @@ bool completer_timers(Device& dev, Qp& qp) {
     qp.retrans_deadline_ns = 0;
     return false;
   }
-  if (qp.sq_head == qp.sq_next && !qp.req_offset) {
+  if (!head_started(qp) && !qp.req_offset) {
     qp.retrans_deadline_ns = 0;
     return false;
   }

@@ -19,7 +19,6 @@ struct SendWqeState {
   uint64_t length = 0;     // total bytes of the message
   uint32_t first_psn = 0;
   uint32_t npsn = 0;       // PSNs the message uses
-  uint32_t resp_bytes = 0; // READ response bytes received
   uint32_t status = IBV_WC_SUCCESS;
   bool is_rd_atomic = false;
   bool started = false;    // first_psn is valid: at least one packet went out
@@ -34,7 +33,9 @@ struct Response {
   bool first = true;
   bool fatal = false;     // kAeth: a NAK after which the responder QP errs
   uint8_t syndrome = 0;   // kAeth, kAtomicAck
+  bool replay = false;    // answers a duplicate request: holds no responder resource (C9-149)
   uint32_t psn = 0;       // next response PSN
+  uint32_t end_psn = 0;   // kRead: one past the READ's last response PSN
   uint32_t remaining = 0; // kRead: bytes still to send
   uint32_t mr_key = 0;    // kRead
   uint64_t va = 0;        // kRead: in the MR owner's address space
@@ -112,6 +113,8 @@ struct Qp {
   uint32_t rd_atomic_inflight = 0;
   uint32_t retry_left = 0, rnr_retry_left = 0;
   uint64_t rnr_wait_until_ns = 0;  // requester paused by an RNR NAK
+  uint32_t rnr_nak_psn = 0;        // the PSN the last RNR NAK named ...
+  bool rnr_nak_valid = false;      // ... until an acknowledgement passes it
   uint64_t retrans_deadline_ns = 0;
   uint32_t packets_since_ack_req = 0;
 
@@ -119,7 +122,8 @@ struct Qp {
   uint32_t comp_psn = 0;  // oldest PSN not yet acknowledged
   uint32_t acked_psn = 0; // highest PSN a plain ACK covered (READs excepted)
   bool acked_valid = false;
-  bool comp_rewound = false;  // already went back for the gap at comp_psn
+  bool comp_rewound = false;  // already went back for the gap at comp_psn: later
+                              // NAKs and gaps at the same PSN wait for that retry
 
   // Responder.
   uint32_t resp_epsn = 0;

@@ -185,7 +185,7 @@ int Device::modify_qp(Owner* o, uint32_t qpn, uint32_t mask, const abi::QpAttr& 
   if (mask & IBV_QP_EN_SQD_ASYNC_NOTIFY) qp->en_sqd_async_notify = a.en_sqd_async_notify;
   if (mask & IBV_QP_SQ_PSN) {
     qp->req_psn = qp->comp_psn = qp->req_max_psn = a.sq_psn & 0xffffff;
-    qp->acked_valid = false;
+    qp->acked_valid = qp->comp_rewound = qp->rnr_nak_valid = false;
   }
   if (mask & IBV_QP_RETRY_CNT) qp->retry_left = qp->retry_cnt;
   if (mask & IBV_QP_RNR_RETRY) qp->rnr_retry_left = qp->rnr_retry;

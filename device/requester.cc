@@ -367,6 +367,10 @@ void position_requester(Qp& qp, uint32_t psn) {
 
 void rewind_requester(Device& dev, Qp& qp, uint32_t psn) {
   position_requester(qp, psn);
+  // The ACK timer restarts when the retransmission goes out (requester_run),
+  // not from the original transmission: else it fires right behind a
+  // NAK-driven retry and counts a second retry for the same loss.
+  qp.retrans_deadline_ns = 0;
   ++qp.retransmits;
   ++dev.counters_mut().retransmits;
 }

@@ -72,15 +72,35 @@ void nak_and_fail(Device& dev, Qp& qp, uint32_t psn, uint8_t syndrome, bool rais
 
 void send_rnr_nak(Device& dev, Qp& qp, uint32_t psn) {
   // Receiver not ready (IBA 9.7.5.2.8): the requester retries after the timer.
+  // The packets behind this one (the rest of its message) are now out of
+  // sequence; this NAK is the one NAK of that gap (C9-112, rxe's
+  // sent_psn_nak), so they draw no PSN sequence error NAK, which the
+  // requester would count against retry_cnt at every RNR round.
   ++dev.counters_mut().rnr_nak_sent;
+  qp.resp_nak_sent = true;
   send_aeth(dev, qp, psn, net::aeth::kRnrNak | (qp.min_rnr_timer & 0x1f));
 }
 
+// READs and atomics holding a responder resource (C9-149): answers to
+// duplicates hold none, the requester counted their requests once.
 size_t pending_rd_atomic(const Qp& qp) {
   size_t n = 0;
-  for (const Response& r : qp.responses) n += r.kind != Response::Kind::kAeth;
+  for (const Response& r : qp.responses) n += r.kind != Response::Kind::kAeth && !r.replay;
   return n;
 }
+
+// Queues a response in PSN order (IBA 9.7.5.1.1): an answer to a duplicate
+// goes before the queued answers to later requests, as the requester, gone
+// back to the duplicate's PSN, waits for it first.
+void enqueue_in_psn_order(Qp& qp, const Response& r) {
+  auto it = qp.responses.begin();
+  while (it != qp.responses.end() && psn_diff(it->psn, r.psn) <= 0) ++it;
+  qp.responses.insert(it, r);
+}
+
+// Duplicates may be queued at most this deep; more are dropped (class D,
+// the requester's timer asks again), so a flood of them cannot grow the queue.
+constexpr size_t kMaxQueuedResponses = 4 * kMaxQpRdAtomic;
 
 // The SRQ an XRC request names in its XRCETH; it must live in the target
 // QP's domain (XRC annex: otherwise an invalid request).
@@ -279,42 +299,79 @@ void receive_ud(Device& dev, Qp& qp, net::Packet& p) {
 
 // ---- RC duplicates (IBA 9.7.5.1.x) ---------------------------------------
 
+// A READ asked again from `psn` (the requester lost some of its responses,
+// or the network duplicated the request): executed again from the RETH it
+// carries, which may start inside the original READ (IBA 9.7.5.1.3; rxe's
+// duplicate_request). If the answer to that READ is still queued, it is
+// restarted there instead of queued twice.
+void answer_duplicate_read(Device& dev, Qp& qp, net::Packet& p) {
+  const auto* reth = p.hdr<net::Reth>(p.info().reth_off);
+  const uint32_t psn = p.bth()->psn();
+  const uint32_t mtu = qp.mtu_bytes();
+  const uint32_t end = psn_add(psn, std::max<uint32_t>(1, (reth->dma_len + mtu - 1) / mtu));
+  uint64_t va = 0;
+  uint32_t key = 0;
+  if (reth->dma_len) {
+    const Mr* mr;
+    if (dev.check_mr(reth->rkey, request_pd(dev, qp, p), reth->va, reth->dma_len,
+                     IBV_ACCESS_REMOTE_READ, true, &mr) != Device::MrCheck::kOk)
+      return;  // class D: silently dropped
+    va = mr->addr + (reth->va - mr->iova);
+    key = mr->key;
+  }
+  for (Response& q : qp.responses) {
+    if (q.kind != Response::Kind::kRead || q.end_psn != end) continue;
+    // The same READ, still being answered: nothing to add if the PSNs asked
+    // for are still to go, else it starts again from `psn`.
+    if (psn_diff(psn, q.psn) >= 0) return;
+    q.first = true;
+    q.psn = psn;
+    q.remaining = reth->dma_len;
+    q.mr_key = key;
+    q.va = va;
+    // Keep the queue in PSN order: it may now belong before its neighbour.
+    Response moved = q;
+    qp.responses.erase(qp.responses.begin() + (&q - qp.responses.data()));
+    enqueue_in_psn_order(qp, moved);
+    return;
+  }
+  if (qp.responses.size() >= kMaxQueuedResponses) return;
+  Response r;
+  r.kind = Response::Kind::kRead;
+  r.replay = true;
+  r.psn = psn;
+  r.end_psn = end;
+  r.remaining = reth->dma_len;
+  r.mr_key = key;
+  r.va = va;
+  enqueue_in_psn_order(qp, r);
+}
+
 void answer_duplicate(Device& dev, Qp& qp, net::Packet& p) {
   ++dev.counters_mut().rx_duplicate;
   const OpcodeInfo& info = p.info();
   const uint32_t psn = p.bth()->psn();
-  if (info.has(net::kRead)) {
-    // READs are idempotent: regenerate the response for the range asked again.
-    const auto* reth = p.hdr<net::Reth>(info.reth_off);
-    const Mr* mr;
-    if (dev.check_mr(reth->rkey, request_pd(dev, qp, p), reth->va, reth->dma_len, IBV_ACCESS_REMOTE_READ, true,
-                     &mr) != Device::MrCheck::kOk)
-      return;
-    Response r;
-    r.kind = Response::Kind::kRead;
-    r.psn = psn;
-    r.remaining = reth->dma_len;
-    r.mr_key = mr->key;
-    r.va = mr->addr + (reth->va - mr->iova);
-    qp.responses.push_back(r);
-    return;
-  }
+  if (info.has(net::kRead)) return answer_duplicate_read(dev, qp, p);
   if (info.has(net::kAtomic)) {
-    // Never execute an atomic twice: answer from the replay cache.
+    // Never execute an atomic twice: answer from the replay cache (IBA
+    // 9.7.5.1.4). Not in it: too old to be outstanding, dropped.
     for (const AtomicReplay& r : qp.atomic_replay) {
-      if (r.valid && r.psn == psn) {
-        if (qp.responses.empty()) return emit_atomic_ack(dev, qp, psn, r.orig);
-        Response resp;
-        resp.kind = Response::Kind::kAtomicAck;
-        resp.psn = psn;
-        resp.orig = r.orig;
-        qp.responses.push_back(resp);
-        return;
-      }
+      if (!r.valid || r.psn != psn) continue;
+      if (qp.responses.empty()) return emit_atomic_ack(dev, qp, psn, r.orig);
+      for (const Response& q : qp.responses)
+        if (q.kind == Response::Kind::kAtomicAck && q.psn == psn) return;  // still queued
+      if (qp.responses.size() >= kMaxQueuedResponses) return;
+      Response resp;
+      resp.kind = Response::Kind::kAtomicAck;
+      resp.replay = true;
+      resp.psn = psn;
+      resp.orig = r.orig;
+      enqueue_in_psn_order(qp, resp);
+      return;
     }
     return;
   }
-  // SEND/WRITE: acknowledge up to what we have (coalesced ACK).
+  // SEND/WRITE: acknowledge up to what we have (coalesced ACK, C9-105).
   send_ack(dev, qp, psn_add(qp.resp_epsn, 0xffffff));
 }
 
@@ -515,15 +572,16 @@ void execute_read(Device& dev, Qp& qp, net::Packet& p) {
   }
   if (pending_rd_atomic(qp) >= std::max<uint32_t>(1, qp.max_dest_rd_atomic) + 1u)
     return nak_and_fail(dev, qp, psn, net::aeth::kNakInvalidRequest);  // IBA C9-149
+  const uint32_t mtu = qp.mtu_bytes();
   Response r;
   r.kind = Response::Kind::kRead;
   r.psn = psn;
+  r.end_psn = psn_add(psn, std::max<uint32_t>(1, (len + mtu - 1) / mtu));
   r.remaining = len;
   r.mr_key = key;
   r.va = va;
   qp.responses.push_back(r);
-  const uint32_t mtu = qp.mtu_bytes();
-  qp.resp_epsn = psn_add(psn, std::max<uint32_t>(1, (len + mtu - 1) / mtu));
+  qp.resp_epsn = r.end_psn;
   ++qp.resp_msn;
 }
 

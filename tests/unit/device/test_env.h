@@ -43,6 +43,9 @@ class DeviceTestPeer {
   static void requeue(Device& dev, net::Packet* p) { dev.loopback_.tx(p); }
   static void drop(Device& dev, net::Packet* p) { dev.pool_.put(p); }
   static bool in_flight(const Device& dev) { return dev.loopback_.pending(); }
+  static const net::FaultCounters& loopback_faults(const Device& dev) {
+    return dev.loopback_fault_.counters();
+  }
 };
 
 // A non-blocking pipe; the device owns and closes the write end it is given.
