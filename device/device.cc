@@ -2,6 +2,7 @@
 // may allocate; returns errno values, never throws to the caller.
 #include "device/device.h"
 
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -285,6 +286,7 @@ int Device::destroy_comp_channel(Owner* o, uint32_t handle) {
 
 Result<uint32_t> Device::create_cq(Owner* o, const abi::CreateCqRequest& req) {
   if (req.cqe < 1 || req.cqe > kMaxCqe) return {EINVAL};
+  if (req.flags & ~uint32_t(abi::kCqTimestamps)) return {EINVAL};
   if (cqs_.count() >= info_.max_cq) return {ENOMEM};
   CompChannel* ch = nullptr;
   if (req.channel) {
@@ -294,6 +296,7 @@ Result<uint32_t> Device::create_cq(Owner* o, const abi::CreateCqRequest& req) {
   auto cq = std::make_unique<Cq>();
   cq->owner = o;
   cq->cookie = req.cookie;
+  cq->timestamps = req.flags & abi::kCqTimestamps;
   const uint32_t log2 = log2_ceil(req.cqe + 1);
   if (int e = cq->mem.create("uroce-cq", RingView::bytes(log2, sizeof(abi::Cqe)))) return {e};
   cq->ring.init(cq->mem.base(), log2, sizeof(abi::Cqe));
@@ -341,6 +344,27 @@ bool Device::complete(Qp& qp, bool send_cq, const abi::Cqe& cqe, bool solicited)
   return complete_to(send_cq ? qp.send_cq : qp.recv_cq, cqe, solicited);
 }
 
+namespace {
+
+uint64_t clock_ns(clockid_t clock) {
+  timespec ts;
+  clock_gettime(clock, &ts);
+  return uint64_t(ts.tv_sec) * 1'000'000'000u + uint64_t(ts.tv_nsec);
+}
+
+// Completion timestamps (IBV_WC_EX_WITH_COMPLETION_TIMESTAMP[_WALLCLOCK]),
+// taken as the entry is written, as mlx5's CQE carries the HCA clock at
+// completion. The device clock (abi::kDeviceClock) never steps back and the
+// engine writes a CQ's entries in order, so they are monotonic per CQ; the
+// wall clock may step back (settimeofday, NTP), so it is held at the CQ's last.
+void stamp(Cq& cq, abi::Cqe* e) {
+  e->timestamp_ns = clock_ns(abi::kDeviceClock);
+  cq.last_wallclock_ns = std::max(cq.last_wallclock_ns, clock_ns(CLOCK_REALTIME));
+  e->wallclock_ns = cq.last_wallclock_ns;
+}
+
+}  // namespace
+
 bool Device::complete_to(uint32_t cq_handle, const abi::Cqe& cqe, bool solicited) {
   Cq* cq = cqs_.get(cq_handle);
   if (!cq || cq->error) return false;
@@ -353,6 +377,7 @@ bool Device::complete_to(uint32_t cq_handle, const abi::Cqe& cqe, bool solicited
     return false;
   }
   std::memcpy(cq->ring.slot(cq->prod), &cqe, sizeof(cqe));
+  if (cq->timestamps) stamp(*cq, reinterpret_cast<abi::Cqe*>(cq->ring.slot(cq->prod)));
   cq->ring.hdr->producer.store(++cq->prod, std::memory_order_release);
   ++cq->completions;
   // Pairs with the fence in the provider's req_notify_cq (store notify, then

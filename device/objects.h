@@ -110,6 +110,8 @@ struct Cq {
   uint32_t channel = 0;   // handle, 0: none
   uint32_t refs = 0;      // QPs attached
   bool error = false;     // overflowed: IBV_EVENT_CQ_ERR raised
+  bool timestamps = false;  // abi::kCqTimestamps: stamp each entry
+  uint64_t last_wallclock_ns = 0;  // the wall clock may step back: entries never do
   uint64_t completions = 0;
 };
 

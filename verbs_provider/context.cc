@@ -106,9 +106,31 @@ int query_device_ex(ibv_context* ctx, const ibv_query_device_ex_input* input,
   // The 64-bit superset of the base capability flags (verbs.h).
   full.device_cap_flags_ex = uint32_t(full.orig_attr.device_cap_flags);
   full.phys_port_cnt_ex = full.orig_attr.phys_port_cnt;
+  full.hca_core_clock = abi::kHcaCoreClockKhz;
+  full.completion_timestamp_mask = abi::kCompletionTimestampMask;
   std::memcpy(attr, &full, std::min(attr_size, sizeof(full)));
   return 0;
 }
+
+namespace {
+
+// mlx5_query_rt_values: unknown mask bits are EINVAL; the raw clock is the
+// device clock's ticks, all in tv_nsec (tv_sec 0), as mlx5 returns its cycles.
+int query_rt_values(ibv_context*, ibv_values_ex* values) {
+  if (values->comp_mask & ~uint32_t(IBV_VALUES_MASK_RAW_CLOCK)) return EINVAL;
+  uint32_t answered = 0;
+  if (values->comp_mask & IBV_VALUES_MASK_RAW_CLOCK) {
+    timespec now;
+    clock_gettime(abi::kDeviceClock, &now);
+    values->raw_clock.tv_sec = 0;
+    values->raw_clock.tv_nsec = long(uint64_t(now.tv_sec) * 1'000'000'000u + uint64_t(now.tv_nsec));
+    answered |= IBV_VALUES_MASK_RAW_CLOCK;
+  }
+  values->comp_mask = answered;
+  return 0;
+}
+
+}  // namespace
 
 int query_port(ibv_context* ctx, uint8_t port, ibv_port_attr* attr, size_t attr_len) {
   UContext* c = to_uctx(ctx);
@@ -211,6 +233,7 @@ UROCE_EXPORT ibv_context* ibv_open_device(ibv_device* device) {
   v.sz = sizeof(verbs_context);
   v.query_port = query_port;
   v.query_device_ex = query_device_ex;
+  v.query_rt_values = query_rt_values;
   v.create_cq_ex = create_cq_ex;
   v.create_qp_ex = create_qp_ex;
   v.create_srq_ex = create_srq_ex;

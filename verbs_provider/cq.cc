@@ -22,7 +22,11 @@ constexpr uint32_t kNapCheckPolls = 16;
 
 constexpr uint64_t kSupportedWcFlags =
     IBV_WC_EX_WITH_BYTE_LEN | IBV_WC_EX_WITH_IMM | IBV_WC_EX_WITH_QP_NUM | IBV_WC_EX_WITH_SRC_QP |
-    IBV_WC_EX_WITH_SLID | IBV_WC_EX_WITH_SL | IBV_WC_EX_WITH_DLID_PATH_BITS;
+    IBV_WC_EX_WITH_SLID | IBV_WC_EX_WITH_SL | IBV_WC_EX_WITH_DLID_PATH_BITS |
+    IBV_WC_EX_WITH_COMPLETION_TIMESTAMP | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK;
+// The engine stamps entries only of CQs that ask (abi::kCqTimestamps).
+constexpr uint64_t kTimestampWcFlags =
+    IBV_WC_EX_WITH_COMPLETION_TIMESTAMP | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK;
 
 const abi::Cqe* peek(UCq* cq) {
   const uint32_t prod = cq->ring.hdr->producer.load(std::memory_order_acquire);
@@ -86,6 +90,9 @@ unsigned int read_wc_flags(ibv_cq_ex* ex) { return to_ucq(ex)->cur.wc_flags; }
 uint32_t read_slid(ibv_cq_ex* ex) { return to_ucq(ex)->cur.slid; }
 uint8_t read_sl(ibv_cq_ex* ex) { return to_ucq(ex)->cur.sl; }
 uint8_t read_dlid_path_bits(ibv_cq_ex* ex) { return to_ucq(ex)->cur.dlid_path_bits; }
+// Device clock ticks (abi::kHcaCoreClockKhz), as mlx5's raw CQE timestamp.
+uint64_t read_completion_ts(ibv_cq_ex* ex) { return to_ucq(ex)->cur.timestamp_ns; }
+uint64_t read_completion_wallclock_ns(ibv_cq_ex* ex) { return to_ucq(ex)->cur.wallclock_ns; }
 
 ibv_cq_ex* create_cq(ibv_context* context, uint32_t cqe, void* cq_context, ibv_comp_channel* channel,
                      uint32_t comp_vector, uint64_t wc_flags) {
@@ -101,7 +108,8 @@ ibv_cq_ex* create_cq(ibv_context* context, uint32_t cqe, void* cq_context, ibv_c
     return nullptr;
   }
   UChannel* ch = reinterpret_cast<UChannel*>(channel);
-  abi::CreateCqRequest req{cqe, 0, ch ? ch->handle : 0, uint64_t(uintptr_t(cq))};
+  const uint32_t flags = wc_flags & kTimestampWcFlags ? uint32_t(abi::kCqTimestamps) : 0u;
+  abi::CreateCqRequest req{cqe, flags, ch ? ch->handle : 0, uint64_t(uintptr_t(cq))};
   abi::CreateCqReply rep;
   int fd = -1;
   if (int err = c->conn.call(abi::CtlOp::kCreateCq, &req, sizeof(req), &rep, sizeof(rep), nullptr, 0,
@@ -157,6 +165,8 @@ void fill_cq_ex_ops(UCq* cq) {
   ex.read_slid = read_slid;
   ex.read_sl = read_sl;
   ex.read_dlid_path_bits = read_dlid_path_bits;
+  ex.read_completion_ts = read_completion_ts;
+  ex.read_completion_wallclock_ns = read_completion_wallclock_ns;
 }
 
 void cq_clean(ibv_cq* ibcq, uint32_t qpn) {

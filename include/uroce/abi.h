@@ -8,6 +8,8 @@
 // Everything a client writes into shared memory is untrusted by the engine.
 #pragma once
 
+#include <time.h>
+
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -125,10 +127,22 @@ struct Cqe {
   uint8_t sl;
   uint8_t dlid_path_bits;
   uint8_t reserved0[2];
+  // CQs created with kCqTimestamps only (else 0): the device clock when the
+  // engine wrote the entry (kDeviceClock, in kHcaCoreClockKhz units) and the
+  // wall clock (CLOCK_REALTIME ns), each monotonic within the CQ.
   uint64_t timestamp_ns;
-  uint64_t reserved1;
+  uint64_t wallclock_ns;
 };
 static_assert(sizeof(Cqe) == 64);
+
+// The device clock, as mlx5's free-running HCA counter: a counter of
+// hca_core_clock (kHz) ticks that never steps. uroce's is CLOCK_MONOTONIC_RAW
+// in nanoseconds (1 GHz: 1 000 000 kHz), read by the engine when it writes a
+// completion and by the provider for ibv_query_rt_values_ex; both sit on one
+// host (the queues are shared memory), so they read the same counter.
+constexpr clockid_t kDeviceClock = CLOCK_MONOTONIC_RAW;
+constexpr uint64_t kHcaCoreClockKhz = 1'000'000;
+constexpr uint64_t kCompletionTimestampMask = ~uint64_t(0);  // all 64 bits count
 
 // Engine-wide page shared read-only with every client.
 struct EngineShared {
@@ -336,9 +350,15 @@ struct CreateCompChannelReply {
   uint64_t handle;
 };
 
+enum CreateCqFlags : uint32_t {
+  // Write Cqe::timestamp_ns and wallclock_ns (IBV_WC_EX_WITH_COMPLETION_TIMESTAMP*).
+  // Other CQs pay no clock read per completion.
+  kCqTimestamps = 1,
+};
+
 struct CreateCqRequest {
   uint32_t cqe;
-  uint32_t reserved;
+  uint32_t flags;  // CreateCqFlags (was reserved, 0)
   uint64_t channel;  // 0: none
   uint64_t cookie;
 };
