@@ -156,7 +156,12 @@ bool client_range_mapped(const Owner* o, uint64_t addr, uint64_t length, const S
 Result<uint32_t> Device::reg_mr(Owner* o, const abi::RegMrRequest& req, int shared_fd) {
   Pd* pd = pds_.get(req.pd);
   if (!pd || pd->owner != o) return {EINVAL};
-  if (req.length == 0 || req.length > kMaxMrSize) return {EINVAL};
+  const bool odp = req.access & IBV_ACCESS_ON_DEMAND;
+  // Implicit ODP (mlx5: create_user_odp_mr): addr 0, length SIZE_MAX, iova 0,
+  // the whole address space, pages reached as they are used.
+  const bool implicit = odp && req.addr == 0 && req.length == UINT64_MAX;
+  if (implicit && req.iova != 0) return {EINVAL};
+  if (req.length == 0 || (req.length > kMaxMrSize && !implicit)) return {EINVAL};
   const uint32_t known = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
                          IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_MW_BIND | IBV_ACCESS_ZERO_BASED |
                          IBV_ACCESS_ON_DEMAND | IBV_ACCESS_HUGETLB | IBV_ACCESS_RELAXED_ORDERING;
@@ -170,8 +175,15 @@ Result<uint32_t> Device::reg_mr(Owner* o, const abi::RegMrRequest& req, int shar
   if (mrs_.count() >= info_.max_mr) return {ENOMEM};
   if (req.addr + req.length < req.addr) return {EINVAL};
   std::unique_ptr<SharedPages> pages;
-  if (int err = map_shared_pages(o, req.shared, shared_fd, req.addr, req.length, &pages)) return {err};
-  if (!client_range_mapped(o, req.addr, req.length, pages.get())) return {EFAULT};
+  if (odp) {
+    // On-demand paging: the MR follows the process's mapping as it is at each
+    // access (process_vm_*), never pages held since registration; and the
+    // range need not be mapped yet.
+    if (req.shared.length || shared_fd >= 0) return {EINVAL};
+  } else {
+    if (int err = map_shared_pages(o, req.shared, shared_fd, req.addr, req.length, &pages)) return {err};
+    if (!client_range_mapped(o, req.addr, req.length, pages.get())) return {EFAULT};
+  }
   auto mr = std::make_unique<Mr>();
   mr->pages = std::move(pages);
   mr->owner = o;
@@ -200,10 +212,20 @@ int Device::rereg_mr(Owner* o, const abi::ReregMrRequest& req, uint32_t* new_key
   }
   std::unique_ptr<SharedPages> pages;
   const bool translate = req.flags & IBV_REREG_MR_CHANGE_TRANSLATION;
+  const uint32_t access = req.flags & IBV_REREG_MR_CHANGE_ACCESS ? req.access : mr->access;
+  // mlx5 re-creates an MR whose ODP-ness changes: the new access decides.
+  const bool odp = access & IBV_ACCESS_ON_DEMAND;
   if (translate) {
     if (req.length == 0 || req.addr + req.length < req.addr) return EINVAL;
-    if (int err = map_shared_pages(o, req.shared, shared_fd, req.addr, req.length, &pages)) return err;
-    if (!client_range_mapped(o, req.addr, req.length, pages.get())) return EFAULT;
+    if (odp) {
+      if (req.shared.length || shared_fd >= 0) return EINVAL;
+    } else {
+      if (int err = map_shared_pages(o, req.shared, shared_fd, req.addr, req.length, &pages)) return err;
+      if (!client_range_mapped(o, req.addr, req.length, pages.get())) return EFAULT;
+    }
+  } else if (!odp && (mr->access & IBV_ACCESS_ON_DEMAND) &&
+             (mr->length > kMaxMrSize || !client_range_mapped(o, mr->addr, mr->length, nullptr))) {
+    return EFAULT;  // pinned from now on: its pages must exist (and an implicit MR cannot be)
   }
   if ((req.flags & IBV_REREG_MR_CHANGE_ACCESS) &&
       (req.access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) &&
@@ -219,6 +241,7 @@ int Device::rereg_mr(Owner* o, const abi::ReregMrRequest& req, uint32_t* new_key
     mr->length = req.length;
     mr->pages = std::move(pages);
   }
+  if (odp) mr->pages.reset();  // the process's mapping from now on
   if (req.flags & IBV_REREG_MR_CHANGE_ACCESS) mr->access = req.access;
   // The keys stay (mlx5 re-registers in place; rdma-core's rereg tests keep
   // using the rkey they exchanged before).

@@ -160,12 +160,13 @@ int Device::modify_qp(Owner* o, uint32_t qpn, uint32_t mask, const abi::QpAttr& 
     if (!a.ah.is_global) return EINVAL;
     if (a.ah.sgid_index >= kGidTableLen || !info_.gids[a.ah.sgid_index].valid) return EINVAL;
   }
-  // MW_BIND is accepted and kept (rxe copies the flags, mlx5 ignores the bits
-  // it does not map): test suites set it on every RC QP.
+  // MW_BIND and ON_DEMAND are accepted and kept (rxe copies the flags, mlx5
+  // ignores the bits it does not map): test suites set MW_BIND on every RC QP,
+  // and rdma-core's test_odp gives its QPs its MRs' flags, ON_DEMAND included.
   if ((mask & IBV_QP_ACCESS_FLAGS) &&
       (a.qp_access_flags & ~uint32_t(IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
                                      IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_LOCAL_WRITE |
-                                     IBV_ACCESS_MW_BIND)))
+                                     IBV_ACCESS_MW_BIND | IBV_ACCESS_ON_DEMAND)))
     return EINVAL;
 
   if (mask & IBV_QP_PKEY_INDEX) qp->pkey_index = a.pkey_index;

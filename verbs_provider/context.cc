@@ -108,6 +108,7 @@ int query_device_ex(ibv_context* ctx, const ibv_query_device_ex_input* input,
   full.phys_port_cnt_ex = full.orig_attr.phys_port_cnt;
   full.hca_core_clock = abi::kHcaCoreClockKhz;
   full.completion_timestamp_mask = abi::kCompletionTimestampMask;
+  fill_odp_caps(&full);
   std::memcpy(attr, &full, std::min(attr_size, sizeof(full)));
   return 0;
 }
@@ -234,6 +235,7 @@ UROCE_EXPORT ibv_context* ibv_open_device(ibv_device* device) {
   v.query_port = query_port;
   v.query_device_ex = query_device_ex;
   v.query_rt_values = query_rt_values;
+  v.advise_mr = advise_mr;
   v.create_cq_ex = create_cq_ex;
   v.create_qp_ex = create_qp_ex;
   v.create_srq_ex = create_srq_ex;

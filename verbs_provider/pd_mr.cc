@@ -36,6 +36,8 @@ ibv_mr* reg_mr(ibv_pd* pd, void* addr, size_t length, uint64_t iova, unsigned ac
     return nullptr;
   }
   mr->shared_lease = lease.id;
+  mr->iova = iova;
+  mr->access = access;
   mr->mr.context = pd->context;
   mr->mr.pd = pd;
   mr->mr.addr = addr;
@@ -43,6 +45,8 @@ ibv_mr* reg_mr(ibv_pd* pd, void* addr, size_t length, uint64_t iova, unsigned ac
   mr->mr.handle = uint32_t(rep.handle);
   mr->mr.lkey = rep.lkey;
   mr->mr.rkey = rep.rkey;
+  std::lock_guard<std::mutex> lock(c->mrs_mu);
+  c->mrs[mr->mr.lkey] = mr;
   return &mr->mr;
 }
 
@@ -100,8 +104,12 @@ UROCE_EXPORT int ibv_rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, siz
   req.pd = (flags & IBV_REREG_MR_CHANGE_PD) ? pd->handle : 0;
   req.addr = uint64_t(uintptr_t(addr));
   req.length = length;
-  const SharedLease lease = (flags & IBV_REREG_MR_CHANGE_TRANSLATION) ? share_pages(addr, length)
-                                                                      : SharedLease{};
+  // An MR on demand stays off shared pages: it follows the process's mapping.
+  const unsigned new_access = flags & IBV_REREG_MR_CHANGE_ACCESS ? unsigned(access) : u->access;
+  const bool odp = new_access & IBV_ACCESS_ON_DEMAND;
+  const SharedLease lease = (flags & IBV_REREG_MR_CHANGE_TRANSLATION) && !odp
+                                ? share_pages(addr, length)
+                                : SharedLease{};
   req.shared = lease.range;
   abi::RegMrReply rep;
   if (int err = to_uctx(mr->context)->conn.call(abi::CtlOp::kReregMr, &req, sizeof(req), &rep,
@@ -110,17 +118,23 @@ UROCE_EXPORT int ibv_rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, siz
     errno = err;
     return IBV_REREG_MR_ERR_CMD;
   }
-  if (flags & IBV_REREG_MR_CHANGE_TRANSLATION) {
-    release_pages(u->shared_lease);
+  if ((flags & IBV_REREG_MR_CHANGE_TRANSLATION) || odp) {
+    release_pages(u->shared_lease);  // the engine no longer maps them
     u->shared_lease = lease.id;
   }
+  UContext* c = to_uctx(mr->context);
+  std::lock_guard<std::mutex> lock(c->mrs_mu);  // advise_mr reads these
+  c->mrs.erase(mr->lkey);
+  u->access = new_access;
   mr->lkey = rep.lkey;
   mr->rkey = rep.rkey;
   if (flags & IBV_REREG_MR_CHANGE_PD) mr->pd = pd;
   if (flags & IBV_REREG_MR_CHANGE_TRANSLATION) {
     mr->addr = addr;
     mr->length = length;
+    u->iova = uint64_t(uintptr_t(addr));
   }
+  c->mrs[mr->lkey] = u;
   return 0;
 }
 
@@ -129,6 +143,11 @@ UROCE_EXPORT int ibv_dereg_mr(ibv_mr* mr) {
   abi::HandleRequest req{mr->handle};
   int err = to_uctx(mr->context)->conn.call(abi::CtlOp::kDeregMr, &req, sizeof(req), nullptr, 0);
   if (err && err != EIO) return err;
+  {
+    UContext* c = to_uctx(mr->context);
+    std::lock_guard<std::mutex> lock(c->mrs_mu);
+    c->mrs.erase(mr->lkey);
+  }
   release_pages(u->shared_lease);
   delete u;
   return 0;

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
+#include <unordered_map>
 
 #include "uroce/abi.h"
 
@@ -47,6 +48,8 @@ class Connection {
   int fd_ = -1;
 };
 
+struct UMr;
+
 struct UContext {
   verbs_context vctx;  // ibv_context is its last member
   UDevice* dev;
@@ -56,6 +59,9 @@ struct UContext {
   int doorbell_fd;
   std::atomic<bool> engine_gone;
   std::atomic<bool> fatal_reported;
+  // Its MRs by lkey, for ibv_advise_mr (pd_mr.cc, odp.cc).
+  std::mutex mrs_mu;
+  std::unordered_map<uint32_t, UMr*> mrs;
 
   void ring_doorbell() const {
     // Pairs with the engine's fence between setting `sleeping` and its last look.
@@ -84,6 +90,8 @@ struct UPd {
 struct UMr {
   ibv_mr mr;
   uint64_t shared_lease;  // its pages on a memfd (shared_pages.h), 0: none
+  uint64_t iova;          // what its SGEs and the peer address
+  unsigned access;        // enum ibv_access_flags
 };
 
 struct UChannel {
@@ -192,5 +200,9 @@ int get_srq_num(ibv_srq* srq, uint32_t* srq_num);
 ibv_xrcd* open_xrcd(ibv_context* ctx, ibv_xrcd_init_attr* attr);
 int close_xrcd(ibv_xrcd* xrcd);
 ibv_qp* open_qp(ibv_context* ctx, ibv_qp_open_attr* attr);
+// On-demand paging (odp.cc).
+void fill_odp_caps(ibv_device_attr_ex* attr);
+int advise_mr(ibv_pd* pd, ibv_advise_mr_advice advice, uint32_t flags, ibv_sge* sg_list,
+              uint32_t num_sge);
 
 }  // namespace uroce::provider
