@@ -267,6 +267,42 @@ TEST_F(Odp, UnmappedPageAtAccessIsAnAccessError) {
   }
 }
 
+// ibv_rereg_mr to ON_DEMAND: the MR leaves its shared pages and follows the
+// mapping from then on; back to pinned, its pages must exist (EFAULT).
+TEST_F(Odp, ReregToOnDemandAndBack) {
+  uint8_t* mem = fresh_pages(4);
+  ASSERT_NE(mem, nullptr);
+  std::memset(mem, 'P', 4 * kPage);
+  ibv_mr* mr = ibv_reg_mr(pd_, mem, 4 * kPage, kRw);
+  ASSERT_NE(mr, nullptr) << std::strerror(errno);
+  defer([=] { ibv_dereg_mr(mr); });
+  ASSERT_NE(mapping_of(mem + kPage).find("memfd:uroce-mr"), std::string::npos) << "on shared pages";
+  ASSERT_EQ(ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_ACCESS, nullptr, nullptr, 0, kOdpRw), 0);
+  EXPECT_EQ(mapping_of(mem + kPage).find("memfd:"), std::string::npos) << mapping_of(mem + kPage);
+  EXPECT_EQ(mem[kPage], 'P');
+
+  Pair p = make_pair();
+  ASSERT_NE(p.a.qp, nullptr);
+  ibv_mr* local = reg_buffer(64, kRw, 0);
+  ASSERT_EQ(munmap(mem, 4 * kPage), 0);
+  void* m = mmap(mem, 4 * kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+  ASSERT_EQ(m, static_cast<void*>(mem));
+  std::memset(mem, 'N', 4 * kPage);
+  ASSERT_EQ(rdma(p, IBV_WR_RDMA_READ, sge_of(local, 0, 64), uint64_t(uintptr_t(mem + kPage)), mr->rkey),
+            IBV_WC_SUCCESS);
+  auto* l = static_cast<uint8_t*>(local->addr);
+  EXPECT_EQ(l[0], 'N') << "the rereg'd MR still reads the pages it had pinned";
+
+  ASSERT_EQ(munmap(mem + 3 * kPage, kPage), 0);
+  errno = 0;
+  EXPECT_EQ(ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_ACCESS, nullptr, nullptr, 0, kRw), IBV_REREG_MR_ERR_CMD);
+  EXPECT_EQ(errno, EFAULT) << "pinned again over a page that is not mapped";
+  // An ODP MR moves onto a range nothing is mapped in yet.
+  uint8_t* gone = fresh_pages(2);
+  ASSERT_EQ(munmap(gone, 2 * kPage), 0);
+  EXPECT_EQ(ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_TRANSLATION, nullptr, gone, 2 * kPage, 0), 0);
+}
+
 TEST_F(Odp, AdviseMrRejectsAsMlx5Does) {
   uint8_t* mem = fresh_pages(4);
   ASSERT_NE(mem, nullptr);
