@@ -3,7 +3,8 @@
 // address space), odp_caps, and ibv_advise_mr with mlx5's errors. An ODP MR
 // follows the process's mapping as it is when the device accesses it; a page
 // not mapped then fails the work request as on mlx5: IBV_WC_REM_ACCESS_ERR at
-// the requester for a remote access, IBV_WC_LOC_PROT_ERR for a local SGE.
+// the requester for a remote access, IBV_WC_LOC_PROT_ERR for a local SGE
+// (and for a receive, whose sender sees IBV_WC_REM_OP_ERR).
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -256,6 +257,20 @@ TEST_F(Odp, UnmappedPageAtAccessIsAnAccessError) {
     ASSERT_NE(p.a.qp, nullptr);
     ibv_sge s{hole, 16, odp->lkey};
     EXPECT_EQ(rdma(p, IBV_WR_RDMA_WRITE, s, addr_of(local), local->rkey), IBV_WC_LOC_PROT_ERR);
+  }
+  {
+    // A receive into the hole: the receiver's WQE completes with
+    // IBV_WC_LOC_PROT_ERR and the sender's with IBV_WC_REM_OP_ERR.
+    Pair p = make_pair();
+    ASSERT_NE(p.a.qp, nullptr);
+    ASSERT_EQ(post_recv_mr(p.b.qp, 5, odp, kPage + 8, 64), 0);
+    ibv_sge s = sge_of(local, 0, 16);
+    ASSERT_EQ(post_send(p.a.qp, 6, IBV_WR_SEND, &s, 1), 0);
+    ibv_wc wc{};
+    VT_POLL_ONE(p.b.cq, &wc);
+    EXPECT_EQ(wc.status, IBV_WC_LOC_PROT_ERR) << describe(wc);
+    VT_POLL_ONE(p.a.cq, &wc);
+    EXPECT_EQ(wc.status, IBV_WC_REM_OP_ERR) << describe(wc);
   }
   {
     // The pages around the hole still work.
