@@ -80,7 +80,7 @@ _uroce() {
       mapfile -t COMPREPLY < <(compgen -f -- "$cur")
       return
     elif [[ $cur != -* || ${COMP_WORDS[j - 1]} == -- ]]; then
-      mapfile -t COMPREPLY < <(compgen -c -- "$cur")
+      mapfile -t COMPREPLY < <(compgen -c -- "$cur" | sort -u)
       return
     fi
   fi
