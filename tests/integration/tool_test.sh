@@ -149,6 +149,8 @@ for command in stop status stats run env fault capture port bench; do
 done
 expect_usage_error stats --name
 expect_out '--name: 1 required' "stats --name without a value says so"
+expect_usage_error stats --name a b
+expect_out 'not expected: b ' "stats takes one NAME per --name"
 expect_usage_error stats --json --watch
 expect_usage_error stats --interval 0.01 --watch
 expect_usage_error stats --count 3
@@ -188,6 +190,10 @@ out=$(complete_words uroce fault --port "" | tr '\n' ' ')
 if [[ $out == "loopback wire " ]]; then pass "completes fault --port"; else flunk "completes fault --port"; fi
 out=$(complete_words uroce port --name x "" | tr '\n' ' ')
 if [[ $out == "up down " ]]; then pass "completes port's state"; else flunk "completes port's state"; fi
+out=$(complete_words uroce run -- bas | tr '\n' ' ')
+if [[ " $out" == *" bash "* ]]; then pass "completes run's command"; else flunk "completes run's command"; fi
+out=$(complete_words uroce run ls - | tr '\n' ' ')
+if [[ $out != *--all-cpus* ]]; then pass "no uroce options after run's command"; else flunk "no uroce options after run's command"; fi
 python3 -c '
 import socket, sys
 s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
