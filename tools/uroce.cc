@@ -12,6 +12,8 @@
 #include <csignal>
 #include <stdexcept>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "tools/command_line.h"
@@ -328,19 +330,23 @@ int run_main(const CommandLine& cl) {
   Context ctx{fs::absolute(runtime_dir).lexically_normal().string()};
   while (ctx.runtime_dir.size() > 1 && ctx.runtime_dir.back() == '/') ctx.runtime_dir.pop_back();
 
-  // command_line.cc declares the same names.
-  const std::string& c = cl.command;
-  if (c == "start") return cmd_start(ctx, cl.start);
-  if (c == "stop") return cmd_stop(ctx, cl.stop);
-  if (c == "status") return cmd_status(ctx, cl.show);
-  if (c == "stats") return cmd_stats(ctx, cl.show);
-  if (c == "run") return cmd_run(ctx, cl.run);
-  if (c == "env") return cmd_env(ctx);
-  if (c == "fault") return cmd_fault(ctx, cl.fault);
-  if (c == "capture") return cmd_capture(ctx, cl.capture);
-  if (c == "port") return cmd_port(ctx, cl.port);
-  if (c == "bench") return cmd_bench(cl.bench);
-  throw std::logic_error("no handler for command '" + c + "'");
+  // The subcommands command_line.cc declares, each with its arguments.
+  using Handler = int (*)(const Context&, const CommandLine&);
+  static constexpr std::pair<std::string_view, Handler> kCommands[] = {
+      {"start", [](const Context& c, const CommandLine& line) { return cmd_start(c, line.start); }},
+      {"stop", [](const Context& c, const CommandLine& line) { return cmd_stop(c, line.stop); }},
+      {"status", [](const Context& c, const CommandLine& line) { return cmd_status(c, line.show); }},
+      {"stats", [](const Context& c, const CommandLine& line) { return cmd_stats(c, line.show); }},
+      {"run", [](const Context& c, const CommandLine& line) { return cmd_run(c, line.run); }},
+      {"env", [](const Context& c, const CommandLine&) { return cmd_env(c); }},
+      {"fault", [](const Context& c, const CommandLine& line) { return cmd_fault(c, line.fault); }},
+      {"capture", [](const Context& c, const CommandLine& line) { return cmd_capture(c, line.capture); }},
+      {"port", [](const Context& c, const CommandLine& line) { return cmd_port(c, line.port); }},
+      {"bench", [](const Context&, const CommandLine& line) { return cmd_bench(line.bench); }},
+  };
+  for (const auto& [name, handler] : kCommands)
+    if (name == cl.command) return handler(ctx, cl);
+  throw std::logic_error("no handler for command '" + cl.command + "'");
 }
 
 }  // namespace
