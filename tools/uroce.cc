@@ -6,17 +6,17 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <functional>
 #include <iostream>
-#include <map>
 #include <chrono>
 #include <thread>
 #include <csignal>
-#include <span>
 #include <stdexcept>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
+#include "tools/command_line.h"
 #include "tools/device_nodes.h"
 #include "tools/engine_client.h"
 #include "tools/engine_report.h"
@@ -29,82 +29,10 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr const char* kDefaultName = "uroce0";
 constexpr const char* kProviderLib = "libibverbs.so.1";
-constexpr int kExitUsage = 2;
 constexpr int kExitNotFound = 127;     // as the shell does for a missing command
 constexpr int kExitCannotExec = 126;   // as the shell does for a non-executable one
 constexpr int kRequestTimeoutMs = 5000;
-
-constexpr const char* kUsage = R"USAGE(usage: uroce [--runtime-dir DIR] COMMAND [ARGS]
-
-Commands:
-  start [--name NAME] [--ip A.B.C.D] [--mac MAC] [--port SPEC] [FLAGS...]
-                      start engine NAME (uroced) in the background; other
-                      flags are passed on to uroced
-  stop [--name NAME | --all]
-                      stop engine NAME, or every engine
-  status [--json]     show every engine in the runtime directory
-  stats [--name NAME] [--json | --watch [--interval S] [--count N]]
-                      the counters of one engine, or of every engine;
-                      --watch: live rates (packets, bytes, retransmissions,
-                      NAKs, drops per second, the busiest QPs) every S seconds
-                      (default 1); --json: status and counters as JSON
-  run [--all-cpus] [--] CMD [ARGS...]
-                      run CMD with uroce's libibverbs.so.1 (LD_LIBRARY_PATH);
-                      its threads that poll CQs leave the engine's CPU
-                      (--all-cpus: they do not)
-  env                 print the exports that 'run' sets, for eval "$(uroce env)"
-  fault [--name NAME] [--port loopback|wire] [drop=P] [duplicate=P] [reorder=P]
-        [corrupt=P] [delay=US] [seed=N]
-                      set fault injection on a port (no settings: turn it off)
-  capture [--name NAME] -w FILE.pcap [--count N] [--seconds S]
-                      write the frames crossing the engine's ports (loopback
-                      included) to FILE until N frames, S seconds or Ctrl-C
-  port [--name NAME] up|down
-                      take the engine's port down or up: clients get
-                      IBV_EVENT_PORT_ERR / IBV_EVENT_PORT_ACTIVE, traffic stops
-  bench [--quick] [--out DIR]
-                      run perftest through engines of its own beside the
-                      baselines (memcpy, shared memory, TCP); table, JSON, SVG
-  help                show this text
-
-NAME defaults to uroce0; applications see the engine as the device NAME.
-The runtime directory holds NAME.sock, NAME.pid and NAME.log. It is DIR, else
-$UROCE_RUNTIME_DIR, else /run/uroce for root, $XDG_RUNTIME_DIR/uroce or
-/tmp/uroce-UID. $UROCE_PROVIDER_DIR overrides where 'run' finds the provider.
-)USAGE";
-
-// A bad command line: the message, then the whole usage text only when the
-// command itself is missing or unknown.
-int usage_error(const std::string& message, bool full_usage = false) {
-  std::cerr << "uroce: " << message << '\n';
-  if (full_usage)
-    std::cerr << '\n' << kUsage;
-  else
-    std::cerr << "(see 'uroce help')\n";
-  return kExitUsage;
-}
-
-using Args = std::span<const std::string>;
-
-// Matches "--flag VALUE" or "--flag=VALUE" at args[i]; advances i past it.
-// Throws std::invalid_argument when the value is missing.
-bool take_option(Args args, size_t& i, std::string_view flag, std::string* value) {
-  const std::string& arg = args[i];
-  if (arg == flag) {
-    if (i + 1 >= args.size()) throw std::invalid_argument(std::string(flag) + " needs a value");
-    *value = args[i + 1];
-    i += 2;
-    return true;
-  }
-  if (arg.size() > flag.size() && arg.starts_with(flag) && arg[flag.size()] == '=') {
-    *value = arg.substr(flag.size() + 1);
-    i += 1;
-    return true;
-  }
-  return false;
-}
 
 // Directory of this executable, for finding uroced and the provider.
 fs::path self_dir() {
@@ -171,57 +99,24 @@ struct Context {
   std::string runtime_dir;  // absolute
 };
 
-int cmd_start(const Context& ctx, Args args) {
+int cmd_start(const Context& ctx, const StartArgs& args) {
   StartOptions o;
   o.runtime_dir = ctx.runtime_dir;
-  o.name = kDefaultName;
-  for (size_t i = 0; i < args.size();) {
-    std::string value;
-    if (take_option(args, i, "--name", &o.name)) continue;
-    if (take_option(args, i, "--ip", &value)) {
-      o.ip = value;
-      o.engine_args.insert(o.engine_args.end(), {"--ip", value});
-      continue;
-    }
-    if (take_option(args, i, "--mac", &value)) {
-      o.engine_args.insert(o.engine_args.end(), {"--mac", value});
-      continue;
-    }
-    if (take_option(args, i, "--port", &value)) {
-      o.engine_args.insert(o.engine_args.end(), {"--port", value});
-      continue;
-    }
-    if (args[i] == "--") {  // everything after goes to uroced verbatim
-      o.engine_args.insert(o.engine_args.end(), args.begin() + i + 1, args.end());
-      break;
-    }
-    o.engine_args.push_back(args[i++]);
-  }
+  o.name = args.name;
+  o.ip = args.ip;
+  o.engine_args = args.engine_args;
   if (auto why = check_engine_name(o.runtime_dir, o.name); !why.empty())
-    return usage_error("invalid engine name '" + o.name + "': " + why);
+    return usage_error("start", "invalid engine name '" + o.name + "': " + why);
   o.engine_path = (self_dir() / "uroced").string();
   ensure_runtime_dir(o.runtime_dir);
   return start_engine(o);
 }
 
-int cmd_stop(const Context& ctx, Args args) {
-  std::string name = kDefaultName;
-  bool all = false, named = false;
-  for (size_t i = 0; i < args.size();) {
-    if (take_option(args, i, "--name", &name)) {
-      named = true;
-    } else if (args[i] == "--all") {
-      all = true;
-      ++i;
-    } else {
-      return usage_error("stop: unknown argument '" + args[i] + "'");
-    }
-  }
-  if (all && named) return usage_error("stop: give either --name or --all");
-  if (all) return stop_all_engines(ctx.runtime_dir);
-  if (auto why = check_engine_name(ctx.runtime_dir, name); !why.empty())
-    return usage_error("invalid engine name '" + name + "': " + why);
-  return stop_engine(ctx.runtime_dir, name);
+int cmd_stop(const Context& ctx, const StopArgs& args) {
+  if (args.all) return stop_all_engines(ctx.runtime_dir);
+  if (auto why = check_engine_name(ctx.runtime_dir, args.name); !why.empty())
+    return usage_error("stop", "invalid engine name '" + args.name + "': " + why);
+  return stop_engine(ctx.runtime_dir, args.name);
 }
 
 // Prints one engine's reply to `op` under a heading. False if it failed.
@@ -254,51 +149,7 @@ bool show_engine(const Context& ctx, const std::string& name, abi::CtlOp op) {
   return true;
 }
 
-// The options `status` and `stats` share: which engines, and how to show them.
-struct ShowOptions {
-  std::vector<std::string> names;  // empty: every engine of the runtime directory
-  bool json = false;
-  bool watch = false;
-  double interval_s = 1.0;
-  unsigned count = 0;  // --watch refreshes (0: until interrupted)
-};
-
-ShowOptions show_options(Args args, bool allow_name, bool allow_watch) {
-  ShowOptions o;
-  for (size_t i = 0; i < args.size();) {
-    std::string value;
-    if (allow_name && take_option(args, i, "--name", &value)) {
-      o.names.push_back(value);
-      continue;
-    }
-    if (args[i] == "--json") {
-      o.json = true;
-      ++i;
-      continue;
-    }
-    if (allow_watch && args[i] == "--watch") {
-      o.watch = true;
-      ++i;
-      continue;
-    }
-    if (allow_watch && take_option(args, i, "--interval", &value)) {
-      o.interval_s = std::stod(value);
-      if (!(o.interval_s >= 0.1 && o.interval_s <= 3600))
-        throw std::invalid_argument("--interval: 0.1 to 3600 seconds");
-      continue;
-    }
-    if (allow_watch && take_option(args, i, "--count", &value)) {
-      o.count = unsigned(std::stoul(value));
-      continue;
-    }
-    throw std::invalid_argument("unknown argument '" + args[i] + "'");
-  }
-  if (o.json && o.watch) throw std::invalid_argument("--json and --watch do not go together");
-  return o;
-}
-
-int show_engines(const Context& ctx, Args args, abi::CtlOp op, bool allow_name) {
-  const ShowOptions o = show_options(args, allow_name, /*allow_watch=*/op == abi::CtlOp::kStats);
+int show_engines(const Context& ctx, const ShowArgs& o, abi::CtlOp op) {
   std::vector<std::string> names = o.names;
   for (const auto& name : names) {
     if (!probe_engine(engine_socket_path(ctx.runtime_dir, name)).running) {
@@ -321,23 +172,17 @@ int show_engines(const Context& ctx, Args args, abi::CtlOp op, bool allow_name) 
   return ok ? 0 : 1;
 }
 
-int cmd_status(const Context& ctx, Args args) {
-  return show_engines(ctx, args, abi::CtlOp::kStatus, false);
+int cmd_status(const Context& ctx, const ShowArgs& args) {
+  return show_engines(ctx, args, abi::CtlOp::kStatus);
 }
 
-int cmd_stats(const Context& ctx, Args args) {
-  return show_engines(ctx, args, abi::CtlOp::kStats, true);
+int cmd_stats(const Context& ctx, const ShowArgs& args) {
+  return show_engines(ctx, args, abi::CtlOp::kStats);
 }
 
-int cmd_port(const Context& ctx, Args args) {
-  std::string name = kDefaultName, state;
-  for (size_t i = 0; i < args.size();) {
-    if (take_option(args, i, "--name", &name)) continue;
-    if (!state.empty()) return usage_error("port: unexpected argument '" + args[i] + "'");
-    state = args[i++];
-  }
-  if (state != "up" && state != "down") return usage_error("port: say 'up' or 'down'");
-  abi::SetPortStateRequest req{state == "up" ? 4u /* IBV_PORT_ACTIVE */ : 1u /* IBV_PORT_DOWN */, 0};
+int cmd_port(const Context& ctx, const PortArgs& args) {
+  const std::string& name = args.name;
+  abi::SetPortStateRequest req{args.up ? 4u /* IBV_PORT_ACTIVE */ : 1u /* IBV_PORT_DOWN */, 0};
   std::string error;
   auto reply = control_request(engine_socket_path(ctx.runtime_dir, name), abi::CtlOp::kSetPortState,
                                2000, &error,
@@ -350,7 +195,7 @@ int cmd_port(const Context& ctx, Args args) {
     std::cerr << "uroce: " << name << ": " << std::strerror(reply->status) << '\n';
     return 1;
   }
-  std::cout << name << ": port 1 " << state << '\n';
+  std::cout << name << ": port 1 " << (args.up ? "up" : "down") << '\n';
   return 0;
 }
 
@@ -372,61 +217,27 @@ std::optional<CtlReply> engine_call(const Context& ctx, const std::string& name,
   return reply;
 }
 
-int cmd_fault(const Context& ctx, Args args) {
-  std::string name = kDefaultName, port;
-  abi::SetFaultRequest req{};
-  for (size_t i = 0; i < args.size();) {
-    if (take_option(args, i, "--name", &name)) continue;
-    if (take_option(args, i, "--port", &port)) continue;
-    const std::string& kv = args[i++];
-    const size_t eq = kv.find('=');
-    if (eq == std::string::npos) return usage_error("fault: '" + kv + "' is not key=value");
-    const std::string key = kv.substr(0, eq);
-    char* rest = nullptr;
-    const double v = std::strtod(kv.c_str() + eq + 1, &rest);
-    if (*rest || eq + 1 == kv.size()) return usage_error("fault: bad value in '" + kv + "'");
-    if (key == "drop") req.drop = v;
-    else if (key == "duplicate" || key == "dup") req.duplicate = v;
-    else if (key == "reorder") req.reorder = v;
-    else if (key == "corrupt") req.corrupt = v;
-    else if (key == "delay") req.delay_us = uint64_t(v);
-    else if (key == "seed") req.seed = uint64_t(v);
-    else return usage_error("fault: unknown setting '" + key + "'");
-  }
-  if (port == "loopback") req.port = abi::kFaultPortLoopback;
-  else if (port == "wire") req.port = abi::kFaultPortWire;
-  else if (!port.empty()) return usage_error("fault: --port is loopback or wire");
-  if (!engine_call(ctx, name, abi::CtlOp::kSetFault, &req, sizeof(req))) return 1;
-  std::cout << name << ": fault injection " << (req.drop || req.duplicate || req.reorder ||
-                                                        req.corrupt || req.delay_us
-                                                    ? "set"
-                                                    : "off")
-            << '\n';
+int cmd_fault(const Context& ctx, const FaultArgs& args) {
+  if (!engine_call(ctx, args.name, abi::CtlOp::kSetFault, &args.request, sizeof(args.request)))
+    return 1;
+  std::cout << args.name << ": fault injection " << (args.any_set ? "set" : "off") << '\n';
   return 0;
 }
 
 volatile std::sig_atomic_t g_capture_interrupted = 0;
 
-int cmd_capture(const Context& ctx, Args args) {
-  std::string name = kDefaultName, file, count = "0", seconds = "0";
-  for (size_t i = 0; i < args.size();) {
-    if (take_option(args, i, "--name", &name)) continue;
-    if (take_option(args, i, "-w", &file)) continue;
-    if (take_option(args, i, "--count", &count)) continue;
-    if (take_option(args, i, "--seconds", &seconds)) continue;
-    return usage_error("capture: unknown argument '" + args[i] + "'");
-  }
-  if (file.empty()) return usage_error("capture: -w FILE is required");
+int cmd_capture(const Context& ctx, const CaptureArgs& args) {
+  const std::string& name = args.name;
   abi::CaptureRequest req{};
   req.action = abi::kCaptureStart;
-  req.max_frames = std::strtoull(count.c_str(), nullptr, 10);
-  const std::string path = fs::absolute(file).string();
-  if (path.size() >= abi::kMaxCapturePath) return usage_error("capture: path too long");
+  req.max_frames = args.count;
+  const std::string path = fs::absolute(args.file).string();
+  if (path.size() >= abi::kMaxCapturePath) return usage_error("capture", "path too long");
   std::memcpy(req.path, path.c_str(), path.size() + 1);
   if (!engine_call(ctx, name, abi::CtlOp::kCapture, &req, sizeof(req))) return 1;
   std::signal(SIGINT, [](int) { g_capture_interrupted = 1; });
   std::signal(SIGTERM, [](int) { g_capture_interrupted = 1; });
-  const double limit_s = std::strtod(seconds.c_str(), nullptr);
+  const double limit_s = args.seconds;
   const auto start = std::chrono::steady_clock::now();
   abi::CaptureRequest status{};
   status.action = abi::kCaptureStatus;
@@ -456,17 +267,10 @@ std::pair<std::string, std::string> provider_environment(const Context& ctx) {
   return {ld_path, ctx.runtime_dir};
 }
 
-int cmd_run(const Context& ctx, Args args) {
+int cmd_run(const Context& ctx, const RunArgs& args) {
   // Its polling threads off the CPU their engine polls on
   // (verbs_provider/placement.cc), unless told not to.
-  bool keep_cpus = false;
-  if (!args.empty() && args[0] == "--all-cpus") {
-    keep_cpus = true;
-    args = args.subspan(1);
-  }
-  if (!args.empty() && args[0] == "--") args = args.subspan(1);
-  if (args.empty()) return usage_error("run: no command given");
-  if (keep_cpus) ::unsetenv("UROCE_POLL_PLACEMENT");
+  if (args.all_cpus) ::unsetenv("UROCE_POLL_PLACEMENT");
   else ::setenv("UROCE_POLL_PLACEMENT", "1", 1);
   auto [ld_path, runtime_dir] = provider_environment(ctx);
   ::setenv("LD_LIBRARY_PATH", ld_path.c_str(), 1);
@@ -475,21 +279,20 @@ int cmd_run(const Context& ctx, Args args) {
   const NodeSetupResult nodes = provide_uverbs_nodes(uverbs_node_names(ctx.runtime_dir, kDefaultName));
   if (!nodes.message.empty()) std::cerr << "uroce: " << nodes.message << '\n';
   std::vector<char*> argv;
-  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  for (const auto& a : args.command) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
   std::cout.flush();
   ::execvp(argv[0], argv.data());
   int err = errno;
   if (err == ENOENT) {
-    std::cerr << "uroce: " << args[0] << ": command not found\n";
+    std::cerr << "uroce: " << args.command[0] << ": command not found\n";
     return kExitNotFound;
   }
-  std::cerr << "uroce: " << args[0] << ": " << std::strerror(err) << '\n';
+  std::cerr << "uroce: " << args.command[0] << ": " << std::strerror(err) << '\n';
   return kExitCannotExec;
 }
 
-int cmd_env(const Context& ctx, Args args) {
-  if (!args.empty()) return usage_error("env: unknown argument '" + args[0] + "'");
+int cmd_env(const Context& ctx) {
   auto [ld_path, runtime_dir] = provider_environment(ctx);
   std::cout << "export LD_LIBRARY_PATH=" << shell_quote(ld_path) << '\n';
   std::cout << "export UROCE_RUNTIME_DIR=" << shell_quote(runtime_dir) << '\n';
@@ -503,20 +306,15 @@ int cmd_env(const Context& ctx, Args args) {
   return 0;
 }
 
-int cmd_help(const Context&, Args) {
-  std::cout << kUsage;
-  return 0;
-}
-
 // Execs the bench script (tools/bench/uroce_bench.py): installed under
 // <bin>/../share/uroce/bench, else the source tree's copy (build tree).
-int cmd_bench(const Context&, Args args) {
+int cmd_bench(const BenchArgs& args) {
   fs::path script = (self_dir() / ".." / "share" / "uroce" / "bench" / "uroce_bench.py").lexically_normal();
   std::error_code ec;
   if (!fs::exists(script, ec)) script = UROCE_BENCH_SCRIPT;
   const std::string self = (self_dir() / "uroce").string();
   std::vector<std::string> words = {"python3", script.string(), "--uroce", self};
-  words.insert(words.end(), args.begin(), args.end());
+  words.insert(words.end(), args.script_args.begin(), args.script_args.end());
   std::vector<char*> argv;
   for (auto& w : words) argv.push_back(w.data());
   argv.push_back(nullptr);
@@ -527,47 +325,39 @@ int cmd_bench(const Context&, Args args) {
   return err == ENOENT ? kExitNotFound : kExitCannotExec;
 }
 
-int run_main(const std::vector<std::string>& argv) {
-  Args args(argv);
-  std::string runtime_dir;
-  size_t i = 0;
-  while (i < args.size() && args[i].starts_with("-")) {
-    if (take_option(args, i, "--runtime-dir", &runtime_dir)) continue;
-    if (args[i] == "-h" || args[i] == "--help") return cmd_help({}, {});
-    if (args[i] == "--version") {
-      std::cout << "uroce " << UROCE_VERSION << '\n';
-      return 0;
-    }
-    return usage_error("unknown option '" + args[i] + "'");
-  }
-  if (i == args.size()) return usage_error("no command given", true);
-  if (runtime_dir.empty()) runtime_dir = uroce::runtime_dir();
+int run_main(const CommandLine& cl) {
+  std::string runtime_dir = cl.runtime_dir.empty() ? uroce::runtime_dir() : cl.runtime_dir;
   Context ctx{fs::absolute(runtime_dir).lexically_normal().string()};
   while (ctx.runtime_dir.size() > 1 && ctx.runtime_dir.back() == '/') ctx.runtime_dir.pop_back();
 
-  const std::string& command = args[i];
-  Args rest = args.subspan(i + 1);
-  using Handler = std::function<int(const Context&, Args)>;
-  static const std::map<std::string, Handler> kCommands = {
-      {"start", cmd_start}, {"stop", cmd_stop}, {"status", cmd_status},
-      {"stats", cmd_stats}, {"run", cmd_run},   {"env", cmd_env},
-      {"help", cmd_help},   {"port", cmd_port},   {"fault", cmd_fault},
-      {"capture", cmd_capture}, {"bench", cmd_bench},
+  // The subcommands command_line.cc declares, each with its arguments.
+  using Handler = int (*)(const Context&, const CommandLine&);
+  static constexpr std::pair<std::string_view, Handler> kCommands[] = {
+      {"start", [](const Context& c, const CommandLine& line) { return cmd_start(c, line.start); }},
+      {"stop", [](const Context& c, const CommandLine& line) { return cmd_stop(c, line.stop); }},
+      {"status", [](const Context& c, const CommandLine& line) { return cmd_status(c, line.show); }},
+      {"stats", [](const Context& c, const CommandLine& line) { return cmd_stats(c, line.show); }},
+      {"run", [](const Context& c, const CommandLine& line) { return cmd_run(c, line.run); }},
+      {"env", [](const Context& c, const CommandLine&) { return cmd_env(c); }},
+      {"fault", [](const Context& c, const CommandLine& line) { return cmd_fault(c, line.fault); }},
+      {"capture", [](const Context& c, const CommandLine& line) { return cmd_capture(c, line.capture); }},
+      {"port", [](const Context& c, const CommandLine& line) { return cmd_port(c, line.port); }},
+      {"bench", [](const Context&, const CommandLine& line) { return cmd_bench(line.bench); }},
   };
-  auto it = kCommands.find(command);
-  if (it == kCommands.end()) return usage_error("unknown command '" + command + "'", true);
-  return it->second(ctx, rest);
+  for (const auto& [name, handler] : kCommands)
+    if (name == cl.command) return handler(ctx, cl);
+  throw std::logic_error("no handler for command '" + cl.command + "'");
 }
 
 }  // namespace
 }  // namespace uroce::tool
 
 int main(int argc, char** argv) {
-  std::vector<std::string> args(argv + 1, argv + argc);
+  int exit_status = 0;
+  auto command_line = uroce::tool::parse_command_line(argc, argv, &exit_status);
+  if (!command_line) return exit_status;
   try {
-    return uroce::tool::run_main(args);
-  } catch (const std::invalid_argument& e) {
-    return uroce::tool::usage_error(e.what());
+    return uroce::tool::run_main(*command_line);
   } catch (const std::exception& e) {
     std::cerr << "uroce: " << e.what() << '\n';
     return 1;

@@ -18,7 +18,7 @@ timeout 120 cmake --install "$UROCE_BUILD_DIR" --prefix "$prefix" >"$UROCE_LOG_D
   { cat "$UROCE_LOG_DIR/install.log" >&2; echo "install_test: cmake --install failed" >&2; exit 1; }
 
 for f in bin/uroce bin/uroced lib/uroce/libibverbs.so.1 share/man/man1/uroce.1 \
-  share/uroce/bench/uroce_bench.py; do
+  share/uroce/bench/uroce_bench.py share/bash-completion/completions/uroce; do
   [[ -e "$prefix/$f" ]] || { echo "install_test: $f is not installed" >&2; exit 1; }
 done
 # The drop-in never lands where the dynamic linker would find it by default.

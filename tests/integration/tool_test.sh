@@ -87,13 +87,135 @@ expect 2 "unknown command" uroce frobnicate
 expect_out 'usage: uroce' "unknown command prints the usage"
 expect 2 "no command" uroce
 expect 2 "capture without a file" uroce capture
-expect_out '-w FILE is required' "capture asks for the file"
+expect_out '-w is required' "capture asks for the file"
 expect 2 "fault with a bad setting" uroce fault drop
 expect_out 'not key=value' "fault names the bad setting"
 expect 2 "fault with an unknown key" uroce fault jitter=3
 expect 2 "port without a state" uroce port
 expect 2 "stop --name without a value" uroce stop --name
 expect 2 "invalid engine name" uroce start --name 'a/b'
+expect 0 "--version" uroce --version
+expect_out '^uroce [0-9]+\.[0-9]+' "--version names the version"
+expect 0 "help COMMAND" uroce help stats
+expect_out '^Usage: uroce stats' "help stats shows the options of stats"
+expect 2 "help of an unknown command" uroce help frobnicate
+
+echo "# --help of every command names its options"
+declare -A command_options=(
+  [start]="--name --ip --mac --port"
+  [stop]="--name --all"
+  [status]="--json"
+  [stats]="--name --json --watch --interval --count"
+  [run]="--all-cpus CMD"
+  [env]="--help"
+  [fault]="--name --port KEY=VALUE"
+  [capture]="--name -w --count --seconds"
+  [port]="--name STATE"
+  [bench]="--quick --out --no-two-hosts --keep --only"
+  [help]="COMMAND"
+)
+for command in "${!command_options[@]}"; do
+  expect 0 "$command --help" uroce "$command" --help
+  expect_out "^Usage: uroce $command" "$command --help: the usage line"
+  for option in ${command_options[$command]}; do
+    expect_out "(^|[ ,])$option([ ,{:]|$)" "$command --help names $option"
+  done
+done
+if have_engine; then
+  expect 0 "uroced --help" "$UROCE_ENGINE_BIN" --help
+  for option in --name --runtime-dir --ip --ip6 --mac --port --mtu --vlan --hugepages --no-hugepages --fault --cpu; do
+    expect_out "(^|[ ,])$option([ ,{:]|$)" "uroced --help names $option"
+  done
+fi
+
+echo "# bad flags and missing values: CLI11's message on one line, exit 2"
+# expect_usage_error COMMAND ARGS...: exit 2 and one line naming the command.
+expect_usage_error() {
+  local command=$1
+  expect 2 "uroce $* is a usage error" uroce "$@"
+  if [[ $out =~ ^uroce\ $command:\ [^$'\n']+\ \(see\ \'uroce\ $command\ --help\'\)$ ]]; then
+    pass "uroce $*: one line naming $command"
+  else
+    flunk "uroce $*: not one line naming $command"
+  fi
+}
+# A command line that is good but for --bogus (a missing -w, CMD or STATE
+# would be named first).
+declare -A good_args=([run]="true" [capture]="-w x.pcap" [port]="up")
+for command in stop status stats run env fault capture port bench; do
+  # shellcheck disable=SC2086
+  expect_usage_error "$command" --bogus ${good_args[$command]:-}
+  expect_out 'The following argument was not expected: --bogus \(see' "$command names the bad flag"
+done
+expect_usage_error stats --name
+expect_out '--name: 1 required' "stats --name without a value says so"
+expect_usage_error stats --name a b
+expect_out 'not expected: b ' "stats takes one NAME per --name"
+expect_usage_error stats --json --watch
+expect_usage_error stats --interval 0.01 --watch
+expect_usage_error stats --count 3
+expect_usage_error status --runtime-dir /tmp
+expect_usage_error stop --name x --all
+expect_usage_error fault --port sideways
+expect_usage_error port sideways
+expect_usage_error run
+expect_usage_error start --name
+if have_engine; then
+  expect 2 "uroced with a bad flag" "$UROCE_ENGINE_BIN" --bogus
+  if [[ $out == "uroced: The following argument was not expected: --bogus (see 'uroced --help')" ]]; then
+    pass "uroced: the same one-line form"
+  else
+    flunk "uroced: the same one-line form"
+  fi
+  expect 2 "uroced --mtu out of range" "$UROCE_ENGINE_BIN" --mtu 100
+  expect 2 "uroced --ip without a value" "$UROCE_ENGINE_BIN" --ip
+fi
+
+echo "# bash completion (tools/completion/uroce.bash)"
+completion_script="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)/tools/completion/uroce.bash"
+# complete WORDS...: what the completion gives for the last word, one a line.
+complete_words() {
+  bash -c 'source "$1"; shift; COMP_WORDS=("$@"); COMP_CWORD=$((${#COMP_WORDS[@]} - 1))
+    _uroce; printf "%s\n" "${COMPREPLY[@]}"' sh "$completion_script" "$@"
+}
+out=$(complete_words uroce st | sort | tr '\n' ' ')
+if [[ $out == "start stats status stop " ]]; then pass "completes commands"; else flunk "completes commands"; fi
+out=$(complete_words uroce --runtime-dir /tmp "" | tr '\n' ' ')
+if [[ $out == *"run "* && $out == *"capture "* && $out == *"help "* ]]; then
+  pass "completes commands after --runtime-dir DIR"
+else
+  flunk "completes commands after --runtime-dir DIR"
+fi
+out=$(complete_words uroce fault --port "" | tr '\n' ' ')
+if [[ $out == "loopback wire " ]]; then pass "completes fault --port"; else flunk "completes fault --port"; fi
+out=$(complete_words uroce port --name x "" | tr '\n' ' ')
+if [[ $out == "up down " ]]; then pass "completes port's state"; else flunk "completes port's state"; fi
+out=$(complete_words uroce run -- bas | tr '\n' ' ')
+if [[ " $out" == *" bash "* ]]; then pass "completes run's command"; else flunk "completes run's command"; fi
+out=$(complete_words uroce run ls - | tr '\n' ' ')
+if [[ $out != *--all-cpus* ]]; then pass "no uroce options after run's command"; else flunk "no uroce options after run's command"; fi
+python3 -c '
+import socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+s.bind(sys.argv[1])' "$UROCE_TEST_DIR/completion-engine.sock"
+out=$(complete_words uroce --runtime-dir "$UROCE_TEST_DIR" stats --name "" | tr '\n' ' ')
+if [[ $out == "completion-engine " ]]; then pass "completes engine names"; else flunk "completes engine names"; fi
+rm -f "$UROCE_TEST_DIR/completion-engine.sock"
+# Every option `uroce COMMAND --help` names is completed for COMMAND.
+for command in "${!command_options[@]}"; do
+  completed=" $(complete_words uroce "$command" - | tr '\n' ' ')"
+  listed=$("$UROCE_BIN" "$command" --help | grep -oE '^ +-[-a-z0-9]+(, ?-[-a-z0-9]+)*' | tr ',' ' ')
+  missing=""
+  for option in $listed; do
+    [[ $option == -h || $completed == *" $option "* ]] || missing+=" $option"
+  done
+  out="completed:$completed"
+  if [[ -z $missing && -n $listed ]]; then
+    pass "completion of $command has its options"
+  else
+    flunk "completion of $command lacks:$missing"
+  fi
+done
 
 echo "# no engines"
 expect 0 "status without engines" uroce status
@@ -126,6 +248,12 @@ expect 127 "run of a missing command" uroce run -- uroce-no-such-command
 expect_out 'command not found' "run says command not found"
 expect 7 "run passes the exit status on" uroce run -- sh -c 'exit 7'
 expect 0 "run without --" uroce run true
+# shellcheck disable=SC2016
+expect 0 "run -- CMD passes CMD's flags on" uroce run -- sh -c 'printf "%s|" "$@"' sh -g 0 --help -- --all-cpus
+if [[ $out == "-g|0|--help|--|--all-cpus|" ]]; then pass "run -- CMD -g 0: untouched"; else flunk "run -- CMD -g 0: untouched"; fi
+expect 0 "run CMD passes CMD's flags on" uroce run --all-cpus printf '%s|' -g 0 --help --all-cpus --version
+if [[ $out == "-g|0|--help|--all-cpus|--version|" ]]; then pass "run CMD -g 0: untouched"; else flunk "run CMD -g 0: untouched"; fi
+expect 0 "run of a command named like a uroce command" uroce run -- env true
 # shellcheck disable=SC2016
 expect 0 "run sets the environment" env LD_LIBRARY_PATH=/x/lib "$UROCE_BIN" run -- \
   sh -c 'printf "%s\n%s\n" "$LD_LIBRARY_PATH" "$UROCE_RUNTIME_DIR"'
@@ -166,6 +294,10 @@ expect 1 "start of an engine that exits" "$fake_bin/uroce" start --name f2 --mac
 expect_out 'exited with status 3' "start reports the exit status"
 expect_out 'refusing --name f2 --runtime-dir /.* --mac 02:00:00:00:00:01 --extra' \
   "start shows the log with the arguments passed on"
+expect 1 "start passes unknown flags on in order" "$fake_bin/uroce" start --cpu none --name f3 \
+  --fault drop=0.1 -- --name x --help -g 0
+expect_out 'refusing --name f3 --runtime-dir /[^ ]* --cpu none --fault drop=0.1 --name x --help -g 0$' \
+  "start passes flags before and everything after -- on, without the --"
 
 echo "# run_pair"
 export UROCE_PROVIDER_DIR="$fake_provider"
