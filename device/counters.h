@@ -33,7 +33,11 @@ namespace uroce::device {
   X(cq_overflows, "CQs that overflowed (IBV_EVENT_CQ_ERR)")                      \
   X(bad_wqes, "malformed work requests in shared memory")                        \
   X(memory_faults, "client memory not reachable (unmapped or process gone)")     \
-  X(async_events_dropped, "async events not delivered: client pipe full")
+  X(async_events_dropped, "async events not delivered: client pipe full")       \
+  X(tm_matched, "tag matching: messages placed in a tagged buffer")            \
+  X(tm_unexpected, "tag matching: tagged messages that matched no tag")         \
+  X(tm_no_tag, "tag matching: NO_TAG (and FIN, short) messages")               \
+  X(tm_sync_requests, "tag matching: completions asking software to sync")
 
 struct Counters {
 #define UROCE_COUNTER_FIELD(name, desc) uint64_t name = 0;

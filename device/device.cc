@@ -76,6 +76,8 @@ void Device::init_info() {
   d.max_inline_data = kMaxInlineData;
   d.atomic_cap = IBV_ATOMIC_HCA;
   d.num_ports = 1;
+  d.tm = {kTmMaxRndvHdrSize, kTmMaxNumTags, 0 /* IBV_TM_CAP_RC: see kTmAdvertised */, kTmMaxOps, kTmMaxSge, 0};
+  if (kTmAdvertised) d.tm.flags = IBV_TM_CAP_RC;
   std::memcpy(d.mac, m.data(), 6);
   d.port.state = IBV_PORT_ACTIVE;
   d.port.max_mtu = IBV_MTU_4096;
@@ -454,7 +456,10 @@ Result<uint32_t> Device::create_qp(Owner* o, const abi::CreateQpRequest& req) {
       caps.max_recv_wr = caps.max_recv_sge = 0;
     } else {
       if (!rcq || rcq->owner != o) return {EINVAL};
-      if (req.srq && (!srq || srq->owner != o || srq->type != IBV_SRQT_BASIC)) return {EINVAL};
+      if (req.srq && (!srq || srq->owner != o)) return {EINVAL};
+      // Tag matching is defined for RC only (IBV_TM_CAP_RC; SEMANTICS 3.4).
+      if (srq && srq->type != IBV_SRQT_BASIC && !(srq->type == IBV_SRQT_TM && type == IBV_QPT_RC))
+        return {EINVAL};
       if (srq) caps.max_recv_wr = caps.max_recv_sge = 0;  // receives come from the SRQ
     }
   }

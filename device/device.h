@@ -85,6 +85,11 @@ class Device {
   Result<uint32_t> create_srq(Owner* o, const abi::CreateSrqRequest& req);  // returns handle
   int modify_srq(Owner* o, uint32_t handle, uint32_t mask, uint32_t max_wr, uint32_t limit);
   Srq* srq(uint32_t handle) const { return srqs_.get(handle); }
+  struct SrqOpsResult {
+    uint32_t done = 0;
+    int err = 0;
+  };
+  SrqOpsResult post_srq_ops(Owner* o, uint32_t srq, const abi::SrqOp* ops, uint32_t n, uint32_t* handles);
   int destroy_srq(Owner* o, uint32_t handle);
   // fd < 0: a private domain; else the file decides which domain (O_CREAT, O_EXCL).
   Result<uint32_t> open_xrcd(Owner* o, int fd, uint32_t oflags);  // returns a handle

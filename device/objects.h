@@ -12,6 +12,7 @@
 #include "device/memory.h"
 #include "device/params.h"
 #include "device/queue_memory.h"
+#include "device/tag_matching.h"
 #include "uroce/abi.h"
 
 namespace uroce::device {
@@ -141,7 +142,7 @@ struct Srq {
   uint32_t pd = 0;
   uint32_t xrcd = 0;         // XRC: the domain
   uint32_t xrcd_handle = 0;  // XRC: the handle it was made through
-  uint32_t cq = 0;           // XRC: every receive completes here
+  uint32_t cq = 0;           // XRC and TM: every receive completes here
   QueueMemory mem;
   RingView ring;
   uint32_t head = 0;     // engine's consumer index
@@ -150,6 +151,7 @@ struct Srq {
   uint32_t limit = 0;    // armed low watermark, 0: disarmed
   uint32_t refs = 0;     // QPs created with it
   uint64_t consumed = 0;
+  std::unique_ptr<TagList> tm;  // IBV_SRQT_TM: its tag list
 };
 
 }  // namespace uroce::device

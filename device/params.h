@@ -26,6 +26,23 @@ constexpr uint32_t kMaxSrqCeiling = 1u << 14;
 constexpr uint32_t kMaxSrqWr = 1u << 14;
 constexpr uint32_t kMaxSrqSge = 32;
 constexpr uint32_t kMaxQpRdAtomic = 16;
+// Hardware tag matching (struct ibv_tm_caps). mlx5 reports
+// 2^log_tag_matching_list_sz - 1 tags (one list slot is a sentinel) and
+// 2^log_max_qp_sz operations (its command QP's depth); max_sge 1 and a
+// 64-byte rendezvous header as mlx5 (kernel hw/mlx5/main.c).
+constexpr uint32_t kTmMaxNumTags = (1u << 16) - 1;
+constexpr uint32_t kTmMaxOps = 1u << 15;
+constexpr uint32_t kTmMaxSge = 1;
+constexpr uint32_t kTmMaxRndvHdrSize = 64;
+// IBV_TM_CAP_RC in tm_caps.flags: what applications (UCX, pyverbs) test
+// before using tag matching at all. mlx5 sets it only with rendezvous
+// offload; until the device pulls rendezvous data itself (a matched RNDV
+// completes IBV_WC_TM_RNDV_INCOMPLETE for software to finish), it stays off
+// and tag matching is there for software that asks for it by tm_caps.
+constexpr bool kTmAdvertised = false;
+// Software must sync at least every 16 K unexpected messages: past it their
+// completions carry IBV_WC_TM_SYNC_REQ (mlx5 cq.c, UCX the same bound).
+constexpr uint32_t kTmSyncReqUnexpected = 0x3fff;
 constexpr uint64_t kMaxMrSize = 1ull << 40;
 // Client memory the engine maps (MRs on shared pages), per client and in all:
 // well inside a 128 TiB user address space. Beyond it MRs use process_vm_*.

@@ -63,6 +63,17 @@ struct RecvInProgress {
   bool mr_limited = false;
   uint64_t declared_len = 0;
   std::array<abi::Sge, kMaxSge> sge{};
+  // A message to a TM-SRQ (device/tag_matching.h): the completion's opcode
+  // (0: not tag matching, IBV_WC_RECV), flags, and for a matched tagged
+  // buffer its handle and the TMH bytes not placed.
+  uint32_t tm_opcode = 0;
+  uint32_t tm_flags = 0;
+  uint32_t tm_status = 0;  // IBV_WC_SUCCESS or IBV_WC_TM_RNDV_INCOMPLETE
+  bool tm_matched = false;
+  uint32_t tm_handle = 0;
+  uint32_t tm_skip = 0;
+  uint64_t tm_tag = 0;
+  uint32_t tm_priv = 0;
 };
 
 struct Qp {

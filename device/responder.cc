@@ -1,6 +1,7 @@
 // Responder: executes incoming requests against receive WQEs and registered
 // memory, and answers with ACKs, NAKs, READ responses and atomic ACKs
 // (IBA 9.7.4, 9.7.5). UD and UC share the receive path without the replies.
+#include <algorithm>
 #include <cstring>
 
 #include "device/device.h"
@@ -120,6 +121,34 @@ uint32_t request_pd(Device& dev, const Qp& qp, const net::Packet& p) {
   return srq ? srq->pd : 0;
 }
 
+// Checks the SGEs of the receive being taken and turns them into owner
+// addresses. Returns IBV_WC_SUCCESS or the completion status.
+uint32_t translate_sges(Device& dev, RecvInProgress& r, uint32_t pd) {
+  r.mr_limited = false;
+  r.declared_len = 0;
+  for (uint32_t i = 0; i < r.num_sge; ++i) r.declared_len += r.sge[i].length;
+  for (uint32_t i = 0; i < r.num_sge; ++i) {
+    if (r.sge[i].length == 0) continue;
+    // Key, PD and access are checked now; bounds only for the bytes a message
+    // writes (mlx5 and rxe): an SGE may run past its MR's end as long as the
+    // message stops short of it, so the SGE is cut there and ends the list.
+    const Mr* mr;
+    if (dev.check_mr(r.sge[i].lkey, pd, r.sge[i].addr, 0, IBV_ACCESS_LOCAL_WRITE, false, &mr) !=
+        Device::MrCheck::kOk) {
+      return IBV_WC_LOC_PROT_ERR;
+    }
+    const uint64_t room = mr->iova + mr->length - r.sge[i].addr;
+    r.sge[i].addr = mr->addr + (r.sge[i].addr - mr->iova);
+    if (room < r.sge[i].length) {
+      r.sge[i].length = uint32_t(room);
+      r.num_sge = i + 1;
+      r.mr_limited = true;
+      break;
+    }
+  }
+  return IBV_WC_SUCCESS;
+}
+
 // Takes the next receive WQE into qp.resp_recv, from the QP's RQ, its SRQ or
 // (XRC) the SRQ the request names, translating each SGE. Returns false if
 // none is posted; sets *status for a WQE that cannot be used.
@@ -152,7 +181,11 @@ bool take_recv_wqe(Device& dev, Qp& qp, const net::Packet& p, uint32_t* status) 
   r.from_srq = srq != nullptr;
   r.discard = false;
   r.srq = srq ? srq_handle : 0;
-  r.cq = srq && srq->type == IBV_SRQT_XRC ? srq->cq : qp.recv_cq;
+  // XRC and TM SRQs complete on their own CQ (a TM-SRQ's: SEMANTICS 3.4).
+  r.cq = srq && srq->cq ? srq->cq : qp.recv_cq;
+  r.tm_opcode = r.tm_flags = r.tm_status = 0;
+  r.tm_matched = false;
+  r.tm_skip = 0;
   r.owner = srq ? srq->owner : qp.owner;
   qp.resp_recv_valid = true;
   const bool fits = hdr.num_sge <= max_sge &&
@@ -170,29 +203,7 @@ bool take_recv_wqe(Device& dev, Qp& qp, const net::Packet& p, uint32_t* status) 
     *status = IBV_WC_LOC_LEN_ERR;
     return true;
   }
-  r.mr_limited = false;
-  r.declared_len = 0;
-  for (uint32_t i = 0; i < r.num_sge; ++i) r.declared_len += r.sge[i].length;
-  for (uint32_t i = 0; i < r.num_sge; ++i) {
-    if (r.sge[i].length == 0) continue;
-    // Key, PD and access are checked now; bounds only for the bytes a message
-    // writes (mlx5 and rxe): an SGE may run past its MR's end as long as the
-    // message stops short of it, so the SGE is cut there and ends the list.
-    const Mr* mr;
-    if (dev.check_mr(r.sge[i].lkey, pd, r.sge[i].addr, 0, IBV_ACCESS_LOCAL_WRITE, false, &mr) !=
-        Device::MrCheck::kOk) {
-      *status = IBV_WC_LOC_PROT_ERR;
-      return true;
-    }
-    const uint64_t room = mr->iova + mr->length - r.sge[i].addr;
-    r.sge[i].addr = mr->addr + (r.sge[i].addr - mr->iova);
-    if (room < r.sge[i].length) {
-      r.sge[i].length = uint32_t(room);
-      r.num_sge = i + 1;
-      r.mr_limited = true;
-      break;
-    }
-  }
+  *status = translate_sges(dev, r, pd);
   return true;
 }
 
@@ -243,6 +254,19 @@ void complete_recv(Device& dev, Qp& qp, uint32_t status, uint32_t opcode, uint32
       cqe.src_qp = p->hdr<net::Deth>(info.deth_off)->src_qp & kQpnMask;
       cqe.wc_flags |= IBV_WC_GRH;
     }
+  }
+  const RecvInProgress& r = qp.resp_recv;
+  if (r.tm_opcode) [[unlikely]] {
+    cqe.opcode = r.tm_opcode;
+    cqe.wc_flags |= r.tm_flags;
+    if (status == IBV_WC_SUCCESS) status = cqe.status = r.tm_status;
+    // Tag and app context only where mlx5's CQE carries them: the match.
+    if (r.tm_flags & IBV_WC_TM_MATCH) {
+      cqe.tm_tag = r.tm_tag;
+      cqe.tm_priv = r.tm_priv;
+    }
+    if (r.tm_matched)
+      if (Srq* s = dev.srq(r.srq); s && s->tm) s->tm->release(r.tm_handle);
   }
   if (status != IBV_WC_SUCCESS) cqe.vendor_err = status;
   qp.resp_recv_valid = false;
@@ -459,23 +483,112 @@ bool acquire_recv_wqe(Device& dev, Qp& qp, const net::Packet& p, uint32_t wc_opc
   return true;
 }
 
+// Tag matching (SEMANTICS 3.6): the SEND's first bytes are a TMH. A tagged
+// message (EAGER, RNDV) takes the oldest eligible tagged buffer it matches;
+// anything else takes a plain WQE of the SRQ, whole. True if a target is held.
+bool acquire_tm_target(Device& dev, Qp& qp, Srq& srq, const net::Packet& p) {
+  const std::optional<Tmh> tmh = parse_tmh(p.payload(), p.payload_len);
+  // FIN, unknown opcodes and messages shorter than a TMH are not taggable:
+  // delivered as NO_TAG (mlx5 reports a FIN that way; SEMANTICS 3.6).
+  const bool tagged = tmh && (tmh->opcode == IBV_TMH_EAGER || tmh->opcode == IBV_TMH_RNDV);
+  if (tagged) {
+    if (std::optional<TagList::Match> m = srq.tm->match(tmh->tag)) {
+      ++dev.counters_mut().tm_matched;
+      RecvInProgress& r = qp.resp_recv;
+      r.wr_id = m->buf.recv_wr_id;  // matched completions carry recv_wr_id (mlx5 cq.c)
+      r.num_sge = m->buf.num_sge;
+      r.sge[0] = m->buf.sge;
+      r.from_srq = true;
+      r.discard = false;
+      r.srq = qp.srq;
+      r.cq = srq.cq;
+      r.owner = srq.owner;
+      r.tm_opcode = IBV_WC_TM_RECV;
+      r.tm_matched = true;
+      r.tm_handle = m->handle;
+      r.tm_tag = tmh->tag;
+      r.tm_priv = tmh->app_ctx;
+      r.tm_status = IBV_WC_SUCCESS;
+      r.tm_skip = kTmhSize;
+      r.tm_flags = IBV_WC_TM_MATCH | IBV_WC_TM_DATA_VALID;
+      if (tmh->opcode == IBV_TMH_RNDV) {
+        // The device does not pull rendezvous data itself (yet): software
+        // gets TMH + RVH in the tagged buffer and does the READ and FIN, as
+        // mlx5 when the buffer is smaller than the RVH length
+        // (IBV_WC_TM_RNDV_INCOMPLETE, SEMANTICS 3.6).
+        r.tm_skip = 0;
+        r.tm_status = IBV_WC_TM_RNDV_INCOMPLETE;
+      } else if (!p.info().has(net::kLast)) {
+        // Multi-packet eager: the match is reported now, the data when it is
+        // all in memory (DOC:tag_matching.md, mlx5 cq.c CONSUMED vs EXPECTED).
+        abi::Cqe cqe{};
+        cqe.wr_id = r.wr_id;
+        cqe.opcode = IBV_WC_TM_RECV;
+        cqe.wc_flags = IBV_WC_TM_MATCH;
+        cqe.qp_num = qp.qpn;
+        cqe.tm_tag = r.tm_tag;
+        cqe.tm_priv = r.tm_priv;
+        dev.complete_to(r.cq, cqe, false);
+        r.tm_flags = IBV_WC_TM_DATA_VALID;
+      }
+      qp.resp_recv_valid = true;
+      if (const uint32_t st = translate_sges(dev, r, srq.pd); st != IBV_WC_SUCCESS) {
+        complete_recv(dev, qp, st, IBV_WC_RECV, 0, nullptr, false);
+        nak_and_fail(dev, qp, p.bth()->psn(), net::aeth::kNakRemoteOpError, false);
+        return false;
+      }
+      return true;
+    }
+  }
+  // No plain WQE: RNR NAK, and the retried message is classified again.
+  if (!acquire_recv_wqe(dev, qp, p, IBV_WC_RECV)) return false;
+  RecvInProgress& r = qp.resp_recv;
+  if (tagged) {
+    ++dev.counters_mut().tm_unexpected;
+    r.tm_opcode = IBV_WC_TM_RECV;  // unexpected: no MATCH, no DATA_VALID (mlx5 cq.c)
+    if (srq.tm->count_unexpected()) {
+      ++dev.counters_mut().tm_sync_requests;
+      r.tm_flags = IBV_WC_TM_SYNC_REQ;
+    }
+  } else {
+    ++dev.counters_mut().tm_no_tag;
+    r.tm_opcode = IBV_WC_TM_NO_TAG;
+  }
+  return true;
+}
+
 void execute_send(Device& dev, Qp& qp, net::Packet& p) {
   const OpcodeInfo& info = p.info();
   const uint32_t psn = p.bth()->psn();
   if (info.has(net::kFirst)) {
-    if (!qp.resp_recv_valid && !acquire_recv_wqe(dev, qp, p, IBV_WC_RECV)) return;
+    if (!qp.resp_recv_valid) {
+      Srq* srq = dev.srq(qp.srq);
+      if (srq && srq->tm) [[unlikely]] {
+        if (!acquire_tm_target(dev, qp, *srq, p)) return;
+      } else if (!acquire_recv_wqe(dev, qp, p, IBV_WC_RECV)) {
+        return;
+      }
+    }
     qp.resp_offset = 0;
   }
   const RecvInProgress& r = qp.resp_recv;
+  // A matched eager message places its data without the TMH.
+  const uint8_t* data = p.payload();
+  uint32_t data_len = p.payload_len;
+  if (info.has(net::kFirst) && r.tm_skip) [[unlikely]] {
+    const uint32_t skip = std::min(r.tm_skip, data_len);
+    data += skip;
+    data_len -= skip;
+  }
   if (r.discard) {  // its SRQ is gone: take the message, place and report nothing
     qp.resp_offset += p.payload_len;
     if (info.has(net::kLast)) qp.resp_recv_valid = false;
     return;
   }
-  if (qp.resp_offset + p.payload_len > recv_capacity(r)) {
+  if (qp.resp_offset + data_len > recv_capacity(r)) {
     // Message longer than the receive buffer (IBA 9.7.5.2.5, class C for RC),
     // or reaching past the end of an SGE's MR (a protection error).
-    const uint32_t st = overflow_status(r, qp.resp_offset + p.payload_len);
+    const uint32_t st = overflow_status(r, qp.resp_offset + data_len);
     complete_recv(dev, qp, st, IBV_WC_RECV, 0, nullptr, false);
     if (is_reliable(qp))
       nak_and_fail(dev, qp, psn,
@@ -484,15 +597,14 @@ void execute_send(Device& dev, Qp& qp, net::Packet& p) {
     else dev.qp_to_error(qp);
     return;
   }
-  if (p.payload_len &&
-      !scatter_sges(dev, *r.owner, r.sge.data(), r.num_sge, qp.resp_offset, p.payload(), p.payload_len)) {
-    dev.memory_fault("receive", r.owner, r.sge[0].addr, p.payload_len);
+  if (data_len && !scatter_sges(dev, *r.owner, r.sge.data(), r.num_sge, qp.resp_offset, data, data_len)) {
+    dev.memory_fault("receive", r.owner, r.sge[0].addr, data_len);
     complete_recv(dev, qp, IBV_WC_LOC_PROT_ERR, IBV_WC_RECV, 0, nullptr, false);
     if (is_reliable(qp)) nak_and_fail(dev, qp, psn, net::aeth::kNakRemoteOpError, false);
     else dev.qp_to_error(qp);
     return;
   }
-  qp.resp_offset += p.payload_len;
+  qp.resp_offset += data_len;
   if (info.has(net::kLast))
     complete_recv(dev, qp, IBV_WC_SUCCESS, IBV_WC_RECV, uint32_t(qp.resp_offset), &p,
                   p.bth()->solicited());

@@ -30,7 +30,7 @@ uint32_t posted(const Srq& s) {
 
 Result<uint32_t> Device::create_srq(Owner* o, const abi::CreateSrqRequest& req) {
   const ibv_srq_type type = ibv_srq_type(req.srq_type);
-  if (type != IBV_SRQT_BASIC && type != IBV_SRQT_XRC) return {EOPNOTSUPP};  // TM: its own issue
+  if (type != IBV_SRQT_BASIC && type != IBV_SRQT_XRC && type != IBV_SRQT_TM) return {EOPNOTSUPP};
   Pd* pd = pds_.get(req.pd);
   if (!pd || pd->owner != o) return {EINVAL};
   XrcdHandle* xh = nullptr;
@@ -39,6 +39,14 @@ Result<uint32_t> Device::create_srq(Owner* o, const abi::CreateSrqRequest& req) 
     xh = xrcd_handles_.get(req.xrcd);
     cq = cqs_.get(req.cq);
     if (!xh || xh->owner != o || !cq || cq->owner != o) return {EINVAL};
+  }
+  if (type == IBV_SRQT_TM) {
+    // mlx5_create_srq_ex / kernel mlx5_ib_create_srq: a CQ of its own, at
+    // least one tag, no more tags or ops than tm_caps gives.
+    cq = cqs_.get(req.cq);
+    if (!cq || cq->owner != o) return {EINVAL};
+    if (req.max_num_tags == 0 || req.max_num_tags > kTmMaxNumTags) return {EINVAL};
+    if (req.max_ops == 0 || req.max_ops > kTmMaxOps) return {EINVAL};
   }
   // IBA 11.2.3.1 / man ibv_create_srq: zero or over-limit sizes are EINVAL.
   if (req.max_wr == 0 || req.max_wr > kMaxSrqWr - 1 || req.max_sge > kMaxSrqSge) return {EINVAL};
@@ -62,6 +70,11 @@ Result<uint32_t> Device::create_srq(Owner* o, const abi::CreateSrqRequest& req) 
     srq->cq = uint32_t(req.cq);
     ++xh->objects;
     ++xrcds_.get(xh->xrcd)->users;
+    ++cq->refs;
+  }
+  if (type == IBV_SRQT_TM) {
+    srq->cq = uint32_t(req.cq);
+    srq->tm = std::make_unique<TagList>(req.max_num_tags, req.max_ops);
     ++cq->refs;
   }
   return {0, srqs_.insert(std::move(srq))};
@@ -117,6 +130,8 @@ int Device::destroy_srq(Owner* o, uint32_t handle) {
   for (Qp* q : active_qps_)
     if (q->resp_recv_valid && q->resp_recv.srq == handle) q->resp_recv.discard = true;
   if (Pd* pd = pds_.get(s->pd)) --pd->refs;
+  if (s->type == IBV_SRQT_TM)
+    if (Cq* cq = cqs_.get(s->cq)) --cq->refs;
   if (s->type == IBV_SRQT_XRC) {
     if (Cq* cq = cqs_.get(s->cq)) --cq->refs;
     if (XrcdHandle* h = xrcd_handles_.get(s->xrcd_handle)) --h->objects;
@@ -124,6 +139,34 @@ int Device::destroy_srq(Owner* o, uint32_t handle) {
   }
   srqs_.erase(handle);
   return 0;
+}
+
+// ibv_post_srq_ops: each op in order until one fails (mlx5_post_srq_ops).
+// Signaled ops complete on the SRQ's CQ at once: the list lives in the
+// engine, so an op is done when the engine has taken it.
+Device::SrqOpsResult Device::post_srq_ops(Owner* o, uint32_t handle, const abi::SrqOp* ops, uint32_t n,
+                                          uint32_t* handles) {
+  SrqOpsResult res;
+  Srq* s = srqs_.get(handle);
+  if (!s || s->owner != o || !s->tm) {
+    res.err = EINVAL;
+    return res;
+  }
+  for (; res.done < n; ++res.done) {
+    Cq* cq = cqs_.get(s->cq);
+    const uint32_t cons = cq ? cq->ring.hdr->consumer.load(std::memory_order_acquire) : 0;
+    TagList::OpResult r = s->tm->post(ops[res.done], cq ? cq->prod : 0, cons);
+    if (r.err) {
+      res.err = r.err;
+      break;
+    }
+    handles[res.done] = r.handle;
+    if (r.signaled) {
+      r.cqe.qp_num = handle;  // the SRQ number stands for mlx5's command QP
+      complete_to(s->cq, r.cqe, false);
+    }
+  }
+  return res;
 }
 
 Result<uint32_t> Device::open_xrcd(Owner* o, int fd, uint32_t oflags) {

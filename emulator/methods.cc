@@ -126,6 +126,8 @@ constexpr Table make_table() {
                                 einval(UROCE_HANDLE(HandleRequest, handle, kSrq)));
   at(CtlOp::kDestroySrq) = method("destroy_srq", destroy_srq, exact<HandleRequest>(), kNoFds,
                                   destroyed(UROCE_HANDLE(HandleRequest, handle, kSrq)));
+  at(CtlOp::kPostSrqOps) = method("post_srq_ops", post_srq_ops, exact<PostSrqOpsRequest>(), kNoFds,
+                                  einval(UROCE_HANDLE(PostSrqOpsRequest, handle, kSrq)));
   at(CtlOp::kOpenXrcd) =
       method("open_xrcd", open_xrcd, exact<OpenXrcdRequest>(), fds_optional(1));  // the file
   at(CtlOp::kCloseXrcd) = method("close_xrcd", close_xrcd, exact<HandleRequest>(), kNoFds,

@@ -53,6 +53,18 @@ int destroy_srq(Call& c) {
   return c.dev.destroy_srq(&c.owner, uint32_t(c.request<abi::HandleRequest>().handle));
 }
 
+// Tag-list operations of a TM-SRQ (device/tag_matching.h): the reply says
+// how many were taken and why the next was not.
+int post_srq_ops(Call& c) {
+  const auto& req = c.request<abi::PostSrqOpsRequest>();
+  if (req.count > abi::kMaxSrqOpsPerCall) return EINVAL;
+  abi::PostSrqOpsReply rep{};
+  const auto r = c.dev.post_srq_ops(&c.owner, uint32_t(req.handle), req.ops, req.count, rep.handles);
+  rep.done = r.done;
+  rep.err = r.err;
+  return c.reply(rep);
+}
+
 // Request fds: [the file naming a shared domain] unless has_fd is 0.
 int open_xrcd(Call& c) {
   const auto req = c.request<abi::OpenXrcdRequest>();

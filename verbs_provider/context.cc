@@ -109,6 +109,8 @@ int query_device_ex(ibv_context* ctx, const ibv_query_device_ex_input* input,
   full.hca_core_clock = abi::kHcaCoreClockKhz;
   full.completion_timestamp_mask = abi::kCompletionTimestampMask;
   fill_odp_caps(&full);
+  const abi::DeviceInfo::TmCaps& tm = to_uctx(ctx)->info.tm;
+  full.tm_caps = {tm.max_rndv_hdr_size, tm.max_num_tags, tm.flags, tm.max_ops, tm.max_sge};
   std::memcpy(attr, &full, std::min(attr_size, sizeof(full)));
   return 0;
 }
@@ -240,6 +242,7 @@ UROCE_EXPORT ibv_context* ibv_open_device(ibv_device* device) {
   v.create_qp_ex = create_qp_ex;
   v.create_srq_ex = create_srq_ex;
   v.get_srq_num = get_srq_num;
+  v.post_srq_ops = post_srq_ops;
   v.open_xrcd = open_xrcd;
   v.close_xrcd = close_xrcd;
   v.open_qp = open_qp;

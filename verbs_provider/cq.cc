@@ -23,7 +23,8 @@ constexpr uint32_t kNapCheckPolls = 16;
 constexpr uint64_t kSupportedWcFlags =
     IBV_WC_EX_WITH_BYTE_LEN | IBV_WC_EX_WITH_IMM | IBV_WC_EX_WITH_QP_NUM | IBV_WC_EX_WITH_SRC_QP |
     IBV_WC_EX_WITH_SLID | IBV_WC_EX_WITH_SL | IBV_WC_EX_WITH_DLID_PATH_BITS |
-    IBV_WC_EX_WITH_COMPLETION_TIMESTAMP | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK;
+    IBV_WC_EX_WITH_COMPLETION_TIMESTAMP | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK |
+    IBV_WC_EX_WITH_TM_INFO;
 // The engine stamps entries only of CQs that ask (abi::kCqTimestamps).
 constexpr uint64_t kTimestampWcFlags =
     IBV_WC_EX_WITH_COMPLETION_TIMESTAMP | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK;
@@ -93,6 +94,14 @@ uint8_t read_dlid_path_bits(ibv_cq_ex* ex) { return to_ucq(ex)->cur.dlid_path_bi
 // Device clock ticks (abi::kHcaCoreClockKhz), as mlx5's raw CQE timestamp.
 uint64_t read_completion_ts(ibv_cq_ex* ex) { return to_ucq(ex)->cur.timestamp_ns; }
 uint64_t read_completion_wallclock_ns(ibv_cq_ex* ex) { return to_ucq(ex)->cur.wallclock_ns; }
+// Tag and app context only on a match completion, 0 on every other (as the
+// mlx5 CQE carries them; RC:tests/test_tag_matching.py checks the zeros).
+void read_tm_info(ibv_cq_ex* ex, ibv_wc_tm_info* info) {
+  const abi::Cqe& e = to_ucq(ex)->cur;
+  const bool match = e.wc_flags & IBV_WC_TM_MATCH;
+  info->tag = match ? e.tm_tag : 0;
+  info->priv = match ? e.tm_priv : 0;
+}
 
 ibv_cq_ex* create_cq(ibv_context* context, uint32_t cqe, void* cq_context, ibv_comp_channel* channel,
                      uint32_t comp_vector, uint64_t wc_flags) {
@@ -167,6 +176,7 @@ void fill_cq_ex_ops(UCq* cq) {
   ex.read_dlid_path_bits = read_dlid_path_bits;
   ex.read_completion_ts = read_completion_ts;
   ex.read_completion_wallclock_ns = read_completion_wallclock_ns;
+  ex.read_tm_info = read_tm_info;
 }
 
 void cq_clean(ibv_cq* ibcq, uint32_t qpn) {
@@ -275,8 +285,16 @@ ibv_cq_ex* create_cq_ex(ibv_context* context, ibv_cq_init_attr_ex* attr) {
     errno = EOPNOTSUPP;
     return nullptr;
   }
-  return create_cq(context, attr->cqe, attr->cq_context, attr->channel, attr->comp_vector,
-                   attr->wc_flags);
+  // The tag travels in the entry's wall-clock field (abi::Cqe): one or the other.
+  if ((attr->wc_flags & IBV_WC_EX_WITH_TM_INFO) &&
+      (attr->wc_flags & IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK)) {
+    errno = EOPNOTSUPP;
+    return nullptr;
+  }
+  ibv_cq_ex* cq = create_cq(context, attr->cqe, attr->cq_context, attr->channel, attr->comp_vector,
+                            attr->wc_flags);
+  if (cq) to_ucq(cq)->extended = true;
+  return cq;
 }
 
 }  // namespace uroce::provider

@@ -126,6 +126,7 @@ struct UCq {
   UChannel* channel;
   uint64_t wc_flags;  // ibv_create_cq_ex: fields the reader may ask for
   abi::Cqe cur;       // the entry start_poll/next_poll stand on
+  bool extended = false;  // made by ibv_create_cq_ex (a TM-SRQ needs one, as on mlx5)
 };
 
 inline UCq* to_ucq(ibv_cq* cq) { return reinterpret_cast<UCq*>(cq); }
@@ -167,6 +168,7 @@ struct USrq {
   std::mutex mu;
   uint32_t max_wr, max_sge;
 };
+int post_srq_ops(ibv_srq* srq, ibv_ops_wr* op, ibv_ops_wr** bad_op);
 
 inline USrq* to_usrq(ibv_srq* s) { return reinterpret_cast<USrq*>(s); }
 

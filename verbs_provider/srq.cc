@@ -47,8 +47,20 @@ ibv_srq* create_srq_ex(ibv_context* context, ibv_srq_init_attr_ex* attr) {
     }
     req.xrcd = reinterpret_cast<UXrcd*>(attr->xrcd)->handle;
     req.cq = attr->cq->handle;
+  } else if (type == IBV_SRQT_TM) {
+    // libibverbs cmd_srq.c and mlx5_create_srq_ex: CQ and TM in comp_mask,
+    // at least one tag, and an extended CQ ("An extended CQ is required to
+    // read TM information from"); the engine checks the limits.
+    if (!(attr->comp_mask & IBV_SRQ_INIT_ATTR_CQ) || !(attr->comp_mask & IBV_SRQ_INIT_ATTR_TM) ||
+        !attr->cq || attr->tm_cap.max_num_tags == 0 || !to_ucq(attr->cq)->extended) {
+      errno = EINVAL;
+      return nullptr;
+    }
+    req.cq = attr->cq->handle;
+    req.max_num_tags = attr->tm_cap.max_num_tags;
+    req.max_ops = attr->tm_cap.max_ops;
   } else if (type != IBV_SRQT_BASIC) {
-    errno = EOPNOTSUPP;  // tag matching arrives with its own issue
+    errno = EOPNOTSUPP;
     return nullptr;
   }
   auto* s = new (std::nothrow) USrq{};
@@ -128,6 +140,52 @@ int post_srq_recv(ibv_srq* ibsrq, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
     s->ctx->ring_doorbell();
   }
   return err;
+}
+
+// ibv_post_srq_ops (verbs.h: an inline reaching verbs_context.post_srq_ops):
+// the ops travel in one control message per kMaxSrqOpsPerCall; the engine
+// takes them in order and stops at the first that fails.
+int post_srq_ops(ibv_srq* ibsrq, ibv_ops_wr* op, ibv_ops_wr** bad_op) {
+  USrq* s = to_usrq(ibsrq);
+  if (s->type != IBV_SRQT_TM) {
+    *bad_op = op;
+    return EINVAL;
+  }
+  while (op) {
+    abi::PostSrqOpsRequest req{};
+    req.handle = ibsrq->handle;
+    ibv_ops_wr* batch[abi::kMaxSrqOpsPerCall];
+    for (ibv_ops_wr* w = op; w && req.count < abi::kMaxSrqOpsPerCall; w = w->next) {
+      abi::SrqOp& o = req.ops[req.count];
+      o.wr_id = w->wr_id;
+      o.opcode = w->opcode;
+      o.flags = uint32_t(w->flags);
+      o.unexpected_cnt = w->tm.unexpected_cnt;
+      o.handle = w->tm.handle;
+      if (w->opcode == IBV_WR_TAG_ADD) {
+        o.recv_wr_id = w->tm.add.recv_wr_id;
+        o.tag = w->tm.add.tag;
+        o.mask = w->tm.add.mask;
+        o.num_sge = w->tm.add.num_sge;
+        if (w->tm.add.num_sge >= 1 && w->tm.add.sg_list)
+          o.sge = {w->tm.add.sg_list[0].addr, w->tm.add.sg_list[0].length, w->tm.add.sg_list[0].lkey};
+      }
+      batch[req.count++] = w;
+    }
+    abi::PostSrqOpsReply rep{};
+    if (int err = s->ctx->conn.call(abi::CtlOp::kPostSrqOps, &req, sizeof(req), &rep, sizeof(rep))) {
+      *bad_op = op;
+      return errno_from_call(err);
+    }
+    for (uint32_t i = 0; i < rep.done && i < req.count; ++i)
+      if (batch[i]->opcode == IBV_WR_TAG_ADD) batch[i]->tm.handle = rep.handles[i];
+    if (rep.err) {
+      *bad_op = rep.done < req.count ? batch[rep.done] : op;
+      return rep.err;
+    }
+    for (uint32_t i = 0; i < req.count; ++i) op = op->next;
+  }
+  return 0;
 }
 
 int get_srq_num(ibv_srq* srq, uint32_t* srq_num) {

@@ -120,7 +120,10 @@ struct Cqe {
   uint32_t byte_len;
   uint32_t imm_data;    // network order, or invalidated rkey
   uint32_t qp_num;
-  uint32_t src_qp;
+  union {
+    uint32_t src_qp;
+    uint32_t tm_priv;   // IBV_WC_TM_MATCH: the TMH's app_ctx (RC has no src_qp to give)
+  };
   uint32_t wc_flags;    // enum ibv_wc_flags
   uint16_t pkey_index;
   uint16_t slid;
@@ -130,10 +133,17 @@ struct Cqe {
   // CQs created with kCqTimestamps only (else 0): the device clock when the
   // engine wrote the entry (kDeviceClock, in kHcaCoreClockKhz units) and the
   // wall clock (CLOCK_REALTIME ns), each monotonic within the CQ.
+  // With IBV_WC_TM_MATCH (tag matching) the wall-clock field carries the
+  // TMH's tag instead: a CQ cannot have both (the provider refuses
+  // IBV_WC_EX_WITH_TM_INFO with ..._COMPLETION_TIMESTAMP_WALLCLOCK).
   uint64_t timestamp_ns;
-  uint64_t wallclock_ns;
+  union {
+    uint64_t wallclock_ns;
+    uint64_t tm_tag;
+  };
 };
 static_assert(sizeof(Cqe) == 64);
+static_assert(std::is_standard_layout_v<Cqe>);
 
 // The device clock, as mlx5's free-running HCA counter: a counter of
 // hca_core_clock (kHz) ticks that never steps. uroce's is CLOCK_MONOTONIC_RAW
@@ -211,6 +221,7 @@ enum class CtlOp : uint32_t {
   kCreateAh,
   kDestroyAh,
   kReport,  // ReportRequest: the engine's state and counters as JSON, in pieces
+  kPostSrqOps,  // PostSrqOpsRequest: tag-list operations of a TM-SRQ
   kCount,
 };
 
@@ -276,6 +287,15 @@ struct DeviceInfo {
   uint8_t reserved[2];
   PortInfo port;
   GidEntry gids[kMaxGids];
+  // Hardware tag matching (struct ibv_tm_caps); all 0 when the device has none.
+  struct TmCaps {
+    uint32_t max_rndv_hdr_size;
+    uint32_t max_num_tags;
+    uint32_t flags;  // enum ibv_tm_cap_flags
+    uint32_t max_ops;
+    uint32_t max_sge;
+    uint32_t reserved;
+  } tm;
 };
 
 // kHello. Request fds: [async event pipe write end].
@@ -469,6 +489,41 @@ struct CreateSrqRequest {
   uint32_t max_wr;
   uint32_t max_sge;
   uint32_t srq_limit;
+  uint32_t max_num_tags;  // IBV_SRQT_TM: tm_cap (cq: the SRQ's completions)
+  uint32_t max_ops;
+};
+
+// kPostSrqOps: ibv_post_srq_ops on a TM-SRQ, up to kMaxSrqOpsPerCall ops
+// per message (the provider splits longer lists). One control message per
+// call, not per op: list operations are control-path work in MPI and UCX.
+struct SrqOp {
+  uint64_t wr_id;
+  uint32_t opcode;          // enum ibv_ops_wr_opcode
+  uint32_t flags;           // enum ibv_ops_flags
+  uint32_t unexpected_cnt;  // with IBV_OPS_TM_SYNC
+  uint32_t handle;          // TAG_DEL
+  uint64_t recv_wr_id;      // TAG_ADD from here on
+  uint64_t tag;
+  uint64_t mask;
+  uint32_t num_sge;
+  uint32_t reserved;
+  Sge sge;
+};
+static_assert(sizeof(SrqOp) == 72);
+constexpr uint32_t kMaxSrqOpsPerCall = 48;
+struct PostSrqOpsRequest {
+  uint64_t handle;
+  uint32_t count;
+  uint32_t reserved;
+  SrqOp ops[kMaxSrqOpsPerCall];
+};
+static_assert(sizeof(PostSrqOpsRequest) + sizeof(CtlRequestHeader) <= kMaxCtlMsg);
+// Ops are taken in order up to the first that fails: `done` of them were
+// posted; `err` is that op's errno (0: all). TAG_ADD handles in `handles`.
+struct PostSrqOpsReply {
+  uint32_t done;
+  int32_t err;
+  uint32_t handles[kMaxSrqOpsPerCall];
 };
 // Reply fds: [queue memfd].
 struct CreateSrqReply {

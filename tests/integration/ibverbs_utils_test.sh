@@ -27,6 +27,7 @@ expect_output() {  # PATTERN COMMAND...: the command succeeds and prints PATTERN
 
 check ibv_devices expect_output 'uroce0[[:space:]]+[0-9a-f]{16}' "$UROCE_BIN" run -- ibv_devices
 check "ibv_devinfo -v" expect_output 'GID\[ *0\]:.*::ffff:127\.0\.0\.1, RoCE v2' "$UROCE_BIN" run -- ibv_devinfo -v
+check "ibv_devinfo -v tag matching caps" expect_output 'max_rndv_hdr_size:[[:space:]]+64' "$UROCE_BIN" run -- ibv_devinfo -v
 check "ibv_devinfo link layer" expect_output 'link_layer:[[:space:]]+Ethernet' "$UROCE_BIN" run -- ibv_devinfo -d uroce0
 check "ibv_devinfo port active" expect_output 'state:[[:space:]]+PORT_ACTIVE' "$UROCE_BIN" run -- ibv_devinfo -d uroce0
 

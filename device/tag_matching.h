@@ -1,0 +1,105 @@
+// Hardware tag matching (IBV_SRQT_TM): the tag list of one TM-SRQ, its
+// list operations (ibv_post_srq_ops) and the matching of incoming tagged
+// messages. Rules: ../shared/SEMANTICS.md section 3, from rdma-core's mlx5
+// provider (verbs.c, qp.c mlx5_post_srq_ops, cq.c) and tag_matching.md.
+// The responder (responder.cc) parses the TMH and asks match(); this file
+// knows nothing of packets or memory.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <list>
+#include <optional>
+#include <vector>
+
+#include <infiniband/tm_types.h>
+
+#include "uroce/abi.h"
+
+namespace uroce::device {
+
+// The tag-matching header at the start of every message to a TM-SRQ
+// (tm_types.h struct ibv_tmh; big-endian on the wire) and the rendezvous
+// header after it (struct ibv_rvh).
+struct Tmh {
+  uint8_t opcode = 0;  // enum ibv_tmh_op
+  uint32_t app_ctx = 0;
+  uint64_t tag = 0;
+};
+constexpr uint32_t kTmhSize = 16;
+constexpr uint32_t kRvhSize = 16;
+// Parses the first bytes of a message; nullopt if shorter than a TMH.
+std::optional<Tmh> parse_tmh(const uint8_t* data, size_t len);
+
+// A posted tagged buffer (TAG_ADD), as software gave it: the SGE is checked
+// when a message lands in it, as a receive WQE's is.
+struct TaggedBuffer {
+  uint64_t recv_wr_id = 0;
+  uint32_t num_sge = 0;
+  abi::Sge sge{};
+};
+
+class TagList {
+ public:
+  TagList(uint32_t max_num_tags, uint32_t max_ops);
+
+  // One list operation, in the order posted. `cq_pos` is where its
+  // completion would be written in the SRQ's CQ, `cq_consumed` the CQ's
+  // consumer index now (for the outstanding-op limit). Fills *cqe and
+  // returns true if a completion is due (IBV_OPS_SIGNALED); *err is the
+  // errno that refuses the op (nothing changed then).
+  struct OpResult {
+    int err = 0;
+    bool signaled = false;
+    uint32_t handle = 0;  // TAG_ADD
+    abi::Cqe cqe{};
+  };
+  OpResult post(const abi::SrqOp& op, uint32_t cq_pos, uint32_t cq_consumed);
+
+  // The oldest eligible entry whose masked tag agrees with `tag`; it leaves
+  // the list (consumed) and its handle stays taken until release().
+  struct Match {
+    uint32_t handle;
+    TaggedBuffer buf;
+  };
+  std::optional<Match> match(uint64_t tag);
+  void release(uint32_t handle);  // the consuming message's last completion is out
+
+  // An EAGER or RNDV message that matched nothing. Returns whether its
+  // completion carries IBV_WC_TM_SYNC_REQ.
+  bool count_unexpected();
+
+  uint32_t live() const { return uint32_t(order_.size()); }
+  uint32_t max_num_tags() const { return max_num_tags_; }
+  uint32_t max_ops() const { return max_ops_; }
+  uint32_t outstanding_ops() const { return outstanding_; }
+
+ private:
+  enum class State : uint8_t { kFree, kPosted, kConsumed };
+  struct Entry {
+    State state = State::kFree;
+    bool eligible = false;  // the phase rule (SEMANTICS 3.8)
+    uint64_t tag = 0, mask = 0;
+    TaggedBuffer buf;
+    std::list<uint32_t>::iterator pos;  // in order_, while posted
+  };
+  void sync(uint32_t unexpected_cnt);
+  void retire(uint32_t cq_consumed);
+
+  uint32_t max_num_tags_, max_ops_;
+  std::vector<Entry> entries_;
+  std::deque<uint32_t> free_;   // FIFO: a released handle is reused last
+  std::list<uint32_t> order_;   // posted entries, oldest first
+  uint32_t unexpected_ = 0;     // U: messages classified unexpected
+  uint32_t synced_ = 0;         // S: software's last unexpected_cnt
+  // Outstanding ops as mlx5's command QP counts them: a signaled op retires,
+  // with the unsignaled ones before it, once its completion is polled.
+  struct Signaled {
+    uint32_t cq_pos, ops;
+  };
+  std::deque<Signaled> signaled_;
+  uint32_t unsignaled_run_ = 0;
+  uint32_t outstanding_ = 0;
+};
+
+}  // namespace uroce::device

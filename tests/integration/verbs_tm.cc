@@ -1,0 +1,445 @@
+// Hardware tag matching (IBV_SRQT_TM), issue 10: /work/shared/SEMANTICS.md
+// section 3 (rdma-core's mlx5 provider and tag_matching.md). A client RC QP
+// sends TMH-prefixed messages to a server RC QP attached to a TM-SRQ whose
+// completions go to an extended CQ read with ibv_start_poll and
+// ibv_wc_read_tm_info.
+#include <arpa/inet.h>
+#include <endian.h>
+#include <infiniband/tm_types.h>
+
+#include "tests/integration/verbs_srq_fixture.h"
+
+namespace vt::srq_test {
+namespace {
+
+constexpr uint32_t kTmhSize = 16;
+
+// One completion read through the extended interface.
+struct TmWc {
+  uint64_t wr_id = 0;
+  ibv_wc_status status = IBV_WC_SUCCESS;
+  ibv_wc_opcode opcode = IBV_WC_SEND;
+  unsigned flags = 0;
+  uint32_t byte_len = 0;
+  ibv_wc_tm_info tm{};
+};
+
+std::string describe(const TmWc& w) {
+  return "wr_id " + std::to_string(w.wr_id) + " status " + status_str(w.status) + " opcode " +
+         std::to_string(w.opcode) + " flags 0x" + std::to_string(w.flags) + " len " +
+         std::to_string(w.byte_len) + " tag " + std::to_string(w.tm.tag);
+}
+
+// Polls one completion with ibv_start_poll (ENOENT: none yet), as pyverbs does.
+bool poll_tm(ibv_cq_ex* cq, TmWc* out, double seconds = kWaitSeconds) {
+  const auto end = deadline_after(seconds);
+  ibv_poll_cq_attr attr{};
+  while (Clock::now() < end) {
+    const int rc = ibv_start_poll(cq, &attr);
+    if (rc == ENOENT) continue;
+    if (rc != 0) return false;
+    out->wr_id = cq->wr_id;
+    out->status = cq->status;
+    out->opcode = ibv_wc_read_opcode(cq);
+    out->flags = ibv_wc_read_wc_flags(cq);
+    out->byte_len = ibv_wc_read_byte_len(cq);
+    ibv_wc_read_tm_info(cq, &out->tm);
+    ibv_end_poll(cq);
+    return true;
+  }
+  return false;
+}
+
+bool tm_cq_empty(ibv_cq_ex* cq) {
+  ibv_poll_cq_attr attr{};
+  if (ibv_start_poll(cq, &attr) == ENOENT) return true;
+  ibv_end_poll(cq);
+  return false;
+}
+
+// struct ibv_tmh, big-endian (tm_types.h).
+void write_tmh(uint8_t* p, uint8_t opcode, uint64_t tag, uint32_t app_ctx = 0) {
+  std::memset(p, 0, kTmhSize);
+  p[0] = opcode;
+  const uint32_t ctx = htonl(app_ctx);
+  std::memcpy(p + 4, &ctx, 4);
+  const uint64_t t = htobe64(tag);
+  std::memcpy(p + 8, &t, 8);
+}
+
+class TmTest : public SrqTest {
+ protected:
+  static constexpr uint32_t kBuf = 4096;
+
+  void SetUp() override {
+    SrqTest::SetUp();
+    if (HasFatalFailure()) return;
+    ibv_device_attr_ex dev{};
+    ASSERT_EQ(ibv_query_device_ex(ctx_, nullptr, &dev), 0);
+    caps_ = dev.tm_caps;
+    cq_ = make_tm_cq();
+    ASSERT_NE(cq_, nullptr);
+  }
+
+  ibv_cq_ex* make_tm_cq(uint64_t wc_flags = IBV_WC_EX_WITH_TM_INFO | IBV_WC_STANDARD_FLAGS) {
+    ibv_cq_init_attr_ex a{};
+    a.cqe = 256;
+    a.wc_flags = wc_flags;
+    return make_cq_ex(&a);
+  }
+
+  ibv_srq_init_attr_ex tm_attr(uint32_t max_num_tags, uint32_t max_ops) {
+    ibv_srq_init_attr_ex a{};
+    a.attr.max_wr = 64;
+    a.attr.max_sge = 1;
+    a.comp_mask = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD | IBV_SRQ_INIT_ATTR_CQ |
+                  IBV_SRQ_INIT_ATTR_TM;
+    a.srq_type = IBV_SRQT_TM;
+    a.pd = pd_;
+    a.cq = ibv_cq_ex_to_cq(cq_);
+    a.tm_cap.max_num_tags = max_num_tags;
+    a.tm_cap.max_ops = max_ops;
+    return a;
+  }
+
+  // The TM-SRQ, a server RC QP on it (no queues of its own, as in pyverbs)
+  // and a client RC QP with its own CQ, connected.
+  void make_tm(uint32_t max_num_tags = 16, uint32_t max_ops = 16) {
+    ibv_srq_init_attr_ex a = tm_attr(max_num_tags, max_ops);
+    srq_ = make_srq_ex(&a);
+    ASSERT_NE(srq_, nullptr) << std::strerror(errno);
+    ibv_qp_init_attr qa{};
+    qa.send_cq = qa.recv_cq = ibv_cq_ex_to_cq(cq_);
+    qa.srq = srq_;
+    qa.qp_type = IBV_QPT_RC;
+    server_ = ibv_create_qp(pd_, &qa);
+    ASSERT_NE(server_, nullptr) << std::strerror(errno);
+    ibv_qp* s = server_;
+    own(s, "server qp", [s] { return ibv_destroy_qp(s); });
+    client_cq_ = make_cq();
+    client_ = make_qp(IBV_QPT_RC, client_cq_, client_cq_);
+    ASSERT_NE(client_, nullptr);
+    connect_qp(client_, server_->qp_num);
+    connect_qp(server_, client_->qp_num);
+    send_mr_ = reg_buffer(kBuf, IBV_ACCESS_LOCAL_WRITE);
+    tagged_mr_ = reg_buffer(kBuf, IBV_ACCESS_LOCAL_WRITE);
+    plain_mr_ = reg_buffer(kBuf, IBV_ACCESS_LOCAL_WRITE);
+  }
+
+  int add(uint64_t tag, uint64_t mask, uint64_t recv_wr_id, ibv_mr* mr, uint32_t off, uint32_t len,
+          uint32_t* handle, unsigned flags = IBV_OPS_SIGNALED, uint32_t unexpected_cnt = 0) {
+    ibv_sge sge = sge_of(mr, off, len);
+    ibv_ops_wr op{};
+    op.wr_id = recv_wr_id + 1000;
+    op.opcode = IBV_WR_TAG_ADD;
+    op.flags = flags;
+    op.tm.unexpected_cnt = unexpected_cnt;
+    op.tm.add.recv_wr_id = recv_wr_id;
+    op.tm.add.sg_list = &sge;
+    op.tm.add.num_sge = 1;
+    op.tm.add.tag = tag;
+    op.tm.add.mask = mask;
+    ibv_ops_wr* bad = nullptr;
+    const int rc = ibv_post_srq_ops(srq_, &op, &bad);
+    if (rc == 0 && handle) *handle = op.tm.handle;
+    if (rc) EXPECT_EQ(bad, &op);
+    return rc;
+  }
+
+  int simple_op(ibv_ops_wr_opcode opcode, uint64_t wr_id, unsigned flags, uint32_t handle = 0,
+                uint32_t unexpected_cnt = 0) {
+    ibv_ops_wr op{};
+    op.wr_id = wr_id;
+    op.opcode = opcode;
+    op.flags = flags;
+    op.tm.handle = handle;
+    op.tm.unexpected_cnt = unexpected_cnt;
+    ibv_ops_wr* bad = nullptr;
+    return ibv_post_srq_ops(srq_, &op, &bad);
+  }
+
+  // A client SEND of `len` bytes: TMH then a pattern seeded by `seed`.
+  void send_tagged(uint8_t tmh_op, uint64_t tag, uint32_t len, uint32_t seed, uint32_t app_ctx = 0) {
+    auto* b = static_cast<uint8_t*>(send_mr_->addr);
+    fill(b + kTmhSize, len - kTmhSize, seed);
+    write_tmh(b, tmh_op, tag, app_ctx);
+    ibv_sge sge = sge_of(send_mr_, 0, len);
+    ASSERT_EQ(post_send(client_, seed, IBV_WR_SEND, &sge, 1), 0);
+    ibv_wc wc;
+    ASSERT_TRUE(poll_one(client_cq_, &wc));
+    ASSERT_EQ(wc.status, IBV_WC_SUCCESS) << vt::describe(wc);
+  }
+
+  void post_plain(uint64_t wr_id) {
+    ibv_sge sge = sge_of(plain_mr_, 0, kBuf);
+    ibv_recv_wr wr{};
+    wr.wr_id = wr_id;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    ibv_recv_wr* bad = nullptr;
+    ASSERT_EQ(ibv_post_srq_recv(srq_, &wr, &bad), 0);
+  }
+
+  TmWc expect_wc() {
+    TmWc w;
+    EXPECT_TRUE(poll_tm(cq_, &w)) << "no completion";
+    return w;
+  }
+
+  ibv_tm_caps caps_{};
+  ibv_cq_ex* cq_ = nullptr;
+  ibv_srq* srq_ = nullptr;
+  ibv_qp* server_ = nullptr;
+  ibv_qp* client_ = nullptr;
+  ibv_cq* client_cq_ = nullptr;
+  ibv_mr *send_mr_ = nullptr, *tagged_mr_ = nullptr, *plain_mr_ = nullptr;
+};
+
+TEST_F(TmTest, DeviceReportsTmCaps) {
+  EXPECT_EQ(caps_.max_rndv_hdr_size, 64u);
+  EXPECT_GT(caps_.max_num_tags, 0u);
+  EXPECT_GT(caps_.max_ops, 0u);
+  EXPECT_EQ(caps_.max_sge, 1u);
+}
+
+TEST_F(TmTest, CreateIsValidatedAsMlx5Does) {
+  ibv_srq_init_attr_ex a = tm_attr(0, 4);
+  errno = 0;
+  EXPECT_EQ(ibv_create_srq_ex(ctx_, &a), nullptr);  // no tags
+  EXPECT_EQ(errno, EINVAL);
+  a = tm_attr(4, 4);
+  a.comp_mask &= ~IBV_SRQ_INIT_ATTR_CQ;
+  EXPECT_EQ(ibv_create_srq_ex(ctx_, &a), nullptr);
+  EXPECT_EQ(errno, EINVAL);
+  a = tm_attr(4, 4);
+  a.comp_mask &= ~IBV_SRQ_INIT_ATTR_TM;
+  EXPECT_EQ(ibv_create_srq_ex(ctx_, &a), nullptr);
+  EXPECT_EQ(errno, EINVAL);
+  a = tm_attr(caps_.max_num_tags + 1, 4);
+  EXPECT_EQ(ibv_create_srq_ex(ctx_, &a), nullptr);
+  EXPECT_EQ(errno, EINVAL);
+  a = tm_attr(4, caps_.max_ops + 1);
+  EXPECT_EQ(ibv_create_srq_ex(ctx_, &a), nullptr);
+  EXPECT_EQ(errno, EINVAL);
+  // mlx5: "An extended CQ is required to read TM information from".
+  a = tm_attr(4, 4);
+  a.cq = make_cq();
+  EXPECT_EQ(ibv_create_srq_ex(ctx_, &a), nullptr);
+  EXPECT_EQ(errno, EINVAL);
+  // The tag shares the entry with the wall clock: not both.
+  ibv_cq_init_attr_ex c{};
+  c.cqe = 4;
+  c.wc_flags = IBV_WC_EX_WITH_TM_INFO | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK;
+  EXPECT_EQ(ibv_create_cq_ex(ctx_, &c), nullptr);
+  EXPECT_EQ(errno, EOPNOTSUPP);
+  a = tm_attr(caps_.max_num_tags, 10);  // what pyverbs asks
+  EXPECT_NE(make_srq_ex(&a), nullptr) << std::strerror(errno);
+  // A TM-SRQ takes RC QPs only.
+  ibv_qp_init_attr qa{};
+  qa.send_cq = qa.recv_cq = ibv_cq_ex_to_cq(cq_);
+  qa.srq = srq_ = make_srq_ex(&a);
+  ASSERT_NE(srq_, nullptr);
+  qa.qp_type = IBV_QPT_UC;
+  qa.cap.max_send_wr = 1;
+  qa.cap.max_send_sge = 1;
+  EXPECT_EQ(ibv_create_qp(pd_, &qa), nullptr);
+}
+
+TEST_F(TmTest, PostSrqOpsOnABasicSrqIsEinvalWithBadOp) {
+  ibv_srq* basic = make_srq(8);
+  ASSERT_NE(basic, nullptr);
+  ibv_ops_wr op{};
+  op.opcode = IBV_WR_TAG_SYNC;
+  ibv_ops_wr* bad = nullptr;
+  EXPECT_EQ(ibv_post_srq_ops(basic, &op, &bad), EINVAL);
+  EXPECT_EQ(bad, &op);
+}
+
+TEST_F(TmTest, AddDelSyncCompleteWithTheirOpcodesAndAFullListIsEnomem) {
+  ASSERT_NO_FATAL_FAILURE(make_tm(3, 16));
+  std::set<uint32_t> handles;
+  for (uint64_t t = 1; t <= 3; ++t) {
+    uint32_t h = ~0u;
+    ASSERT_EQ(add(t, 0xffff, t, tagged_mr_, 0, 64, &h), 0);
+    handles.insert(h);
+    TmWc w = expect_wc();
+    EXPECT_EQ(w.status, IBV_WC_SUCCESS) << describe(w);
+    EXPECT_EQ(w.opcode, IBV_WC_TM_ADD);
+    EXPECT_EQ(w.wr_id, t + 1000);
+    EXPECT_EQ(w.flags, 0u);
+    EXPECT_EQ(w.tm.tag, 0u);
+  }
+  EXPECT_EQ(handles.size(), 3u);
+  EXPECT_EQ(add(4, 0xffff, 4, tagged_mr_, 0, 64, nullptr), ENOMEM);
+  // Two ops in one call: the DEL passes, the ADD after it takes its place.
+  ibv_ops_wr del{}, again{};
+  ibv_sge sge = sge_of(tagged_mr_, 0, 64);
+  del.wr_id = 50;
+  del.opcode = IBV_WR_TAG_DEL;
+  del.flags = IBV_OPS_SIGNALED;
+  del.tm.handle = *handles.begin();
+  del.next = &again;
+  again.wr_id = 51;
+  again.opcode = IBV_WR_TAG_ADD;
+  again.tm.add.sg_list = &sge;
+  again.tm.add.num_sge = 1;
+  again.tm.add.tag = 9;
+  again.tm.add.mask = ~0ull;
+  ibv_ops_wr* bad = nullptr;
+  ASSERT_EQ(ibv_post_srq_ops(srq_, &del, &bad), 0);
+  TmWc w = expect_wc();
+  EXPECT_EQ(w.opcode, IBV_WC_TM_DEL);
+  EXPECT_EQ(w.status, IBV_WC_SUCCESS) << describe(w);
+  EXPECT_EQ(w.wr_id, 50u);
+  EXPECT_TRUE(tm_cq_empty(cq_)) << "an unsignaled ADD completed";
+  // A SYNC with TM_SYNC, as pyverbs posts it.
+  ASSERT_EQ(simple_op(IBV_WR_TAG_SYNC, 27, IBV_OPS_SIGNALED | IBV_OPS_TM_SYNC), 0);
+  w = expect_wc();
+  EXPECT_EQ(w.opcode, IBV_WC_TM_SYNC);
+  EXPECT_EQ(w.wr_id, 27u);
+  EXPECT_EQ(w.flags, 0u);
+  // Two SGEs are more than tm_caps.max_sge.
+  ibv_sge two[2] = {sge, sge};
+  ibv_ops_wr big{};
+  big.opcode = IBV_WR_TAG_ADD;
+  big.tm.add.sg_list = two;
+  big.tm.add.num_sge = 2;
+  EXPECT_EQ(ibv_post_srq_ops(srq_, &big, &bad), EINVAL);
+  EXPECT_EQ(bad, &big);
+}
+
+TEST_F(TmTest, MoreThanMaxOpsOutstandingIsEnomemUntilCompletionsArePolled) {
+  ASSERT_NO_FATAL_FAILURE(make_tm(16, 3));
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(simple_op(IBV_WR_TAG_SYNC, i, IBV_OPS_SIGNALED), 0);
+  EXPECT_EQ(simple_op(IBV_WR_TAG_SYNC, 3, IBV_OPS_SIGNALED), ENOMEM);
+  TmWc w = expect_wc();
+  EXPECT_EQ(w.wr_id, 0u);
+  EXPECT_EQ(simple_op(IBV_WR_TAG_SYNC, 4, IBV_OPS_SIGNALED), 0);  // one retired
+  EXPECT_EQ(simple_op(IBV_WR_TAG_SYNC, 5, IBV_OPS_SIGNALED), ENOMEM);
+}
+
+TEST_F(TmTest, EagerMessageLandsWithoutItsTmhInTheMatchedBuffer) {
+  ASSERT_NO_FATAL_FAILURE(make_tm());
+  post_plain(0);
+  uint32_t h;
+  ASSERT_EQ(add(5, 0xffff, 77, tagged_mr_, 100, 1024, &h), 0);
+  expect_wc();
+  send_tagged(IBV_TMH_EAGER, 5, 600, 3, 0xabcd);
+  TmWc w = expect_wc();
+  EXPECT_EQ(w.status, IBV_WC_SUCCESS) << describe(w);
+  EXPECT_EQ(w.opcode, IBV_WC_TM_RECV);
+  EXPECT_EQ(w.wr_id, 77u);
+  EXPECT_EQ(w.flags, unsigned(IBV_WC_TM_MATCH | IBV_WC_TM_DATA_VALID));
+  EXPECT_EQ(w.tm.tag, 5u);
+  EXPECT_EQ(w.tm.priv, 0xabcdu);
+  EXPECT_EQ(w.byte_len, 600 - kTmhSize);
+  EXPECT_EQ(mismatch(static_cast<uint8_t*>(tagged_mr_->addr) + 100, 600 - kTmhSize, 3), -1);
+  // The entry was consumed: its DEL completes in error.
+  ASSERT_EQ(simple_op(IBV_WR_TAG_DEL, 9, IBV_OPS_SIGNALED, h), 0);
+  w = expect_wc();
+  EXPECT_EQ(w.opcode, IBV_WC_TM_DEL);
+  EXPECT_EQ(w.status, IBV_WC_TM_ERR) << describe(w);
+}
+
+TEST_F(TmTest, MultiPacketEagerReportsTheMatchThenTheData) {
+  ASSERT_NO_FATAL_FAILURE(make_tm());
+  ASSERT_EQ(add(8, 0xffff, 88, tagged_mr_, 0, kBuf, nullptr), 0);
+  expect_wc();
+  send_tagged(IBV_TMH_EAGER, 8, 3000, 4);  // path MTU 1024: three packets
+  TmWc m = expect_wc(), d = expect_wc();
+  EXPECT_EQ(m.opcode, IBV_WC_TM_RECV);
+  EXPECT_EQ(m.flags, unsigned(IBV_WC_TM_MATCH));
+  EXPECT_EQ(m.wr_id, 88u);
+  EXPECT_EQ(m.tm.tag, 8u);
+  EXPECT_EQ(d.opcode, IBV_WC_TM_RECV);
+  EXPECT_EQ(d.flags, unsigned(IBV_WC_TM_DATA_VALID));
+  EXPECT_EQ(d.wr_id, 88u);
+  EXPECT_EQ(d.tm.tag, 0u);
+  EXPECT_EQ(d.byte_len, 3000 - kTmhSize);
+  EXPECT_EQ(mismatch(tagged_mr_->addr, 3000 - kTmhSize, 4), -1);
+}
+
+TEST_F(TmTest, MaskSelectsBitsAndTheOldestEligibleEntryWins) {
+  ASSERT_NO_FATAL_FAILURE(make_tm());
+  ASSERT_EQ(add(0x100, 0xff00, 1, tagged_mr_, 0, 512, nullptr), 0);  // 0x1?? 
+  ASSERT_EQ(add(0x1ab, ~0ull, 2, tagged_mr_, 512, 512, nullptr), 0);  // exactly 0x1ab
+  expect_wc();
+  expect_wc();
+  send_tagged(IBV_TMH_EAGER, 0x1ab, 64, 1);
+  EXPECT_EQ(expect_wc().wr_id, 1u) << "the older entry wins";
+  send_tagged(IBV_TMH_EAGER, 0x1ab, 64, 2);
+  EXPECT_EQ(expect_wc().wr_id, 2u);
+}
+
+TEST_F(TmTest, UnexpectedAndNoTagMessagesLandWholeInPlainBuffers) {
+  ASSERT_NO_FATAL_FAILURE(make_tm());
+  ASSERT_EQ(add(1, 0xffff, 1, tagged_mr_, 0, 512, nullptr), 0);
+  expect_wc();
+  post_plain(500);
+  send_tagged(IBV_TMH_EAGER, 0x1234, 300, 6);
+  TmWc w = expect_wc();
+  EXPECT_EQ(w.status, IBV_WC_SUCCESS) << describe(w);
+  EXPECT_EQ(w.opcode, IBV_WC_TM_RECV);
+  EXPECT_EQ(w.flags, 0u);
+  EXPECT_EQ(w.wr_id, 500u);
+  EXPECT_EQ(w.tm.tag, 0u);
+  EXPECT_EQ(w.byte_len, 300u);
+  const auto* plain = static_cast<const uint8_t*>(plain_mr_->addr);
+  EXPECT_EQ(plain[0], IBV_TMH_EAGER);
+  EXPECT_EQ(plain[15], 0x34);
+  EXPECT_EQ(mismatch(plain + kTmhSize, 300 - kTmhSize, 6), -1);
+
+  post_plain(501);
+  send_tagged(IBV_TMH_NO_TAG, 1, 100, 7);  // tag 1 is posted but NO_TAG never matches
+  w = expect_wc();
+  EXPECT_EQ(w.opcode, IBV_WC_TM_NO_TAG);
+  EXPECT_EQ(w.wr_id, 501u);
+  EXPECT_EQ(w.flags, 0u);
+  EXPECT_EQ(w.byte_len, 100u);
+  EXPECT_EQ(mismatch(plain + kTmhSize, 100 - kTmhSize, 7), -1);
+
+  post_plain(502);
+  send_tagged(IBV_TMH_FIN, 1, 32, 8);  // a FIN is reported as NO_TAG, as mlx5
+  EXPECT_EQ(expect_wc().opcode, IBV_WC_TM_NO_TAG);
+}
+
+TEST_F(TmTest, TagsAddedBeforeSoftwareSyncsDoNotMatch) {
+  ASSERT_NO_FATAL_FAILURE(make_tm());
+  post_plain(600);
+  post_plain(601);
+  send_tagged(IBV_TMH_EAGER, 3, 64, 1);  // unexpected: the device counts 1
+  EXPECT_EQ(expect_wc().wr_id, 600u);
+  // Added while software has synced 0 of 1: held, and the ADD asks for a sync.
+  ASSERT_EQ(add(3, 0xffff, 33, tagged_mr_, 0, 512, nullptr), 0);
+  TmWc w = expect_wc();
+  EXPECT_EQ(w.opcode, IBV_WC_TM_ADD);
+  EXPECT_EQ(w.flags, unsigned(IBV_WC_TM_SYNC_REQ));
+  send_tagged(IBV_TMH_EAGER, 3, 64, 2);
+  w = expect_wc();
+  EXPECT_EQ(w.wr_id, 601u) << "a held tag matched";
+  EXPECT_EQ(w.flags, 0u);
+  // Software has now seen both: the held tag becomes eligible.
+  ASSERT_EQ(simple_op(IBV_WR_TAG_SYNC, 27, IBV_OPS_SIGNALED | IBV_OPS_TM_SYNC, 0, 2), 0);
+  EXPECT_EQ(expect_wc().opcode, IBV_WC_TM_SYNC);
+  send_tagged(IBV_TMH_EAGER, 3, 64, 3);
+  w = expect_wc();
+  EXPECT_EQ(w.wr_id, 33u) << describe(w);
+  EXPECT_EQ(w.flags, unsigned(IBV_WC_TM_MATCH | IBV_WC_TM_DATA_VALID));
+}
+
+TEST_F(TmTest, LegacyPollCqSeesTheSameOpcodesAndFlags) {
+  ASSERT_NO_FATAL_FAILURE(make_tm());
+  ASSERT_EQ(add(2, 0xffff, 22, tagged_mr_, 0, 512, nullptr), 0);
+  ibv_wc wc;
+  ASSERT_TRUE(poll_one(ibv_cq_ex_to_cq(cq_), &wc));
+  EXPECT_EQ(wc.opcode, IBV_WC_TM_ADD);
+  send_tagged(IBV_TMH_EAGER, 2, 80, 5);
+  ASSERT_TRUE(poll_one(ibv_cq_ex_to_cq(cq_), &wc));
+  EXPECT_EQ(wc.opcode, IBV_WC_TM_RECV);
+  EXPECT_EQ(wc.wr_id, 22u);
+  EXPECT_EQ(wc.wc_flags, unsigned(IBV_WC_TM_MATCH | IBV_WC_TM_DATA_VALID));
+  EXPECT_TRUE(wc.opcode & IBV_WC_RECV);
+}
+
+}  // namespace
+}  // namespace vt::srq_test

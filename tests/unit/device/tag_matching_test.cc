@@ -1,0 +1,134 @@
+// The tag list of a TM-SRQ (device/tag_matching.h): list operations, the
+// matching rules, the phase rule and the outstanding-op limit, without
+// packets (SEMANTICS 3.5, 3.6, 3.8).
+#include "device/tag_matching.h"
+
+#include <gtest/gtest.h>
+#include <infiniband/verbs.h>
+
+#include <set>
+
+namespace uroce::device {
+namespace {
+
+abi::SrqOp add_op(uint64_t tag, uint64_t mask, uint64_t recv_wr_id, uint32_t flags = IBV_OPS_SIGNALED) {
+  abi::SrqOp op{};
+  op.wr_id = recv_wr_id + 100;
+  op.opcode = IBV_WR_TAG_ADD;
+  op.flags = flags;
+  op.recv_wr_id = recv_wr_id;
+  op.tag = tag;
+  op.mask = mask;
+  op.num_sge = 1;
+  op.sge = {0x1000, 64, 7};
+  return op;
+}
+
+abi::SrqOp simple_op(uint32_t opcode, uint32_t flags, uint32_t handle = 0, uint32_t cnt = 0) {
+  abi::SrqOp op{};
+  op.opcode = opcode;
+  op.flags = flags;
+  op.handle = handle;
+  op.unexpected_cnt = cnt;
+  return op;
+}
+
+// Posts with every earlier completion already polled.
+TagList::OpResult post(TagList& l, const abi::SrqOp& op) {
+  static uint32_t pos = 0;
+  ++pos;
+  return l.post(op, pos, pos);
+}
+
+TEST(TagMatchingTest, ParsesTheBigEndianTmh) {
+  const uint8_t b[16] = {3, 0, 0, 0, 0x12, 0x34, 0x56, 0x78, 0, 0, 0, 0, 0, 0, 0x12, 0x34};
+  const auto h = parse_tmh(b, sizeof(b));
+  ASSERT_TRUE(h);
+  EXPECT_EQ(h->opcode, IBV_TMH_EAGER);
+  EXPECT_EQ(h->app_ctx, 0x12345678u);
+  EXPECT_EQ(h->tag, 0x1234u);
+  EXPECT_FALSE(parse_tmh(b, 15));
+}
+
+TEST(TagMatchingTest, AddGivesDistinctHandlesAndAFullListIsEnomem) {
+  TagList l(3, 100);
+  std::set<uint32_t> handles;
+  for (int i = 0; i < 3; ++i) {
+    auto r = post(l, add_op(i, ~0ull, i));
+    ASSERT_EQ(r.err, 0);
+    EXPECT_TRUE(r.signaled);
+    EXPECT_EQ(r.cqe.opcode, uint32_t(IBV_WC_TM_ADD));
+    EXPECT_EQ(r.cqe.wc_flags, 0u);
+    handles.insert(r.handle);
+  }
+  EXPECT_EQ(handles.size(), 3u);
+  EXPECT_EQ(post(l, add_op(9, ~0ull, 9)).err, ENOMEM);
+  EXPECT_EQ(post(l, simple_op(IBV_WR_TAG_DEL, IBV_OPS_SIGNALED, *handles.begin())).cqe.status,
+            uint32_t(IBV_WC_SUCCESS));
+  EXPECT_EQ(post(l, add_op(9, ~0ull, 9)).err, 0);
+  EXPECT_EQ(post(l, simple_op(7, 0)).err, EINVAL);                      // no such opcode
+  EXPECT_EQ(post(l, simple_op(IBV_WR_TAG_DEL, 0, 3)).err, EINVAL);      // no such handle
+  auto two = add_op(1, 1, 1);
+  two.num_sge = 2;
+  EXPECT_EQ(post(l, two).err, EINVAL);
+}
+
+TEST(TagMatchingTest, MaskedCompareAndOldestFirst) {
+  TagList l(8, 100);
+  post(l, add_op(0x100, 0xff00, 1));
+  post(l, add_op(0x1ab, ~0ull, 2));
+  EXPECT_FALSE(l.match(0x2ab));
+  auto m = l.match(0x1ab);
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->buf.recv_wr_id, 1u);
+  m = l.match(0x1ab);
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->buf.recv_wr_id, 2u);
+  EXPECT_FALSE(l.match(0x1ab));
+}
+
+TEST(TagMatchingTest, DelOfAConsumedEntryIsTmErrAndTheHandleComesBackAfterRelease) {
+  TagList l(1, 100);
+  const uint32_t h = post(l, add_op(5, ~0ull, 5)).handle;
+  auto m = l.match(5);
+  ASSERT_TRUE(m);
+  auto del = post(l, simple_op(IBV_WR_TAG_DEL, 0, h));
+  EXPECT_EQ(del.cqe.status, uint32_t(IBV_WC_TM_ERR));
+  EXPECT_TRUE(del.signaled) << "an error completes even unsignaled";
+  EXPECT_EQ(post(l, add_op(6, ~0ull, 6)).err, ENOMEM) << "consumed, not yet released";
+  l.release(m->handle);
+  EXPECT_EQ(post(l, add_op(6, ~0ull, 6)).err, 0);
+}
+
+TEST(TagMatchingTest, TagsAddedOutOfSyncWaitForTheSync) {
+  TagList l(8, 100);
+  post(l, add_op(1, ~0ull, 1));
+  EXPECT_FALSE(l.count_unexpected());
+  auto r = post(l, add_op(2, ~0ull, 2));
+  EXPECT_EQ(r.cqe.wc_flags, uint32_t(IBV_WC_TM_SYNC_REQ));
+  EXPECT_FALSE(l.match(2)) << "held until software syncs";
+  EXPECT_TRUE(l.match(1)) << "entries from before the unexpected message stay eligible";
+  post(l, simple_op(IBV_WR_TAG_SYNC, IBV_OPS_TM_SYNC, 0, 1));
+  EXPECT_TRUE(l.match(2));
+}
+
+TEST(TagMatchingTest, SyncIsRequestedPast16KUnexpected) {
+  TagList l(1, 100);
+  for (uint32_t i = 0; i < 0x3fff; ++i) ASSERT_FALSE(l.count_unexpected());
+  EXPECT_TRUE(l.count_unexpected());
+}
+
+TEST(TagMatchingTest, OutstandingOpsRetireWhenTheirSignaledCompletionIsPolled) {
+  TagList l(8, 3);
+  // Completions written at CQ positions 0, 1, 2; the consumer still at 0.
+  EXPECT_EQ(l.post(simple_op(IBV_WR_TAG_SYNC, 0), 0, 0).err, 0);
+  EXPECT_EQ(l.post(simple_op(IBV_WR_TAG_SYNC, IBV_OPS_SIGNALED), 0, 0).err, 0);
+  EXPECT_EQ(l.post(simple_op(IBV_WR_TAG_SYNC, IBV_OPS_SIGNALED), 1, 0).err, 0);
+  EXPECT_EQ(l.post(simple_op(IBV_WR_TAG_SYNC, IBV_OPS_SIGNALED), 2, 0).err, ENOMEM);
+  // The first signaled one polled: it and the unsignaled one before it retire.
+  EXPECT_EQ(l.post(simple_op(IBV_WR_TAG_SYNC, IBV_OPS_SIGNALED), 2, 1).err, 0);
+  EXPECT_EQ(l.outstanding_ops(), 2u);
+}
+
+}  // namespace
+}  // namespace uroce::device
