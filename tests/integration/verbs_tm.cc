@@ -81,7 +81,7 @@ class TmTest : public SrqTest {
     ASSERT_NE(cq_, nullptr);
   }
 
-  ibv_cq_ex* make_tm_cq(uint64_t wc_flags = IBV_WC_EX_WITH_TM_INFO | IBV_WC_STANDARD_FLAGS) {
+  ibv_cq_ex* make_tm_cq(uint64_t wc_flags = uint64_t(IBV_WC_EX_WITH_TM_INFO) | IBV_WC_STANDARD_FLAGS) {
     ibv_cq_init_attr_ex a{};
     a.cqe = 256;
     a.wc_flags = wc_flags;
@@ -142,7 +142,9 @@ class TmTest : public SrqTest {
     ibv_ops_wr* bad = nullptr;
     const int rc = ibv_post_srq_ops(srq_, &op, &bad);
     if (rc == 0 && handle) *handle = op.tm.handle;
-    if (rc) EXPECT_EQ(bad, &op);
+    if (rc) {
+      EXPECT_EQ(bad, &op);
+    }
     return rc;
   }
 
@@ -439,6 +441,57 @@ TEST_F(TmTest, LegacyPollCqSeesTheSameOpcodesAndFlags) {
   EXPECT_EQ(wc.wr_id, 22u);
   EXPECT_EQ(wc.wc_flags, unsigned(IBV_WC_TM_MATCH | IBV_WC_TM_DATA_VALID));
   EXPECT_TRUE(wc.opcode & IBV_WC_RECV);
+}
+
+TEST_F(TmTest, MatchedRendezvousIsLeftToSoftwareWithTheHeadersInTheBuffer) {
+  // The device does not pull rendezvous data (yet): as mlx5 with a buffer
+  // shorter than the RVH length, one completion, TM_RNDV_INCOMPLETE, and
+  // TMH + RVH in the tagged buffer for software to do the READ and the FIN.
+  ASSERT_NO_FATAL_FAILURE(make_tm());
+  ASSERT_EQ(add(4, 0xffff, 44, tagged_mr_, 0, 512, nullptr), 0);
+  expect_wc();
+  send_tagged(IBV_TMH_RNDV, 4, 64, 9);
+  TmWc w = expect_wc();
+  EXPECT_EQ(w.status, IBV_WC_TM_RNDV_INCOMPLETE) << describe(w);
+  EXPECT_EQ(w.opcode, IBV_WC_TM_RECV);
+  EXPECT_EQ(w.wr_id, 44u);
+  EXPECT_EQ(w.flags, unsigned(IBV_WC_TM_MATCH | IBV_WC_TM_DATA_VALID));
+  EXPECT_EQ(w.tm.tag, 4u);
+  EXPECT_EQ(w.byte_len, 64u);
+  const auto* b = static_cast<const uint8_t*>(tagged_mr_->addr);
+  EXPECT_EQ(b[0], IBV_TMH_RNDV);
+  EXPECT_EQ(mismatch(b + kTmhSize, 64 - kTmhSize, 9), -1);
+  EXPECT_TRUE(tm_cq_empty(cq_)) << "a second completion for a rendezvous left to software";
+}
+
+TEST_F(TmTest, SendWithImmMatchesAndCarriesItsImmediate) {
+  ASSERT_NO_FATAL_FAILURE(make_tm());
+  ASSERT_EQ(add(6, 0xffff, 66, tagged_mr_, 0, 512, nullptr), 0);
+  expect_wc();
+  auto* b = static_cast<uint8_t*>(send_mr_->addr);
+  write_tmh(b, IBV_TMH_EAGER, 6);
+  fill(b + kTmhSize, 100, 11);
+  ibv_sge sge = sge_of(send_mr_, 0, kTmhSize + 100);
+  ASSERT_EQ(post_send(client_, 1, IBV_WR_SEND_WITH_IMM, &sge, 1, IBV_SEND_SIGNALED, 0, 0, htonl(0x5566)), 0);
+  ibv_wc wc;
+  ASSERT_TRUE(poll_one(client_cq_, &wc));
+  ASSERT_TRUE(poll_one(ibv_cq_ex_to_cq(cq_), &wc));
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << vt::describe(wc);
+  EXPECT_EQ(wc.opcode, IBV_WC_TM_RECV);
+  EXPECT_EQ(wc.wr_id, 66u);
+  EXPECT_EQ(wc.wc_flags, unsigned(IBV_WC_TM_MATCH | IBV_WC_TM_DATA_VALID | IBV_WC_WITH_IMM));
+  EXPECT_EQ(ntohl(wc.imm_data), 0x5566u);
+  EXPECT_EQ(mismatch(tagged_mr_->addr, 100, 11), -1);
+}
+
+TEST_F(TmTest, ATmSrqWithTagsPostedIsDestroyedAfterItsQp) {
+  ASSERT_NO_FATAL_FAILURE(make_tm(4, 8));
+  for (uint64_t t = 1; t <= 4; ++t) ASSERT_EQ(add(t, ~0ull, t, tagged_mr_, 0, 64, nullptr, 0), 0);
+  EXPECT_EQ(ibv_destroy_srq(srq_), EBUSY) << "its QP is still attached";
+  disown(server_);
+  ASSERT_EQ(ibv_destroy_qp(server_), 0);
+  disown(srq_);
+  EXPECT_EQ(ibv_destroy_srq(srq_), 0);
 }
 
 }  // namespace
