@@ -274,6 +274,11 @@ void Device::flush_qp(Qp& qp) {
     cqe.status = IBV_WC_WR_FLUSH_ERR;
     cqe.opcode = IBV_WC_RECV;
     cqe.qp_num = qp.qpn;
+    if (qp.resp_recv.tm_matched) {
+      // A tagged buffer being filled: its handle is free again once flushed.
+      cqe.opcode = IBV_WC_TM_RECV;
+      if (Srq* s = srq(qp.resp_recv.srq); s && s->tm) s->tm->release(qp.resp_recv.tm_handle);
+    }
     complete_to(qp.resp_recv.cq, cqe, false);
     qp.resp_recv_valid = false;
     if (!qp.resp_recv.from_srq) ++qp.rq_head;
