@@ -18,7 +18,8 @@
 namespace uroce::abi {
 
 constexpr uint32_t kMagic = 0x434f5255;  // "UROC"
-constexpr uint32_t kVersion = 3;  // 2: MRs on shared pages; 3: session handles, AHs in the engine
+constexpr uint32_t kVersion = 4;  // 2: MRs on shared pages; 3: session handles, AHs in the engine;
+                                  // 4: tag matching (DeviceInfo::tm, CreateSrqRequest, kPostSrqOps)
 constexpr size_t kCacheLine = 64;
 constexpr size_t kMaxDeviceName = 64;
 constexpr size_t kMaxGids = 16;
