@@ -13,11 +13,13 @@
 //           bits 3-5 of the others (kFdKinds: memfds, pipe ends, ...)
 //   handles 3 bits per handle field of the method (up to 5), low bits first:
 //           what the field is set to (HandleChoice)
-// Findings: crashes, sanitizer reports, a victim object changed or lost.
+// Findings: crashes, sanitizer reports, a victim object changed or lost, a
+// file descriptor left open once the engine is gone.
 //
 // UROCE_CONTROL_TRACE=1: prints each fuzzed request's status.
 // UROCE_CONTROL_SEEDS=DIR: writes the seed corpus (a valid message of every
 // operation after the messages that make what it needs) into DIR and exits.
+#include <dirent.h>
 #include <fcntl.h>
 #include <infiniband/verbs.h>
 #include <sys/eventfd.h>
@@ -476,6 +478,10 @@ void write_seeds(const char* dir) {
 
 using namespace uroce::emulator;
 
+namespace {
+void run_one(const uint8_t* data, size_t size);
+}  // namespace
+
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
   char tmpl[] = "/tmp/uroce-control-fuzz.XXXXXX";
   if (!mkdtemp(tmpl)) abort();
@@ -489,7 +495,33 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   return 0;
 }
 
+namespace {
+
+size_t open_fds() {
+  size_t n = 0;
+  if (DIR* d = opendir("/proc/self/fd")) {
+    while (readdir(d)) ++n;
+    closedir(d);
+  }
+  return n;
+}
+
+}  // namespace
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  // Every descriptor the engine took or made is closed again with it.
+  const size_t fds_before = open_fds();
+  run_one(data, size);
+  if (const size_t after = open_fds(); after != fds_before) {
+    std::fprintf(stderr, "file descriptors leaked: %zu before, %zu after\n", fds_before, after);
+    abort();
+  }
+  return 0;
+}
+
+namespace {
+
+void run_one(const uint8_t* data, size_t size) {
   World w;
   size_t off = 0;
   for (int records = 0; records < 64 && off + 6 <= size; ++records) {
@@ -502,5 +534,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     off += len;
   }
   w.check_victim();
-  return 0;
 }
+
+}  // namespace
