@@ -189,13 +189,13 @@ class Client {
     Ring sq, rq;
     Cq* cq;
   };
-  Qp create_qp(Cq& cq, uint64_t cookie, uint64_t srq = 0) {
+  Qp create_qp(Cq& cq, uint64_t cookie, uint64_t srq = 0, uint32_t type = IBV_QPT_RC) {
     abi::CreateQpRequest r{};
     r.pd = pd_;
     r.send_cq = r.recv_cq = cq.handle;
     r.srq = srq;
     r.cookie = cookie;
-    r.qp_type = IBV_QPT_RC;
+    r.qp_type = type;
     r.caps = {16, srq ? 0u : 16u, 4, 4, 64, 0};
     Reply rep = call(CtlOp::kCreateQp, r);
     if (rep.status != 0 || rep.fds.size() != 1) die("create_qp");
@@ -208,9 +208,10 @@ class Client {
              q.rq_log2, q.rq_stride};
     return qp;
   }
-  Ring create_srq(uint64_t* handle) {
+  Ring create_srq(uint64_t* handle, uint64_t cookie) {
     abi::CreateSrqRequest r{};
     r.pd = pd_;
+    r.cookie = cookie;
     r.srq_type = IBV_SRQT_BASIC;
     r.max_wr = 16;
     r.max_sge = 2;
@@ -258,6 +259,18 @@ class Client {
     if (modify(qp, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
                        IBV_QP_MAX_QP_RD_ATOMIC, a))
       die("RTS");
+  }
+  // RESET -> INIT -> RTR -> RTS for a UD QP.
+  void ready_ud(const Qp& qp) {
+    abi::QpAttr a{};
+    a.port_num = 1;
+    a.qkey = 0x1111;
+    a.qp_state = IBV_QPS_INIT;
+    if (modify(qp, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY, a)) die("UD INIT");
+    a.qp_state = IBV_QPS_RTR;
+    if (modify(qp, IBV_QP_STATE, a)) die("UD RTR");
+    a.qp_state = IBV_QPS_RTS;
+    if (modify(qp, IBV_QP_STATE | IBV_QP_SQ_PSN, a)) die("UD RTS");
   }
   uint32_t qp_state(const Qp& qp) {
     Reply r = call(CtlOp::kQueryQp, abi::HandleRequest{qp.handle});
@@ -477,7 +490,7 @@ int main(int argc, char** argv) {
   }
   {  // An SRQ whose WQE has another client's lkey.
     uint64_t srq_handle;
-    Ring srq = c.create_srq(&srq_handle);
+    Ring srq = c.create_srq(&srq_handle, 850);
     Client::Cq cq_a = c.create_cq(64), cq_b = c.create_cq(64);
     Client::Qp a = c.create_qp(cq_a, 800), b = c.create_qp(cq_b, 801, srq_handle);
     c.connect_rc(a, b.qpn);
@@ -490,6 +503,23 @@ int main(int argc, char** argv) {
     expect(got && cqe.wr_id == 80 && cqe.status != IBV_WC_SUCCESS, "SRQ WQE with another client's lkey: an error receive");
     expect(secret[0] == 0x5e, "SRQ WQE with another client's lkey: its memory untouched");
   }
+  {  // An SRQ whose producer index no ring can hold: SRQ_ERR, the QP that
+     // took from it fatal, no completion.
+    uint64_t srq_handle;
+    Ring srq = c.create_srq(&srq_handle, 860);
+    Client::Cq cq_a = c.create_cq(64), cq_b = c.create_cq(64);
+    Client::Qp a = c.create_qp(cq_a, 860), b = c.create_qp(cq_b, 861, srq_handle);
+    c.connect_rc(a, b.qpn);
+    c.connect_rc(b, a.qpn);
+    srq.hdr->producer.store(0x80000000u, std::memory_order_release);
+    abi::Sge s{reinterpret_cast<uint64_t>(mem), 16, mr.lkey};
+    c.post_send(a, wqe(IBV_WR_SEND, 12, 1), &s, 1);
+    const bool got = c.poll_cq(cq_a, &cqe);
+    expect(got && cqe.wr_id == 12 && cqe.status != IBV_WC_SUCCESS, "SRQ producer out of range: the send fails");
+    expect(c.wait_event(IBV_EVENT_SRQ_ERR, 860), "SRQ producer out of range: IBV_EVENT_SRQ_ERR");
+    expect(c.qp_state(b) == IBV_QPS_ERR, "SRQ producer out of range: the QP on it in error");
+    expect(!c.poll_cq(cq_b, &cqe, 200), "SRQ producer out of range: no receive completion");
+  }
   {  // CQ header overwritten: its consumer index far ahead of the producer.
     Pair p(c, 900);
     std::memset(static_cast<void*>(p.cq_a.ring.hdr), 0x7f, sizeof(abi::QueueHeader));
@@ -500,13 +530,33 @@ int main(int argc, char** argv) {
     expect(c.wait_event(IBV_EVENT_CQ_ERR, 0), "CQ header overwritten: IBV_EVENT_CQ_ERR");
     expect(c.poll_cq(p.cq_b, &cqe) && cqe.wr_id == 90, "CQ header overwritten: the peer still receives");
   }
+  {  // Inline data longer than the slot, and a remote address that wraps.
+    Pair p(c, 1050);
+    abi::SendWqe w = wqe(IBV_WR_SEND, 13, 0);
+    w.flags |= IBV_SEND_INLINE;
+    w.inline_len = 0xfffffff0;
+    c.post_send(p.a, w, nullptr, 0);
+    bool got = c.poll_cq(p.cq_a, &cqe);
+    expect(got && cqe.wr_id == 13 && cqe.status == IBV_WC_LOC_LEN_ERR, "inline_len huge: IBV_WC_LOC_LEN_ERR");
+    Pair q(c, 1060);
+    abi::Sge s{reinterpret_cast<uint64_t>(mem), 4096, mr.lkey};
+    w = wqe(IBV_WR_RDMA_WRITE, 14, 1);
+    w.remote_addr = ~uint64_t(0) - 100;
+    w.rkey = mr.rkey;
+    c.post_send(q.a, w, &s, 1);
+    got = c.poll_cq(q.cq_a, &cqe);
+    expect(got && cqe.wr_id == 14 && cqe.status == IBV_WC_REM_ACCESS_ERR, "remote address that wraps: IBV_WC_REM_ACCESS_ERR");
+  }
   {  // WQEs and indices rewritten while the engine reads them, and doorbell floods.
     Pair p(c, 1000);
+    Client::Cq ud_cq = c.create_cq(256);
+    Client::Qp ud = c.create_qp(ud_cq, 1010, 0, IBV_QPT_UD);
+    c.ready_ud(ud);
     std::atomic<bool> stop{false};
     std::thread scribbler([&] {
       std::mt19937_64 rng(14);
       while (!stop.load(std::memory_order_relaxed)) {
-        for (Ring* r : {&p.a.sq, &p.b.rq}) {
+        for (Ring* r : {&p.a.sq, &p.b.rq, &ud.sq, &ud.rq}) {
           auto* words = reinterpret_cast<uint64_t*>(r->entries);
           for (size_t i = 0; i < size_t(r->size()) * r->stride / 8; ++i) {
             uint64_t v = rng();
@@ -521,7 +571,7 @@ int main(int argc, char** argv) {
     const uint64_t until = now_ms() + uint64_t(seconds) * 1000;
     uint64_t posted = 0;
     while (now_ms() < until) {
-      for (Ring* r : {&p.a.sq, &p.b.rq}) {
+      for (Ring* r : {&p.a.sq, &p.b.rq, &ud.sq, &ud.rq}) {
         const uint32_t prod = r->hdr->producer.load(std::memory_order_relaxed);
         uint32_t next = prod + 1 + rng() % 3;
         if (rng() % 64 == 0) next = rng();  // now and then a torn index
@@ -531,7 +581,7 @@ int main(int argc, char** argv) {
       if (rng() % 16 == 0) std::memset(static_cast<void*>(p.cq_a.ring.hdr), int(rng()), 8);
       for (int i = 0; i < 4; ++i) c.ring_doorbell();
       // Drain the CQs so that the engine keeps going.
-      for (Client::Cq* q : {&p.cq_a, &p.cq_b})
+      for (Client::Cq* q : {&p.cq_a, &p.cq_b, &ud_cq})
         q->ring.hdr->consumer.store(q->ring.hdr->producer.load(std::memory_order_acquire),
                                     std::memory_order_release);
       usleep(200);
