@@ -277,10 +277,7 @@ class Client {
     return r.status ? ~0u : r.as<abi::QueryQpReply>().attr.qp_state;
   }
 
-  void ring_doorbell() {
-    const uint64_t one = 1;
-    (void)!write(doorbell_, &one, sizeof(one));
-  }
+  void ring_doorbell(uint64_t value = 1) { (void)!write(doorbell_, &value, sizeof(value)); }
   // Puts a send WQE in the next SQ slot and publishes it.
   void post_send(Qp& qp, const abi::SendWqe& w, const abi::Sge* sges, uint32_t n) {
     const uint32_t prod = qp.sq.hdr->producer.load(std::memory_order_relaxed);
@@ -579,6 +576,9 @@ int main(int argc, char** argv) {
         ++posted;
       }
       if (rng() % 16 == 0) std::memset(static_cast<void*>(p.cq_a.ring.hdr), int(rng()), 8);
+      // The doorbell is one eventfd for every client: fill its counter up
+      // (the largest value a write may add), as if to jam the others' posts.
+      c.ring_doorbell(0xfffffffffffffffeull);
       for (int i = 0; i < 4; ++i) c.ring_doorbell();
       // Drain the CQs so that the engine keeps going.
       for (Client::Cq* q : {&p.cq_a, &p.cq_b, &ud_cq})
