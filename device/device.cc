@@ -434,10 +434,12 @@ Qp* Device::qp(uint32_t qpn) const {
 }
 
 Result<uint32_t> Device::create_qp(Owner* o, const abi::CreateQpRequest& req) {
-  const ibv_qp_type type = ibv_qp_type(req.qp_type);
-  if (type != IBV_QPT_RC && type != IBV_QPT_UC && type != IBV_QPT_UD &&
-      type != IBV_QPT_XRC_SEND && type != IBV_QPT_XRC_RECV)
+  // Checked as the client's integer first: out of the enum's range it is no ibv_qp_type.
+  const uint32_t raw_type = req.qp_type;
+  if (raw_type != IBV_QPT_RC && raw_type != IBV_QPT_UC && raw_type != IBV_QPT_UD &&
+      raw_type != IBV_QPT_XRC_SEND && raw_type != IBV_QPT_XRC_RECV)
     return {EOPNOTSUPP};
+  const ibv_qp_type type = ibv_qp_type(raw_type);
   Pd* pd = pds_.get(req.pd);
   Cq* scq = cqs_.get(req.send_cq);
   Cq* rcq = cqs_.get(req.recv_cq);

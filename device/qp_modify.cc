@@ -120,10 +120,12 @@ bool holds(const Qp& qp, const Owner* o) {
 int Device::modify_qp(Owner* o, uint32_t qpn, uint32_t mask, const abi::QpAttr& a) {
   Qp* qp = this->qp(qpn);
   if (!qp || !holds(*qp, o)) return EINVAL;
-  const ibv_qp_state cur =
-      (mask & IBV_QP_CUR_STATE) ? ibv_qp_state(a.cur_qp_state) : qp->state;
-  const ibv_qp_state next = (mask & IBV_QP_STATE) ? ibv_qp_state(a.qp_state) : cur;
-  if (cur > IBV_QPS_ERR || next > IBV_QPS_ERR) return EINVAL;
+  // The client's integers are checked before they become enums (out of the
+  // enum's range they are no ibv_qp_state).
+  const uint32_t cur_raw = (mask & IBV_QP_CUR_STATE) ? a.cur_qp_state : uint32_t(qp->state);
+  const uint32_t next_raw = (mask & IBV_QP_STATE) ? a.qp_state : cur_raw;
+  if (cur_raw > IBV_QPS_ERR || next_raw > IBV_QPS_ERR) return EINVAL;
+  const ibv_qp_state cur = ibv_qp_state(cur_raw), next = ibv_qp_state(next_raw);
   // IBV_QP_CUR_STATE may only name a state the QP could be in (kernel rule).
   if ((mask & IBV_QP_CUR_STATE) && cur != qp->state &&
       !(cur == IBV_QPS_RTS && qp->state == IBV_QPS_SQE))

@@ -282,9 +282,12 @@ bool requester_run(Device& dev, Qp& qp) {
   if (qp.rnr_wait_until_ns && dev.now_ns() < qp.rnr_wait_until_ns) return false;
   qp.rnr_wait_until_ns = 0;
   const uint32_t prod = qp.sq.hdr->producer.load(std::memory_order_acquire);
-  if (prod - qp.sq_head > qp.sq.size()) {
-    // The client wrote a producer index no ring can hold: no completion can
-    // describe that, so the QP is fatal (IBA 11.6.2 "local work queue catastrophic").
+  // A producer index no ring can hold, or one moved back behind WQEs the
+  // engine already took (sq_fetched never passes a sane producer; without
+  // this check sq_next would run on past it, around and around the ring):
+  if (prod - qp.sq_head > qp.sq.size() || prod - qp.sq_head < qp.sq_fetched - qp.sq_head) {
+    // No completion can describe that, so the QP is fatal (IBA 11.6.2 "local
+    // work queue catastrophic").
     ++dev.counters_mut().bad_wqes;
     dev.post_qp_event(qp, IBV_EVENT_QP_FATAL);
     qp.state = IBV_QPS_ERR;

@@ -149,6 +149,10 @@ uint32_t translate_sges(Device& dev, RecvInProgress& r, uint32_t pd) {
   return IBV_WC_SUCCESS;
 }
 
+// take_recv_wqe's status for a receive queue whose producer index is corrupt:
+// no WQE to complete, the QP is fatal.
+constexpr uint32_t kRecvQueueBroken = ~0u;
+
 // Takes the next receive WQE into qp.resp_recv, from the QP's RQ, its SRQ or
 // (XRC) the SRQ the request names, translating each SGE. Returns false if
 // none is posted; sets *status for a WQE that cannot be used.
@@ -168,8 +172,13 @@ bool take_recv_wqe(Device& dev, Qp& qp, const net::Packet& p, uint32_t* status) 
   const uint32_t prod = ring.hdr->producer.load(std::memory_order_acquire);
   if (prod == head) return false;
   if (prod - head > ring.size()) {
+    // The client wrote a producer index no ring can hold: there is no WQE to
+    // complete (qp.resp_recv is still the last message's), so the queue is
+    // broken (IBA 11.6.2 "local work queue catastrophic"; an SRQ's owner also
+    // gets IBV_EVENT_SRQ_ERR, IBA 11.6.3.2). The caller fails the QP.
     ++dev.counters_mut().bad_wqes;
-    *status = IBV_WC_LOC_QP_OP_ERR;
+    if (srq) srq->owner->post_async(IBV_EVENT_SRQ_ERR, srq->cookie);
+    *status = kRecvQueueBroken;
     return true;
   }
   abi::RecvWqe hdr;
@@ -292,6 +301,11 @@ void receive_ud(Device& dev, Qp& qp, net::Packet& p) {
   uint32_t status;
   if (!take_recv_wqe(dev, qp, p, &status)) {
     ++dev.counters_mut().rx_ud_no_recv;
+    return;
+  }
+  if (status == kRecvQueueBroken) {
+    dev.post_qp_event(qp, IBV_EVENT_QP_FATAL);
+    dev.qp_to_error(qp);
     return;
   }
   if (status != IBV_WC_SUCCESS) {
@@ -472,6 +486,15 @@ bool acquire_recv_wqe(Device& dev, Qp& qp, const net::Packet& p, uint32_t wc_opc
   }
   if (status == IBV_WC_REM_INV_REQ_ERR) {  // XRC: no such SRQ in this domain
     nak_and_fail(dev, qp, psn, net::aeth::kNakInvalidRequest);
+    return false;
+  }
+  if (status == kRecvQueueBroken) {
+    if (is_reliable(qp)) {
+      nak_and_fail(dev, qp, psn, net::aeth::kNakRemoteOpError);  // raises IBV_EVENT_QP_FATAL
+    } else {
+      dev.post_qp_event(qp, IBV_EVENT_QP_FATAL);
+      dev.qp_to_error(qp);
+    }
     return false;
   }
   if (status != IBV_WC_SUCCESS) {

@@ -29,8 +29,11 @@ uint32_t posted(const Srq& s) {
 }  // namespace
 
 Result<uint32_t> Device::create_srq(Owner* o, const abi::CreateSrqRequest& req) {
+  // The client's integer is checked before it becomes an enum: a value outside
+  // the enum's range is undefined as one (found by tests/fuzz/control_fuzz.cc).
+  if (req.srq_type != IBV_SRQT_BASIC && req.srq_type != IBV_SRQT_XRC && req.srq_type != IBV_SRQT_TM)
+    return {EOPNOTSUPP};
   const ibv_srq_type type = ibv_srq_type(req.srq_type);
-  if (type != IBV_SRQT_BASIC && type != IBV_SRQT_XRC && type != IBV_SRQT_TM) return {EOPNOTSUPP};
   Pd* pd = pds_.get(req.pd);
   if (!pd || pd->owner != o) return {EINVAL};
   XrcdHandle* xh = nullptr;

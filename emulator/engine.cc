@@ -45,6 +45,7 @@ Engine::~Engine() {
   sessions_.clear();
   if (shared_) munmap(shared_, 4096);
   if (shared_fd_ >= 0) close(shared_fd_);
+  if (doorbell_fd_ >= 0) close(doorbell_fd_);  // doorbell_ holds a dup of its own
   remove_files();
 }
 

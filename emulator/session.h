@@ -28,6 +28,9 @@ class Session {
   void post_port_event(uint32_t type) { owner_.post_async(type, 1 /* port_num */); }
 
  private:
+  // tests/fuzz/control_fuzz.cc: feeds requests straight to dispatch().
+  friend class SessionTestPeer;
+
   void wait_readable();
   bool handle_readable();  // false: the peer is gone
   void dispatch(const abi::CtlRequestHeader& hdr, const uint8_t* body, std::vector<int>& fds);

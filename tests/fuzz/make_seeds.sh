@@ -4,6 +4,9 @@
 # WRITE and atomic tests put on its loopback, and each distinct (opcode, size)
 # frame becomes a seed. Run by hand when the wire format changes:
 #   UROCE_BUILD_DIR=build tests/fuzz/make_seeds.sh
+# The control target's seeds (corpus/control: a valid message of every
+# operation) are written by the target itself, from the ABI structs:
+#   UROCE_CONTROL_SEEDS=tests/fuzz/corpus/control build/fuzz/bin/uroce_fuzz_control
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../integration/lib.sh"
 out="$UROCE_SRC_DIR/tests/fuzz/corpus"

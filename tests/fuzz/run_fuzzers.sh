@@ -5,14 +5,14 @@
 # copied: the repository's corpus is not changed). Fails on any finding;
 # the input that caused it is kept in the log directory.
 #
-#   tests/fuzz/run_fuzzers.sh [SECONDS]      (default 25 per target)
+#   tests/fuzz/run_fuzzers.sh [SECONDS]      (default 15 per target)
 #
 # UROCE_FUZZ_BUILD_DIR (default build/fuzz) and UROCE_FUZZ_LOG_DIR may be set.
 # For a long run by hand: tests/fuzz/run_fuzzers.sh 3600
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 src="$(cd "$here/../.." && pwd)"
-seconds=${1:-25}
+seconds=${1:-15}
 build="${UROCE_FUZZ_BUILD_DIR:-$src/build/fuzz}"
 logs="${UROCE_FUZZ_LOG_DIR:-$(mktemp -d /tmp/uroce-fuzz.XXXXXX)}"
 mkdir -p "$logs"
@@ -21,13 +21,13 @@ command -v clang++ >/dev/null || { echo "SKIP: clang++ is not installed"; exit 7
 cmake -S "$src" -B "$build" -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
   -DUROCE_FUZZ=ON -DUROCE_BUILD_TESTS=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo >"$logs/configure.log" 2>&1 ||
   { cat "$logs/configure.log"; exit 1; }
-cmake --build "$build" -j"${UROCE_JOBS:-2}" --target uroce_fuzz_frame_parser uroce_fuzz_device_rx \
+cmake --build "$build" -j"${UROCE_JOBS:-2}" --target uroce_fuzz_frame_parser uroce_fuzz_device_rx uroce_fuzz_control uroce_fuzz_wqe \
   >"$logs/build.log" 2>&1 || { tail -n 40 "$logs/build.log"; exit 1; }
 
 export ASAN_OPTIONS=detect_leaks=0:abort_on_error=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 failed=0
-for target in frame_parser device_rx; do
+for target in frame_parser device_rx control wqe; do
   bin="$build/bin/uroce_fuzz_$target"
   # Every saved finding first: each must now pass.
   for finding in "$here"/regressions/"$target"-*; do
