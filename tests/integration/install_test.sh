@@ -63,26 +63,9 @@ as_nobody timeout 30 "$UROCE_BIN" start >"$UROCE_LOG_DIR/nobody-start.log" 2>&1 
   { echo "install_test: nobody's engine is not in \$XDG_RUNTIME_DIR/uroce" >&2; exit 1; }
 as_nobody timeout 30 "$UROCE_BIN" run -- ibv_devices | grep -q uroce0 ||
   { echo "install_test: nobody: uroce run does not list uroce0" >&2; exit 1; }
-as_nobody timeout -k 5 60 "$UROCE_BIN" run -- ibv_rc_pingpong -g 0 -n 200 \
-  >"$UROCE_LOG_DIR/nobody.server.log" 2>&1 </dev/null &
-server=$!
-sleep 0.5
-rc=0
-for _ in 1 2 3 4 5; do
-  rc=0
-  as_nobody timeout -k 5 60 "$UROCE_BIN" run -- ibv_rc_pingpong -g 0 -n 200 localhost \
-    >"$UROCE_LOG_DIR/nobody.client.log" 2>&1 </dev/null || rc=$?
-  ((rc == 0)) || ! grep -q "Couldn't connect" "$UROCE_LOG_DIR/nobody.client.log" && break
-  sleep 0.5
-done
-src=0
-wait "$server" || src=$?
-if ((rc != 0 || src != 0)); then
-  cat "$UROCE_LOG_DIR/nobody.server.log" "$UROCE_LOG_DIR/nobody.client.log" >&2
-  tail -n 30 "$user_dir/uroce/uroce0.log" >&2 || true
-  echo "install_test: nobody: ibv_rc_pingpong failed (client $rc, server $src)" >&2
-  exit 1
-fi
-grep -q "bytes in" "$UROCE_LOG_DIR/nobody.client.log"
+run_pair --as as_nobody --label nobody 60 ibv_rc_pingpong -g 0 -n 200 -- \
+  ibv_rc_pingpong -g 0 -n 200 localhost ||
+  { tail -n 30 "$user_dir/uroce/uroce0.log" >&2 || true; echo "install_test: nobody: ibv_rc_pingpong failed" >&2; exit 1; }
+grep -q "bytes in" "$RUN_PAIR_CLIENT_LOG"
 as_nobody timeout 30 "$UROCE_BIN" stop --all >/dev/null
 echo "install_test: nobody: ibv_devices and ibv_rc_pingpong through the installed uroce"

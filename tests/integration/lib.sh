@@ -143,8 +143,11 @@ _uroce_describe_rc() {
   esac
 }
 
-# run_pair [--forbid ERE]... [--delay SECONDS] [--label NAME] \
+# run_pair [--forbid ERE]... [--delay SECONDS] [--label NAME] [--as FUNCTION] \
 #          TIMEOUT SERVER_CMD... -- CLIENT_CMD...
+#
+# --as FUNCTION runs both sides through a shell function of the caller that
+# execs its arguments as another user or in another environment (as_nobody).
 #
 # Runs SERVER_CMD in the background under `uroce run`, waits DELAY seconds
 # (default 0.5; retrying the connection is the client's job), then runs
@@ -159,12 +162,13 @@ _uroce_describe_rc() {
 _uroce_pair_count=0
 run_pair() {
   local -a forbid=() server=() client=()
-  local delay=0.5 label=""
+  local delay=0.5 label="" as=""
   while (($#)); do
     case $1 in
       --forbid) forbid+=("$2"); shift 2 ;;
       --delay) delay=$2; shift 2 ;;
       --label) label=$2; shift 2 ;;
+      --as) as=$2; shift 2 ;;
       *) break ;;
     esac
   done
@@ -186,13 +190,13 @@ run_pair() {
   RUN_PAIR_SERVER_LOG="$UROCE_LOG_DIR/$label.server.log"
   RUN_PAIR_CLIENT_LOG="$UROCE_LOG_DIR/$label.client.log"
 
-  timeout -k 5 "$limit" "$UROCE_BIN" run -- "${server[@]}" \
+  $as timeout -k 5 "$limit" "$UROCE_BIN" run -- "${server[@]}" \
     </dev/null >"$RUN_PAIR_SERVER_LOG" 2>&1 &
   local server_pid=$!
   sleep "$delay"
 
   local client_rc=0 server_rc=0
-  timeout -k 5 "$limit" "$UROCE_BIN" run -- "${client[@]}" \
+  $as timeout -k 5 "$limit" "$UROCE_BIN" run -- "${client[@]}" \
     </dev/null >"$RUN_PAIR_CLIENT_LOG" 2>&1 || client_rc=$?
 
   if ((client_rc != 0)); then

@@ -93,26 +93,10 @@ as_user() { "${runner[@]}" env UROCE_RUNTIME_DIR="$rt" HOME=/ "$@"; }
 add_cleanup "as_user timeout 30 '$uroce_pkg' stop --all >/dev/null 2>&1"
 as_user timeout 30 "$uroce_pkg" start >"$UROCE_LOG_DIR/pkg-start.log" 2>&1 ||
   { cat "$UROCE_LOG_DIR/pkg-start.log" >&2; echo "package_test: uroce start failed" >&2; exit 1; }
-as_user timeout -k 5 60 "$uroce_pkg" run -- ibv_rc_pingpong -g 0 -n 100 \
-  >"$UROCE_LOG_DIR/pkg.server.log" 2>&1 </dev/null &
-server=$!
-sleep 0.5
-rc=0
-for _ in 1 2 3 4 5; do
-  rc=0
-  as_user timeout -k 5 60 "$uroce_pkg" run -- ibv_rc_pingpong -g 0 -n 100 localhost \
-    >"$UROCE_LOG_DIR/pkg.client.log" 2>&1 </dev/null || rc=$?
-  ((rc == 0)) || ! grep -q "Couldn't connect" "$UROCE_LOG_DIR/pkg.client.log" && break
-  sleep 0.5
-done
-src_rc=0
-wait "$server" || src_rc=$?
-if ((rc != 0 || src_rc != 0)); then
-  cat "$UROCE_LOG_DIR/pkg.server.log" "$UROCE_LOG_DIR/pkg.client.log" >&2
-  tail -n 30 "$rt/uroce0.log" >&2 || true
-  echo "package_test: ibv_rc_pingpong through the packaged uroce failed (client $rc, server $src_rc)" >&2
-  exit 1
-fi
+UROCE_BIN="$uroce_pkg"  # run_pair's uroce: the packaged one
+run_pair --as as_user --label pkg 60 ibv_rc_pingpong -g 0 -n 100 -- \
+  ibv_rc_pingpong -g 0 -n 100 localhost ||
+  { tail -n 30 "$rt/uroce0.log" >&2 || true; echo "package_test: ibv_rc_pingpong through the packaged uroce failed" >&2; exit 1; }
 as_user timeout 30 "$uroce_pkg" stop --all >/dev/null
 user_name=$(id -un)
 ((${#runner[@]})) && user_name=nobody
