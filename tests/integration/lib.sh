@@ -238,3 +238,35 @@ run_pair() {
   dump_engine_logs
   return 1
 }
+
+# make_two_hosts TAG OCTET
+#
+# Two hosts as network namespaces joined by a veth pair (MTU 9000), removed
+# at exit. Sets ns_a ns_b (namespaces), veth_a veth_b (interfaces), net
+# (10.OCTET.X.0, X from the shell's pid), kern_a kern_b (the kernel's
+# addresses: TCP side channels) and eng_a eng_b (addresses for engines,
+# RoCE only). Returns 77 when network namespaces cannot be made here.
+make_two_hosts() {
+  local tag=$1 octet=$2 id=$$ side ns_var veth_var kern_var
+  if ! ip netns add "uroce-probe-$id" 2>/dev/null; then
+    return 77
+  fi
+  ip netns del "uroce-probe-$id"
+  ns_a="$tag-a-$id" ns_b="$tag-b-$id"
+  veth_a="${tag:0:3}a$id" veth_b="${tag:0:3}b$id"
+  net=10.$octet.$((id % 200)).0
+  kern_a=${net%.0}.1 kern_b=${net%.0}.2
+  eng_a=${net%.0}.11 eng_b=${net%.0}.12
+  add_cleanup "ip netns del $ns_a 2>/dev/null; ip netns del $ns_b 2>/dev/null"
+  ip netns add "$ns_a" || return 1
+  ip netns add "$ns_b" || return 1
+  ip link add "$veth_a" type veth peer name "$veth_b" || return 1
+  ip link set "$veth_a" netns "$ns_a" || return 1
+  ip link set "$veth_b" netns "$ns_b" || return 1
+  for side in a b; do
+    ns_var=ns_$side veth_var=veth_$side kern_var=kern_$side
+    ip -n "${!ns_var}" link set lo up || return 1
+    ip -n "${!ns_var}" link set "${!veth_var}" mtu 9000 up || return 1
+    ip -n "${!ns_var}" addr add "${!kern_var}/24" dev "${!veth_var}" || return 1
+  done
+}

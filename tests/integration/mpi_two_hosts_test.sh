@@ -19,34 +19,17 @@ source "$(dirname "${BASH_SOURCE[0]}")/ucx_lib.sh"
 
 program=${1:?usage: mpi_two_hosts_test.sh PATH/TO/mpi_pingpong}
 need_commands mpirun ip
-if ! ip netns add "uroce-probe-$$" 2>/dev/null; then
+rc=0
+make_two_hosts umpi 233 || rc=$?
+if ((rc == 77)); then
   echo "SKIP: cannot create network namespaces here"
   exit 77
 fi
-ip netns del "uroce-probe-$$"
-
-id=$$
-ns_a="umpi-a-$id" ns_b="umpi-b-$id"
-veth_a="ma$id" veth_b="mb$id"
-net=10.232.$((id % 200)).0
-kern_a=${net%.0}.1 kern_b=${net%.0}.2  # kernel addresses: Open MPI's TCP control
-eng_a=${net%.0}.11 eng_b=${net%.0}.12  # engine addresses: RoCE only
+((rc == 0)) || exit 1
 dir_a="$UROCE_TEST_DIR/hostA" dir_b="$UROCE_TEST_DIR/hostB"
 mkdir -p "$dir_a" "$dir_b"
 
-ip netns add "$ns_a"
-ip netns add "$ns_b"
-add_cleanup "ip netns del $ns_a 2>/dev/null; ip netns del $ns_b 2>/dev/null"
 add_cleanup "$UROCE_BIN --runtime-dir $dir_a stop --all >&2; $UROCE_BIN --runtime-dir $dir_b stop --all >&2"
-ip link add "$veth_a" type veth peer name "$veth_b"
-ip link set "$veth_a" netns "$ns_a"
-ip link set "$veth_b" netns "$ns_b"
-for side in a b; do
-  ns_var=ns_$side veth_var=veth_$side kern_var=kern_$side
-  ip -n "${!ns_var}" link set lo up
-  ip -n "${!ns_var}" link set "${!veth_var}" mtu 9000 up
-  ip -n "${!ns_var}" addr add "${!kern_var}/24" dev "${!veth_var}"
-done
 ip netns exec "$ns_a" "$UROCE_BIN" --runtime-dir "$dir_a" start --name hostA \
   --port "net_af_packet0,iface=$veth_a" --ip "$eng_a"
 ip netns exec "$ns_b" "$UROCE_BIN" --runtime-dir "$dir_b" start --name hostB \

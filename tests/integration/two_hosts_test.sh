@@ -10,34 +10,16 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 verbs_bin=${1:?usage: $0 VERBS_SEMANTICS_BINARY}
 
-if ! ip netns add "uroce-probe-$$" 2>/dev/null; then
+rc=0
+make_two_hosts uroce 231 || rc=$?
+if ((rc == 77)); then
   echo "SKIP: cannot create network namespaces here"
   exit 77
 fi
-ip netns del "uroce-probe-$$"
-
-id=$$
-ns_a="uroce-a-$id" ns_b="uroce-b-$id"
-veth_a="ua$id" veth_b="ub$id"
-net=10.231.$((id % 200)).0
-kern_a=${net%.0}.1 kern_b=${net%.0}.2     # kernel addresses: the TCP side channel
-eng_a=${net%.0}.11 eng_b=${net%.0}.12     # engine addresses: RoCE only
+((rc == 0)) || exit 1
 unreachable=${net%.0}.99
-v6=fd00:231:$(printf '%x' $((id % 65536)))
+v6=fd00:231:$(printf '%x' $(($$ % 65536)))
 eng6_a=$v6::11 eng6_b=$v6::12  # RoCEv2 over IPv6 (GID 2)
-
-ip netns add "$ns_a"
-ip netns add "$ns_b"
-add_cleanup "ip netns del $ns_a 2>/dev/null; ip netns del $ns_b 2>/dev/null"
-ip link add "$veth_a" type veth peer name "$veth_b"
-ip link set "$veth_a" netns "$ns_a"
-ip link set "$veth_b" netns "$ns_b"
-for side in a b; do
-  ns_var=ns_$side veth_var=veth_$side kern_var=kern_$side
-  ip -n "${!ns_var}" link set lo up
-  ip -n "${!ns_var}" link set "${!veth_var}" mtu 9000 up
-  ip -n "${!ns_var}" addr add "${!kern_var}/24" dev "${!veth_var}"
-done
 
 in_a() { ip netns exec "$ns_a" "$@"; }
 in_b() { ip netns exec "$ns_b" "$@"; }

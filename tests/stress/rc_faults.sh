@@ -125,29 +125,13 @@ if [[ $ports == loopback || $ports == both ]]; then
 fi
 
 if [[ $ports == wire || $ports == both ]]; then
-  if ! ip netns add "urcf-probe-$$" 2>/dev/null; then
+  ns_rc=0
+  make_two_hosts urcf 232 || ns_rc=$?
+  if ((ns_rc == 77)); then
     echo "SKIP wire: cannot create network namespaces here"
     summary+=("wire: skipped (no network namespaces)")
   else
-    ip netns del "urcf-probe-$$"
-    id=$$
-    ns_a="urcf-a-$id" ns_b="urcf-b-$id"
-    veth_a="rfa$id" veth_b="rfb$id"
-    net=10.232.$((id % 200)).0
-    kern_a=${net%.0}.1 kern_b=${net%.0}.2   # kernel addresses: the TCP side channel
-    eng_a=${net%.0}.11 eng_b=${net%.0}.12   # engine addresses: RoCE only
-    ip netns add "$ns_a"
-    ip netns add "$ns_b"
-    add_cleanup "ip netns del $ns_a 2>/dev/null; ip netns del $ns_b 2>/dev/null"
-    ip link add "$veth_a" type veth peer name "$veth_b"
-    ip link set "$veth_a" netns "$ns_a"
-    ip link set "$veth_b" netns "$ns_b"
-    for side in a b; do
-      ns_var=ns_$side veth_var=veth_$side kern_var=kern_$side
-      ip -n "${!ns_var}" link set lo up
-      ip -n "${!ns_var}" link set "${!veth_var}" mtu 9000 up
-      ip -n "${!ns_var}" addr add "${!kern_var}/24" dev "${!veth_var}"
-    done
+    ((ns_rc == 0)) || exit 1
     ip netns exec "$ns_a" "$UROCE_BIN" start --name rcfA --port "net_af_packet0,iface=$veth_a" --ip "$eng_a" >/dev/null
     ip netns exec "$ns_b" "$UROCE_BIN" start --name rcfB --port "net_af_packet0,iface=$veth_b" --ip "$eng_b" >/dev/null
     # shellcheck disable=SC2086
