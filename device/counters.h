@@ -37,7 +37,10 @@ namespace uroce::device {
   X(tm_matched, "tag matching: messages placed in a tagged buffer")            \
   X(tm_unexpected, "tag matching: tagged messages that matched no tag")         \
   X(tm_no_tag, "tag matching: NO_TAG (and FIN, short) messages")               \
-  X(tm_sync_requests, "tag matching: completions asking software to sync")
+  X(tm_sync_requests, "tag matching: completions asking software to sync")      \
+  X(tm_rndv_reads, "tag matching: rendezvous RDMA READs the device issued")     \
+  X(tm_rndv_software, "tag matching: matched rendezvous left to software")       \
+  X(tm_rndv_errors, "tag matching: rendezvous READs that failed")
 
 struct Counters {
 #define UROCE_COUNTER_FIELD(name, desc) uint64_t name = 0;

@@ -195,6 +195,7 @@ bool take_recv_wqe(Device& dev, Qp& qp, const net::Packet& p, uint32_t* status) 
   r.tm_opcode = r.tm_flags = r.tm_status = 0;
   r.tm_matched = false;
   r.tm_skip = 0;
+  r.tm_rndv = false;
   r.owner = srq ? srq->owner : qp.owner;
   qp.resp_recv_valid = true;
   const bool fits = hdr.num_sge <= max_sge &&
@@ -534,13 +535,27 @@ bool acquire_tm_target(Device& dev, Qp& qp, Srq& srq, const net::Packet& p) {
       r.tm_status = IBV_WC_SUCCESS;
       r.tm_skip = kTmhSize;
       r.tm_flags = IBV_WC_TM_MATCH | IBV_WC_TM_DATA_VALID;
+      r.tm_rndv = false;
       if (tmh->opcode == IBV_TMH_RNDV) {
-        // The device does not pull rendezvous data itself (yet): software
-        // gets TMH + RVH in the tagged buffer and does the READ and FIN, as
-        // mlx5 when the buffer is smaller than the RVH length
-        // (IBV_WC_TM_RNDV_INCOMPLETE, SEMANTICS 3.6).
-        r.tm_skip = 0;
-        r.tm_status = IBV_WC_TM_RNDV_INCOMPLETE;
+        const std::optional<Rvh> rvh = parse_rvh(p.payload(), p.payload_len);
+        const uint32_t room = m->buf.num_sge ? m->buf.sge.length : 0;
+        if (rvh && rvh->len <= room && tm_rndv_room(qp)) {
+          // The device pulls the data itself (tm_rendezvous.cc): the request
+          // places nothing, its end queues the READ.
+          r.tm_rndv = true;
+          r.rndv_va = rvh->va;
+          r.rndv_rkey = rvh->rkey;
+          r.rndv_len = rvh->len;
+        } else {
+          // A buffer shorter than the RVH length (or a request without a
+          // whole RVH, or no room for more device reads on this QP):
+          // software gets TMH + RVH in the tagged buffer and does the READ
+          // and the FIN; one completion, IBV_WC_TM_RNDV_INCOMPLETE with
+          // MATCH | DATA_VALID (mlx5 cq.c CONSUMED_MSG_SW_RDNV).
+          ++dev.counters_mut().tm_rndv_software;
+          r.tm_skip = 0;
+          r.tm_status = IBV_WC_TM_RNDV_INCOMPLETE;
+        }
       } else if (!p.info().has(net::kLast)) {
         // Multi-packet eager: the match is reported now, the data when it is
         // all in memory (DOC:tag_matching.md, mlx5 cq.c CONSUMED vs EXPECTED).
@@ -555,10 +570,25 @@ bool acquire_tm_target(Device& dev, Qp& qp, Srq& srq, const net::Packet& p) {
         r.tm_flags = IBV_WC_TM_DATA_VALID;
       }
       qp.resp_recv_valid = true;
-      if (const uint32_t st = translate_sges(dev, r, srq.pd); st != IBV_WC_SUCCESS) {
+      uint32_t st = translate_sges(dev, r, srq.pd);
+      if (st == IBV_WC_SUCCESS && r.tm_rndv && r.rndv_len > recv_capacity(r))
+        st = overflow_status(r, r.rndv_len);  // the buffer's MR ends before the RVH length
+      if (st != IBV_WC_SUCCESS) {
         complete_recv(dev, qp, st, IBV_WC_RECV, 0, nullptr, false);
         nak_and_fail(dev, qp, p.bth()->psn(), net::aeth::kNakRemoteOpError, false);
         return false;
+      }
+      if (r.tm_rndv) {
+        // The match is reported now; the data once the READ has landed.
+        abi::Cqe cqe{};
+        cqe.wr_id = r.wr_id;
+        cqe.opcode = IBV_WC_TM_RECV;
+        cqe.wc_flags = IBV_WC_TM_MATCH;
+        cqe.qp_num = qp.qpn;
+        cqe.src_qp = qp.dest_qpn;
+        cqe.tm_tag = r.tm_tag;
+        cqe.tm_priv = r.tm_priv;
+        dev.complete_to(r.cq, cqe, false);
       }
       return true;
     }
@@ -606,6 +636,16 @@ void execute_send(Device& dev, Qp& qp, net::Packet& p) {
   if (r.discard) {  // its SRQ is gone: take the message, place and report nothing
     qp.resp_offset += p.payload_len;
     if (info.has(net::kLast)) qp.resp_recv_valid = false;
+    return;
+  }
+  if (r.tm_rndv) [[unlikely]] {
+    // A matched rendezvous request: its bytes after the RVH (software's
+    // meta-data) are not placed; once it is all in, the device's READ is
+    // queued and owns the tagged buffer from here on.
+    if (info.has(net::kLast)) {
+      qp.resp_recv_valid = false;
+      tm_rndv_start(dev, qp);  // room was checked at the match, and nothing was queued since
+    }
     return;
   }
   if (qp.resp_offset + data_len > recv_capacity(r)) {

@@ -70,9 +70,172 @@ class TmResponderTest : public PairFixture {
     return m;
   }
 
+  // A's SEND of a rendezvous request for `len` bytes of A's buffer at
+  // `off`: TMH(RNDV, tag, app_ctx) + RVH(va, rkey, len), 64 bytes as pyverbs
+  // sends it. A has a receive posted for the FIN.
+  void send_rndv(uint64_t tag, uint32_t off, uint32_t len, uint32_t rkey, uint32_t app_ctx = 0x5151) {
+    post_recv(A(), 900, {sge(a(kFinRecv), 64, a_key_)});
+    uint8_t* h = a(kReqOff);
+    std::memset(h, 0, 64);
+    h[0] = IBV_TMH_RNDV;
+    store_be(h + 4, app_ctx, 4);
+    store_be(h + 8, tag, 8);
+    store_be(h + 16, a_addr(off), 8);
+    store_be(h + 24, rkey, 4);
+    store_be(h + 28, len, 4);
+    post_send(A(), wqe(IBV_WR_SEND, 1), {sge(h, 64, a_key_)});
+  }
+  static void store_be(uint8_t* d, uint64_t v, int n) {
+    for (int i = n - 1; i >= 0; --i, v >>= 8) d[i] = uint8_t(v);
+  }
+  static constexpr uint32_t kReqOff = 60 * 1024, kFinRecv = 62 * 1024;
+
   uint32_t tm_cq_ = 0, srq_ = 0;
   Device::SrqOpsResult last_ops_;
 };
+
+TEST_F(TmResponderTest, RendezvousReadsIntoTheTaggedBufferThenSendsTheFin) {
+  add(7, 77, 8192);
+  ASSERT_EQ(last_ops_.err, 0);
+  send_rndv(7, 4096, 3000, a_key_);  // three READ responses at path MTU 1024
+  ASSERT_TRUE(run());
+  auto tm = drain_cq(dev_, tm_cq_);
+  ASSERT_EQ(tm.size(), 2u);
+  EXPECT_EQ(tm[0].opcode, uint32_t(IBV_WC_TM_RECV));
+  EXPECT_EQ(tm[0].wc_flags, uint32_t(IBV_WC_TM_MATCH));
+  EXPECT_EQ(tm[0].wr_id, 77u);
+  EXPECT_EQ(tm[0].tm_tag, 7u);
+  EXPECT_EQ(tm[0].tm_priv, 0x5151u);
+  EXPECT_EQ(tm[1].status, uint32_t(IBV_WC_SUCCESS));
+  EXPECT_EQ(tm[1].opcode, uint32_t(IBV_WC_TM_RECV));
+  EXPECT_EQ(tm[1].wc_flags, uint32_t(IBV_WC_TM_DATA_VALID));
+  EXPECT_EQ(tm[1].wr_id, 77u);
+  EXPECT_EQ(tm[1].tm_tag, 0u);
+  EXPECT_EQ(tm[1].byte_len, 3000u);
+  EXPECT_EQ(std::memcmp(b(0), a(4096), 3000), 0);
+  // The FIN: TMH and RVH of the request, opcode FIN, on A's receive queue.
+  auto fin = drain_cq(dev_, a_rcq_);
+  ASSERT_EQ(fin.size(), 1u);
+  EXPECT_EQ(fin[0].status, uint32_t(IBV_WC_SUCCESS));
+  EXPECT_EQ(fin[0].wr_id, 900u);
+  EXPECT_EQ(fin[0].byte_len, 32u);
+  EXPECT_EQ(a(kFinRecv)[0], IBV_TMH_FIN);
+  EXPECT_EQ(std::memcmp(a(kFinRecv) + 1, a(kReqOff) + 1, 31), 0);
+  EXPECT_EQ(drain_cq(dev_, a_scq_).size(), 1u) << "A's SEND";
+  EXPECT_TRUE(drain_cq(dev_, b_scq_).empty()) << "the device's READ and FIN reach no user CQ";
+  EXPECT_EQ(counters().tm_rndv_reads, 1u);
+  add(8, 88, 64);
+  EXPECT_EQ(last_ops_.err, 0) << "the tag's handle is free again";
+}
+
+TEST_F(TmResponderTest, RendezvousRunsBesideAFullUserSendQueue) {
+  add(7, 77, 8192);
+  // B's ring is full of WRITEs to A when the request arrives.
+  const uint32_t depth = B().sq.size();
+  for (uint32_t i = 0; i < depth; ++i) {
+    abi::SendWqe w = wqe(IBV_WR_RDMA_WRITE, 500 + i);
+    w.remote_addr = a_addr(32 * 1024 + 64 * i);
+    w.rkey = a_key_;
+    post_send(B(), w, {sge(b(16 * 1024 + 64 * i), 64, b_key_)});
+  }
+  send_rndv(7, 0, 2048, a_key_);
+  ASSERT_TRUE(run());
+  auto tm = drain_cq(dev_, tm_cq_);
+  ASSERT_EQ(tm.size(), 2u);
+  EXPECT_EQ(tm[1].wc_flags, uint32_t(IBV_WC_TM_DATA_VALID));
+  EXPECT_EQ(std::memcmp(b(0), a(0), 2048), 0);
+  auto sends = drain_cq(dev_, b_scq_);
+  ASSERT_EQ(sends.size(), depth) << "exactly the user's WRITEs";
+  for (uint32_t i = 0; i < depth; ++i) {
+    EXPECT_EQ(sends[i].wr_id, 500u + i);
+    EXPECT_EQ(sends[i].status, uint32_t(IBV_WC_SUCCESS));
+  }
+  EXPECT_EQ(drain_cq(dev_, a_rcq_).size(), 1u) << "the FIN";
+}
+
+TEST_F(TmResponderTest, ABufferShorterThanTheRvhLengthIsLeftToSoftware) {
+  add(7, 77, 1000);
+  send_rndv(7, 0, 1001, a_key_);
+  ASSERT_TRUE(run());
+  abi::Cqe c = one_cqe(tm_cq_);
+  EXPECT_EQ(c.status, uint32_t(IBV_WC_TM_RNDV_INCOMPLETE));
+  EXPECT_EQ(c.wc_flags, uint32_t(IBV_WC_TM_MATCH | IBV_WC_TM_DATA_VALID));
+  EXPECT_EQ(c.byte_len, 64u);
+  EXPECT_EQ(std::memcmp(b(0), a(kReqOff), 64), 0) << "TMH + RVH for software";
+  EXPECT_TRUE(drain_cq(dev_, a_rcq_).empty()) << "no FIN from the device";
+  EXPECT_EQ(counters().tm_rndv_reads, 0u);
+  EXPECT_EQ(counters().tm_rndv_software, 1u);
+}
+
+TEST_F(TmResponderTest, ABadRkeyInTheRvhFailsTheTaggedBufferWithTheReadsStatus) {
+  add(7, 77, 8192);
+  send_rndv(7, 0, 2048, a_key_ ^ 0x100);
+  ASSERT_TRUE(run());
+  auto tm = drain_cq(dev_, tm_cq_);
+  ASSERT_EQ(tm.size(), 2u);
+  EXPECT_EQ(tm[0].wc_flags, uint32_t(IBV_WC_TM_MATCH));
+  EXPECT_EQ(tm[1].status, uint32_t(IBV_WC_REM_ACCESS_ERR));
+  EXPECT_EQ(tm[1].opcode, uint32_t(IBV_WC_TM_RECV));
+  EXPECT_EQ(tm[1].wr_id, 77u);
+  EXPECT_EQ(B().state, IBV_QPS_ERR);
+  EXPECT_EQ(A().state, IBV_QPS_ERR) << "A's responder NAKed an invalid READ (class C)";
+  EXPECT_TRUE(drain_cq(dev_, b_scq_).empty());
+  EXPECT_EQ(counters().tm_rndv_errors, 1u);
+  add(8, 88, 64);
+  EXPECT_EQ(last_ops_.err, 0) << "the tag's handle is free again";
+}
+
+TEST_F(TmResponderTest, AQpInErrorWithItsReadOutstandingFlushesTheTaggedBuffer) {
+  add(7, 77, 8192);
+  send_rndv(7, 0, 2048, a_key_);
+  // Run until B's READ request is on the wire, and lose it.
+  bool read_sent = false;
+  for (int i = 0; i < 50 && !read_sent; ++i) {
+    dev_.poll(now_);
+    for (net::Packet* p : DeviceTestPeer::take_in_flight(dev_)) {
+      const bool read = net::parse_roce_packet(*p, p->checksummed) == net::ParseError::kOk &&
+                        p->opcode == 0x0c;  // RC RDMA READ request
+      read_sent |= read;
+      if (read) DeviceTestPeer::drop(dev_, p);
+      else DeviceTestPeer::requeue(dev_, p);
+    }
+  }
+  ASSERT_TRUE(read_sent);
+  abi::Cqe c = one_cqe(tm_cq_);
+  EXPECT_EQ(c.wc_flags, uint32_t(IBV_WC_TM_MATCH));
+  ASSERT_EQ(to_state(b_, IBV_QPS_ERR), 0);
+  ASSERT_TRUE(run());
+  c = one_cqe(tm_cq_);
+  EXPECT_EQ(c.status, uint32_t(IBV_WC_WR_FLUSH_ERR));
+  EXPECT_EQ(c.opcode, uint32_t(IBV_WC_TM_RECV));
+  EXPECT_EQ(c.wr_id, 77u);
+  EXPECT_TRUE(drain_cq(dev_, b_scq_).empty()) << "the device's READ is no user WQE";
+  add(8, 88, 64);
+  EXPECT_EQ(last_ops_.err, 0) << "the tag's handle is free again";
+}
+
+TEST_F(TmResponderTest, AQpDestroyedWithItsReadQueuedGivesTheBufferBack) {
+  // B only in RTR: its requester does not run, the READ waits in its queue.
+  abi::QpAttr a = default_attr();
+  a.qp_state = IBV_QPS_RESET;
+  ASSERT_EQ(modify(b_, IBV_QP_STATE, a), 0);
+  a.dest_qp_num = a_;
+  a.rq_psn = kPsn;
+  a.qp_state = IBV_QPS_INIT;
+  ASSERT_EQ(modify(b_, kRcInitMask, a), 0);
+  a.qp_state = IBV_QPS_RTR;
+  ASSERT_EQ(modify(b_, kRcRtrMask, a), 0);
+  add(7, 77, 8192);
+  send_rndv(7, 0, 2048, a_key_);
+  ASSERT_TRUE(run());
+  EXPECT_EQ(one_cqe(tm_cq_).wc_flags, uint32_t(IBV_WC_TM_MATCH));
+  ASSERT_EQ(dev_.destroy_qp(&owner_, b_), 0);
+  abi::Cqe c = one_cqe(tm_cq_);
+  EXPECT_EQ(c.status, uint32_t(IBV_WC_WR_FLUSH_ERR));
+  EXPECT_EQ(c.wr_id, 77u);
+  add(8, 88, 64);
+  EXPECT_EQ(last_ops_.err, 0) << "the tag's handle is free again";
+}
 
 TEST_F(TmResponderTest, MultiPacketEagerReportsTheMatchAtTheFirstPacketAndTheDataAtTheLast) {
   add(5, 55, 4096);
