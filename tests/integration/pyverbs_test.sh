@@ -44,6 +44,15 @@ for t in test_tm_traffic test_tm_unexpected_tag test_tm_no_tag test_tm_rndv; do
     exit 1
   fi
 done
+# Their traffic shows in the tag-matching counters of `uroce stats`.
+stats=$("$UROCE_BIN" stats --name uroce0)
+for c in tm_matched tm_unexpected tm_no_tag tm_rndv_reads; do
+  if ! grep -qE "^ *$c [1-9]" <<<"$stats"; then
+    echo "pyverbs: uroce stats counted no $c:"
+    grep -E '^ *tm_' <<<"$stats"
+    exit 1
+  fi
+done
 ran=$(grep -oE '^Ran [0-9]+' "$log" | awk '{print $2}')
 skipped=$(grep -oE 'skipped=[0-9]+' "$log" | cut -d= -f2)
 echo "pyverbs: $((ran - ${skipped:-0})) passed, 0 failed, ${skipped:-0} skipped"
