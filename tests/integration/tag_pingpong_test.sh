@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# uroce-tag-pingpong (tools/tag_pingpong.c) between two processes on one
+# engine: tagged messages of mixed sizes both ways, eager below the threshold
+# and rendezvous above it, received out of order and through wildcard masks,
+# every byte checked. The engine's tag-matching counters must show it.
+#
+#   tag_pingpong_test.sh PATH/TO/uroce-tag-pingpong
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+prog=${1:?usage: $0 PATH/TO/uroce-tag-pingpong}
+
+start_engine uroce0 >/dev/null
+port=$((19600 + $$ % 300))
+run_pair --label tag_pingpong 60 "$prog" -p "$port" -n 16 -- "$prog" -p "$port" -n 16 127.0.0.1
+cat "$RUN_PAIR_CLIENT_LOG"
+stats=$(uroce stats --name uroce0)
+for c in tm_matched tm_rndv_reads tm_no_tag; do
+  if ! grep -qE "^ *$c [1-9]" <<<"$stats"; then
+    echo "FAIL: uroce stats counted no $c"
+    grep -E '^ *tm_' <<<"$stats"
+    exit 1
+  fi
+done
+if grep -qE '^ *tm_(unexpected|rndv_software|rndv_errors) [1-9]' <<<"$stats"; then
+  echo "FAIL: a message was unexpected or a rendezvous not offloaded"
+  grep -E '^ *tm_' <<<"$stats"
+  exit 1
+fi
+grep -E '^ *tm_(matched|rndv_reads)' <<<"$stats"
