@@ -167,6 +167,29 @@ TEST_F(TmResponderTest, ABufferShorterThanTheRvhLengthIsLeftToSoftware) {
   EXPECT_EQ(counters().tm_rndv_software, 1u);
 }
 
+TEST_F(TmResponderTest, AnUnexpectedRendezvousLandsWholeInAPlainBufferForSoftware) {
+  add(8, 88, 8192);  // another tag: the request is unexpected
+  abi::RecvWqe w{600, 1, 0};
+  Srq& srq = *dev_.srq(srq_);
+  const uint32_t prod = srq.ring.hdr->producer.load();
+  std::memcpy(srq.ring.slot(prod), &w, sizeof(w));
+  const abi::Sge plain = sge(b(16 * 1024), 256, b_key_);
+  std::memcpy(srq.ring.slot(prod) + sizeof(w), &plain, sizeof(plain));
+  srq.ring.hdr->producer.store(prod + 1);
+  send_rndv(7, 0, 2048, a_key_);
+  ASSERT_TRUE(run());
+  abi::Cqe c = one_cqe(tm_cq_);
+  EXPECT_EQ(c.status, uint32_t(IBV_WC_SUCCESS));
+  EXPECT_EQ(c.opcode, uint32_t(IBV_WC_TM_RECV));
+  EXPECT_EQ(c.wc_flags, 0u);
+  EXPECT_EQ(c.wr_id, 600u);
+  EXPECT_EQ(c.byte_len, 64u);
+  EXPECT_EQ(std::memcmp(b(16 * 1024), a(kReqOff), 64), 0) << "TMH + RVH for software";
+  EXPECT_EQ(counters().tm_rndv_reads, 0u);
+  EXPECT_EQ(counters().tm_unexpected, 1u);
+  EXPECT_TRUE(drain_cq(dev_, a_rcq_).empty()) << "no FIN from the device";
+}
+
 TEST_F(TmResponderTest, ABadRkeyInTheRvhFailsTheTaggedBufferWithTheReadsStatus) {
   add(7, 77, 8192);
   send_rndv(7, 0, 2048, a_key_ ^ 0x100);
