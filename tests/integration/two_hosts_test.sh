@@ -139,6 +139,28 @@ if command -v tshark >/dev/null; then
   fi
 fi
 
+# rdma-core's pyverbs test_tag_matching with its client on hostA and its
+# TM-SRQ server on hostB (pyverbs_tm_two_hosts.py): all four pass.
+if [[ -f /usr/share/doc/rdma-core/tests/run_tests.py ]] && /usr/bin/python3 -c 'import pyverbs' 2>/dev/null; then
+  pytests="$UROCE_LOG_DIR/pyverbs/tests"
+  mkdir -p "$pytests"
+  cp -r /usr/share/doc/rdma-core/tests/. "$pytests/"
+  find "$pytests" -name '*.gz' -exec gunzip -f {} +
+  tm_before=$("$UROCE_BIN" stats --name hostB | awk '$1 == "tm_rndv_reads" {print $2}')
+  if (cd "$UROCE_LOG_DIR/pyverbs" && timeout 120 ip netns exec "$ns_a" "$UROCE_BIN" run -- \
+        /usr/bin/python3 "$UROCE_SRC_DIR/tests/integration/pyverbs_tm_two_hosts.py" "$pytests" hostA hostB) \
+        >"$UROCE_LOG_DIR/pyverbs_tm.log" 2>&1 &&
+     (($("$UROCE_BIN" stats --name hostB | awk '$1 == "tm_rndv_reads" {print $2}') > tm_before)); then
+    echo "ok   pyverbs test_tag_matching across the wire: $(grep -cE ' ok$' "$UROCE_LOG_DIR/pyverbs_tm.log") passed"
+  else
+    echo "FAIL pyverbs test_tag_matching across the wire"
+    tail -n 30 "$UROCE_LOG_DIR/pyverbs_tm.log"
+    failures=$((failures + 1))
+  fi
+else
+  echo "skip pyverbs test_tag_matching: python3-pyverbs is not installed"
+fi
+
 # RC under loss: every byte right (-c), nothing duplicated, a few thousand messages.
 netem="netem loss 5% duplicate 1% reorder 10% delay 1ms"
 if in_a tc qdisc add dev "$veth_a" root $netem 2>/dev/null &&
