@@ -128,6 +128,42 @@ TEST_F(TmResponderTest, RendezvousReadsIntoTheTaggedBufferThenSendsTheFin) {
   EXPECT_EQ(last_ops_.err, 0) << "the tag's handle is free again";
 }
 
+// The device's READ and FIN are retransmitted like any WQE: lose the first
+// READ request, the first READ response and the first FIN, and the ACK
+// timer brings each back.
+TEST_F(TmResponderTest, RendezvousSurvivesALostReadRequestResponseAndFin) {
+  add(7, 77, 8192);
+  send_rndv(7, 4096, 3000, a_key_);
+  bool lost_request = false, lost_response = false, lost_fin = false;
+  for (int i = 0; i < 200; ++i) {
+    const bool work = dev_.poll(now_);
+    for (net::Packet* p : DeviceTestPeer::take_in_flight(dev_)) {
+      ASSERT_EQ(net::parse_roce_packet(*p, p->checksummed), net::ParseError::kOk);
+      bool drop = false;
+      if (p->opcode == 0x0c && !lost_request) drop = lost_request = true;  // READ request
+      if (p->opcode == 0x0d && !lost_response) drop = lost_response = true;  // READ response FIRST
+      if (p->opcode == 0x04 && p->payload_len == 32 && p->payload()[0] == IBV_TMH_FIN && !lost_fin)
+        drop = lost_fin = true;
+      if (drop) DeviceTestPeer::drop(dev_, p);
+      else DeviceTestPeer::requeue(dev_, p);
+    }
+    if (!work && !DeviceTestPeer::in_flight(dev_)) now_ += 100'000'000;  // past the ACK timeout
+  }
+  EXPECT_TRUE(lost_request && lost_response && lost_fin);
+  ASSERT_TRUE(run());
+  auto tm = drain_cq(dev_, tm_cq_);
+  ASSERT_EQ(tm.size(), 2u);
+  EXPECT_EQ(tm[1].status, uint32_t(IBV_WC_SUCCESS));
+  EXPECT_EQ(tm[1].wc_flags, uint32_t(IBV_WC_TM_DATA_VALID));
+  EXPECT_EQ(std::memcmp(b(0), a(4096), 3000), 0);
+  auto fin = drain_cq(dev_, a_rcq_);
+  ASSERT_EQ(fin.size(), 1u) << "one FIN, however often it was sent";
+  EXPECT_EQ(fin[0].status, uint32_t(IBV_WC_SUCCESS));
+  EXPECT_TRUE(drain_cq(dev_, b_scq_).empty());
+  EXPECT_EQ(B().sq_internal, 0u) << "the device's work all completed";
+  EXPECT_GE(counters().retransmits, 3u);
+}
+
 TEST_F(TmResponderTest, RendezvousRunsBesideAFullUserSendQueue) {
   add(7, 77, 8192);
   // B's ring is full of WRITEs to A when the request arrives.
