@@ -17,6 +17,12 @@
  *   server: uroce run -- uroce-tag-pingpong [-d DEV] [-p PORT] [OPTIONS]
  *   client: uroce run -- uroce-tag-pingpong [-d DEV] [-p PORT] [OPTIONS] SERVER
  *
+ * With -B COUNT it streams instead: the client sends COUNT messages of -s
+ * bytes (eager below the threshold, rendezvous from it) as fast as the
+ * server's window of posted tags lets it (the server re-posts tags in
+ * batches and grants them with NO_TAG credit messages), and both report
+ * messages per second and bandwidth; every byte is still checked.
+ *
  * Rules: /work/shared/SEMANTICS.md section 3 (rdma-core's tag_matching.md).
  */
 #define _GNU_SOURCE
@@ -41,8 +47,10 @@ enum {
   kRndvReq = 64,       /* TMH + RVH, padded to max_rndv_hdr_size */
   kPlainSlots = 64,    /* untagged SRQ buffers: control messages and FINs */
   kPlainSize = 128,
-  kMaxWindow = 32,
+  kMaxWindow = 32,     /* ping-pong: the batch's bit masks hold it */
+  kMaxStreamWindow = 256,
   kCtrlReady = 1,      /* app_ctx of a NO_TAG "ready for round r" message */
+  kCtrlCredit = 2,     /* app_ctx of a NO_TAG "tags posted up to n" message */
   kPlainFlag = 1 << 30 /* wr_id bit of an untagged receive */
 };
 
@@ -53,6 +61,7 @@ struct options {
   const char* dev;
   const char* server; /* NULL: we are the server */
   int port, gid_index, rounds, window;
+  uint64_t stream; /* -B: messages to stream (0: ping-pong) */
   uint32_t threshold, max_size;
   enum ibv_mtu mtu;
 };
@@ -74,11 +83,22 @@ struct side {
   size_t slot; /* bytes per message slot */
   /* progress */
   int ready_round;           /* last round the peer said it is ready for */
-  int sends_done, fins, adds_done, data_done;
+  uint64_t sends_done;
+  int fins, adds_done, data_done;
   uint64_t fin_mask;         /* messages of this batch whose FIN came */
   uint64_t match_mask;       /* messages matched, waiting for their data */
   int round;
   uint64_t messages, eager, rndv, bytes;
+  /* stream mode (-B) */
+  uint64_t credit;      /* sender: tags the receiver has posted */
+  uint64_t sent, completed, stream_fins;
+  uint64_t posted;      /* receiver: tags posted (or queued to be) so far */
+  uint64_t credits_sent;
+  struct ibv_ops_wr adds[kMaxStreamWindow];
+  struct ibv_sge add_sges[kMaxStreamWindow];
+  int nadds;
+  uint8_t busy[kMaxStreamWindow]; /* sender: slot awaits its send completion or FIN */
+  uint8_t* refbuf; /* receiver: each slot's expected bytes */
 };
 
 static void die(const char* fmt, ...) {
@@ -172,6 +192,15 @@ static void on_plain(struct side* s, int slot, uint32_t len) {
   const uint32_t app_ctx = (uint32_t)get_be(m + 4, 4);
   if (m[0] == IBV_TMH_NO_TAG && app_ctx == kCtrlReady && len >= kTmh + 4) {
     s->ready_round = (int)get_be(m + kTmh, 4);
+  } else if (m[0] == IBV_TMH_NO_TAG && app_ctx == kCtrlCredit && len >= kTmh + 8) {
+    const uint64_t c = get_be(m + kTmh, 8);
+    if (c > s->credit) s->credit = c;
+  } else if (s->o.stream && m[0] == IBV_TMH_FIN && len == kTmh + 16) {
+    const uint64_t k = get_be(m + 8, 8);
+    if (k >= s->sent || !s->busy[k % (uint64_t)s->o.window] || get_be(m + 28, 4) != s->o.max_size)
+      die("a FIN that names no outstanding rendezvous (tag %llu)", (unsigned long long)k);
+    s->busy[k % (uint64_t)s->o.window] = 0;
+    ++s->stream_fins;
   } else if (m[0] == IBV_TMH_FIN && len == kTmh + 16) {
     /* The FIN repeats the request's TMH and RVH (tag_matching.md). */
     const int i = (int)app_ctx;
@@ -211,6 +240,44 @@ static void on_tagged(struct side* s, int i, unsigned flags, uint32_t len, uint6
   s->bytes += want;
 }
 
+static void stream_queue_add(struct side* s);
+
+/* Stream mode's bytes: slot j holds pattern(0, j, .) (written once, kept in
+ * s->refbuf as the reference), the first 8 of them overwritten with the
+ * message's number, so each message differs from the last in its slot and
+ * a check is one memcmp. */
+static void stream_fill(uint8_t* d, size_t j, uint32_t n) {
+  for (size_t i = 0; i < n; ++i) d[i] = pattern(0, (int)j, i);
+}
+static void stream_stamp(uint8_t* d, uint64_t k, uint32_t n) {
+  uint8_t b[8];
+  put_be(b, k, 8);
+  memcpy(d, b, n < 8 ? n : 8);
+}
+static int stream_check(const struct side* s, const uint8_t* d, size_t j, uint64_t k) {
+  const uint32_t n = s->o.max_size, head = n < 8 ? n : 8;
+  uint8_t b[8];
+  put_be(b, k, 8);
+  return memcmp(d, b, head) || memcmp(d + head, s->refbuf + j * s->slot + head, n - head);
+}
+
+/* Stream mode: message k is tag k, recv_wr_id k, slot k % window. */
+static void on_stream_tagged(struct side* s, uint64_t k, unsigned flags, uint32_t len, uint64_t tag) {
+  if (k >= s->posted) die("a tagged completion for message %llu, not posted", (unsigned long long)k);
+  if ((flags & IBV_WC_TM_MATCH) && tag != k)
+    die("message %llu matched tag %llu", (unsigned long long)k, (unsigned long long)tag);
+  if (!(flags & IBV_WC_TM_DATA_VALID)) return;
+  if (k != s->messages) die("message %llu completed before %llu", (unsigned long long)k, (unsigned long long)s->messages);
+  if (len != s->o.max_size) die("message %llu: %u bytes", (unsigned long long)k, len);
+  const size_t j = (size_t)(k % (uint64_t)s->o.window);
+  uint8_t* d = s->recvbuf + j * s->slot;
+  if (stream_check(s, d, j, k)) die("message %llu: its bytes differ", (unsigned long long)k);
+  memset(d, 0, 8); /* the next message in this slot must write its number again */
+  ++s->messages;
+  s->bytes += len;
+  if (s->posted < s->o.stream) stream_queue_add(s);
+}
+
 static void poll_some(struct side* s) {
   struct ibv_poll_cq_attr attr = {0};
   int rc = ibv_start_poll(s->cq, &attr);
@@ -227,12 +294,20 @@ static void poll_some(struct side* s) {
     struct ibv_wc_tm_info tm = {0};
     ibv_wc_read_tm_info(c, &tm);
     switch (op) {
-      case IBV_WC_SEND: ++s->sends_done; break;
+      case IBV_WC_SEND:
+        ++s->sends_done;
+        if (s->o.stream && c->wr_id) { /* an eager message's buffer is free once sent */
+          const uint64_t k = c->wr_id - 1;
+          ++s->completed;
+          if (s->o.max_size < s->o.threshold) s->busy[k % (uint64_t)s->o.window] = 0;
+        }
+        break;
       case IBV_WC_TM_ADD: ++s->adds_done; break;
       case IBV_WC_TM_NO_TAG: on_plain(s, (int)(c->wr_id & ~(uint64_t)kPlainFlag), len); break;
       case IBV_WC_TM_RECV:
         if (c->wr_id & kPlainFlag) die("an unexpected tagged message (tag 0x%llx)", (unsigned long long)tm.tag);
-        on_tagged(s, (int)c->wr_id, flags, len, tm.tag);
+        if (s->o.stream) on_stream_tagged(s, c->wr_id, flags, len, tm.tag);
+        else on_tagged(s, (int)c->wr_id, flags, len, tm.tag);
         break;
       default: die("completion opcode %d", op);
     }
@@ -265,7 +340,7 @@ static void receive_batch(struct side* s) {
   put_be(s->ctrlbuf + kTmh, (uint32_t)s->round, 4);
   s->sends_done = 0;
   post_send(s, 0, s->ctrlbuf, kTmh + 4, s->ctrl_mr);
-  WAIT_FOR(s, s->data_done == w && s->sends_done == 1);
+  WAIT_FOR(s, s->data_done == w && s->sends_done == 1u);
 }
 
 static void send_batch(struct side* s) {
@@ -296,7 +371,92 @@ static void send_batch(struct side* s) {
       ++s->rndv;
     }
   }
-  WAIT_FOR(s, s->sends_done == w && s->fins == rndv);
+  WAIT_FOR(s, s->sends_done == (uint64_t)w && s->fins == rndv);
+}
+
+/* ---- stream mode (-B) ----------------------------------------------------- */
+
+/* Queues the TAG_ADD of the next message; a batch goes in one
+ * ibv_post_srq_ops call (its last op signaled, which retires the others),
+ * then a credit message grants it. */
+static void stream_flush_adds(struct side* s) {
+  if (!s->nadds) return;
+  for (int j = 0; j < s->nadds; ++j) s->adds[j].next = j + 1 < s->nadds ? &s->adds[j + 1] : NULL;
+  s->adds[s->nadds - 1].flags = IBV_OPS_SIGNALED;
+  struct ibv_ops_wr* bad;
+  if (ibv_post_srq_ops(s->srq, s->adds, &bad)) die("ibv_post_srq_ops: %s", strerror(errno));
+  s->nadds = 0;
+  const uint64_t granted = s->posted; /* tags queued while we wait go in the next batch */
+  WAIT_FOR(s, s->sends_done == s->credits_sent); /* the credit buffer is free */
+  write_tmh(s->ctrlbuf, IBV_TMH_NO_TAG, kCtrlCredit, 0);
+  put_be(s->ctrlbuf + kTmh, granted, 8);
+  ++s->credits_sent;
+  post_send(s, 0, s->ctrlbuf, kTmh + 8, s->ctrl_mr);
+}
+
+static void stream_queue_add(struct side* s) {
+  const uint64_t k = s->posted++;
+  const int j = s->nadds++;
+  struct ibv_ops_wr* op = &s->adds[j];
+  memset(op, 0, sizeof(*op));
+  s->add_sges[j].addr = (uintptr_t)(s->recvbuf + (size_t)(k % (uint64_t)s->o.window) * s->slot);
+  s->add_sges[j].length = (uint32_t)s->slot;
+  s->add_sges[j].lkey = s->recv_mr->lkey;
+  op->wr_id = k;
+  op->opcode = IBV_WR_TAG_ADD;
+  op->tm.add.recv_wr_id = k;
+  op->tm.add.sg_list = &s->add_sges[j];
+  op->tm.add.num_sge = 1;
+  op->tm.add.tag = k;
+  op->tm.add.mask = ~0ull;
+}
+
+static void stream_receive(struct side* s) {
+  const int batch = s->o.window >= 8 ? s->o.window / 4 : 1;
+  s->refbuf = malloc(s->slot * (size_t)s->o.window);
+  if (!s->refbuf) die("out of memory");
+  for (int j = 0; j < s->o.window; ++j) stream_fill(s->refbuf + (size_t)j * s->slot, (size_t)j, s->o.max_size);
+  while (s->posted < s->o.stream && s->posted < (uint64_t)s->o.window) stream_queue_add(s);
+  stream_flush_adds(s);
+  while (s->messages < s->o.stream) {
+    poll_some(s);
+    if (s->nadds >= batch || (s->nadds && s->posted == s->o.stream)) stream_flush_adds(s);
+  }
+  WAIT_FOR(s, s->sends_done == s->credits_sent);
+}
+
+static void stream_send(struct side* s) {
+  const int w = s->o.window;
+  const uint32_t n = s->o.max_size;
+  const int rndv = n >= s->o.threshold;
+  for (int j = 0; j < w; ++j) stream_fill(s->sendbuf + (size_t)j * s->slot + (rndv ? 0 : kTmh), (size_t)j, n);
+  while (s->sent < s->o.stream || s->sends_done < s->o.stream || (rndv && s->stream_fins < s->o.stream)) {
+    while (s->sent < s->o.stream && s->sent < s->credit && !s->busy[s->sent % (uint64_t)w] &&
+           s->sent - s->sends_done < (uint64_t)w) {
+      const uint64_t k = s->sent++;
+      uint8_t* slot = s->sendbuf + (size_t)(k % (uint64_t)w) * s->slot;
+      s->busy[k % (uint64_t)w] = 1;
+      if (!rndv) {
+        write_tmh(slot, IBV_TMH_EAGER, 0, k);
+        stream_stamp(slot + kTmh, k, n);
+        post_send(s, 1 + k, slot, kTmh + n, s->send_mr);
+      } else {
+        uint8_t* hdr = s->ctrlbuf + 64 + (size_t)(k % (uint64_t)w) * kRndvReq;
+        stream_stamp(slot, k, n);
+        memset(hdr, 0, kRndvReq);
+        write_tmh(hdr, IBV_TMH_RNDV, 0, k);
+        put_be(hdr + 16, (uintptr_t)slot, 8);
+        put_be(hdr + 24, s->send_mr->rkey, 4);
+        put_be(hdr + 28, n, 4);
+        post_send(s, 1 + k, hdr, kRndvReq, s->ctrl_mr);
+      }
+    }
+    poll_some(s);
+  }
+  s->messages = s->o.stream;
+  s->bytes = s->o.stream * n;
+  if (rndv) s->rndv = s->o.stream;
+  else s->eager = s->o.stream;
 }
 
 /* ---- set-up ------------------------------------------------------------- */
@@ -390,7 +550,7 @@ static void create_objects(struct side* s) {
   sa.pd = s->pd;
   sa.cq = ibv_cq_ex_to_cq(s->cq);
   sa.tm_cap.max_num_tags = (uint32_t)w;
-  sa.tm_cap.max_ops = 2 * (uint32_t)w;
+  sa.tm_cap.max_ops = 2 * (uint32_t)w + 2;
   s->srq = ibv_create_srq_ex(s->ctx, &sa);
   if (!s->srq) die("ibv_create_srq_ex (TM): %s", strerror(errno));
   struct ibv_qp_init_attr qa = {0};
@@ -449,8 +609,9 @@ static void connect_qp(struct side* s, const struct peer* me, const struct peer*
 static void usage(void) {
   fprintf(stderr,
           "usage: uroce-tag-pingpong [-d DEV] [-p PORT] [-g GID_INDEX] [-n ROUNDS] [-w WINDOW]\n"
-          "                          [-t EAGER_THRESHOLD] [-s MAX_SIZE] [-m MTU] [SERVER]\n"
-          "Without SERVER it waits for a client on PORT (default 18600).\n");
+          "                          [-t EAGER_THRESHOLD] [-s MAX_SIZE] [-m MTU] [-B COUNT] [SERVER]\n"
+          "Without SERVER it waits for a client on PORT (default 18600). -B streams COUNT\n"
+          "messages of MAX_SIZE bytes from the client to the server instead of the ping-pong.\n");
   exit(2);
 }
 
@@ -465,13 +626,15 @@ int main(int argc, char** argv) {
   s.o.mtu = IBV_MTU_1024;
   s.ready_round = -1;
   int c;
-  while ((c = getopt(argc, argv, "d:p:g:n:w:t:s:m:h")) != -1) {
+  int window_set = 0;
+  while ((c = getopt(argc, argv, "d:p:g:n:w:t:s:m:B:h")) != -1) {
     switch (c) {
       case 'd': s.o.dev = optarg; break;
       case 'p': s.o.port = atoi(optarg); break;
       case 'g': s.o.gid_index = atoi(optarg); break;
       case 'n': s.o.rounds = atoi(optarg); break;
-      case 'w': s.o.window = atoi(optarg); break;
+      case 'w': s.o.window = atoi(optarg); window_set = 1; break;
+      case 'B': s.o.stream = strtoull(optarg, NULL, 0); break;
       case 't': s.o.threshold = (uint32_t)strtoul(optarg, NULL, 0); break;
       case 's': s.o.max_size = (uint32_t)strtoul(optarg, NULL, 0); break;
       case 'm': {
@@ -484,7 +647,10 @@ int main(int argc, char** argv) {
     }
   }
   if (optind < argc) s.o.server = argv[optind];
-  if (s.o.window < 1 || s.o.window > kMaxWindow || s.o.rounds < 1 || s.o.max_size < 1) usage();
+  if (s.o.stream && !window_set) s.o.window = s.o.max_size < s.o.threshold ? 128 : 8;
+  if (s.o.window < 1 || s.o.window > (s.o.stream ? kMaxStreamWindow : kMaxWindow) || s.o.rounds < 1 ||
+      s.o.max_size < 1)
+    usage();
   setvbuf(stdout, NULL, _IOLBF, 0);
 
   open_device(&s);
@@ -505,17 +671,28 @@ int main(int argc, char** argv) {
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);
   const int first_sender = s.o.server ? 1 : 0; /* the client sends in even rounds */
-  for (s.round = 0; s.round < s.o.rounds; ++s.round) {
-    if ((s.round & 1) != first_sender) send_batch(&s);
-    else receive_batch(&s);
+  if (s.o.stream) {
+    if (s.o.server) stream_send(&s);
+    else stream_receive(&s);
+  } else {
+    for (s.round = 0; s.round < s.o.rounds; ++s.round) {
+      if ((s.round & 1) != first_sender) send_batch(&s);
+      else receive_batch(&s);
+    }
   }
   clock_gettime(CLOCK_MONOTONIC, &t1);
   exchange(fd, &go, &peer_go, 1); /* neither side leaves while the other still works */
   close(fd);
   const double secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
-  printf("%d iters: received %llu tagged messages (%llu bytes, data checked); sent %llu eager, %llu rendezvous; %.3f s\n",
-         s.o.rounds, (unsigned long long)s.messages, (unsigned long long)s.bytes,
-         (unsigned long long)s.eager, (unsigned long long)s.rndv, secs);
+  if (s.o.stream)
+    printf("stream: %s %llu %s messages of %u bytes in %.3f s: %.0f msg/s, %.1f MiB/s (data checked)\n",
+           s.o.server ? "sent" : "received", (unsigned long long)s.messages,
+           s.o.max_size < s.o.threshold ? "eager" : "rendezvous", s.o.max_size, secs,
+           (double)s.messages / secs, (double)s.bytes / secs / (1024.0 * 1024.0));
+  else
+    printf("%d iters: received %llu tagged messages (%llu bytes, data checked); sent %llu eager, %llu rendezvous; %.3f s\n",
+           s.o.rounds, (unsigned long long)s.messages, (unsigned long long)s.bytes,
+           (unsigned long long)s.eager, (unsigned long long)s.rndv, secs);
 
   ibv_destroy_qp(s.qp);
   ibv_destroy_srq(s.srq);
@@ -530,5 +707,6 @@ int main(int argc, char** argv) {
   free(s.recvbuf);
   free(s.plainbuf);
   free(s.ctrlbuf);
+  free(s.refbuf);
   return 0;
 }

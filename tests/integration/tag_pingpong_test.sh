@@ -13,6 +13,13 @@ start_engine uroce0 >/dev/null
 port=$((19600 + $$ % 300))
 run_pair --label tag_pingpong 60 "$prog" -p "$port" -n 16 -- "$prog" -p "$port" -n 16 127.0.0.1
 cat "$RUN_PAIR_CLIENT_LOG"
+# Its stream mode (-B): eager 64 B and rendezvous 1 MiB, one way.
+run_pair --label tag_stream_eager 60 "$prog" -p "$((port + 1))" -B 5000 -s 64 -- \
+  "$prog" -p "$((port + 1))" -B 5000 -s 64 127.0.0.1
+cat "$RUN_PAIR_SERVER_LOG"
+run_pair --label tag_stream_rndv 60 "$prog" -p "$((port + 2))" -B 100 -s 1048576 -w 16 -- \
+  "$prog" -p "$((port + 2))" -B 100 -s 1048576 -w 16 127.0.0.1
+cat "$RUN_PAIR_SERVER_LOG"
 stats=$(uroce stats --name uroce0)
 for c in tm_matched tm_rndv_reads tm_no_tag; do
   if ! grep -qE "^ *$c [1-9]" <<<"$stats"; then
