@@ -527,8 +527,9 @@ class Bench:
         per second against ib_send_bw --use-srq 64 B, rendezvous 1 MiB
         bandwidth against ib_read_bw 1 MiB (issue 10)."""
         tm = self.results["tag_matching"] = {}
-        if not os.access(self.tag_bin, os.X_OK):
-            self.error("tag matching: %s is not built" % self.tag_bin)
+        if not os.access(self.tag_bin, os.X_OK):  # an example of the build tree, not installed
+            tm["skipped"] = "%s not built" % self.tag_bin
+            self.log("tag matching skipped: %s" % tm["skipped"])
             return
         runs = (("send_bw_srq_64b", lambda: self.perftest("ib_send_bw", 64, self.iterations("ib_send_bw", 64),
                                                           extra=["--use-srq"])),
