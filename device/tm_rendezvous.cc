@@ -93,8 +93,8 @@ bool tm_rndv_start(Device& dev, Qp& qp) {
   w.num_sge = std::min<uint32_t>(r.num_sge, kTmMaxSge);
   w.remote_addr = r.rndv_va;
   w.rkey = r.rndv_rkey;
-  // The SGE as the responder translated it (owner addresses), cut to the
-  // READ's length: the RVH length fits the buffer (checked at the match).
+  // The SGE as the responder translated it (owner addresses); the RVH
+  // length fits it (checked at the match).
   std::memcpy(wqe_sges(qp, index), r.sge.data(), w.num_sge * sizeof(abi::Sge));
   const Tmh tmh{IBV_TMH_RNDV, r.tm_priv, r.tm_tag};
   write_fin(fin_bytes(qp, index), tmh, Rvh{r.rndv_va, r.rndv_rkey, r.rndv_len});
@@ -109,10 +109,14 @@ bool tm_rndv_start(Device& dev, Qp& qp) {
 
 void tm_internal_done(Device& dev, Qp& qp, uint32_t index, uint32_t status) {
   const SendWqeState& st = wqe_state(qp, index);
-  // A FIN reports nothing: the data was reported before it left. If it
-  // fails, the caller fails the QP (a FIN the peer cannot take: RNR retries
-  // exceeded, its QP gone).
-  if (st.internal != InternalWork::kRndvRead) return;
+  if (st.internal != InternalWork::kRndvRead) {
+    // A FIN has no completion of its own: its data was reported before it
+    // left. One that fails (the peer's RNR retries exceeded, its QP gone)
+    // fails the QP (the caller does) with no completion to say why: the
+    // owner gets an affiliated event instead (IBA 11.6.3.1).
+    if (status != IBV_WC_SUCCESS) dev.post_qp_event(qp, IBV_EVENT_QP_FATAL);
+    return;
+  }
   const abi::SendWqe& w = wqe_at(qp, index);
   const uint64_t wr_id = w.wr_id;
   const uint32_t handle = st.tm_handle, len = uint32_t(st.length);
@@ -135,6 +139,7 @@ void tm_internal_flushed(Device& dev, Qp& qp, uint32_t index) {
   complete_tagged(dev, qp, wqe_at(qp, index).wr_id, st.tm_handle, IBV_WC_WR_FLUSH_ERR, 0, 0);
 }
 
+// Only as the send sequence is reset (RESET) or goes with its QP.
 void tm_internal_drop(Device& dev, Qp& qp) {
   if (qp.resp_recv_valid && qp.resp_recv.tm_matched) {  // a tagged buffer mid-message
     complete_tagged(dev, qp, qp.resp_recv.wr_id, qp.resp_recv.tm_handle, IBV_WC_WR_FLUSH_ERR, 0, 0);

@@ -73,8 +73,9 @@ class TmResponderTest : public PairFixture {
   // A's SEND of a rendezvous request for `len` bytes of A's buffer at
   // `off`: TMH(RNDV, tag, app_ctx) + RVH(va, rkey, len), 64 bytes as pyverbs
   // sends it. A has a receive posted for the FIN.
-  void send_rndv(uint64_t tag, uint32_t off, uint32_t len, uint32_t rkey, uint32_t app_ctx = 0x5151) {
-    post_recv(A(), 900, {sge(a(kFinRecv), 64, a_key_)});
+  void send_rndv(uint64_t tag, uint32_t off, uint32_t len, uint32_t rkey, uint32_t app_ctx = 0x5151,
+                 bool fin_recv = true) {
+    if (fin_recv) post_recv(A(), 900, {sge(a(kFinRecv), 64, a_key_)});
     uint8_t* h = a(kReqOff);
     std::memset(h, 0, 64);
     h[0] = IBV_TMH_RNDV;
@@ -162,6 +163,33 @@ TEST_F(TmResponderTest, RendezvousSurvivesALostReadRequestResponseAndFin) {
   EXPECT_TRUE(drain_cq(dev_, b_scq_).empty());
   EXPECT_EQ(B().sq_internal, 0u) << "the device's work all completed";
   EXPECT_GE(counters().retransmits, 3u);
+}
+
+// A FIN the peer cannot take (no receive posted, RNR retries exceeded) fails
+// the QP with no completion to tell of it: the owner gets IBV_EVENT_QP_FATAL.
+TEST_F(TmResponderTest, AFinThePeerNeverTakesFailsTheQpWithAnEvent) {
+  Pipe p;
+  owner_.async_fd = p.wr;
+  abi::QpAttr a = default_attr();
+  a.rnr_retry = 1;
+  ASSERT_EQ(to_state(b_, IBV_QPS_RESET), 0);
+  connect(b_, a_, a, 2000, kPsn);
+  B().cookie = 0xb0b;
+  add(7, 77, 8192);
+  send_rndv(7, 0, 2048, a_key_, 0, /*fin_recv=*/false);
+  for (int i = 0; i < 20 && B().state != IBV_QPS_ERR; ++i) ASSERT_TRUE(advance(1'000'000));
+  EXPECT_EQ(B().state, IBV_QPS_ERR);
+  auto tm = drain_cq(dev_, tm_cq_);
+  ASSERT_EQ(tm.size(), 2u);
+  EXPECT_EQ(tm[1].wc_flags, uint32_t(IBV_WC_TM_DATA_VALID)) << "the data was in before the FIN went";
+  EXPECT_TRUE(drain_cq(dev_, b_scq_).empty());
+  bool fatal = false;
+  for (const abi::AsyncEventRecord& e : p.read_all<abi::AsyncEventRecord>())
+    fatal |= e.event_type == IBV_EVENT_QP_FATAL && e.cookie == 0xb0b;
+  EXPECT_TRUE(fatal);
+  EXPECT_GE(counters().rnr_retry_exceeded, 1u);
+  owner_.async_fd = -1;
+  close(p.wr);
 }
 
 TEST_F(TmResponderTest, RendezvousRunsBesideAFullUserSendQueue) {
