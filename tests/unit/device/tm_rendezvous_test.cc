@@ -1,0 +1,206 @@
+// Protocol tests of the rendezvous offload (device/tm_rendezvous.cc): A
+// sends a real RNDV request (TMH + RVH naming A's buffer) to B on a TM-SRQ;
+// B's device READs the data into the tagged buffer on B's own send queue and
+// sends the FIN back (SEMANTICS 3.7). Frames are lost, QPs fail, and the
+// tagged buffer still ends exactly once, its tag free again.
+#include "device/tm_fixture.h"
+
+namespace uroce::device {
+namespace {
+
+using TmRendezvousTest = TmFixture;
+
+TEST_F(TmRendezvousTest, RendezvousReadsIntoTheTaggedBufferThenSendsTheFin) {
+  add(7, 77, 8192);
+  ASSERT_EQ(last_ops_.err, 0);
+  send_rndv(7, 4096, 3000, a_key_);  // three READ responses at path MTU 1024
+  ASSERT_TRUE(run());
+  auto tm = drain_cq(dev_, tm_cq_);
+  ASSERT_EQ(tm.size(), 2u);
+  EXPECT_EQ(tm[0].opcode, uint32_t(IBV_WC_TM_RECV));
+  EXPECT_EQ(tm[0].wc_flags, uint32_t(IBV_WC_TM_MATCH));
+  EXPECT_EQ(tm[0].wr_id, 77u);
+  EXPECT_EQ(tm[0].tm_tag, 7u);
+  EXPECT_EQ(tm[0].tm_priv, 0x5151u);
+  EXPECT_EQ(tm[1].status, uint32_t(IBV_WC_SUCCESS));
+  EXPECT_EQ(tm[1].opcode, uint32_t(IBV_WC_TM_RECV));
+  EXPECT_EQ(tm[1].wc_flags, uint32_t(IBV_WC_TM_DATA_VALID));
+  EXPECT_EQ(tm[1].wr_id, 77u);
+  EXPECT_EQ(tm[1].tm_tag, 0u);
+  EXPECT_EQ(tm[1].byte_len, 3000u);
+  EXPECT_EQ(std::memcmp(b(0), a(4096), 3000), 0);
+  // The FIN: TMH and RVH of the request, opcode FIN, on A's receive queue.
+  auto fin = drain_cq(dev_, a_rcq_);
+  ASSERT_EQ(fin.size(), 1u);
+  EXPECT_EQ(fin[0].status, uint32_t(IBV_WC_SUCCESS));
+  EXPECT_EQ(fin[0].wr_id, 900u);
+  EXPECT_EQ(fin[0].byte_len, 32u);
+  EXPECT_EQ(a(kFinRecv)[0], IBV_TMH_FIN);
+  EXPECT_EQ(std::memcmp(a(kFinRecv) + 1, a(kReqOff) + 1, 31), 0);
+  EXPECT_EQ(drain_cq(dev_, a_scq_).size(), 1u) << "A's SEND";
+  EXPECT_TRUE(drain_cq(dev_, b_scq_).empty()) << "the device's READ and FIN reach no user CQ";
+  EXPECT_EQ(counters().tm_rndv_reads, 1u);
+  add(8, 88, 64);
+  EXPECT_EQ(last_ops_.err, 0) << "the tag's handle is free again";
+}
+
+// The device's READ and FIN are retransmitted like any WQE: lose the first
+// READ request, the first READ response and the first FIN, and the ACK
+// timer brings each back.
+TEST_F(TmRendezvousTest, RendezvousSurvivesALostReadRequestResponseAndFin) {
+  add(7, 77, 8192);
+  send_rndv(7, 4096, 3000, a_key_);
+  bool lost_request = false, lost_response = false, lost_fin = false;
+  for (int i = 0; i < 200; ++i) {
+    const bool work = dev_.poll(now_);
+    for (net::Packet* p : DeviceTestPeer::take_in_flight(dev_)) {
+      ASSERT_EQ(net::parse_roce_packet(*p, p->checksummed), net::ParseError::kOk);
+      bool drop = false;
+      if (p->opcode == 0x0c && !lost_request) drop = lost_request = true;  // READ request
+      if (p->opcode == 0x0d && !lost_response) drop = lost_response = true;  // READ response FIRST
+      if (p->opcode == 0x04 && p->payload_len == 32 && p->payload()[0] == IBV_TMH_FIN && !lost_fin)
+        drop = lost_fin = true;
+      if (drop) DeviceTestPeer::drop(dev_, p);
+      else DeviceTestPeer::requeue(dev_, p);
+    }
+    if (!work && !DeviceTestPeer::in_flight(dev_)) now_ += 100'000'000;  // past the ACK timeout
+  }
+  EXPECT_TRUE(lost_request && lost_response && lost_fin);
+  ASSERT_TRUE(run());
+  auto tm = drain_cq(dev_, tm_cq_);
+  ASSERT_EQ(tm.size(), 2u);
+  EXPECT_EQ(tm[1].status, uint32_t(IBV_WC_SUCCESS));
+  EXPECT_EQ(tm[1].wc_flags, uint32_t(IBV_WC_TM_DATA_VALID));
+  EXPECT_EQ(std::memcmp(b(0), a(4096), 3000), 0);
+  auto fin = drain_cq(dev_, a_rcq_);
+  ASSERT_EQ(fin.size(), 1u) << "one FIN, however often it was sent";
+  EXPECT_EQ(fin[0].status, uint32_t(IBV_WC_SUCCESS));
+  EXPECT_TRUE(drain_cq(dev_, b_scq_).empty());
+  EXPECT_EQ(B().sq_internal, 0u) << "the device's work all completed";
+  EXPECT_GE(counters().retransmits, 3u);
+}
+
+// A FIN the peer cannot take (no receive posted, RNR retries exceeded) fails
+// the QP with no completion to tell of it: the owner gets IBV_EVENT_QP_FATAL.
+TEST_F(TmRendezvousTest, AFinThePeerNeverTakesFailsTheQpWithAnEvent) {
+  Pipe p;
+  owner_.async_fd = p.wr;
+  abi::QpAttr a = default_attr();
+  a.rnr_retry = 1;
+  ASSERT_EQ(to_state(b_, IBV_QPS_RESET), 0);
+  connect(b_, a_, a, 2000, kPsn);
+  B().cookie = 0xb0b;
+  add(7, 77, 8192);
+  send_rndv(7, 0, 2048, a_key_, 0, /*fin_recv=*/false);
+  for (int i = 0; i < 20 && B().state != IBV_QPS_ERR; ++i) ASSERT_TRUE(advance(1'000'000));
+  EXPECT_EQ(B().state, IBV_QPS_ERR);
+  auto tm = drain_cq(dev_, tm_cq_);
+  ASSERT_EQ(tm.size(), 2u);
+  EXPECT_EQ(tm[1].wc_flags, uint32_t(IBV_WC_TM_DATA_VALID)) << "the data was in before the FIN went";
+  EXPECT_TRUE(drain_cq(dev_, b_scq_).empty());
+  bool fatal = false;
+  for (const abi::AsyncEventRecord& e : p.read_all<abi::AsyncEventRecord>())
+    fatal |= e.event_type == IBV_EVENT_QP_FATAL && e.cookie == 0xb0b;
+  EXPECT_TRUE(fatal);
+  EXPECT_GE(counters().rnr_retry_exceeded, 1u);
+  owner_.async_fd = -1;
+  close(p.wr);
+}
+
+TEST_F(TmRendezvousTest, RendezvousRunsBesideAFullUserSendQueue) {
+  add(7, 77, 8192);
+  // B's ring is full of WRITEs to A when the request arrives.
+  const uint32_t depth = B().sq.size();
+  for (uint32_t i = 0; i < depth; ++i) {
+    abi::SendWqe w = wqe(IBV_WR_RDMA_WRITE, 500 + i);
+    w.remote_addr = a_addr(32 * 1024 + 64 * i);
+    w.rkey = a_key_;
+    post_send(B(), w, {sge(b(16 * 1024 + 64 * i), 64, b_key_)});
+  }
+  send_rndv(7, 0, 2048, a_key_);
+  ASSERT_TRUE(run());
+  auto tm = drain_cq(dev_, tm_cq_);
+  ASSERT_EQ(tm.size(), 2u);
+  EXPECT_EQ(tm[1].wc_flags, uint32_t(IBV_WC_TM_DATA_VALID));
+  EXPECT_EQ(std::memcmp(b(0), a(0), 2048), 0);
+  auto sends = drain_cq(dev_, b_scq_);
+  ASSERT_EQ(sends.size(), depth) << "exactly the user's WRITEs";
+  for (uint32_t i = 0; i < depth; ++i) {
+    EXPECT_EQ(sends[i].wr_id, 500u + i);
+    EXPECT_EQ(sends[i].status, uint32_t(IBV_WC_SUCCESS));
+  }
+  EXPECT_EQ(drain_cq(dev_, a_rcq_).size(), 1u) << "the FIN";
+}
+
+TEST_F(TmRendezvousTest, ABadRkeyInTheRvhFailsTheTaggedBufferWithTheReadsStatus) {
+  add(7, 77, 8192);
+  send_rndv(7, 0, 2048, a_key_ ^ 0x100);
+  ASSERT_TRUE(run());
+  auto tm = drain_cq(dev_, tm_cq_);
+  ASSERT_EQ(tm.size(), 2u);
+  EXPECT_EQ(tm[0].wc_flags, uint32_t(IBV_WC_TM_MATCH));
+  EXPECT_EQ(tm[1].status, uint32_t(IBV_WC_REM_ACCESS_ERR));
+  EXPECT_EQ(tm[1].opcode, uint32_t(IBV_WC_TM_RECV));
+  EXPECT_EQ(tm[1].wr_id, 77u);
+  EXPECT_EQ(B().state, IBV_QPS_ERR);
+  EXPECT_EQ(A().state, IBV_QPS_ERR) << "A's responder NAKed an invalid READ (class C)";
+  EXPECT_TRUE(drain_cq(dev_, b_scq_).empty());
+  EXPECT_EQ(counters().tm_rndv_errors, 1u);
+  add(8, 88, 64);
+  EXPECT_EQ(last_ops_.err, 0) << "the tag's handle is free again";
+}
+
+TEST_F(TmRendezvousTest, AQpInErrorWithItsReadOutstandingFlushesTheTaggedBuffer) {
+  add(7, 77, 8192);
+  send_rndv(7, 0, 2048, a_key_);
+  // Run until B's READ request is on the wire, and lose it.
+  bool read_sent = false;
+  for (int i = 0; i < 50 && !read_sent; ++i) {
+    dev_.poll(now_);
+    for (net::Packet* p : DeviceTestPeer::take_in_flight(dev_)) {
+      const bool read = net::parse_roce_packet(*p, p->checksummed) == net::ParseError::kOk &&
+                        p->opcode == 0x0c;  // RC RDMA READ request
+      read_sent |= read;
+      if (read) DeviceTestPeer::drop(dev_, p);
+      else DeviceTestPeer::requeue(dev_, p);
+    }
+  }
+  ASSERT_TRUE(read_sent);
+  abi::Cqe c = one_cqe(tm_cq_);
+  EXPECT_EQ(c.wc_flags, uint32_t(IBV_WC_TM_MATCH));
+  ASSERT_EQ(to_state(b_, IBV_QPS_ERR), 0);
+  ASSERT_TRUE(run());
+  c = one_cqe(tm_cq_);
+  EXPECT_EQ(c.status, uint32_t(IBV_WC_WR_FLUSH_ERR));
+  EXPECT_EQ(c.opcode, uint32_t(IBV_WC_TM_RECV));
+  EXPECT_EQ(c.wr_id, 77u);
+  EXPECT_TRUE(drain_cq(dev_, b_scq_).empty()) << "the device's READ is no user WQE";
+  add(8, 88, 64);
+  EXPECT_EQ(last_ops_.err, 0) << "the tag's handle is free again";
+}
+
+TEST_F(TmRendezvousTest, AQpDestroyedWithItsReadQueuedGivesTheBufferBack) {
+  // B only in RTR: its requester does not run, the READ waits in its queue.
+  abi::QpAttr a = default_attr();
+  a.qp_state = IBV_QPS_RESET;
+  ASSERT_EQ(modify(b_, IBV_QP_STATE, a), 0);
+  a.dest_qp_num = a_;
+  a.rq_psn = kPsn;
+  a.qp_state = IBV_QPS_INIT;
+  ASSERT_EQ(modify(b_, kRcInitMask, a), 0);
+  a.qp_state = IBV_QPS_RTR;
+  ASSERT_EQ(modify(b_, kRcRtrMask, a), 0);
+  add(7, 77, 8192);
+  send_rndv(7, 0, 2048, a_key_);
+  ASSERT_TRUE(run());
+  EXPECT_EQ(one_cqe(tm_cq_).wc_flags, uint32_t(IBV_WC_TM_MATCH));
+  ASSERT_EQ(dev_.destroy_qp(&owner_, b_), 0);
+  abi::Cqe c = one_cqe(tm_cq_);
+  EXPECT_EQ(c.status, uint32_t(IBV_WC_WR_FLUSH_ERR));
+  EXPECT_EQ(c.wr_id, 77u);
+  add(8, 88, 64);
+  EXPECT_EQ(last_ops_.err, 0) << "the tag's handle is free again";
+}
+
+}  // namespace
+}  // namespace uroce::device
