@@ -20,7 +20,18 @@ cat "$RUN_PAIR_SERVER_LOG"
 run_pair --label tag_stream_rndv 60 "$prog" -p "$((port + 2))" -B 100 -s 1048576 -w 16 -- \
   "$prog" -p "$((port + 2))" -B 100 -s 1048576 -w 16 127.0.0.1
 cat "$RUN_PAIR_SERVER_LOG"
+# Under loss, duplication and reordering (the engine's fault injector): the
+# device's READs and FINs are retransmitted like any WQE, every byte arrives.
+uroce fault --name uroce0 drop=0.02 duplicate=0.01 reorder=0.05 >/dev/null
+run_pair --label tag_pingpong_faults 90 "$prog" -p "$((port + 3))" -n 6 -s 65536 -- \
+  "$prog" -p "$((port + 3))" -n 6 -s 65536 127.0.0.1
+cat "$RUN_PAIR_CLIENT_LOG"
+uroce fault --name uroce0 >/dev/null
 stats=$(uroce stats --name uroce0)
+if ! grep -qE '^ *retransmits [1-9]' <<<"$stats"; then
+  echo "FAIL: no retransmission under the fault injector"
+  exit 1
+fi
 for c in tm_matched tm_rndv_reads tm_no_tag; do
   if ! grep -qE "^ *$c [1-9]" <<<"$stats"; then
     echo "FAIL: uroce stats counted no $c"

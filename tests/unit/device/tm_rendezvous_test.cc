@@ -107,6 +107,40 @@ TEST_F(TmRendezvousTest, AFinThePeerNeverTakesFailsTheQpWithAnEvent) {
   close(p.wr);
 }
 
+// Random loss over several rendezvous in a row (two READs and FINs in
+// flight at once, losses in a retransmission too): every one completes.
+TEST_F(TmRendezvousTest, RendezvousUnderRandomLossAllComplete) {
+  uint64_t seed = 12345;
+  auto coin = [&](uint32_t per_mille) {
+    seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+    return (seed >> 33) % 1000 < per_mille;
+  };
+  constexpr int kMessages = 6;
+  uint32_t handles_done = 0, data_done = 0;
+  for (int m = 0; m < kMessages; ++m) {
+    add(100 + m, 100 + m, 8192);
+    ASSERT_EQ(last_ops_.err, 0) << m;
+    send_rndv(100 + m, 8192 * (m % 4), 8000, a_key_);
+    for (int i = 0; i < 2000; ++i) {
+      const bool work = dev_.poll(now_);
+      for (net::Packet* p : DeviceTestPeer::take_in_flight(dev_)) {
+        if (coin(40)) DeviceTestPeer::drop(dev_, p);
+        else DeviceTestPeer::requeue(dev_, p);
+      }
+      if (!work && !DeviceTestPeer::in_flight(dev_)) now_ += 100'000'000;
+      for (const abi::Cqe& c : drain_cq(dev_, tm_cq_)) {
+        ASSERT_EQ(c.status, uint32_t(IBV_WC_SUCCESS)) << "message " << m << " wr_id " << c.wr_id;
+        if (c.wc_flags & IBV_WC_TM_DATA_VALID) ++data_done;
+      }
+      if (data_done == uint32_t(m + 1)) break;
+    }
+    ASSERT_EQ(data_done, uint32_t(m + 1)) << "message " << m << " never completed; B in state " << B().state;
+    ++handles_done;
+  }
+  EXPECT_EQ(B().state, IBV_QPS_RTS);
+  EXPECT_EQ(counters().retry_exceeded, 0u);
+}
+
 TEST_F(TmRendezvousTest, RendezvousRunsBesideAFullUserSendQueue) {
   add(7, 77, 8192);
   // B's ring is full of WRITEs to A when the request arrives.
