@@ -141,6 +141,74 @@ TEST_F(TmRendezvousTest, RendezvousUnderRandomLossAllComplete) {
   EXPECT_EQ(counters().retry_exceeded, 0u);
 }
 
+// A QP holds at most kTmRndvPerQp rendezvous reads of the device's: past
+// them a matched RNDV is left to software, as one whose buffer is short.
+TEST_F(TmRendezvousTest, PastKTmRndvPerQpReadsARendezvousIsLeftToSoftware) {
+  abi::CreateSrqRequest sr{};
+  sr.pd = pd_;
+  sr.cq = tm_cq_;
+  sr.srq_type = IBV_SRQT_TM;
+  sr.max_wr = 16;
+  sr.max_sge = 1;
+  sr.max_num_tags = 64;
+  sr.max_ops = 128;
+  auto srq2 = dev_.create_srq(&owner_, sr);
+  ASSERT_EQ(srq2.err, 0);
+  abi::QpCaps caps = default_caps();
+  caps.max_send_wr = 64;
+  const uint32_t c = create_qp(IBV_QPT_RC, a_scq_, a_rcq_, caps);
+  abi::CreateQpRequest q{};
+  q.pd = pd_;
+  q.send_cq = b_scq_;
+  q.recv_cq = b_rcq_;
+  q.srq = srq2.value;
+  q.qp_type = IBV_QPT_RC;
+  q.caps = default_caps();
+  auto d = dev_.create_qp(&owner_, q);
+  ASSERT_EQ(d.err, 0);
+  connect(c, d.value, default_attr(), 3000, 4000);
+  abi::QpAttr at = default_attr();  // D only to RTR: its requester waits, the reads queue
+  at.dest_qp_num = c;
+  at.rq_psn = 3000;
+  at.qp_state = IBV_QPS_INIT;
+  ASSERT_EQ(modify(d.value, kRcInitMask, at), 0);
+  at.qp_state = IBV_QPS_RTR;
+  ASSERT_EQ(modify(d.value, kRcRtrMask, at), 0);
+  const uint32_t n = kTmRndvPerQp + 1;
+  for (uint32_t i = 0; i < n; ++i) {
+    abi::SrqOp op{};
+    op.opcode = IBV_WR_TAG_ADD;
+    op.recv_wr_id = i;
+    op.tag = i;
+    op.mask = ~0ull;
+    op.num_sge = 1;
+    op.sge = {b_addr(1024 * i), 1024, b_key_};
+    uint32_t h;
+    ASSERT_EQ(dev_.post_srq_ops(&owner_, srq2.value, &op, 1, &h).err, 0);
+    uint8_t* hdr = a(40960 + 64 * i);
+    std::memset(hdr, 0, 64);
+    hdr[0] = IBV_TMH_RNDV;
+    store_be(hdr + 8, i, 8);
+    store_be(hdr + 16, a_addr(0), 8);
+    store_be(hdr + 24, a_key_, 4);
+    store_be(hdr + 28, 512, 4);
+    post_send(*dev_.qp(c), wqe(IBV_WR_SEND, i), {sge(hdr, 64, a_key_)});
+  }
+  ASSERT_TRUE(run());
+  auto tm = drain_cq(dev_, tm_cq_);
+  ASSERT_EQ(tm.size(), n);
+  for (uint32_t i = 0; i + 1 < n; ++i) {
+    EXPECT_EQ(tm[i].wr_id, i);
+    EXPECT_EQ(tm[i].wc_flags, uint32_t(IBV_WC_TM_MATCH)) << i;
+  }
+  EXPECT_EQ(tm[n - 1].wr_id, n - 1);
+  EXPECT_EQ(tm[n - 1].status, uint32_t(IBV_WC_TM_RNDV_INCOMPLETE));
+  EXPECT_EQ(tm[n - 1].wc_flags, uint32_t(IBV_WC_TM_MATCH | IBV_WC_TM_DATA_VALID));
+  EXPECT_EQ(std::memcmp(b(1024 * (n - 1)), a(40960 + 64 * (n - 1)), 64), 0) << "TMH + RVH for software";
+  EXPECT_EQ(counters().tm_rndv_reads, uint64_t(kTmRndvPerQp));
+  EXPECT_EQ(counters().tm_rndv_software, 1u);
+}
+
 TEST_F(TmRendezvousTest, RendezvousRunsBesideAFullUserSendQueue) {
   add(7, 77, 8192);
   // B's ring is full of WRITEs to A when the request arrives.
