@@ -60,6 +60,11 @@ constexpr HandleAttr destroyed(HandleAttr a) {
   a.destroys = true;
   return a;
 }
+// An operation on the whole engine: its owner and root only.
+constexpr Method engine_wide(Method m) {
+  m.engine_wide = true;
+  return m;
+}
 
 using Table = std::array<Method, size_t(CtlOp::kCount)>;
 
@@ -73,7 +78,7 @@ constexpr Table make_table() {
   at(CtlOp::kQueryDevice) = method("query_device", query_device, kNoBody, kNoFds);
   at(CtlOp::kQueryPort) = method("query_port", query_port, kNoBody, kNoFds);
   at(CtlOp::kSetPortState) =
-      method("set_port_state", set_port_state, exact<SetPortStateRequest>(), kNoFds);
+      engine_wide(method("set_port_state", set_port_state, exact<SetPortStateRequest>(), kNoFds));
 
   // PD and MR (methods_pd_mr.cc).
   at(CtlOp::kAllocPd) = method("alloc_pd", alloc_pd, kNoBody, kNoFds);
@@ -143,8 +148,10 @@ constexpr Table make_table() {
                                  destroyed(UROCE_HANDLE(HandleRequest, handle, kAh)));
 
   // The uroce command (methods_tools.cc).
-  at(CtlOp::kSetFault) = method("set_fault", set_fault, exact<SetFaultRequest>(), kNoFds);
-  at(CtlOp::kCapture) = method("capture", capture, exact<CaptureRequest>(), kNoFds);
+  // Fault injection and capture act on every client's traffic, and capture
+  // writes a file as the engine's user: engine-wide.
+  at(CtlOp::kSetFault) = engine_wide(method("set_fault", set_fault, exact<SetFaultRequest>(), kNoFds));
+  at(CtlOp::kCapture) = engine_wide(method("capture", capture, exact<CaptureRequest>(), kNoFds));
   at(CtlOp::kStatus) = method("status", status, kNoBody, kNoFds);
   at(CtlOp::kStats) = method("stats", stats, kNoBody, kNoFds);
   at(CtlOp::kReport) = method("report", report, exact<ReportRequest>(), kNoFds);

@@ -115,6 +115,9 @@ struct Method {
   uint8_t min_fds = 0, max_fds = 0;
   std::array<HandleAttr, 5> handles{};
   uint8_t num_handles = 0;
+  // It changes the engine for every client (fault injection, capture, the
+  // port state): its owner's and root's alone (emulator/access.h).
+  bool engine_wide = false;
 };
 
 // The method of an operation code, or nullptr.

@@ -114,6 +114,9 @@ std::optional<CtlReply> exchange(int fd, abi::CtlOp op, std::string_view body,
     if (n == static_cast<ssize_t>(request.size())) break;
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && errno == EAGAIN && wait_for(fd, POLLOUT, deadline)) continue;
+    // An engine that refuses this user answers and hangs up at once: its
+    // answer may be waiting although the request could not go out.
+    if (pollfd p{fd, POLLIN, 0}; ::poll(&p, 1, 0) == 1 && (p.revents & POLLIN)) break;
     *error = std::string("cannot send request: ") + std::strerror(n < 0 ? errno : EIO);
     return std::nullopt;
   }
@@ -194,7 +197,7 @@ std::optional<std::string> fetch_report(const std::string& socket_path, int time
                           deadline, timeout_ms, error);
     if (!reply) return std::nullopt;
     if (reply->status) {
-      *error = std::strerror(reply->status);
+      *error = reply->body.empty() ? std::strerror(reply->status) : reply->body;
       return std::nullopt;
     }
     abi::ReportReply head;
