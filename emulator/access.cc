@@ -63,7 +63,7 @@ std::string AccessPolicy::describe() const {
   if (all_users) return s + " and every user";
   std::vector<std::string> parts;
   if (!users.empty()) {
-    std::string u = "users";
+    std::string u = users.size() == 1 ? "user" : "users";
     for (size_t i = 0; i < users.size(); ++i) u += (i ? ", " : " ") + user_name(users[i]);
     parts.push_back(u);
   }

@@ -162,8 +162,12 @@ void Engine::refuse(SeqPacket::socket sock, const PeerCredentials* peer) {
   const abi::CtlReplyHeader hdr{EACCES, uint32_t(len)};
   std::memcpy(buf, &hdr, sizeof(hdr));
   std::memcpy(buf + sizeof(hdr), why.data(), len);
-  (void)::send(sock.native_handle(), buf, sizeof(hdr) + len, MSG_DONTWAIT | MSG_NOSIGNAL);
-  // Nothing it sent is read: fds it passed are closed with the socket.
+  const int fd = sock.native_handle();
+  (void)::send(fd, buf, sizeof(hdr) + len, MSG_DONTWAIT | MSG_NOSIGNAL);
+  // What it sent already is dropped unread (fds it passed are closed with
+  // it), so that the close does not turn into ECONNRESET ahead of the answer.
+  for (int i = 0; i < 4 && ::recv(fd, buf, sizeof(buf), MSG_DONTWAIT) >= 0; ++i) {
+  }
 }
 
 void Engine::accept_next() {
@@ -243,13 +247,17 @@ std::string Engine::status_text() const {
 }
 
 std::string Engine::stats_text() const {
+  // Right under the device's first line: a long report (a wire port, fault
+  // counters) is cut to fit one reply at its end.
+  std::string text = device_.stats_text();
   std::ostringstream os;
-  os << device_.stats_text();
 #define UROCE_ENGINE_COUNTER_LINE(name, desc) \
   os << "  " << #name << " " << counters_.name << "    # " << desc << '\n';
   UROCE_ENGINE_COUNTERS(UROCE_ENGINE_COUNTER_LINE)
 #undef UROCE_ENGINE_COUNTER_LINE
-  return os.str();
+  const size_t first_line = text.find('\n');
+  text.insert(first_line == std::string::npos ? text.size() : first_line + 1, os.str());
+  return text;
 }
 
 std::string Engine::report_json() const {

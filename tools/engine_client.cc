@@ -125,6 +125,7 @@ std::optional<CtlReply> exchange(int fd, abi::CtlOp op, std::string_view body,
   alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * abi::kMaxCtlFds)];
   ssize_t n;
   msghdr msg{};
+  bool reset_seen = false;
   for (;;) {
     if (!wait_for(fd, POLLIN, deadline)) {
       *error = "no reply within " + std::to_string(timeout_ms / 1000) + " s";
@@ -138,6 +139,12 @@ std::optional<CtlReply> exchange(int fd, abi::CtlOp op, std::string_view body,
     msg.msg_controllen = sizeof(control);
     n = ::recvmsg(fd, &msg, MSG_CMSG_CLOEXEC);
     if (n >= 0) break;
+    // An engine that hung up with the request unread (a refusal) reports
+    // ECONNRESET once, ahead of the answer it sent before.
+    if (errno == ECONNRESET && !reset_seen) {
+      reset_seen = true;
+      continue;
+    }
     if (errno != EINTR && errno != EAGAIN) {
       *error = std::string("cannot receive reply: ") + std::strerror(errno);
       return std::nullopt;

@@ -100,6 +100,9 @@ ssize_t Connection::receive(void* buf, size_t len, void* cbuf, size_t clen, msgh
   ssize_t n;
   do n = recvmsg(fd_, msg, MSG_CMSG_CLOEXEC | flags);
   while (n < 0 && errno == EINTR);
+  // An engine that hangs up with our request unread leaves ECONNRESET
+  // pending; it is reported once, ahead of the answer it sent before.
+  if (n < 0 && errno == ECONNRESET) n = recvmsg(fd_, msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
   return n;
 }
 
