@@ -24,10 +24,11 @@ constexpr Size kNoBody{0, SizeRule::kExact};
 
 struct Fds {
   uint8_t min, max;
+  FdKind kind = FdKind::kAny;
 };
 constexpr Fds kNoFds{0, 0};
-constexpr Fds fds_exactly(uint8_t n) { return {n, n}; }
-constexpr Fds fds_optional(uint8_t n) { return {0, n}; }
+constexpr Fds fds_exactly(uint8_t n, FdKind kind = FdKind::kAny) { return {n, n, kind}; }
+constexpr Fds fds_optional(uint8_t n, FdKind kind = FdKind::kAny) { return {0, n, kind}; }
 
 // A handle field of request struct S (a uint64_t).
 #define UROCE_HANDLE(S, field, obj_type, ...) \
@@ -35,7 +36,7 @@ constexpr Fds fds_optional(uint8_t n) { return {0, n}; }
 
 template <typename... A>
 constexpr Method method(const char* name, Handler handler, Size size, Fds fds, A... handles) {
-  Method m{name, handler, size.bytes, size.rule, fds.min, fds.max, {handles...}, uint8_t(sizeof...(A))};
+  Method m{name, handler, size.bytes, size.rule, fds.min, fds.max, fds.kind, {handles...}, uint8_t(sizeof...(A))};
   return m;
 }
 
@@ -74,7 +75,7 @@ constexpr Table make_table() {
   using namespace abi;
 
   // Connection, device and port (methods_device.cc).
-  at(CtlOp::kHello) = method("hello", hello, exact<HelloRequest>(), fds_exactly(1));  // async pipe
+  at(CtlOp::kHello) = method("hello", hello, exact<HelloRequest>(), fds_exactly(1, FdKind::kPipe));  // async pipe
   at(CtlOp::kQueryDevice) = method("query_device", query_device, kNoBody, kNoFds);
   at(CtlOp::kQueryPort) = method("query_port", query_port, kNoBody, kNoFds);
   at(CtlOp::kSetPortState) =
@@ -84,9 +85,9 @@ constexpr Table make_table() {
   at(CtlOp::kAllocPd) = method("alloc_pd", alloc_pd, kNoBody, kNoFds);
   at(CtlOp::kDeallocPd) = method("dealloc_pd", dealloc_pd, exact<HandleRequest>(), kNoFds,
                                  destroyed(UROCE_HANDLE(HandleRequest, handle, kPd)));
-  at(CtlOp::kRegMr) = method("reg_mr", reg_mr, exact<RegMrRequest>(), fds_optional(1),  // memfd
+  at(CtlOp::kRegMr) = method("reg_mr", reg_mr, exact<RegMrRequest>(), fds_optional(1, FdKind::kRegularFile),  // memfd
                              einval(UROCE_HANDLE(RegMrRequest, pd, kPd)));
-  at(CtlOp::kReregMr) = method("rereg_mr", rereg_mr, exact<ReregMrRequest>(), fds_optional(1),
+  at(CtlOp::kReregMr) = method("rereg_mr", rereg_mr, exact<ReregMrRequest>(), fds_optional(1, FdKind::kRegularFile),
                                UROCE_HANDLE(ReregMrRequest, handle, kMr),
                                einval(optional(UROCE_HANDLE(ReregMrRequest, pd, kPd))));
   at(CtlOp::kDeregMr) = method("dereg_mr", dereg_mr, exact<HandleRequest>(), kNoFds,
@@ -94,7 +95,7 @@ constexpr Table make_table() {
 
   // Completion channels and CQs (methods_cq.cc).
   at(CtlOp::kCreateCompChannel) =
-      method("create_comp_channel", create_comp_channel, kNoBody, fds_exactly(1));  // pipe
+      method("create_comp_channel", create_comp_channel, kNoBody, fds_exactly(1, FdKind::kPipe));  // pipe
   at(CtlOp::kDestroyCompChannel) =
       method("destroy_comp_channel", destroy_comp_channel, exact<HandleRequest>(), kNoFds,
              destroyed(UROCE_HANDLE(HandleRequest, handle, kCompChannel)));

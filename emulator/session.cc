@@ -4,6 +4,7 @@
 #include "emulator/session.h"
 
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -24,6 +25,13 @@ void close_fds(std::vector<int>& fds) {
   for (int fd : fds)
     if (fd >= 0) close(fd);
   fds.clear();
+}
+
+bool fd_is(int fd, FdKind kind) {
+  if (kind == FdKind::kAny) return true;
+  struct stat st;
+  if (fstat(fd, &st) != 0) return false;
+  return kind == FdKind::kPipe ? S_ISFIFO(st.st_mode) : S_ISREG(st.st_mode);
 }
 
 }  // namespace
@@ -148,6 +156,11 @@ Session::Verdict Session::dispatch(const abi::CtlRequestHeader& hdr, const uint8
     reply_text(EINVAL, std::string(m->name) + ": " + (size_ok ? "wrong number of fds" : "wrong size"));
     return Verdict::kJunk;
   }
+  for (int fd : fds)
+    if (!fd_is(fd, m->fd_kind)) {
+      reply_text(EINVAL, std::string(m->name) + ": an fd of the wrong kind");
+      return Verdict::kJunk;
+    }
   if (m->engine_wide && !engine_.access().may_administer(peer_)) {
     ++engine_.counters().engine_ops_refused;
     const uid_t owner = engine_.access().owner;

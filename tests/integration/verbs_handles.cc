@@ -165,7 +165,7 @@ struct Client {
 
 // Junk on the control socket (issue 14): every message a provider never
 // sends (cut short, a header whose length is not the message's, an unknown
-// operation, a body of the wrong size, the wrong number of fds) gets its
+// operation, a body of the wrong size, the wrong number or kind of fds) gets its
 // errno as the reply, then the engine hangs up: the session ends, its
 // objects are reclaimed, its fds are closed, and `uroce stats` counts it.
 TEST(ControlMessages, JunkGetsItsErrnoThenTheClientIsDisconnected) {
@@ -193,6 +193,23 @@ TEST(ControlMessages, JunkGetsItsErrnoThenTheClientIsDisconnected) {
          abi::RegMrRequest reg{};
          const int two[2] = {p.w, p.w};
          return c.call(op(abi::CtlOp::kRegMr), &reg, sizeof(reg), two, 2);
+       },
+       EINVAL},
+      {"a pipe where a memfd goes",
+       [&](RawControl& c, Pipe& p) {
+         abi::RegMrRequest reg{};
+         return c.call(op(abi::CtlOp::kRegMr), &reg, sizeof(reg), &p.w, 1);
+       },
+       EINVAL},
+      {"a socket where a completion channel's pipe goes",
+       [&](RawControl& c, Pipe& p) {
+         int sv[2];
+         if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) return -2;
+         const int st = c.call(op(abi::CtlOp::kCreateCompChannel), nullptr, 0, &sv[0], 1);
+         close(sv[0]);
+         close(sv[1]);
+         (void)p;
+         return st;
        },
        EINVAL},
       {"operation 0", [&](RawControl& c, Pipe&) { return c.call(0, nullptr, 0); }, EOPNOTSUPP},
