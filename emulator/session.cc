@@ -136,9 +136,10 @@ bool Session::reply(int status, const void* body, size_t len, const int* fds, si
   }
   // A provider reads each reply before it sends its next request, so the
   // socket holds at most one: a reply that does not fit belongs to a client
-  // flooding the engine with requests (or one gone), never to a waiting one.
+  // flooding the engine with requests, never to a waiting one. (A client
+  // gone meanwhile is no flood: its hang-up ends the session next.)
   const bool sent = sendmsg(socket_.native_handle(), &msg, MSG_DONTWAIT | MSG_NOSIGNAL) >= 0;
-  if (!sent) reply_failed_ = true;
+  if (!sent && (errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS)) reply_failed_ = true;
   return sent;
 }
 

@@ -53,8 +53,6 @@ void to_wc(const abi::Cqe& e, ibv_wc* wc) {
   wc->dlid_path_bits = e.dlid_path_bits;
 }
 
-// ---- ibv_cq_ex reader -----------------------------------------------------
-
 uint64_t monotonic_ns() {
   timespec now;
   clock_gettime(CLOCK_MONOTONIC, &now);
@@ -76,6 +74,8 @@ bool engine_is_gone(UContext* ctx, uint64_t now_ns) {
   if (p.fd >= 0 && poll(&p, 1, 0) == 1 && (p.revents & (POLLHUP | POLLRDHUP | POLLERR))) ctx->engine_gone = true;
   return ctx->engine_gone;
 }
+
+// ---- ibv_cq_ex reader -----------------------------------------------------
 
 int take_current(UCq* cq) {
   const abi::Cqe* e = peek(cq);
