@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <string>
 
 #include "tests/integration/verbs_fixture.h"
 
@@ -169,7 +170,7 @@ TEST_F(Isolation, XrcdThroughAnOPathFdIsEbadf) {
   const int file = mkstemp(path);
   ASSERT_GE(file, 0);
   close(file);
-  defer([&path] { unlink(path); });
+  defer([name = std::string(path)] { unlink(name.c_str()); });
   const int fd = open(path, O_PATH | O_CLOEXEC);
   ASSERT_GE(fd, 0);
   defer([fd] { close(fd); });
