@@ -240,9 +240,11 @@ std::string Engine::status_text() const {
   const int cpu = shared_ ? shared_->polling_cpu.load(std::memory_order_relaxed) : -1;
   if (cpu >= 0) os << "engine: polling on CPU " << cpu << '\n';
   else os << "engine: polling on any CPU\n";
+  os << "engine: admits " << config_.access.describe() << '\n';
   os << "clients: " << sessions_.size() << '\n';
   for (const auto& [raw, s] : sessions_)
-    os << "  pid " << s->owner().mem.pid() << " " << s->owner().comm << '\n';
+    os << "  pid " << s->owner().mem.pid() << " " << s->owner().comm << " (" << user_name(s->peer().uid)
+       << ")\n";
   return os.str();
 }
 
@@ -267,10 +269,10 @@ std::string Engine::report_json() const {
   UROCE_ENGINE_COUNTERS(UROCE_ENGINE_COUNTER_JSON)
 #undef UROCE_ENGINE_COUNTER_JSON
   const int cpu = shared_ ? shared_->polling_cpu.load(std::memory_order_relaxed) : -1;
-  j["engine"] = {{"pid", int(getpid())}, {"polling_cpu", cpu}};
+  j["engine"] = {{"pid", int(getpid())}, {"polling_cpu", cpu}, {"admits", config_.access.describe()}};
   nlohmann::json clients = nlohmann::json::array();
   for (const auto& [raw, s] : sessions_)
-    clients.push_back({{"pid", int(s->owner().mem.pid())}, {"comm", s->owner().comm}});
+    clients.push_back({{"pid", int(s->owner().mem.pid())}, {"comm", s->owner().comm}, {"uid", s->peer().uid}});
   j["clients"] = clients;
   j["time_ns"] = monotonic_ns();
   return j.dump();

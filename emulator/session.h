@@ -27,6 +27,7 @@ class Session {
   ~Session();
   void start();
   const device::Owner& owner() const { return owner_; }
+  const PeerCredentials& peer() const { return peer_; }
   void post_port_event(uint32_t type) { owner_.post_async(type, 1 /* port_num */); }
 
  private:

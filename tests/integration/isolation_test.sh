@@ -124,7 +124,10 @@ refused=$(counter clients_refused)
 echo "ok: --users nobody admits nobody (ibv_rc_pingpong), refuses uid 12345 ($((refused - refused_before)) refusals counted)"
 
 # An admitted user may look, but not change the engine.
-as_nobody timeout 30 "$UROCE_BIN" status >/dev/null || fail "nobody: uroce status"
+as_nobody timeout 30 "$UROCE_BIN" status >"$UROCE_LOG_DIR/status.log" || fail "nobody: uroce status"
+grep -q 'engine: admits its owner (root) and user nobody' "$UROCE_LOG_DIR/status.log" &&
+  grep -qE 'pid [0-9]+ uroce \(nobody\)' "$UROCE_LOG_DIR/status.log" ||
+  { cat "$UROCE_LOG_DIR/status.log"; fail "uroce status does not say whom the engine admits and who is connected"; }
 as_nobody timeout 30 "$UROCE_BIN" stats >/dev/null || fail "nobody: uroce stats"
 ops_before=$(counter engine_ops_refused)
 for cmd in "fault drop=0.5" "capture -w /tmp/uroce-isolation-$$.pcap --count 1" "port down"; do
