@@ -22,6 +22,8 @@ struct SendWqeState {
   uint32_t status = IBV_WC_SUCCESS;
   bool is_rd_atomic = false;
   bool started = false;    // first_psn is valid: at least one packet went out
+  bool is_local = false;   // BIND_MW, LOCAL_INV: done by the device, no packet (npsn 0)
+  bool local_done = false; // executed: a go-back-N pass over it must not redo it
 };
 
 // A response the responder still owes, in PSN order: READ data is emitted a
@@ -157,6 +159,7 @@ struct Qp {
   uint32_t resp_ack_pending_psn = 0;
   bool resp_ack_pending = false;
 
+  uint32_t bound_windows = 0;  // type 2 MWs bound to it (destroy unbinds them)
   bool last_wqe_reached_sent = false;
   bool sqd_notify_pending = false;  // SQ_DRAINED owed once the SQ is quiet
   uint64_t tx_packets = 0, rx_packets = 0, retransmits = 0, rnr_naks = 0;
