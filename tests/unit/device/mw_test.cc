@@ -237,6 +237,26 @@ TEST_F(MwTest, SendWithInvalidateFreesTheResponderWindow) {
   EXPECT_EQ(a_rdma(IBV_WR_RDMA_WRITE, rkey, b_addr(0)), uint32_t(IBV_WC_REM_ACCESS_ERR));
 }
 
+// Type 2B: only the QP a window is bound to may invalidate it remotely.
+TEST_F(MwTest, SendWithInvalidateThroughAnotherQpLeavesTheWindowBound) {
+  make_pair(IBV_QPT_RC);
+  const uint32_t a1 = a_, b1 = b_;
+  const uint32_t mw = alloc(IBV_MW_TYPE_2);
+  ASSERT_EQ(bind_on_b(bind_wqe(mw, bmw_key_, b_addr(0), 4096, IBV_ACCESS_REMOTE_WRITE)).status,
+            uint32_t(IBV_WC_SUCCESS));
+  const uint32_t rkey = next_key(mw);
+  make_pair(IBV_QPT_RC);
+  post_recv(B(), 1, {sge(b(8192), 64, b_key_)});
+  abi::SendWqe w = wqe(IBV_WR_SEND_WITH_INV, 2);
+  w.imm_data = rkey;
+  post_send(A(), w, {sge(a(0), 16, a_key_)});
+  ASSERT_TRUE(run());
+  EXPECT_EQ(one_cqe(a_scq_).status, uint32_t(IBV_WC_REM_INV_REQ_ERR));
+  EXPECT_EQ(one_cqe(b_rcq_).status, uint32_t(IBV_WC_REM_INV_REQ_ERR));
+  a_ = a1, b_ = b1;  // the first pair still reaches it
+  EXPECT_EQ(a_rdma(IBV_WR_RDMA_WRITE, rkey, b_addr(0)), uint32_t(IBV_WC_SUCCESS));
+}
+
 TEST_F(MwTest, SendWithInvalidateOfNoWindowIsInvalidRequest) {
   for (uint32_t key : {0x12345678u, b_key_}) {  // nothing, a region
     make_pair(IBV_QPT_RC);
