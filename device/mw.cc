@@ -174,8 +174,8 @@ bool Device::remote_invalidate(const Qp& qp, uint32_t pd, uint32_t rkey) {
 
 // rxe_lookup_mw's rules: the whole R_Key of a bound window, the PD the
 // request is checked against, a type 2 window only through its QP, then the
-// window's rights and range. The bytes are the region's: its bounds are
-// checked again (a re-registration may have shrunk it).
+// window's rights and range. The bytes are the region's: its PD and bounds
+// are checked again (ibv_rereg_mr may have moved or shrunk it).
 Device::MrCheck Device::check_mw(uint32_t rkey, uint32_t pd, uint32_t qpn, uint64_t va, uint64_t len,
                                  uint32_t access, const Mr** out, uint64_t* owner_addr) const {
   const Mw* mw = find_mw(rkey);
@@ -187,6 +187,7 @@ Device::MrCheck Device::check_mw(uint32_t rkey, uint32_t pd, uint32_t qpn, uint6
   if (!inside(va, len, start, mw->length)) return MrCheck::kBadBounds;
   const Mr* mr = find_mr(mw->mr_key);
   if (!mr || mr->owner != mw->owner) return MrCheck::kBadKey;
+  if (mr->pd != mw->pd) return MrCheck::kBadPd;  // re-registered into another PD since
   const uint64_t mr_va = mw->addr + (va - start);
   if (!inside(mr_va, len, mr->iova, mr->length)) return MrCheck::kBadBounds;
   *out = mr;

@@ -316,6 +316,34 @@ TEST_F(MwTest, DeallocAndDeregKillTheWindow) {
   EXPECT_EQ(a_rdma(IBV_WR_RDMA_WRITE, next_key(mw), b_addr(0)), uint32_t(IBV_WC_REM_ACCESS_ERR));
 }
 
+// ibv_rereg_mr under a bound window: the window reaches what the region
+// still holds, in the window's PD only.
+TEST_F(MwTest, RegionReregisteredUnderAWindow) {
+  make_pair(IBV_QPT_RC);
+  const uint32_t mw = alloc(IBV_MW_TYPE_1);
+  ASSERT_EQ(bind_on_b(bind_wqe(mw, bmw_key_, b_addr(0), 8192, IBV_ACCESS_REMOTE_WRITE)).status,
+            uint32_t(IBV_WC_SUCCESS));
+  const uint32_t rkey = next_key(mw);
+  abi::ReregMrRequest shrink{};
+  shrink.handle = bmw_key_;
+  shrink.flags = IBV_REREG_MR_CHANGE_TRANSLATION;
+  shrink.addr = b_addr(0);
+  shrink.length = 4096;
+  uint32_t key = 0;
+  ASSERT_EQ(dev_.rereg_mr(&owner_, shrink, &key), 0);
+  EXPECT_EQ(a_rdma(IBV_WR_RDMA_WRITE, rkey, b_addr(100)), uint32_t(IBV_WC_SUCCESS));
+  EXPECT_EQ(a_rdma(IBV_WR_RDMA_WRITE, rkey, b_addr(4096 + 100)), uint32_t(IBV_WC_REM_ACCESS_ERR));
+  make_pair(IBV_QPT_RC);
+  auto other = dev_.alloc_pd(&owner_);
+  ASSERT_EQ(other.err, 0);
+  abi::ReregMrRequest move{};
+  move.handle = bmw_key_;
+  move.flags = IBV_REREG_MR_CHANGE_PD;
+  move.pd = other.value;
+  ASSERT_EQ(dev_.rereg_mr(&owner_, move, &key), 0);
+  EXPECT_EQ(a_rdma(IBV_WR_RDMA_WRITE, rkey, b_addr(100)), uint32_t(IBV_WC_REM_ACCESS_ERR));
+}
+
 // A bind runs when the requester reaches it and completes in order: after
 // the WRITE before it is acknowledged, before the WRITE behind it.
 TEST_F(MwTest, BindCompletesInOrderBetweenRequests) {
