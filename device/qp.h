@@ -124,6 +124,7 @@ struct Qp {
   uint32_t req_max_psn = 0; // one past the highest PSN ever sent (responses beyond it are stale)
   uint64_t req_offset = 0;  // bytes of sq_next already sent
   uint32_t rd_atomic_inflight = 0;
+  uint32_t locals_unretired = 0;  // BIND_MW/LOCAL_INV done, not yet completed (hint: may be stale high)
   uint32_t retry_left = 0, rnr_retry_left = 0;
   uint64_t rnr_wait_until_ns = 0;  // requester paused by an RNR NAK
   uint32_t rnr_nak_psn = 0;        // the PSN the last RNR NAK named ...

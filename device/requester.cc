@@ -191,6 +191,7 @@ bool run_local_wqe(Device& dev, Qp& qp, const abi::SendWqe& w, SendWqeState& st)
     st.local_done = true;
     st.status = w.opcode == IBV_WR_BIND_MW ? dev.bind_mw(qp, w.bind) : dev.local_invalidate(qp, w.imm_data);
     if (st.status != IBV_WC_SUCCESS) return false;
+    ++qp.locals_unretired;
     st.started = true;
     st.first_psn = qp.req_psn;  // npsn 0: what acknowledges the requests before it covers it
   }
@@ -246,7 +247,7 @@ bool scatter_sges(const Device& dev, const Owner& owner, const abi::Sge* sge, ui
 
 namespace {
 
-void retire_head(Device& dev, Qp& qp, uint32_t status) {
+[[gnu::always_inline]] inline void retire_head(Device& dev, Qp& qp, uint32_t status) {
   const uint32_t index = qp.sq_head;
   const abi::SendWqe& w = wqe_at(qp, index);
   const SendWqeState& st = wqe_state(qp, index);
@@ -268,6 +269,7 @@ void retire_head(Device& dev, Qp& qp, uint32_t status) {
     }
   }
   if (st.is_rd_atomic && qp.rd_atomic_inflight) --qp.rd_atomic_inflight;
+  if (st.is_local && st.local_done && st.status == IBV_WC_SUCCESS && qp.locals_unretired) --qp.locals_unretired;
   // Free the slot before the completion is visible: a client that sees the
   // CQE may post into the slot at once (perftest counts on it).
   ++qp.sq_head;
@@ -296,7 +298,8 @@ void complete_done_locals(Device& dev, Qp& qp) {
 
 void complete_send_head(Device& dev, Qp& qp, uint32_t status) {
   retire_head(dev, qp, status);
-  if (status == IBV_WC_SUCCESS) complete_done_locals(dev, qp);
+  // Only a QP with binds or invalidations outstanding looks further.
+  if (qp.locals_unretired && status == IBV_WC_SUCCESS) [[unlikely]] complete_done_locals(dev, qp);
 }
 
 bool requester_run(Device& dev, Qp& qp) {

@@ -579,6 +579,21 @@ bool acquire_tm_target(Device& dev, Qp& qp, Srq& srq, const net::Packet& p) {
   return true;
 }
 
+// The R_Key of a SEND_WITH_INV, at its last packet (rxe invalidates as it
+// completes the receive). One naming no window this QP may invalidate (a
+// region's key among them: neither rxe nor mlx5 invalidates ibv_reg_mr
+// regions) completes the receive IBV_WC_REM_INV_REQ_ERR and errs the QP
+// (rxe's class J RESPST_ERR_INVALIDATE_RKEY); the requester sees an invalid
+// request NAK. Out of line: SENDs without it pay one flag test.
+[[gnu::noinline]] bool invalidate_for_send(Device& dev, Qp& qp, const net::Packet& p) {
+  if (dev.remote_invalidate(qp, request_pd(dev, qp, p), p.hdr<net::Ieth>(p.info().ieth_off)->rkey))
+    return true;
+  complete_recv(dev, qp, IBV_WC_REM_INV_REQ_ERR, IBV_WC_RECV, 0, nullptr, false);
+  if (is_reliable(qp)) nak_and_fail(dev, qp, p.bth()->psn(), net::aeth::kNakInvalidRequest, false);
+  else dev.qp_to_error(qp);
+  return false;
+}
+
 void execute_send(Device& dev, Qp& qp, net::Packet& p) {
   const OpcodeInfo& info = p.info();
   const uint32_t psn = p.bth()->psn();
@@ -627,17 +642,8 @@ void execute_send(Device& dev, Qp& qp, net::Packet& p) {
     return;
   }
   qp.resp_offset += data_len;
-  if (info.has(net::kHasIeth) &&
-      !dev.remote_invalidate(qp, request_pd(dev, qp, p), p.hdr<net::Ieth>(info.ieth_off)->rkey)) {
-    // SEND_WITH_INV naming no window this QP may invalidate (a region's key
-    // among them: neither rxe nor mlx5 invalidates ibv_reg_mr regions): the
-    // receive completes IBV_WC_REM_INV_REQ_ERR and the QP errs (rxe's class J
-    // RESPST_ERR_INVALIDATE_RKEY); the requester sees an invalid request NAK.
-    complete_recv(dev, qp, IBV_WC_REM_INV_REQ_ERR, IBV_WC_RECV, 0, nullptr, false);
-    if (is_reliable(qp)) nak_and_fail(dev, qp, psn, net::aeth::kNakInvalidRequest, false);
-    else dev.qp_to_error(qp);
+  if (info.has(net::kHasIeth) && !invalidate_for_send(dev, qp, p)) [[unlikely]]
     return;
-  }
   if (info.has(net::kLast))
     complete_recv(dev, qp, IBV_WC_SUCCESS, IBV_WC_RECV, uint32_t(qp.resp_offset), &p,
                   p.bth()->solicited());
