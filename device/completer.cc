@@ -29,6 +29,9 @@ void complete_acked(Device& dev, Qp& qp, uint32_t acked_psn) {
   while (head_started(qp) && qp.state != IBV_QPS_ERR) {
     const SendWqeState& st = wqe_state(qp, qp.sq_head);
     if (st.is_rd_atomic) break;
+    // A WQE that failed after it started (a gather fault, a local operation
+    // that failed): the requester reports it in order.
+    if (st.status != IBV_WC_SUCCESS) break;
     const uint32_t last_psn = psn_add(st.first_psn, st.npsn - 1);
     if (psn_diff(last_psn, acked_psn) > 0) break;
     complete_send_head(dev, qp, IBV_WC_SUCCESS);

@@ -60,12 +60,17 @@ void Device::init_info() {
   d.device_cap_flags = IBV_DEVICE_BAD_PKEY_CNTR | IBV_DEVICE_BAD_QKEY_CNTR |
                        IBV_DEVICE_SYS_IMAGE_GUID | IBV_DEVICE_RC_RNR_NAK_GEN |
                        IBV_DEVICE_PORT_ACTIVE_EVENT | IBV_DEVICE_CHANGE_PHY_PORT |
-                       IBV_DEVICE_SRQ_RESIZE | IBV_DEVICE_XRC;
+                       IBV_DEVICE_SRQ_RESIZE | IBV_DEVICE_XRC |
+                       // Memory windows (device/mw.cc): rxe advertises type 2B, mlx5
+                       // MEM_WINDOW with 2B; the QP check of a type 2 window is 2A's too.
+                       IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_WINDOW_TYPE_2A |
+                       IBV_DEVICE_MEM_WINDOW_TYPE_2B;
   d.max_sge = kMaxSge;
   d.max_cq = queues.max_cq;
   d.max_cqe = kMaxCqe;
   d.max_mr = kMaxMr;
   d.max_pd = kMaxPd;
+  d.max_mw = kMaxMw;
   d.max_qp_rd_atom = kMaxQpRdAtomic;
   d.max_qp_init_rd_atom = kMaxQpRdAtomic;
   d.max_res_rd_atom = kMaxQpRdAtomic * queues.max_qp;
@@ -254,6 +259,7 @@ int Device::rereg_mr(Owner* o, const abi::ReregMrRequest& req, uint32_t* new_key
 int Device::dereg_mr(Owner* o, uint32_t key) {
   Mr* mr = mrs_.get(key >> 8);
   if (!mr || mr->owner != o || mr->key != key) return EINVAL;
+  detach_windows_of(*mr);  // allowed with windows bound, as on mlx5 (device/mw.cc)
   --pds_.get(mr->pd)->refs;
   mrs_.erase(key >> 8);
   return 0;
@@ -563,6 +569,7 @@ int Device::destroy_qp(Owner* o, uint64_t handle) {
   // Rendezvous the device still owed on a TM-SRQ: their buffers come back
   // flushed, their tags free (the SRQ outlives the QP).
   tm_internal_drop(*this, *qp);
+  unbind_windows_of(*qp);
   if (Pd* pd = pds_.get(qp->pd)) --pd->refs;
   if (Cq* c = cqs_.get(qp->send_cq)) --c->refs;
   if (Cq* c = cqs_.get(qp->recv_cq)) --c->refs;
@@ -603,6 +610,10 @@ void Device::post_qp_event(Qp& qp, ibv_event_type type) {
 }
 
 void Device::release_owner(Owner* o) {
+  std::vector<uint32_t> ids;
+  mws_.for_each([&](uint32_t i, Mw& w) { if (w.owner == o) ids.push_back(i); });
+  for (uint32_t i : ids) dealloc_mw(o, i);
+  ids.clear();
   std::vector<uint64_t> handles;
   qps_.for_each([&](uint32_t, Qp& q) {
     for (const Qp::OpenedHandle& h : q.opened_by)
@@ -610,7 +621,6 @@ void Device::release_owner(Owner* o) {
     if (q.owner == o) handles.push_back((uint64_t(q.owner_open_id) << 32) | q.qpn);
   });
   for (uint64_t h : handles) destroy_qp(o, h);
-  std::vector<uint32_t> ids;
   srqs_.for_each([&](uint32_t i, Srq& s) { if (s.owner == o) ids.push_back(i); });
   for (uint32_t i : ids) {
     srqs_.get(i)->refs = 0;  // its QPs are gone with the owner

@@ -68,6 +68,9 @@ class Device {
   Result<uint32_t> reg_mr(Owner* o, const abi::RegMrRequest& req, int shared_fd = -1);  // returns key
   int rereg_mr(Owner* o, const abi::ReregMrRequest& req, uint32_t* new_key, int shared_fd = -1);
   int dereg_mr(Owner* o, uint32_t key);
+  // Memory windows (device/mw.cc). alloc_mw returns the window's index.
+  Result<uint32_t> alloc_mw(Owner* o, uint32_t pd, uint32_t type, uint32_t* rkey);
+  int dealloc_mw(Owner* o, uint32_t index);
   Result<uint32_t> create_ah(Owner* o, uint32_t pd);
   int destroy_ah(Owner* o, uint32_t handle);
   Result<uint32_t> create_comp_channel(Owner* o, int fd);
@@ -145,6 +148,23 @@ class Device {
     const Mr* mr = mrs_.get(key >> 8);
     return mr && mr->key == key ? mr : nullptr;
   }
+  // Remote access through an R_Key: an MR's, or a memory window's bound to
+  // one (a window's key costs an MR's nothing: is_mw_key is one bit). On
+  // success *mr holds the bytes and *owner_addr is va in its owner's space.
+  MrCheck check_rkey(uint32_t rkey, uint32_t pd, uint32_t qpn, uint64_t va, uint64_t len,
+                     uint32_t access, const Mr** mr, uint64_t* owner_addr) const {
+    if (is_mw_key(rkey)) [[unlikely]]
+      return check_mw(rkey, pd, qpn, va, len, access, mr, owner_addr);
+    const MrCheck c = check_mr(rkey, pd, va, len, access, true, mr);
+    if (c == MrCheck::kOk) *owner_addr = (*mr)->addr + (va - (*mr)->iova);
+    return c;
+  }
+  // The work requests the device does itself (device/mw.cc): the completion
+  // status of IBV_WR_BIND_MW / IBV_WR_LOCAL_INV posted on qp.
+  uint32_t bind_mw(Qp& qp, const abi::MwBind& bind);
+  uint32_t local_invalidate(const Qp& qp, uint32_t rkey);
+  // SEND_WITH_INV arriving at qp: true if it invalidated a window.
+  bool remote_invalidate(const Qp& qp, uint32_t pd, uint32_t rkey);
   net::Packet* new_packet(Qp& qp, uint8_t opcode, uint32_t psn, bool ack_req);
   // Frames the packet for the QP's path (or, for UD, the work request's
   // address vector) and hands it to the port that reaches the destination.
@@ -166,6 +186,12 @@ class Device {
  private:
   friend class DeviceTestPeer;
   void init_info();
+  MrCheck check_mw(uint32_t rkey, uint32_t pd, uint32_t qpn, uint64_t va, uint64_t len,
+                   uint32_t access, const Mr** mr, uint64_t* owner_addr) const;
+  Mw* find_mw(uint32_t rkey) const;  // by the index part only
+  bool invalidate(Mw& mw);
+  void unbind_windows_of(Qp& qp);
+  void detach_windows_of(Mr& mr);
   bool poll_requesters();
   bool poll_rx();
   bool poll_timers();
@@ -198,11 +224,13 @@ class Device {
   Counters counters_;
   uint64_t now_ns_ = 0;
   uint8_t mr_generation_ = 0;
+  uint8_t mw_generation_ = 0;
   uint64_t fault_log_window_ns_ = 0;
   uint32_t fault_logs_in_window_ = 0;
 
   Table<Pd> pds_;
   Table<Mr> mrs_;
+  Table<Mw> mws_;  // index = R_Key >> 8 - kMwIndexBase
   Table<Ah> ahs_;
   Table<CompChannel> channels_;
   Table<Cq> cqs_;

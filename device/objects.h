@@ -81,10 +81,31 @@ struct Mr {
   uint64_t addr = 0;  // where it lives in the owner's address space
   uint64_t length = 0;
   uint32_t access = 0;  // enum ibv_access_flags
+  uint32_t windows = 0;  // memory windows bound to it
   std::unique_ptr<SharedPages> pages;  // its pages the engine maps, if any
 
   // Owner bytes [owner_addr, owner_addr + len) reached through this MR.
   RemoteSpan span(uint64_t owner_addr, size_t len) const { return {owner_addr, len, pages.get()}; }
+};
+
+// A memory window (IBA 10.6.7; device/mw.cc): a range of an MR that remote
+// peers reach through the window's own R_Key, with its own rights.
+// Type 1 windows are bound by ibv_bind_mw, always valid (bound to nothing
+// until then: no access). Type 2 windows are free until a bind WQE binds
+// them to the posting QP (type 2B: only that QP reaches them, and type 2A's
+// QP-number rule is the same check here), free again after LOCAL_INV or
+// SEND_WITH_INV.
+struct Mw {
+  Owner* owner = nullptr;
+  uint32_t pd = 0;
+  uint32_t rkey = 0;  // (kMwIndexBase + index) << 8 | key part
+  ibv_mw_type type = IBV_MW_TYPE_1;
+  bool bound = false;   // type 2: valid (not free)
+  uint32_t mr_key = 0;  // the region, 0: none (length 0)
+  uint32_t qpn = 0;     // type 2: the QP it is bound to; 0 once that QP is gone
+  uint64_t addr = 0;    // window start in the region's address space (iova)
+  uint64_t length = 0;
+  uint32_t access = 0;  // IBV_ACCESS_REMOTE_* and IBV_ACCESS_ZERO_BASED
 };
 
 // An address handle: its address vector lives in the client (it travels in

@@ -21,6 +21,15 @@ constexpr uint32_t kMaxCqCeiling = 1u << 16;
 constexpr uint32_t kMaxCqe = (1u << 20) - 1;
 constexpr uint32_t kMaxMr = 1u << 16;  // a control message each: all of them within seconds
 constexpr uint32_t kMaxPd = 1u << 16;
+// Memory windows. A key is index << 8 | an 8-bit key part (rxe's rkey
+// layout); windows take the indices from kMwIndexBase up, regions the ones
+// below (< kMaxMr + 1), so bit 31 of any R_Key says which table names it
+// and a region's key never costs a window lookup (rxe: RXE_MIN_MW_INDEX).
+constexpr uint32_t kMaxMw = 1u << 16;
+constexpr uint32_t kMwIndexBase = 1u << 23;
+constexpr bool is_mw_key(uint32_t key) { return key >> 31; }
+static_assert(!is_mw_key(kMaxMr << 8 | 0xff) && is_mw_key(kMwIndexBase << 8));
+static_assert(kMwIndexBase + kMaxMw < (1u << 24));
 constexpr uint32_t kMaxAh = 1u << 16;
 constexpr uint32_t kMaxSrqCeiling = 1u << 14;
 constexpr uint32_t kMaxSrqWr = 1u << 14;

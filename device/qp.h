@@ -31,6 +31,8 @@ struct SendWqeState {
   // no completion on the user's send CQ.
   InternalWork internal = InternalWork::kNone;
   uint32_t tm_handle = 0;  // kRndvRead: the tagged buffer's handle in its TM-SRQ
+  bool is_local = false;   // BIND_MW, LOCAL_INV: done by the device, no packet (npsn 0)
+  bool local_done = false; // executed: a go-back-N pass over it must not redo it
 };
 
 // A response the responder still owes, in PSN order: READ data is emitted a
@@ -146,6 +148,7 @@ struct Qp {
   uint32_t req_max_psn = 0; // one past the highest PSN ever sent (responses beyond it are stale)
   uint64_t req_offset = 0;  // bytes of sq_next already sent
   uint32_t rd_atomic_inflight = 0;
+  uint32_t locals_unretired = 0;  // BIND_MW/LOCAL_INV done, not yet completed (hint: may be stale high)
   uint32_t retry_left = 0, rnr_retry_left = 0;
   uint64_t rnr_wait_until_ns = 0;  // requester paused by an RNR NAK
   uint32_t rnr_nak_psn = 0;        // the PSN the last RNR NAK named ...
@@ -181,6 +184,7 @@ struct Qp {
   uint32_t resp_ack_pending_psn = 0;
   bool resp_ack_pending = false;
 
+  uint32_t bound_windows = 0;  // type 2 MWs bound to it (destroy unbinds them)
   bool last_wqe_reached_sent = false;
   bool sqd_notify_pending = false;  // SQ_DRAINED owed once the SQ is quiet
   uint64_t tx_packets = 0, rx_packets = 0, retransmits = 0, rnr_naks = 0;

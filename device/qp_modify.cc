@@ -207,6 +207,7 @@ int Device::modify_qp(Owner* o, uint32_t qpn, uint32_t mask, const abi::QpAttr& 
     qp->rq.hdr->consumer.store(rq_prod, std::memory_order_release);
     qp->req_offset = 0;
     qp->rd_atomic_inflight = 0;
+    qp->locals_unretired = 0;
     qp->resp_in_msg = qp->resp_recv_valid = qp->resp_nak_sent = false;
     qp->responses.clear();
     qp->rnr_wait_until_ns = qp->retrans_deadline_ns = 0;
@@ -283,6 +284,7 @@ void Device::flush_qp(Qp& qp) {
   qp.rnr_wait_until_ns = qp.retrans_deadline_ns = 0;  // no timer outlives the error
   qp.sqd_notify_pending = false;
   qp.rd_atomic_inflight = 0;
+  qp.locals_unretired = 0;
   qp.responses.clear();
   if (qp.resp_recv_valid) {
     // The receive a message was filling ends flushed; from an SRQ only this

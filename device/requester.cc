@@ -27,6 +27,12 @@ uint32_t fetch_wqe(Device& dev, Qp& qp, uint32_t index) {
     ++dev.counters_mut().bad_wqes;
     return IBV_WC_LOC_QP_OP_ERR;
   }
+  if (is_local_op(w.opcode)) [[unlikely]] {
+    // No data and no packet: the window or key is checked when it runs.
+    st.is_local = true;
+    w.num_sge = 0;
+    return IBV_WC_SUCCESS;
+  }
   st.is_rd_atomic = is_rd_atomic(w.opcode);
   const uint32_t body = qp.sq.stride - sizeof(abi::SendWqe);
   if (w.flags & IBV_SEND_INLINE) {
@@ -175,6 +181,24 @@ bool send_next_packet(Device& dev, Qp& qp) {
   return last;
 }
 
+// BIND_MW and LOCAL_INV: the device does them when the requester reaches
+// them (rxe_do_local_ops; mlx5 fences the WQE after a bind, so later
+// requests see it done), once: a go-back-N pass over one only steps past
+// it. They send nothing and take no PSN; on RC they complete in order
+// behind the requests before them. False if it failed (st.status says how).
+bool run_local_wqe(Device& dev, Qp& qp, const abi::SendWqe& w, SendWqeState& st) {
+  if (!st.local_done) {
+    st.local_done = true;
+    st.status = w.opcode == IBV_WR_BIND_MW ? dev.bind_mw(qp, w.bind) : dev.local_invalidate(qp, w.imm_data);
+    if (st.status != IBV_WC_SUCCESS) return false;
+    ++qp.locals_unretired;
+    st.started = true;
+    st.first_psn = qp.req_psn;  // npsn 0: what acknowledges the requests before it covers it
+  }
+  ++qp.sq_next;
+  return true;
+}
+
 // UC and UD complete a WQE as soon as its last packet is sent.
 void complete_unreliable(Device& dev, Qp& qp) {
   while (qp.sq_head != qp.sq_next) complete_send_head(dev, qp, wqe_state(qp, qp.sq_head).status);
@@ -221,7 +245,9 @@ bool scatter_sges(const Device& dev, const Owner& owner, const abi::Sge* sge, ui
   return n >= 0 && owner.mem.write(spans, size_t(n), src);
 }
 
-void complete_send_head(Device& dev, Qp& qp, uint32_t status) {
+namespace {
+
+[[gnu::always_inline]] inline void retire_head(Device& dev, Qp& qp, uint32_t status) {
   const uint32_t index = qp.sq_head;
   const abi::SendWqe& w = wqe_at(qp, index);
   const SendWqeState& st = wqe_state(qp, index);
@@ -254,6 +280,7 @@ void complete_send_head(Device& dev, Qp& qp, uint32_t status) {
     }
   }
   if (st.is_rd_atomic && qp.rd_atomic_inflight) --qp.rd_atomic_inflight;
+  if (st.is_local && st.local_done && st.status == IBV_WC_SUCCESS && qp.locals_unretired) --qp.locals_unretired;
   // Free the slot before the completion is visible: a client that sees the
   // CQE may post into the slot at once (perftest counts on it).
   ++qp.sq_head;
@@ -266,6 +293,24 @@ void complete_send_head(Device& dev, Qp& qp, uint32_t status) {
     dev.post_qp_event(qp, IBV_EVENT_QP_FATAL);
     dev.qp_to_error(qp);
   }
+}
+
+// Local WQEs that already ran and now stand at the head: nothing else
+// (no ACK, no response) will retire them.
+void complete_done_locals(Device& dev, Qp& qp) {
+  while (qp.sq_head != qp.sq_fetched && qp.state != IBV_QPS_ERR) {
+    const SendWqeState& st = wqe_state(qp, qp.sq_head);
+    if (!st.is_local || !st.local_done || st.status != IBV_WC_SUCCESS) return;
+    retire_head(dev, qp, IBV_WC_SUCCESS);
+  }
+}
+
+}  // namespace
+
+void complete_send_head(Device& dev, Qp& qp, uint32_t status) {
+  retire_head(dev, qp, status);
+  // Only a QP with binds or invalidations outstanding looks further.
+  if (qp.locals_unretired && status == IBV_WC_SUCCESS) [[unlikely]] complete_done_locals(dev, qp);
 }
 
 bool requester_run(Device& dev, Qp& qp) {
@@ -334,13 +379,19 @@ bool requester_run(Device& dev, Qp& qp) {
       if (st.is_rd_atomic) ++qp.rd_atomic_inflight;
     }
     work = true;
-    const bool done = send_next_packet(dev, qp);
-    if (psn_diff(qp.req_psn, qp.req_max_psn) > 0) qp.req_max_psn = qp.req_psn;
-    if (done) {
-      ++qp.sq_next;
-      qp.req_offset = 0;
+    if (st.is_local) [[unlikely]] {
+      if (!run_local_wqe(dev, qp, w, st)) continue;  // the error branch above completes it in order
       if (!is_reliable(qp)) complete_unreliable(dev, qp);
-      if (qp.state == IBV_QPS_SQD) break;  // the message in progress is done
+      else complete_done_locals(dev, qp);
+    } else {
+      const bool done = send_next_packet(dev, qp);
+      if (psn_diff(qp.req_psn, qp.req_max_psn) > 0) qp.req_max_psn = qp.req_psn;
+      if (done) {
+        ++qp.sq_next;
+        qp.req_offset = 0;
+        if (!is_reliable(qp)) complete_unreliable(dev, qp);
+        if (qp.state == IBV_QPS_SQD) break;  // the message in progress is done
+      }
     }
     if (qp.state != IBV_QPS_RTS && qp.state != IBV_QPS_SQD) break;
   }

@@ -13,13 +13,17 @@ namespace uroce::device {
 
 // Which ibv_wr_opcode each transport accepts (IBA 9.4 / 10.7.2.x).
 constexpr uint32_t wr_bit(ibv_wr_opcode op) { return 1u << op; }
+// Memory-window operations the device performs itself, on RC, UC and XRC
+// send queues (mlx5; rxe: RC and UC).
+constexpr uint32_t kLocalWrOps = wr_bit(IBV_WR_BIND_MW) | wr_bit(IBV_WR_LOCAL_INV);
 constexpr uint32_t kRcWrOps = wr_bit(IBV_WR_SEND) | wr_bit(IBV_WR_SEND_WITH_IMM) |
                               wr_bit(IBV_WR_RDMA_WRITE) | wr_bit(IBV_WR_RDMA_WRITE_WITH_IMM) |
                               wr_bit(IBV_WR_RDMA_READ) | wr_bit(IBV_WR_ATOMIC_CMP_AND_SWP) |
-                              wr_bit(IBV_WR_ATOMIC_FETCH_AND_ADD) | wr_bit(IBV_WR_SEND_WITH_INV);
+                              wr_bit(IBV_WR_ATOMIC_FETCH_AND_ADD) | wr_bit(IBV_WR_SEND_WITH_INV) |
+                              kLocalWrOps;
 constexpr uint32_t kUcWrOps = wr_bit(IBV_WR_SEND) | wr_bit(IBV_WR_SEND_WITH_IMM) |
                               wr_bit(IBV_WR_RDMA_WRITE) | wr_bit(IBV_WR_RDMA_WRITE_WITH_IMM) |
-                              wr_bit(IBV_WR_SEND_WITH_INV);
+                              wr_bit(IBV_WR_SEND_WITH_INV) | kLocalWrOps;
 constexpr uint32_t kUdWrOps = wr_bit(IBV_WR_SEND) | wr_bit(IBV_WR_SEND_WITH_IMM);
 
 inline uint32_t allowed_wr_ops(ibv_qp_type t) {
@@ -37,8 +41,12 @@ inline bool is_rd_atomic(uint32_t op) {
          op == IBV_WR_ATOMIC_FETCH_AND_ADD;
 }
 
+inline bool is_local_op(uint32_t op) { return op < 32 && (kLocalWrOps & (1u << op)); }
+
 inline ibv_wc_opcode wc_opcode_for(uint32_t op) {
   switch (op) {
+    case IBV_WR_BIND_MW: return IBV_WC_BIND_MW;
+    case IBV_WR_LOCAL_INV: return IBV_WC_LOCAL_INV;
     case IBV_WR_RDMA_WRITE:
     case IBV_WR_RDMA_WRITE_WITH_IMM: return IBV_WC_RDMA_WRITE;
     case IBV_WR_RDMA_READ: return IBV_WC_RDMA_READ;

@@ -81,7 +81,7 @@ constexpr Table make_table() {
   at(CtlOp::kSetPortState) =
       engine_wide(method("set_port_state", set_port_state, exact<SetPortStateRequest>(), kNoFds));
 
-  // PD and MR (methods_pd_mr.cc).
+  // PD, MR and MW (methods_pd_mr.cc).
   at(CtlOp::kAllocPd) = method("alloc_pd", alloc_pd, kNoBody, kNoFds);
   at(CtlOp::kDeallocPd) = method("dealloc_pd", dealloc_pd, exact<HandleRequest>(), kNoFds,
                                  destroyed(UROCE_HANDLE(HandleRequest, handle, kPd)));
@@ -92,6 +92,10 @@ constexpr Table make_table() {
                                einval(optional(UROCE_HANDLE(ReregMrRequest, pd, kPd))));
   at(CtlOp::kDeregMr) = method("dereg_mr", dereg_mr, exact<HandleRequest>(), kNoFds,
                                destroyed(UROCE_HANDLE(HandleRequest, handle, kMr)));
+  at(CtlOp::kAllocMw) = method("alloc_mw", alloc_mw, exact<AllocMwRequest>(), kNoFds,
+                               einval(UROCE_HANDLE(AllocMwRequest, pd, kPd)));
+  at(CtlOp::kDeallocMw) = method("dealloc_mw", dealloc_mw, exact<HandleRequest>(), kNoFds,
+                                 destroyed(UROCE_HANDLE(HandleRequest, handle, kMw)));
 
   // Completion channels and CQs (methods_cq.cc).
   at(CtlOp::kCreateCompChannel) =

@@ -1,4 +1,4 @@
-// Methods of protection domains and memory regions.
+// Methods of protection domains, memory regions and memory windows.
 #include <cerrno>
 
 #include "device/device.h"
@@ -34,6 +34,19 @@ int rereg_mr(Call& c) {
 
 int dereg_mr(Call& c) {
   return c.dev.dereg_mr(&c.owner, uint32_t(c.request<abi::HandleRequest>().handle));
+}
+
+// The handle names the window's index: its R_Key's key part changes with binds.
+int alloc_mw(Call& c) {
+  const auto req = c.request<abi::AllocMwRequest>();
+  uint32_t rkey = 0;
+  auto r = c.dev.alloc_mw(&c.owner, uint32_t(req.pd), req.type, &rkey);
+  if (r.err) return r.err;
+  return c.reply(abi::AllocMwReply{c.objects.insert(ObjType::kMw, r.value), rkey, 0});
+}
+
+int dealloc_mw(Call& c) {
+  return c.dev.dealloc_mw(&c.owner, uint32_t(c.request<abi::HandleRequest>().handle));
 }
 
 }  // namespace uroce::emulator

@@ -82,6 +82,7 @@ void fill_device_attr(const abi::DeviceInfo& d, ibv_device_attr* a) {
   a->max_cqe = int(d.max_cqe);
   a->max_mr = int(d.max_mr);
   a->max_pd = int(d.max_pd);
+  a->max_mw = int(d.max_mw);
   a->max_qp_rd_atom = int(d.max_qp_rd_atom);
   a->max_qp_init_rd_atom = int(d.max_qp_init_rd_atom);
   a->max_res_rd_atom = int(d.max_res_rd_atom);
@@ -233,6 +234,9 @@ UROCE_EXPORT ibv_context* ibv_open_device(ibv_device* device) {
   ctx.ops.post_send = post_send;
   ctx.ops.post_recv = post_recv;
   ctx.ops.post_srq_recv = post_srq_recv;
+  ctx.ops.alloc_mw = alloc_mw;  // ibv_alloc_mw and the others are inline in verbs.h
+  ctx.ops.dealloc_mw = dealloc_mw;
+  ctx.ops.bind_mw = bind_mw;
   verbs_context& v = c->vctx;
   v.sz = sizeof(verbs_context);
   v.query_port = query_port;

@@ -1,4 +1,4 @@
-// Protection domains and memory regions.
+// Protection domains, memory regions and memory windows.
 #include <cerrno>
 
 #include "verbs_provider/provider.h"
@@ -152,3 +152,59 @@ UROCE_EXPORT int ibv_dereg_mr(ibv_mr* mr) {
   delete u;
   return 0;
 }
+
+// ---- memory windows (ibv_alloc_mw, ibv_dealloc_mw, ibv_bind_mw are inline
+// in verbs.h and call these through the context's ops) ----
+
+namespace uroce::provider {
+
+ibv_mw* alloc_mw(ibv_pd* pd, ibv_mw_type type) {
+  auto* mw = new (std::nothrow) ibv_mw{};
+  if (!mw) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  abi::AllocMwRequest req{pd->handle, uint32_t(type), 0};
+  abi::AllocMwReply rep;
+  if (int err = to_uctx(pd->context)->conn.call(abi::CtlOp::kAllocMw, &req, sizeof(req), &rep, sizeof(rep))) {
+    delete mw;
+    errno = err;
+    return nullptr;
+  }
+  mw->context = pd->context;
+  mw->pd = pd;
+  mw->rkey = rep.rkey;
+  mw->handle = uint32_t(rep.handle);
+  mw->type = type;
+  return mw;
+}
+
+int dealloc_mw(ibv_mw* mw) {
+  abi::HandleRequest req{mw->handle};
+  int err = to_uctx(mw->context)->conn.call(abi::CtlOp::kDeallocMw, &req, sizeof(req), nullptr, 0);
+  if (err && err != EIO) return err;
+  delete mw;
+  return 0;
+}
+
+// Type 1 (the inline ibv_bind_mw refused type 2 and a PD mismatch): posted
+// as an IBV_WR_BIND_MW work request with the next key, as mlx5_bind_mw and
+// rxe_bind_mw do; the window's rkey is the new one at once (the caller
+// undoes it if the bind completes in error).
+int bind_mw(ibv_qp* qp, ibv_mw* mw, ibv_mw_bind* mw_bind) {
+  // o10-36.2.2: a type 1 window is never zero-based (mlx5 and rxe: EINVAL).
+  if (mw_bind->bind_info.mw_access_flags & IBV_ACCESS_ZERO_BASED) return errno = EINVAL;
+  ibv_send_wr wr{};
+  wr.wr_id = mw_bind->wr_id;
+  wr.opcode = IBV_WR_BIND_MW;
+  wr.send_flags = mw_bind->send_flags;
+  wr.bind_mw.mw = mw;
+  wr.bind_mw.rkey = ibv_inc_rkey(mw->rkey);
+  wr.bind_mw.bind_info = mw_bind->bind_info;
+  ibv_send_wr* bad = nullptr;
+  if (int err = post_send(qp, &wr, &bad)) return errno = err;
+  mw->rkey = wr.bind_mw.rkey;
+  return 0;
+}
+
+}  // namespace uroce::provider

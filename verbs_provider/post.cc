@@ -13,8 +13,9 @@ namespace {
 uint32_t allowed_ops(ibv_qp_type t) {
   auto bit = [](ibv_wr_opcode op) { return 1u << op; };
   const uint32_t ud = bit(IBV_WR_SEND) | bit(IBV_WR_SEND_WITH_IMM);
+  // Memory-window operations on RC, UC and XRC (mlx5).
   const uint32_t uc = ud | bit(IBV_WR_RDMA_WRITE) | bit(IBV_WR_RDMA_WRITE_WITH_IMM) |
-                      bit(IBV_WR_SEND_WITH_INV);
+                      bit(IBV_WR_SEND_WITH_INV) | bit(IBV_WR_BIND_MW) | bit(IBV_WR_LOCAL_INV);
   const uint32_t rc = uc | bit(IBV_WR_RDMA_READ) | bit(IBV_WR_ATOMIC_CMP_AND_SWP) |
                       bit(IBV_WR_ATOMIC_FETCH_AND_ADD);
   switch (t) {
@@ -58,6 +59,15 @@ int fill_sges(UQp* qp, abi::SendWqe* w, const ibv_sge* sg, int num_sge, bool inl
   return 0;
 }
 
+// IBV_WR_BIND_MW: the window by its R_Key, the region by its lkey. No
+// SGEs (mlx5 ignores the list). A region is needed unless the length is 0.
+int fill_bind(abi::SendWqe* w, const ibv_mw* mw, uint32_t rkey, const ibv_mw_bind_info* info) {
+  if (!mw || !info || (info->length && !info->mr)) return EINVAL;
+  w->bind = {mw->rkey, rkey, info->mr ? info->mr->lkey : 0u, info->mw_access_flags, info->addr,
+             info->length};
+  return 0;
+}
+
 int build_send_wqe(UQp* qp, const ibv_send_wr* wr, abi::SendWqe* w) {
   const ibv_qp_type type = qp->qpx.qp_base.qp_type;
   if (unsigned(wr->opcode) >= 32 || !(allowed_ops(type) & (1u << wr->opcode))) return EINVAL;
@@ -65,8 +75,14 @@ int build_send_wqe(UQp* qp, const ibv_send_wr* wr, abi::SendWqe* w) {
   w->wr_id = wr->wr_id;
   w->opcode = wr->opcode;
   w->flags = wr->send_flags;
-  w->imm_data = wr->opcode == IBV_WR_SEND_WITH_INV ? wr->invalidate_rkey : wr->imm_data;
+  w->imm_data = wr->opcode == IBV_WR_SEND_WITH_INV || wr->opcode == IBV_WR_LOCAL_INV
+                    ? wr->invalidate_rkey
+                    : wr->imm_data;
   switch (wr->opcode) {
+    case IBV_WR_BIND_MW:
+      return fill_bind(w, wr->bind_mw.mw, wr->bind_mw.rkey, &wr->bind_mw.bind_info);
+    case IBV_WR_LOCAL_INV:
+      return 0;  // the R_Key in imm_data, nothing else
     case IBV_WR_RDMA_WRITE:
     case IBV_WR_RDMA_WRITE_WITH_IMM:
     case IBV_WR_RDMA_READ:
@@ -143,8 +159,13 @@ void wr_atomic_fetch_add(ibv_qp_ex* q, uint32_t rkey, uint64_t addr, uint64_t ad
 void unsupported_op(ibv_qp_ex* q) {
   if (!to_uqp(q)->batch_err) to_uqp(q)->batch_err = EOPNOTSUPP;
 }
-void wr_bind_mw(ibv_qp_ex* q, ibv_mw*, uint32_t, const ibv_mw_bind_info*) { unsupported_op(q); }
-void wr_local_inv(ibv_qp_ex* q, uint32_t) { unsupported_op(q); }
+void wr_bind_mw(ibv_qp_ex* q, ibv_mw* mw, uint32_t rkey, const ibv_mw_bind_info* info) {
+  if (auto* w = begin_wqe(q, IBV_WR_BIND_MW))
+    if (int e = fill_bind(w, mw, rkey, info)) to_uqp(q)->batch_err = e;
+}
+void wr_local_inv(ibv_qp_ex* q, uint32_t rkey) {
+  if (auto* w = begin_wqe(q, IBV_WR_LOCAL_INV)) w->imm_data = rkey;
+}
 void wr_send_tso(ibv_qp_ex* q, void*, uint16_t, uint16_t) { unsupported_op(q); }
 void wr_atomic_write(ibv_qp_ex* q, uint32_t, uint64_t, const void*) { unsupported_op(q); }
 void wr_set_xrc_srqn(ibv_qp_ex* q, uint32_t remote_srqn) {

@@ -218,6 +218,10 @@ int get_srq_num(ibv_srq* srq, uint32_t* srq_num);
 ibv_xrcd* open_xrcd(ibv_context* ctx, ibv_xrcd_init_attr* attr);
 int close_xrcd(ibv_xrcd* xrcd);
 ibv_qp* open_qp(ibv_context* ctx, ibv_qp_open_attr* attr);
+// Memory windows (pd_mr.cc): the context's alloc_mw, dealloc_mw, bind_mw.
+ibv_mw* alloc_mw(ibv_pd* pd, ibv_mw_type type);
+int dealloc_mw(ibv_mw* mw);
+int bind_mw(ibv_qp* qp, ibv_mw* mw, ibv_mw_bind* mw_bind);
 // On-demand paging (odp.cc).
 void fill_odp_caps(ibv_device_attr_ex* attr);
 int advise_mr(ibv_pd* pd, ibv_advise_mr_advice advice, uint32_t flags, ibv_sge* sg_list,

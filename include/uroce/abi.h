@@ -18,8 +18,9 @@
 namespace uroce::abi {
 
 constexpr uint32_t kMagic = 0x434f5255;  // "UROC"
-constexpr uint32_t kVersion = 4;  // 2: MRs on shared pages; 3: session handles, AHs in the engine;
+constexpr uint32_t kVersion = 5;  // 2: MRs on shared pages; 3: session handles, AHs in the engine;
                                   // 4: tag matching (DeviceInfo::tm, CreateSrqRequest, kPostSrqOps)
+                                  // 5: memory windows (SendWqe::bind, kAllocMw, DeviceInfo::max_mw)
 constexpr size_t kCacheLine = 64;
 constexpr size_t kMaxDeviceName = 64;
 constexpr size_t kMaxGids = 16;
@@ -81,8 +82,23 @@ struct AddressVector {
 };
 static_assert(sizeof(AddressVector) == 32);
 
+// IBV_WR_BIND_MW (ibv_bind_mw posts one too): which window, onto which
+// region, and the range and rights it grants. The window is named by the
+// index part of its R_Key (as mlx5's UMR names the mkey to modify); the low
+// 8 bits of new_rkey are the key the window has once bound.
+struct MwBind {
+  uint32_t mw_rkey;   // the window's R_Key as the client knows it
+  uint32_t new_rkey;  // ibv_inc_rkey(mw_rkey) for ibv_bind_mw
+  uint32_t mr_lkey;   // the region (ignored with length 0)
+  uint32_t access;    // enum ibv_access_flags: REMOTE_*, ZERO_BASED
+  uint64_t addr;      // in the region's address space (its iova)
+  uint64_t length;    // 0: a type 1 window bound to nothing
+};
+static_assert(sizeof(MwBind) == 32);
+
 // Send WQE: a fixed 128-byte header followed by either num_sge Sge entries or
-// inline_len bytes of inline data (IBV_SEND_INLINE).
+// inline_len bytes of inline data (IBV_SEND_INLINE). IBV_WR_LOCAL_INV names
+// the R_Key to invalidate in imm_data, as IBV_WR_SEND_WITH_INV does.
 struct SendWqe {
   uint64_t wr_id;
   uint32_t opcode;     // enum ibv_wr_opcode
@@ -98,11 +114,16 @@ struct SendWqe {
   uint32_t remote_qkey; // UD
   uint32_t xrc_remote_srqn;
   uint32_t reserved0;
-  AddressVector av;     // UD
+  union {
+    AddressVector av;   // UD
+    MwBind bind;        // IBV_WR_BIND_MW (RC, UC, XRC)
+  };
   uint8_t reserved1[24];
 };
 static_assert(sizeof(SendWqe) == 128);
 static_assert(offsetof(SendWqe, av) == 72);
+static_assert(offsetof(SendWqe, bind) == 72);
+static_assert(std::is_standard_layout_v<SendWqe>);
 
 struct RecvWqe {
   uint64_t wr_id;
@@ -223,6 +244,8 @@ enum class CtlOp : uint32_t {
   kDestroyAh,
   kReport,  // ReportRequest: the engine's state and counters as JSON, in pieces
   kPostSrqOps,  // PostSrqOpsRequest: tag-list operations of a TM-SRQ
+  kAllocMw,     // AllocMwRequest: a memory window (bound later by a WQE)
+  kDeallocMw,   // HandleRequest
   kCount,
 };
 
@@ -297,6 +320,9 @@ struct DeviceInfo {
     uint32_t max_sge;
     uint32_t reserved;
   } tm;
+  // Memory windows (type 1, 2A and 2B: IBV_DEVICE_MEM_WINDOW* in device_cap_flags).
+  uint32_t max_mw;
+  uint32_t reserved_mw;
 };
 
 // kHello. Request fds: [async event pipe write end].
@@ -365,6 +391,19 @@ struct ReregMrRequest {
   SharedRange shared;
 };
 static_assert(sizeof(ReregMrRequest) == 56);
+
+// kAllocMw: a window of the PD, unbound (type 1) or free (type 2); its
+// R_Key's index names it in bind WQEs, the handle in kDeallocMw.
+struct AllocMwRequest {
+  uint64_t pd;
+  uint32_t type;  // enum ibv_mw_type
+  uint32_t reserved;
+};
+struct AllocMwReply {
+  uint64_t handle;
+  uint32_t rkey;
+  uint32_t reserved;
+};
 
 // kCreateCompChannel. Request fds: [pipe write end].
 struct CreateCompChannelReply {

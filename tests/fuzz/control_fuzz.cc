@@ -132,6 +132,7 @@ ObjType created_type(uint32_t op) {
     case CtlOp::kCreateSrq: return ObjType::kSrq;
     case CtlOp::kOpenXrcd: return ObjType::kXrcd;
     case CtlOp::kCreateAh: return ObjType::kAh;
+    case CtlOp::kAllocMw: return ObjType::kMw;
     default: return ObjType::kNone;
   }
 }
@@ -404,6 +405,9 @@ void write_seeds(const char* dir) {
   rereg.access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ;
   ops.push_back({uint32_t(CtlOp::kReregMr), h(rereg), -1});
   ops.push_back({uint32_t(CtlOp::kDeregMr), h(abi::HandleRequest{}), -1});
+  const World::Msg alloc_mw{uint32_t(CtlOp::kAllocMw), h(abi::AllocMwRequest{0, IBV_MW_TYPE_2, 0}), -1};
+  ops.push_back(alloc_mw);
+  ops.push_back({uint32_t(CtlOp::kDeallocMw), h(abi::HandleRequest{}), -1});
   ops.push_back({uint32_t(CtlOp::kDestroyCompChannel), h(abi::HandleRequest{}), -1});
   abi::CreateCqRequest cq{};
   cq.cqe = 16;
@@ -458,6 +462,7 @@ void write_seeds(const char* dir) {
   auto before = [&](uint32_t op) -> std::vector<World::Msg> {
     switch (CtlOp(op)) {
       case CtlOp::kDeallocPd: return {destroy_ah, destroy_qp, dereg_mr, {uint32_t(CtlOp::kDestroySrq), h(abi::HandleRequest{}), -1}};
+      case CtlOp::kDeallocMw: return {alloc_mw};
       case CtlOp::kDestroyCq: return {destroy_qp};
       case CtlOp::kDestroySrq: return {destroy_qp};
       case CtlOp::kDestroyCompChannel: return {destroy_qp, destroy_cq};

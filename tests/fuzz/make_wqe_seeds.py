@@ -46,6 +46,12 @@ SEEDS = {
     "rc_cmp_swap": rec(0, POST, 0, send(5, length=8, remote=64)),
     "rc_fetch_add": rec(0, POST, 0, send(6, length=8, remote=128)),
     "rc_inline": rec(1, POST | 1, 0, recv()) + rec(0, POST, 0, send(2, flags=SIGNALED | INLINE, inline=b"x" * 32)),
+    # Memory-window work requests (IBV_WR_LOCAL_INV 7, BIND_MW 8, SEND_WITH_INV
+    # 9): the bind reads its abi::MwBind where UD's address vector is.
+    "rc_bind_mw": rec(0, POST, 0, send(8, n=0)),
+    "rc_local_inv": rec(0, POST, 0, send(7, n=0)),
+    "rc_send_inv": rec(1, POST | 1, 0, recv()) + rec(0, POST, 0, send(9)),
+    "uc_bind_then_write": rec(4, POST, 0, send(8, n=0)) + rec(4, POST, 1, send(0)),
     "srq_send": rec(3, POST | 2, 0, recv()) + rec(2, POST, 0, send(2)),
     "uc_send": rec(5, POST | 1, 0, recv()) + rec(4, POST, 0, send(2)),
     "uc_write": rec(4, POST, 0, send(0)),

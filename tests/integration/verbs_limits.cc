@@ -173,6 +173,18 @@ TEST(Limits, MaxMrThenEnomem) {
             "ok");
 }
 
+TEST(Limits, MaxMwThenEnomem) {
+  EXPECT_EQ(run_child([](ibv_context* ctx) {
+              ibv_pd* pd = ibv_alloc_pd(ctx);
+              if (!pd) return errno_text("pd");
+              int i = 0;  // both types count against max_mw
+              return fill_then_enomem("max_mw", device_attr(ctx).max_mw, [&] {
+                return ibv_alloc_mw(pd, i++ % 2 ? IBV_MW_TYPE_2 : IBV_MW_TYPE_1);
+              });
+            }),
+            "ok");
+}
+
 TEST(Limits, MaxAhThenEnomem) {
   EXPECT_EQ(run_child([](ibv_context* ctx) {
               ibv_pd* pd = ibv_alloc_pd(ctx);

@@ -110,7 +110,7 @@ TEST_F(TransportErrorsTest, InlineLongerThanCapsIsAnError) {
 
 TEST_F(TransportErrorsTest, OpcodeNotOfTheTransportIsLocalQpOpError) {
   make_pair(IBV_QPT_RC);
-  post_send(A(), wqe(IBV_WR_LOCAL_INV, 1), {});
+  post_send(A(), wqe(IBV_WR_TSO, 1), {});  // raw packet QPs only
   ASSERT_TRUE(run());
   EXPECT_EQ(one_cqe(a_scq_).status, uint32_t(IBV_WC_LOC_QP_OP_ERR));
   post_send(A(), wqe(0xdeadbeef, 2), {});  // flushed: the QP is in error now

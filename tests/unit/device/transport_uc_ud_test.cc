@@ -88,21 +88,6 @@ TEST_F(TransportUcTest, UcLostPacketDropsOnlyThatMessage) {
   EXPECT_EQ(B().state, IBV_QPS_RTS);
 }
 
-TEST_F(TransportUcTest, SendWithInvalidateReportsTheRkey) {
-  make_pair(IBV_QPT_RC);
-  post_recv(B(), 1, {sge(b(0), 64, b_key_)});
-  abi::SendWqe w = wqe(IBV_WR_SEND_WITH_INV, 1);
-  w.imm_data = 0x12345678;  // the rkey to invalidate
-  post_send(A(), w, {sge(a(0), 16, a_key_)});
-  ASSERT_TRUE(run());
-  EXPECT_EQ(one_cqe(a_scq_).status, uint32_t(IBV_WC_SUCCESS));
-  abi::Cqe r = one_cqe(b_rcq_);
-  EXPECT_EQ(r.status, uint32_t(IBV_WC_SUCCESS));
-  EXPECT_NE(r.wc_flags & IBV_WC_WITH_INV, 0u);
-  EXPECT_EQ(r.imm_data, 0x12345678u);
-  EXPECT_EQ(r.byte_len, 16u);
-}
-
 TEST_F(TransportUcTest, ZeroLengthWriteAndReadNeedNoKey) {
   make_pair(IBV_QPT_RC);
   abi::SendWqe w = wqe(IBV_WR_RDMA_WRITE, 1);
