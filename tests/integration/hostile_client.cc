@@ -374,11 +374,14 @@ uint64_t counter(const std::string& stats, const std::string& name) {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: hostile_client DEVICE_NAME [SECONDS]\n");
+    std::fprintf(stderr, "usage: hostile_client DEVICE_NAME [SECONDS [STOP_FILE]]\n");
     return 2;
   }
   const std::string dev = argv[1];
   const int seconds = argc > 2 ? std::atoi(argv[2]) : 2;
+  // Scribbling ends after SECONDS, or earlier once STOP_FILE exists (the test
+  // creates it when its well-behaved client is done, however slow the machine).
+  const char* stop_file = argc > 3 ? argv[3] : nullptr;
 
   // The other client: a session of its own whose memory holds a secret.
   Client other(dev);
@@ -567,7 +570,7 @@ int main(int argc, char** argv) {
     std::mt19937 rng(7);
     const uint64_t until = now_ms() + uint64_t(seconds) * 1000;
     uint64_t posted = 0;
-    while (now_ms() < until) {
+    while (now_ms() < until && !(stop_file && access(stop_file, F_OK) == 0)) {
       for (Ring* r : {&p.a.sq, &p.b.rq, &ud.sq, &ud.rq}) {
         const uint32_t prod = r->hdr->producer.load(std::memory_order_relaxed);
         uint32_t next = prod + 1 + rng() % 3;

@@ -12,8 +12,10 @@ hostile=$1
 
 start_engine uroce0 >/dev/null
 # The hostile client's cases take a second or two, then it scribbles on its
-# rings for 8 s; the well-behaved client runs all its iterations in between.
-"$hostile" uroce0 8 >"$UROCE_LOG_DIR/hostile.log" 2>&1 &
+# rings until the well-behaved client has run all its iterations (the stop
+# file; 120 s at most, however loaded the machine).
+stop_file=$UROCE_LOG_DIR/hostile.stop
+"$hostile" uroce0 120 "$stop_file" >"$UROCE_LOG_DIR/hostile.log" 2>&1 &
 hostile_pid=$!
 add_cleanup "kill $hostile_pid 2>/dev/null || true"
 sleep 1
@@ -24,6 +26,7 @@ grep -qE 'iters in [0-9.]+ seconds' "$UROCE_LOG_DIR/pingpong.client.log" ||
   { echo "FAIL: ibv_rc_pingpong printed no result"; exit 1; }
 kill -0 "$hostile_pid" 2>/dev/null ||
   { cat "$UROCE_LOG_DIR/hostile.log"; echo "FAIL: the hostile client was done before the ping-pong"; exit 1; }
+touch "$stop_file"
 rc=0
 timeout -k 5 60 tail --pid="$hostile_pid" -f /dev/null || true
 wait "$hostile_pid" || rc=$?

@@ -259,7 +259,9 @@ TEST(ControlMessages, AFloodOfRequestsWithoutReadingIsDisconnected) {
     }
     if (errno != EAGAIN) break;  // the engine hung up
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    if (sent % 64 == 0) EXPECT_EQ(bystander.ctl.call(op(abi::CtlOp::kQueryPort), nullptr, 0), 0);
+    if (sent % 64 == 0) {
+      EXPECT_EQ(bystander.ctl.call(op(abi::CtlOp::kQueryPort), nullptr, 0), 0);
+    }
   }
   EXPECT_TRUE(flooder.ctl.hung_up(3000)) << "still connected after " << sent << " unread requests";
   EXPECT_TRUE(flooder.async.write_end_gone());

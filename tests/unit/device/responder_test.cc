@@ -219,7 +219,9 @@ TEST_F(ResponderTest, KeyReusedByAnotherPdMidWriteWritesNothing) {
   uint32_t reused = 0;
   for (int i = 0; i < 600 && reused != key; ++i) {
     reused = reg_mr(victim.data(), victim.size(), kAllAccess, pd2.value);
-    if (reused != key) ASSERT_EQ(dev_.dereg_mr(&owner_, reused), 0);
+    if (reused != key) {
+      ASSERT_EQ(dev_.dereg_mr(&owner_, reused), 0);
+    }
   }
   ASSERT_EQ(reused, key) << "the key never came back";
   inject(kWriteLast, b_, kPsn + 1, true, payload_.data() + 1024, 1024);
@@ -246,7 +248,9 @@ TEST_F(ResponderTest, KeyReusedByAnotherPdMidReadReadsNothing) {
   uint32_t reused = 0;
   for (int i = 0; i < 600 && reused != key; ++i) {
     reused = reg_mr(victim.data(), victim.size(), kAllAccess, pd2.value);
-    if (reused != key) ASSERT_EQ(dev_.dereg_mr(&owner_, reused), 0);
+    if (reused != key) {
+      ASSERT_EQ(dev_.dereg_mr(&owner_, reused), 0);
+    }
   }
   ASSERT_EQ(reused, key) << "the key never came back";
   const auto rest = step();
