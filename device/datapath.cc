@@ -47,8 +47,16 @@ bool Device::poll_rx() {
   // Loopback frames were built by this engine, with checksums only when a
   // capture or the fault injector needed them (send_packet): check those.
   for (size_t i = 0; i < n; ++i) {
-    dispatch(burst[i], burst[i]->checksummed);
-    pool_.put(burst[i]);
+    net::Packet* p = burst[i];
+    // Flow steering sees the port's frames first (no rule: one branch).
+    if (steering_.active() && !p->steered) [[unlikely]] {
+      if (steer_received(*p) != FlowSteering::Steered::kPass) {
+        pool_.put(p);
+        continue;
+      }
+    }
+    dispatch(p, p->checksummed);
+    pool_.put(p);
   }
   return n != 0 || poll_wire_rx();
 }

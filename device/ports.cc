@@ -188,6 +188,10 @@ bool Device::poll_wire_rx() {
   for (size_t i = 0; i < n; ++i) {
     net::Packet* p = burst[i];
     capture(*p);
+    // Flow steering first, as a NIC's receive rules run before its kernel
+    // netdev sees a frame; ARP and neighbour discovery still reach the
+    // engine (it answers for its own address only).
+    const bool trapped = steering_.active() && steer_received(*p) != FlowSteering::Steered::kPass;
     if (net::is_arp_frame(*p)) {
       net::Packet* reply = pool_.get();
       if (arp_.handle(*p, config_.mac, config_.ip, now_ns_, reply)) {
@@ -222,6 +226,10 @@ bool Device::poll_wire_rx() {
           });
         }
       }
+      pool_.put(p);
+      continue;
+    }
+    if (trapped) {
       pool_.put(p);
       continue;
     }

@@ -11,11 +11,13 @@ namespace {
 
 struct Transition {
   bool valid = false;
-  uint32_t req[3] = {0, 0, 0};  // RC, UC, UD
-  uint32_t opt[3] = {0, 0, 0};
+  uint32_t req[4] = {0, 0, 0, 0};  // RC, UC, UD, RAW_PACKET
+  uint32_t opt[4] = {0, 0, 0, 0};
 };
 
-int transport_slot(ibv_qp_type t) { return t == IBV_QPT_UC ? 1 : t == IBV_QPT_UD ? 2 : 0; }
+int transport_slot(ibv_qp_type t) {
+  return t == IBV_QPT_UC ? 1 : t == IBV_QPT_UD ? 2 : t == IBV_QPT_RAW_PACKET ? 3 : 0;
+}
 
 constexpr uint32_t S(ibv_qp_attr_mask m) { return uint32_t(m); }
 
@@ -77,6 +79,14 @@ Transition transition(ibv_qp_state cur, ibv_qp_state next) {
     default:
       break;
   }
+  // IB_QPT_RAW_PACKET in the kernel's qp_state_table: INIT needs the port,
+  // RTR and RTS nothing, the rate limit is optional from RTR on. The AV is
+  // also accepted at RTR for its SL (perftest --raw_qos; SEMANTICS 4.12).
+  const uint32_t rate = S(IBV_QP_RATE_LIMIT);
+  if (cur == IBV_QPS_RESET && next == IBV_QPS_INIT) t.req[3] = port;
+  if (cur == IBV_QPS_INIT && next == IBV_QPS_INIT) t.opt[3] = port;
+  if (cur == IBV_QPS_INIT && next == IBV_QPS_RTR) t.opt[3] = av;
+  if ((cur == IBV_QPS_RTR || cur == IBV_QPS_RTS) && next == IBV_QPS_RTS) t.opt[3] = rate;
   return t;
 }
 
@@ -157,7 +167,7 @@ int Device::modify_qp(Owner* o, uint32_t qpn, uint32_t mask, const abi::QpAttr& 
   if ((mask & IBV_QP_RETRY_CNT) && a.retry_cnt > 7) return EINVAL;
   if ((mask & IBV_QP_RNR_RETRY) && a.rnr_retry > 7) return EINVAL;
   if ((mask & IBV_QP_MIN_RNR_TIMER) && a.min_rnr_timer > 31) return EINVAL;
-  if (mask & IBV_QP_AV) {
+  if ((mask & IBV_QP_AV) && qp->type != IBV_QPT_RAW_PACKET) {  // raw: only its SL is used
     // RoCE: every address carries a GRH (IBA A16.4.1); the source GID must exist.
     if (!a.ah.is_global) return EINVAL;
     if (a.ah.sgid_index >= kGidTableLen || !info_.gids[a.ah.sgid_index].valid) return EINVAL;

@@ -51,6 +51,12 @@ uint32_t fetch_wqe(Device& dev, Qp& qp, uint32_t index) {
   }
   if (st.length > kMaxMsgSize) return IBV_WC_LOC_LEN_ERR;
   if (qp.type == IBV_QPT_UD && st.length > 4096) return IBV_WC_LOC_LEN_ERR;
+  if (qp.type == IBV_QPT_RAW_PACKET) {
+    // One whole Ethernet frame, without FCS (SEMANTICS 4.12).
+    if (st.length < sizeof(net::EthHdr) || st.length > dev.max_raw_frame()) return IBV_WC_LOC_LEN_ERR;
+    st.npsn = 1;
+    return IBV_WC_SUCCESS;
+  }
   if ((w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP || w.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) &&
       st.length != 8)
     return IBV_WC_LOC_LEN_ERR;
@@ -321,7 +327,7 @@ bool requester_run(Device& dev, Qp& qp) {
       if (st.is_rd_atomic) ++qp.rd_atomic_inflight;
     }
     work = true;
-    const bool done = send_next_packet(dev, qp);
+    const bool done = qp.type == IBV_QPT_RAW_PACKET ? raw_send_next(dev, qp) : send_next_packet(dev, qp);
     if (psn_diff(qp.req_psn, qp.req_max_psn) > 0) qp.req_max_psn = qp.req_psn;
     if (done) {
       ++qp.sq_next;

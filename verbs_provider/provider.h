@@ -202,6 +202,8 @@ int get_srq_num(ibv_srq* srq, uint32_t* srq_num);
 ibv_xrcd* open_xrcd(ibv_context* ctx, ibv_xrcd_init_attr* attr);
 int close_xrcd(ibv_xrcd* xrcd);
 ibv_qp* open_qp(ibv_context* ctx, ibv_qp_open_attr* attr);
+// Flow steering (flow.cc): ibv_create_flow / ibv_destroy_flow.
+void fill_flow_ops(verbs_context* v);
 // On-demand paging (odp.cc).
 void fill_odp_caps(ibv_device_attr_ex* attr);
 int advise_mr(ibv_pd* pd, ibv_advise_mr_advice advice, uint32_t flags, ibv_sge* sg_list,

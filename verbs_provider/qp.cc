@@ -59,7 +59,7 @@ ibv_qp* create_qp_ex(ibv_context* context, ibv_qp_init_attr_ex* attr) {
   }
   const ibv_qp_type type = attr->qp_type;
   if (type != IBV_QPT_RC && type != IBV_QPT_UC && type != IBV_QPT_UD &&
-      type != IBV_QPT_XRC_SEND && type != IBV_QPT_XRC_RECV) {
+      type != IBV_QPT_XRC_SEND && type != IBV_QPT_XRC_RECV && type != IBV_QPT_RAW_PACKET) {
     errno = EOPNOTSUPP;
     return nullptr;
   }
