@@ -97,6 +97,7 @@ uint64_t Device::next_deadline_ns() const {
     if (q->state != IBV_QPS_RTS && q->state != IBV_QPS_SQD) continue;  // no timer runs
     take(q->retrans_deadline_ns);
     take(q->rnr_wait_until_ns);
+    if (q->pace_next_ns > now_ns_) take(q->pace_next_ns);
   }
   take(loopback_fault_.next_due_ns());
   take(wire_fault_.next_due_ns());

@@ -82,7 +82,8 @@ void Device::init_info() {
   // IBV_SEND_IP_CSUM. The WQ flags (CVLAN stripping, scatter FCS, delay
   // drop, end padding) come with WQs.
   d.device_cap_flags |= IBV_DEVICE_MANAGED_FLOW_STEERING | IBV_DEVICE_RAW_IP_CSUM;
-  d.raw = {queues.max_qp, IBV_RAW_PACKET_CAP_IP_CSUM, 0};
+  d.raw = {queues.max_qp, IBV_RAW_PACKET_CAP_IP_CSUM, 0, kMinRateLimitKbps, kMaxRateLimitKbps,
+           1u << IBV_QPT_RAW_PACKET, 0};
   d.tm = {kTmMaxRndvHdrSize, kTmMaxNumTags, 0 /* IBV_TM_CAP_RC: see kTmAdvertised */, kTmMaxOps, kTmMaxSge, 0};
   if (kTmAdvertised) d.tm.flags = IBV_TM_CAP_RC;
   std::memcpy(d.mac, m.data(), 6);

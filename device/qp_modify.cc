@@ -113,6 +113,7 @@ void export_attr(const Qp& qp, abi::QpAttr* a) {
   a->sq_sig_all = qp.sq_sig_all;
   a->ah = qp.av;
   a->caps = qp.caps;
+  a->rate_limit = qp.rate_limit_kbps;
 }
 
 }  // namespace
@@ -162,6 +163,10 @@ int Device::modify_qp(Owner* o, uint32_t qpn, uint32_t mask, const abi::QpAttr& 
   if ((mask & IBV_QP_PATH_MTU) && (a.path_mtu < IBV_MTU_256 || a.path_mtu > info_.port.active_mtu))
     return EINVAL;
   if ((mask & IBV_QP_MAX_QP_RD_ATOMIC) && a.max_rd_atomic > kMaxQpRdAtomic) return EINVAL;
+  // Packet pacing: 0 (none) or within packet_pacing_caps (mlx5: EINVAL).
+  if ((mask & IBV_QP_RATE_LIMIT) && a.rate_limit &&
+      (a.rate_limit < kMinRateLimitKbps || a.rate_limit > kMaxRateLimitKbps))
+    return EINVAL;
   if ((mask & IBV_QP_MAX_DEST_RD_ATOMIC) && a.max_dest_rd_atomic > kMaxQpRdAtomic) return EINVAL;
   if ((mask & IBV_QP_TIMEOUT) && a.timeout > 31) return EINVAL;
   if ((mask & IBV_QP_RETRY_CNT) && a.retry_cnt > 7) return EINVAL;
@@ -200,6 +205,7 @@ int Device::modify_qp(Owner* o, uint32_t qpn, uint32_t mask, const abi::QpAttr& 
     qp->req_psn = qp->comp_psn = qp->req_max_psn = a.sq_psn & 0xffffff;
     qp->acked_valid = qp->comp_rewound = qp->rnr_nak_valid = false;
   }
+  if (mask & IBV_QP_RATE_LIMIT) qp->rate_limit_kbps = a.rate_limit;
   if (mask & IBV_QP_RETRY_CNT) qp->retry_left = qp->retry_cnt;
   if (mask & IBV_QP_RNR_RETRY) qp->rnr_retry_left = qp->rnr_retry;
 

@@ -52,6 +52,14 @@ bool raw_send_next(Device& dev, Qp& qp) {
   // (IBV_DEVICE_RAW_IP_CSUM; mlx5 sets the WQE's cs flags).
   if (w.flags & IBV_SEND_IP_CSUM) net::fill_ipv4_l4_checksums(p->data, len, net::frame_fields(p->data, len));
   ++qp.tx_packets;
+  if (qp.rate_limit_kbps) {
+    // The frame's time on a link of rate_limit kb/s (bits / (kbps * 1000) s),
+    // counted from when the last one ended; an idle QP may catch up by a
+    // short burst, since the engine wakes up later than it asks when it sleeps.
+    const uint64_t now = dev.now_ns();
+    const uint64_t start = std::max(qp.pace_next_ns, now > kPaceBurstNs ? now - kPaceBurstNs : 0);
+    qp.pace_next_ns = start + uint64_t(len) * 8'000'000 / qp.rate_limit_kbps;
+  }
   dev.transmit_raw(qp, p);
   return true;
 }

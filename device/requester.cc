@@ -326,6 +326,7 @@ bool requester_run(Device& dev, Qp& qp) {
       if ((w.flags & IBV_SEND_FENCE) && qp.rd_atomic_inflight) break;
       if (st.is_rd_atomic) ++qp.rd_atomic_inflight;
     }
+    if (qp.rate_limit_kbps && dev.now_ns() < qp.pace_next_ns) break;  // packet pacing
     work = true;
     const bool done = qp.type == IBV_QPT_RAW_PACKET ? raw_send_next(dev, qp) : send_next_packet(dev, qp);
     if (psn_diff(qp.req_psn, qp.req_max_psn) > 0) qp.req_max_psn = qp.req_psn;

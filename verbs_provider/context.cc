@@ -108,6 +108,8 @@ int query_device_ex(ibv_context* ctx, const ibv_query_device_ex_input* input,
   full.device_cap_flags_ex = uint32_t(full.orig_attr.device_cap_flags) |
                             to_uctx(ctx)->info.raw.device_cap_flags_ex;
   full.raw_packet_caps = to_uctx(ctx)->info.raw.raw_packet_caps;
+  const abi::DeviceInfo::RawCaps& raw = to_uctx(ctx)->info.raw;
+  full.packet_pacing_caps = {raw.qp_rate_limit_min, raw.qp_rate_limit_max, raw.pacing_qpts};
   full.phys_port_cnt_ex = full.orig_attr.phys_port_cnt;
   full.hca_core_clock = abi::kHcaCoreClockKhz;
   full.completion_timestamp_mask = abi::kCompletionTimestampMask;

@@ -241,6 +241,7 @@ UROCE_EXPORT int ibv_modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask) {
   a.retry_cnt = attr->retry_cnt;
   a.rnr_retry = attr->rnr_retry;
   if (attr_mask & IBV_QP_AV) to_abi_av(attr->ah_attr, &a.ah);
+  if (attr_mask & IBV_QP_RATE_LIMIT) a.rate_limit = attr->rate_limit;
   if (int err = to_uctx(qp->context)->conn.call(abi::CtlOp::kModifyQp, &req, sizeof(req), nullptr, 0))
     return err;
   if (attr_mask & IBV_QP_STATE) qp->state = attr->qp_state;

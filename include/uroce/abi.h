@@ -310,6 +310,11 @@ struct DeviceInfo {
     uint32_t max_raw_ethy_qp;
     uint32_t raw_packet_caps;        // enum ibv_raw_packet_caps
     uint64_t device_cap_flags_ex;    // bits above the 32 of device_cap_flags
+    // Packet pacing (struct ibv_packet_pacing_caps): rate limits in kbps.
+    uint32_t qp_rate_limit_min;
+    uint32_t qp_rate_limit_max;
+    uint32_t pacing_qpts;            // 1 << IBV_QPT_RAW_PACKET
+    uint32_t reserved;
   } raw;
 };
 
@@ -473,8 +478,9 @@ struct QpAttr {
   uint8_t sq_sig_all;
   AddressVector ah;
   QpCaps caps;
-  uint32_t reserved;  // explicit: no uninitialised padding crosses the socket
+  uint32_t rate_limit;  // kbps, 0: none (IBV_QP_RATE_LIMIT, raw packet QPs' packet pacing)
 };
+static_assert(sizeof(QpAttr) % 8 == 0);  // no uninitialised padding crosses the socket
 
 struct ModifyQpRequest {
   uint64_t handle;
