@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Raw packet QPs across two engines (two network namespaces joined by a veth
+# pair, each engine on a DPDK net_af_packet port): Debian's unmodified
+# raw_ethernet_bw and raw_ethernet_lat, frames leaving one engine's port and
+# steered by the other's rules; RoCE between the same engines still works.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+rc=0
+make_two_hosts rawe 232 || rc=$?
+if ((rc == 77)); then
+  echo "SKIP: cannot create network namespaces here"
+  exit 77
+fi
+((rc == 0)) || exit 1
+in_a() { ip netns exec "$ns_a" "$@"; }
+in_b() { ip netns exec "$ns_b" "$@"; }
+in_a "$UROCE_BIN" start --name hostA --port "net_af_packet0,iface=$veth_a" --ip "$eng_a"
+in_b "$UROCE_BIN" start --name hostB --port "net_af_packet0,iface=$veth_b" --ip "$eng_b"
+
+failures=0
+port=19300
+mac_b=02:00:00:00:0b:02 mac_a=02:00:00:00:0a:01
+lines='^ *[0-9]+ +[0-9]+ +[0-9.]+'
+pair() {  # LABEL PROGRAM ARGS... : server on B, client on A
+  local label=$1 prog=$2
+  shift 2
+  port=$((port + 1))
+  if run_pair --label "$label" --delay 1 --forbid '[Ff]ailed|[Cc]ouldn.t|[Ee]rror|Unable' 60 \
+       ip netns exec "$ns_b" "$prog" -d hostB -p "$port" --server -B $mac_b -E $mac_a "$@" -- \
+       ip netns exec "$ns_a" "$prog" -d hostA -p "$port" --client -B $mac_a -E $mac_b "$@" &&
+     grep -qE "$lines" "$RUN_PAIR_CLIENT_LOG"; then
+    echo "ok   $label: $(grep -E "$lines" "$RUN_PAIR_CLIENT_LOG" | tail -1 | tr -s ' \t' ' ')"
+  else
+    echo "FAIL $label"
+    failures=$((failures + 1))
+  fi
+}
+
+# Every server posts a receive for each frame of its run (-r >= -n): a frame
+# that finds none is dropped, as on a NIC.
+pair bw raw_ethernet_bw -n 2000 -r 2000
+pair bw_udp raw_ethernet_bw -n 2000 -r 2000 -J 2.2.2.2 -j 1.1.1.1 -K 5678 -k 1234
+pair lat raw_ethernet_lat -n 1000
+# RoCE between the same two engines, beside the raw traffic.
+port=$((port + 1))
+if run_pair --label rc --delay 1 --forbid '[Ff]ailed|[Cc]ouldn.t|[Ee]rror' 60 \
+     ip netns exec "$ns_b" ibv_rc_pingpong -d hostB -g 0 -p "$port" -n 200 -- \
+     ip netns exec "$ns_a" ibv_rc_pingpong -d hostA -g 0 -p "$port" -n 200 "$kern_b"; then
+  echo "ok   rc_pingpong beside raw traffic"
+else
+  echo "FAIL rc_pingpong"
+  failures=$((failures + 1))
+fi
+
+echo "failures: $failures"
+((failures == 0))
