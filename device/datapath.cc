@@ -133,9 +133,9 @@ std::string Device::status_text() const {
   os << "objects: pds " << pds_.count() << ", mrs " << mrs_.count() << ", cqs " << cqs_.count()
      << ", qps " << qps_.count() << ", channels " << channels_.count() << '\n';
   static const char* kStates[] = {"RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR", "UNKNOWN"};
-  static const char* kTypes[] = {"", "", "RC", "UC", "UD"};
+  static const char* kTypes[] = {"", "", "RC", "UC", "UD", "", "", "", "RAW_PACKET"};
   qps_.for_each([&](uint32_t, const Qp& q) {
-    os << "  qp " << q.qpn << " " << (q.type <= IBV_QPT_UD ? kTypes[q.type] : "?") << " "
+    os << "  qp " << q.qpn << " " << (q.type <= IBV_QPT_RAW_PACKET ? kTypes[q.type] : "?") << " "
        << kStates[std::min<int>(q.state, 7)] << " pid " << q.owner->mem.pid() << " dest_qp "
        << q.dest_qpn << " tx " << q.tx_packets << " rx " << q.rx_packets << " retrans "
        << q.retransmits << " rnr " << q.rnr_naks << '\n';
@@ -167,6 +167,10 @@ std::string Device::stats_text() const {
 #undef UROCE_ARP_LINE
   }
   os << "  packet_buffers " << pool_.allocated() << "    # frame buffers allocated\n";
+  steering_.for_each([&](uint32_t handle, const Flow& f) {
+    os << "  flow " << handle << " qp " << f.target.id << " priority " << f.priority << " frames "
+       << f.hits << " dropped " << f.dropped << "    # a steering rule: frames it took, discarded\n";
+  });
   return os.str();
 }
 

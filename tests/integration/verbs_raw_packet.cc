@@ -350,6 +350,12 @@ TEST_F(RawPacket, DropDiscardsForLowerPriorities) {
   const auto kept = udp_frame(kDstMac, 1, 10, 64);
   send(kept);
   expect_frame(rx, kept);
+  // `uroce stats` shows each rule's frames and drops.
+  std::string out;
+  ASSERT_EQ(run_command("timeout 10 " + uroce_command() + " stats --name uroce0", &out), 0) << out;
+  const std::string qp = " qp " + std::to_string(rx.qp->qp_num) + " ";
+  EXPECT_NE(out.find(qp + "priority 0 frames 0 dropped 1"), std::string::npos) << out;
+  EXPECT_NE(out.find(qp + "priority 2 frames 1 dropped 0"), std::string::npos) << out;
 }
 
 TEST_F(RawPacket, TagIsReadFromTheExtendedCq) {
