@@ -539,6 +539,28 @@ TEST_F(RawPacket, CreateFlowErrorsAsMlx5) {
   EXPECT_EQ(ibv_destroy_flow(held), 0);
 }
 
+// The kernel checks CAP_NET_RAW when the rule is made, not when the device
+// was opened: a process that dropped it since gets EPERM.
+TEST_F(RawPacket, FlowNeedsCapNetRawWhenMade) {
+  Rx rx = receiver(1);
+  __user_cap_header_struct hdr{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct saved[2]{}, dropped[2]{};
+  ASSERT_EQ(syscall(SYS_capget, &hdr, saved), 0);
+  std::memcpy(dropped, saved, sizeof(saved));
+  dropped[CAP_NET_RAW / 32].effective &= ~(1u << (CAP_NET_RAW % 32));
+  ASSERT_EQ(syscall(SYS_capset, &hdr, dropped), 0);
+  FlowRule rule;
+  rule.eth_dst(kDstMac);
+  errno = 0;
+  ibv_flow* f = ibv_create_flow(rx.qp, rule.attr());
+  const int err = errno;
+  ASSERT_EQ(syscall(SYS_capset, &hdr, saved), 0);  // back in the effective set
+  EXPECT_EQ(f, nullptr);
+  EXPECT_EQ(err, EPERM);
+  if (f) ibv_destroy_flow(f);
+  EXPECT_TRUE(flow(rx.qp, rule));
+}
+
 TEST_F(RawPacket, CreateFlagsAndSrqRefused) {
   ibv_cq* cq = make_cq();
   ibv_qp_init_attr_ex ia{};
