@@ -97,7 +97,7 @@ void Device::transmit_raw(Qp& qp, net::Packet* p) {
     return emit(p, PortId::kLoopback);
   }
   if (!wire_) {
-    ++counters_.raw_tx_no_port;
+    if (s == FlowSteering::Steered::kPass) ++counters_.raw_tx_no_port;  // nobody got it
     pool_.put(p);
     return;
   }
