@@ -38,6 +38,7 @@ struct Response {
   uint32_t end_psn = 0;   // kRead: one past the READ's last response PSN
   uint32_t remaining = 0; // kRead: bytes still to send
   uint32_t mr_key = 0;    // kRead
+  uint32_t mr_pd = 0;     // kRead: the PD the key was checked in (a key freed and reused meanwhile is another PD's)
   uint64_t va = 0;        // kRead: in the MR owner's address space
   uint64_t orig = 0;      // kAtomicAck
 };

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -29,7 +30,9 @@ int QueueMemory::create(const char* name, size_t size) {
   size = (size + 4095) & ~size_t(4095);
   int fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (fd < 0) return errno;
-  if (ftruncate(fd, off_t(size)) != 0) {
+  // memfds are born 0777: a queue is for the engine and its client (who
+  // gets the fd itself), nobody who finds it in /proc.
+  if (fchmod(fd, 0600) != 0 || ftruncate(fd, off_t(size)) != 0) {
     int e = errno;
     close(fd);
     return e;

@@ -357,6 +357,7 @@ void answer_duplicate_read(Device& dev, Qp& qp, net::Packet& p) {
     va = mr->addr + (reth->va - mr->iova);
     key = mr->key;
   }
+  const uint32_t pd = request_pd(dev, qp, p);
   for (Response& q : qp.responses) {
     if (q.kind != Response::Kind::kRead || q.end_psn != end) continue;
     // The same READ, still being answered: nothing to add if the PSNs asked
@@ -366,6 +367,7 @@ void answer_duplicate_read(Device& dev, Qp& qp, net::Packet& p) {
     q.psn = psn;
     q.remaining = reth->dma_len;
     q.mr_key = key;
+    q.mr_pd = pd;
     q.va = va;
     // Keep the queue in PSN order: it may now belong before its neighbour.
     Response moved = q;
@@ -381,6 +383,7 @@ void answer_duplicate_read(Device& dev, Qp& qp, net::Packet& p) {
   r.end_psn = end;
   r.remaining = reth->dma_len;
   r.mr_key = key;
+  r.mr_pd = pd;
   r.va = va;
   enqueue_in_psn_order(qp, r);
 }
@@ -667,7 +670,12 @@ void execute_write(Device& dev, Qp& qp, net::Packet& p) {
   }
   if (p.payload_len) {
     // The MR may have been deregistered since FIRST: check it still stands.
+    // Its key may even name another MR by now (freed, then reused once the
+    // 8-bit generation wrapped): one of another PD, maybe another client's,
+    // never gets bytes aimed at the first (IBA C10-14: the R_Key is of the
+    // QP's PD).
     const Mr* mr = dev.find_mr(qp.resp_write_key);
+    if (mr && mr->pd != request_pd(dev, qp, p)) mr = nullptr;
     if (!mr || !mr->owner->mem.write(mr->span(qp.resp_write_va, p.payload_len), p.payload())) {
       dev.memory_fault("RDMA write", mr ? mr->owner : nullptr, qp.resp_write_va, p.payload_len);
       if (is_reliable(qp)) return nak_and_fail(dev, qp, psn, net::aeth::kNakRemoteAccessError);
@@ -714,6 +722,7 @@ void execute_read(Device& dev, Qp& qp, net::Packet& p) {
   r.end_psn = psn_add(psn, std::max<uint32_t>(1, (len + mtu - 1) / mtu));
   r.remaining = len;
   r.mr_key = key;
+  r.mr_pd = request_pd(dev, qp, p);
   r.va = va;
   qp.responses.push_back(r);
   qp.resp_epsn = r.end_psn;
@@ -843,6 +852,7 @@ bool responder_run(Device& dev, Qp& qp) {
           aeth_word(qp, net::aeth::kAck | net::aeth::kCreditInvalid);
     if (len) {
       const Mr* mr = dev.find_mr(r.mr_key);
+      if (mr && mr->pd != r.mr_pd) mr = nullptr;  // freed and its key reused: see execute_write
       if (!mr || !mr->owner->mem.read(mr->span(r.va, len), p->payload())) {
         dev.memory_fault("RDMA read response", mr ? mr->owner : nullptr, r.va, len);
         dev.free_packet(p);

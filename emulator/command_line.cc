@@ -132,6 +132,27 @@ std::optional<EngineConfig> parse_command_line(int argc, const char* const* argv
           },
           "", ""));
   app.add_option_function<std::string>(
+         "--users", [&config](const std::string& list) { parse_users(list, &config.access); },
+         "other users who may use the engine besides its owner and root: names or uids, "
+         "comma-separated, or 'all' (default: none)")
+      ->type_name("LIST")
+      ->check(CLI::Validator(
+          [](std::string& list) {
+            AccessPolicy scratch;
+            return parse_users(list, &scratch);
+          },
+          "", ""));
+  app.add_option_function<std::string>(
+         "--group", [&config](const std::string& name) { parse_group(name, &config.access); },
+         "a group whose members may use the engine (its socket becomes 0660 and the group's)")
+      ->type_name("NAME")
+      ->check(CLI::Validator(
+          [](std::string& name) {
+            AccessPolicy scratch;
+            return parse_group(name, &scratch);
+          },
+          "", ""));
+  app.add_option_function<std::string>(
          "--cpu",
          [&config](const std::string& v) {
            config.cpu = v == "auto" ? EngineConfig::kCpuAuto : v == "none" ? EngineConfig::kCpuNone : std::atoi(v.c_str());

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -68,16 +69,16 @@ void Engine::start() {
     if (std::string err = device_.set_fault(port, config_.fault); !err.empty())
       throw std::runtime_error("bad --fault: " + err);
   }
+  prepare_runtime_dir();
   const std::string& dir = config_.runtime_dir;
-  if (mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST)
-    throw std::runtime_error("cannot create runtime dir " + dir + ": " + std::strerror(errno));
   const std::string sock = engine_socket_path(dir, config_.device.name);
   if (sock.size() >= sizeof(sockaddr_un::sun_path))
     throw std::runtime_error("socket path too long: " + sock);
 
   // Shared engine page (read-only for clients) and the doorbell.
   shared_fd_ = memfd_create("uroce-engine", MFD_CLOEXEC);
-  if (shared_fd_ < 0 || ftruncate(shared_fd_, 4096) != 0)
+  // A memfd is created 0777; only its owner needs to open it again (hello()).
+  if (shared_fd_ < 0 || fchmod(shared_fd_, 0600) != 0 || ftruncate(shared_fd_, 4096) != 0)
     throw std::runtime_error(std::string("memfd_create: ") + std::strerror(errno));
   void* p = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, shared_fd_, 0);
   if (p == MAP_FAILED) throw std::runtime_error(std::string("mmap: ") + std::strerror(errno));
@@ -104,8 +105,16 @@ void Engine::start() {
   if (!ec) acceptor_.bind(ep, ec);
   if (!ec) acceptor_.listen(64, ec);
   if (ec) throw std::runtime_error("cannot listen on " + sock + ": " + ec.message());
-  chmod(sock.c_str(), 0777);  // access is governed by the runtime dir's mode
   socket_path_ = sock;
+  // Connecting takes write permission on the socket: its mode is the first
+  // gate (as a /dev/infiniband node's), the credential check at accept the
+  // second (access.h).
+  const AccessPolicy& access = config_.access;
+  if (access.group && chown(sock.c_str(), uid_t(-1), *access.group) != 0)
+    throw std::runtime_error("cannot give " + sock + " to group " + std::to_string(*access.group) + ": " +
+                             std::strerror(errno) + " (the engine's user must be a member of it)");
+  if (chmod(sock.c_str(), socket_mode(access)) != 0)
+    throw std::runtime_error("cannot chmod " + sock + ": " + std::strerror(errno));
 
   pid_path_ = engine_pid_path(dir, config_.device.name);
   {
@@ -120,11 +129,58 @@ void Engine::start() {
   arm_doorbell();
 }
 
+// The runtime directory: made 0700 if missing; refused if another user
+// could write into it; opened to others (0755, so that they can list the
+// engines) only when this engine admits others.
+void Engine::prepare_runtime_dir() {
+  const std::string& dir = config_.runtime_dir;
+  if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST)
+    throw std::runtime_error("cannot create runtime dir " + dir + ": " + std::strerror(errno));
+  const uid_t self = geteuid();
+  if (std::string why = runtime_dir_problem(dir, self); !why.empty())
+    throw std::runtime_error("runtime dir " + dir + " will not do: " + why);
+  struct stat st;
+  const mode_t want = runtime_dir_mode(config_.access);
+  if (stat(dir.c_str(), &st) == 0 && st.st_uid == self && (st.st_mode & want) != want &&
+      chmod(dir.c_str(), (st.st_mode & 07777) | want) != 0)
+    throw std::runtime_error("cannot chmod runtime dir " + dir + ": " + std::strerror(errno));
+}
+
+void Engine::refuse(SeqPacket::socket sock, const PeerCredentials* peer) {
+  ++counters_.clients_refused;
+  std::string why = "uroce engine " + config_.device.name + " refuses ";
+  why += peer ? "user " + user_name(peer->uid) + " (uid " + std::to_string(peer->uid) + ")"
+              : std::string("a peer whose credentials the kernel does not give");
+  why += ": it admits only " + config_.access.describe() +
+         "; its owner can admit others with 'uroce start --users LIST' or '--group NAME'";
+  if (counters_.clients_refused <= 20 || counters_.clients_refused % 1000 == 0)
+    std::fprintf(stderr, "uroced: pid %d: %s\n", peer ? int(peer->pid) : 0, why.c_str());
+  // The refusal is the reply to whatever the client sends first: it reads it
+  // whether its request arrived before we hung up or not (connection.cc).
+  alignas(8) uint8_t buf[abi::kMaxCtlMsg];
+  const size_t len = std::min(why.size(), sizeof(buf) - sizeof(abi::CtlReplyHeader));
+  const abi::CtlReplyHeader hdr{EACCES, uint32_t(len)};
+  std::memcpy(buf, &hdr, sizeof(hdr));
+  std::memcpy(buf + sizeof(hdr), why.data(), len);
+  const int fd = sock.native_handle();
+  (void)::send(fd, buf, sizeof(hdr) + len, MSG_DONTWAIT | MSG_NOSIGNAL);
+  // What it sent already is dropped unread (fds it passed are closed with
+  // it), so that the close does not turn into ECONNRESET ahead of the answer.
+  for (int i = 0; i < 4 && ::recv(fd, buf, sizeof(buf), MSG_DONTWAIT) >= 0; ++i) {
+  }
+}
+
 void Engine::accept_next() {
   acceptor_.async_accept([this](const boost::system::error_code& ec,
                                 SeqPacket::socket sock) {
     if (ec) {
       if (ec != boost::asio::error::operation_aborted) accept_next();
+      return;
+    }
+    const std::optional<PeerCredentials> peer = peer_credentials(sock.native_handle());
+    if (!peer || !config_.access.admits(*peer)) {
+      refuse(std::move(sock), peer ? &*peer : nullptr);
+      accept_next();
       return;
     }
     auto s = std::make_unique<Session>(*this, std::move(sock), next_owner_id_++);
@@ -184,20 +240,39 @@ std::string Engine::status_text() const {
   const int cpu = shared_ ? shared_->polling_cpu.load(std::memory_order_relaxed) : -1;
   if (cpu >= 0) os << "engine: polling on CPU " << cpu << '\n';
   else os << "engine: polling on any CPU\n";
+  os << "engine: admits " << config_.access.describe() << '\n';
   os << "clients: " << sessions_.size() << '\n';
   for (const auto& [raw, s] : sessions_)
-    os << "  pid " << s->owner().mem.pid() << " " << s->owner().comm << '\n';
+    os << "  pid " << s->owner().mem.pid() << " " << s->owner().comm << " (" << user_name(s->peer().uid)
+       << ")\n";
   return os.str();
+}
+
+std::string Engine::stats_text() const {
+  // Right under the device's first line: a long report (a wire port, fault
+  // counters) is cut to fit one reply at its end.
+  std::string text = device_.stats_text();
+  std::ostringstream os;
+#define UROCE_ENGINE_COUNTER_LINE(name, desc) \
+  os << "  " << #name << " " << counters_.name << "    # " << desc << '\n';
+  UROCE_ENGINE_COUNTERS(UROCE_ENGINE_COUNTER_LINE)
+#undef UROCE_ENGINE_COUNTER_LINE
+  const size_t first_line = text.find('\n');
+  text.insert(first_line == std::string::npos ? text.size() : first_line + 1, os.str());
+  return text;
 }
 
 std::string Engine::report_json() const {
   nlohmann::json j;
   device_.report(j);
+#define UROCE_ENGINE_COUNTER_JSON(name, desc) j["counters"][#name] = counters_.name;
+  UROCE_ENGINE_COUNTERS(UROCE_ENGINE_COUNTER_JSON)
+#undef UROCE_ENGINE_COUNTER_JSON
   const int cpu = shared_ ? shared_->polling_cpu.load(std::memory_order_relaxed) : -1;
-  j["engine"] = {{"pid", int(getpid())}, {"polling_cpu", cpu}};
+  j["engine"] = {{"pid", int(getpid())}, {"polling_cpu", cpu}, {"admits", config_.access.describe()}};
   nlohmann::json clients = nlohmann::json::array();
   for (const auto& [raw, s] : sessions_)
-    clients.push_back({{"pid", int(s->owner().mem.pid())}, {"comm", s->owner().comm}});
+    clients.push_back({{"pid", int(s->owner().mem.pid())}, {"comm", s->owner().comm}, {"uid", s->peer().uid}});
   j["clients"] = clients;
   j["time_ns"] = monotonic_ns();
   return j.dump();

@@ -15,12 +15,27 @@
 #include <unordered_map>
 
 #include "device/device.h"
+#include "emulator/access.h"
 #include "emulator/idle_policy.h"
 #include "uroce/abi.h"
 
 namespace uroce::emulator {
 
 class Session;
+
+// Clients the engine turned away or hung up on (emulator/session.cc), shown
+// by `uroce stats` beside the device's counters.
+#define UROCE_ENGINE_COUNTERS(X)                                                          \
+  X(clients_refused, "connections refused: user not admitted (uroced --users/--group)")  \
+  X(clients_junk, "clients disconnected: malformed control message (size, operation, fds)") \
+  X(clients_flooding, "clients disconnected: requests sent without reading the replies") \
+  X(engine_ops_refused, "fault/capture/port requests refused: not the owner or root")
+
+struct EngineCounters {
+#define UROCE_ENGINE_COUNTER_FIELD(name, desc) uint64_t name = 0;
+  UROCE_ENGINE_COUNTERS(UROCE_ENGINE_COUNTER_FIELD)
+#undef UROCE_ENGINE_COUNTER_FIELD
+};
 
 struct EngineConfig {
   device::DeviceConfig device;
@@ -38,6 +53,7 @@ struct EngineConfig {
   uint64_t wire_max_sleep_ns = 50'000'000;
   net::FaultConfig fault;  // applied at start to the wire port, else the loopback
   bool fault_set = false;
+  AccessPolicy access;  // who may connect besides the owner (--users, --group)
 };
 
 class Engine {
@@ -63,6 +79,10 @@ class Engine {
   // (IBV_EVENT_PORT_ACTIVE / IBV_EVENT_PORT_ERR) to every client.
   void set_port_state(bool up);
   std::string status_text() const;
+  // The device's counters and the engine's (UROCE_ENGINE_COUNTERS).
+  std::string stats_text() const;
+  const AccessPolicy& access() const { return config_.access; }
+  EngineCounters& counters() { return counters_; }
   // The JSON report of a connection (kReport): a new snapshot when `fresh`,
   // else the one taken at its offset 0, so its pieces agree.
   const std::string& report_snapshot(const device::Owner& client, bool fresh);
@@ -70,6 +90,9 @@ class Engine {
  private:
   std::string report_json() const;
   void accept_next();
+  // Tells a peer the policy does not admit why, and hangs up.
+  void refuse(SeqPacket::socket sock, const PeerCredentials* peer);
+  void prepare_runtime_dir();
   void arm_doorbell();
   void arm_wire_wakeup();
   void remove_files();
@@ -89,6 +112,7 @@ class Engine {
   uint64_t next_owner_id_ = 1;
   std::unordered_map<uint64_t, std::string> report_snapshots_;  // by Owner::id
   IdlePolicy idle_;
+  EngineCounters counters_;
 };
 
 }  // namespace uroce::emulator

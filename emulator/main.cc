@@ -1,6 +1,8 @@
 // uroced: the engine daemon. Runs in the foreground; `uroce start` detaches it.
 #include <malloc.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
@@ -44,8 +46,12 @@ uint64_t read_max_map_count() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // The engine's files (pid file, captures) are its owner's alone; the
+  // socket gets the mode the access policy gives it (emulator/access.h).
+  umask(077);
   uroce::emulator::EngineConfig config;
   config.runtime_dir = uroce::runtime_dir();
+  config.access.owner = geteuid();
   config.device.max_map_count = read_max_map_count();
   raise_fd_limit();
   keep_allocations_off_mappings();

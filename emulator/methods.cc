@@ -24,10 +24,11 @@ constexpr Size kNoBody{0, SizeRule::kExact};
 
 struct Fds {
   uint8_t min, max;
+  FdKind kind = FdKind::kAny;
 };
 constexpr Fds kNoFds{0, 0};
-constexpr Fds fds_exactly(uint8_t n) { return {n, n}; }
-constexpr Fds fds_optional(uint8_t n) { return {0, n}; }
+constexpr Fds fds_exactly(uint8_t n, FdKind kind = FdKind::kAny) { return {n, n, kind}; }
+constexpr Fds fds_optional(uint8_t n, FdKind kind = FdKind::kAny) { return {0, n, kind}; }
 
 // A handle field of request struct S (a uint64_t).
 #define UROCE_HANDLE(S, field, obj_type, ...) \
@@ -35,7 +36,7 @@ constexpr Fds fds_optional(uint8_t n) { return {0, n}; }
 
 template <typename... A>
 constexpr Method method(const char* name, Handler handler, Size size, Fds fds, A... handles) {
-  Method m{name, handler, size.bytes, size.rule, fds.min, fds.max, {handles...}, uint8_t(sizeof...(A))};
+  Method m{name, handler, size.bytes, size.rule, fds.min, fds.max, fds.kind, {handles...}, uint8_t(sizeof...(A))};
   return m;
 }
 
@@ -60,6 +61,11 @@ constexpr HandleAttr destroyed(HandleAttr a) {
   a.destroys = true;
   return a;
 }
+// An operation on the whole engine: its owner and root only.
+constexpr Method engine_wide(Method m) {
+  m.engine_wide = true;
+  return m;
+}
 
 using Table = std::array<Method, size_t(CtlOp::kCount)>;
 
@@ -69,19 +75,19 @@ constexpr Table make_table() {
   using namespace abi;
 
   // Connection, device and port (methods_device.cc).
-  at(CtlOp::kHello) = method("hello", hello, exact<HelloRequest>(), fds_exactly(1));  // async pipe
+  at(CtlOp::kHello) = method("hello", hello, exact<HelloRequest>(), fds_exactly(1, FdKind::kPipe));  // async pipe
   at(CtlOp::kQueryDevice) = method("query_device", query_device, kNoBody, kNoFds);
   at(CtlOp::kQueryPort) = method("query_port", query_port, kNoBody, kNoFds);
   at(CtlOp::kSetPortState) =
-      method("set_port_state", set_port_state, exact<SetPortStateRequest>(), kNoFds);
+      engine_wide(method("set_port_state", set_port_state, exact<SetPortStateRequest>(), kNoFds));
 
   // PD and MR (methods_pd_mr.cc).
   at(CtlOp::kAllocPd) = method("alloc_pd", alloc_pd, kNoBody, kNoFds);
   at(CtlOp::kDeallocPd) = method("dealloc_pd", dealloc_pd, exact<HandleRequest>(), kNoFds,
                                  destroyed(UROCE_HANDLE(HandleRequest, handle, kPd)));
-  at(CtlOp::kRegMr) = method("reg_mr", reg_mr, exact<RegMrRequest>(), fds_optional(1),  // memfd
+  at(CtlOp::kRegMr) = method("reg_mr", reg_mr, exact<RegMrRequest>(), fds_optional(1, FdKind::kRegularFile),  // memfd
                              einval(UROCE_HANDLE(RegMrRequest, pd, kPd)));
-  at(CtlOp::kReregMr) = method("rereg_mr", rereg_mr, exact<ReregMrRequest>(), fds_optional(1),
+  at(CtlOp::kReregMr) = method("rereg_mr", rereg_mr, exact<ReregMrRequest>(), fds_optional(1, FdKind::kRegularFile),
                                UROCE_HANDLE(ReregMrRequest, handle, kMr),
                                einval(optional(UROCE_HANDLE(ReregMrRequest, pd, kPd))));
   at(CtlOp::kDeregMr) = method("dereg_mr", dereg_mr, exact<HandleRequest>(), kNoFds,
@@ -89,7 +95,7 @@ constexpr Table make_table() {
 
   // Completion channels and CQs (methods_cq.cc).
   at(CtlOp::kCreateCompChannel) =
-      method("create_comp_channel", create_comp_channel, kNoBody, fds_exactly(1));  // pipe
+      method("create_comp_channel", create_comp_channel, kNoBody, fds_exactly(1, FdKind::kPipe));  // pipe
   at(CtlOp::kDestroyCompChannel) =
       method("destroy_comp_channel", destroy_comp_channel, exact<HandleRequest>(), kNoFds,
              destroyed(UROCE_HANDLE(HandleRequest, handle, kCompChannel)));
@@ -150,8 +156,10 @@ constexpr Table make_table() {
                                    destroyed(einval(UROCE_HANDLE(HandleRequest, handle, kFlow))));
 
   // The uroce command (methods_tools.cc).
-  at(CtlOp::kSetFault) = method("set_fault", set_fault, exact<SetFaultRequest>(), kNoFds);
-  at(CtlOp::kCapture) = method("capture", capture, exact<CaptureRequest>(), kNoFds);
+  // Fault injection and capture act on every client's traffic, and capture
+  // writes a file as the engine's user: engine-wide.
+  at(CtlOp::kSetFault) = engine_wide(method("set_fault", set_fault, exact<SetFaultRequest>(), kNoFds));
+  at(CtlOp::kCapture) = engine_wide(method("capture", capture, exact<CaptureRequest>(), kNoFds));
   at(CtlOp::kStatus) = method("status", status, kNoBody, kNoFds);
   at(CtlOp::kStats) = method("stats", stats, kNoBody, kNoFds);
   at(CtlOp::kReport) = method("report", report, exact<ReportRequest>(), kNoFds);

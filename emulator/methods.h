@@ -107,14 +107,23 @@ struct HandleAttr {
 
 enum class SizeRule : uint8_t { kExact, kUpTo };
 
+// What the fds of a request must be (the provider never sends another kind):
+// a pipe (the async event pipe, a completion channel), a regular file (a
+// memfd, which the device checks further), or any file (an XRC domain's).
+enum class FdKind : uint8_t { kAny, kPipe, kRegularFile };
+
 struct Method {
   const char* name = nullptr;  // nullptr: no such operation (EOPNOTSUPP)
   Handler handler = nullptr;
   uint32_t req_size = 0;
   SizeRule size_rule = SizeRule::kExact;
   uint8_t min_fds = 0, max_fds = 0;
+  FdKind fd_kind = FdKind::kAny;
   std::array<HandleAttr, 5> handles{};
   uint8_t num_handles = 0;
+  // It changes the engine for every client (fault injection, capture, the
+  // port state): its owner's and root's alone (emulator/access.h).
+  bool engine_wide = false;
 };
 
 // The method of an operation code, or nullptr.

@@ -1,4 +1,5 @@
 // Methods of shared receive queues, XRC domains and opened XRC target QPs.
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -70,6 +71,13 @@ int open_xrcd(Call& c) {
   const auto req = c.request<abi::OpenXrcdRequest>();
   const int fd = req.has_fd ? c.take_fd(0) : -1;
   if (req.has_fd && fd < 0) return EBADF;
+  // The domain is the file's: only an fd opened for reading or writing
+  // names it. An O_PATH fd needs no permission on the file at all, and the
+  // kernel's fdget() in ib_uverbs_open_xrcd does not take one (EBADF).
+  if (fd >= 0 && (fcntl(fd, F_GETFL) & O_PATH)) {
+    close(fd);
+    return EBADF;
+  }
   auto r = c.dev.open_xrcd(&c.owner, fd, req.oflags);
   if (fd >= 0) close(fd);
   if (r.err) return r.err;

@@ -63,7 +63,7 @@ int report(Call& c) {
 }
 
 int stats(Call& c) {
-  c.reply_text(c.dev.stats_text());
+  c.reply_text(c.engine.stats_text());
   return 0;
 }
 

@@ -16,9 +16,12 @@ namespace {
 constexpr const char* kUsage = R"USAGE(usage: uroce [--runtime-dir DIR] COMMAND [ARGS]
 
 Commands:
-  start [--name NAME] [--ip A.B.C.D] [--mac MAC] [--port SPEC] [FLAGS...]
+  start [--name NAME] [--ip A.B.C.D] [--mac MAC] [--port SPEC]
+        [--users LIST] [--group NAME] [FLAGS...]
                       start engine NAME (uroced) in the background; other
-                      flags are passed on to uroced
+                      flags are passed on to uroced. It serves its owner and
+                      root only, unless --users (names, uids or 'all') or
+                      --group admit others
   stop [--name NAME | --all]
                       stop engine NAME, or every engine
   status [--json]     show every engine in the runtime directory
@@ -94,6 +97,12 @@ void declare_start(CLI::App& app, CommandLine& cl, std::vector<std::string>& pas
   sub->add_option("--ip", cl.start.ip, "its IPv4 address (uroced --ip)")->type_name("A.B.C.D");
   sub->add_option("--mac", "its MAC address (uroced --mac)")->type_name("MAC");
   sub->add_option("--port", "a DPDK port for the wire (uroced --port)")->type_name("SPEC");
+  sub->add_option("--users",
+                  "other users who may use the engine: names or uids, comma-separated, or 'all' "
+                  "(uroced --users; default: its owner and root only)")
+      ->type_name("LIST");
+  sub->add_option("--group", "a group whose members may use the engine (uroced --group)")
+      ->type_name("NAME");
   // Every other flag goes to uroced as it is, in order (allow_extras keeps
   // them in `remaining`). The positional below takes nothing (its check
   // refuses every word); it exists so that `--` stays start's: without one,
@@ -309,7 +318,7 @@ std::optional<CommandLine> parse_command_line(int argc, const char* const* argv,
     return std::nullopt;
   }
   if (cl.command == "start") {
-    for (const char* flag : {"--ip", "--mac", "--port"})
+    for (const char* flag : {"--ip", "--mac", "--port", "--users", "--group"})
       if (const CLI::Option* opt = sub->get_option(flag); opt->count())
         cl.start.engine_args.insert(cl.start.engine_args.end(), {flag, opt->as<std::string>()});
     std::vector<std::string> rest = sub->remaining();

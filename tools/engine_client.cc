@@ -114,6 +114,9 @@ std::optional<CtlReply> exchange(int fd, abi::CtlOp op, std::string_view body,
     if (n == static_cast<ssize_t>(request.size())) break;
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && errno == EAGAIN && wait_for(fd, POLLOUT, deadline)) continue;
+    // An engine that refuses this user answers and hangs up at once: its
+    // answer may be waiting although the request could not go out.
+    if (pollfd p{fd, POLLIN, 0}; ::poll(&p, 1, 0) == 1 && (p.revents & POLLIN)) break;
     *error = std::string("cannot send request: ") + std::strerror(n < 0 ? errno : EIO);
     return std::nullopt;
   }
@@ -122,6 +125,7 @@ std::optional<CtlReply> exchange(int fd, abi::CtlOp op, std::string_view body,
   alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * abi::kMaxCtlFds)];
   ssize_t n;
   msghdr msg{};
+  bool reset_seen = false;
   for (;;) {
     if (!wait_for(fd, POLLIN, deadline)) {
       *error = "no reply within " + std::to_string(timeout_ms / 1000) + " s";
@@ -135,6 +139,12 @@ std::optional<CtlReply> exchange(int fd, abi::CtlOp op, std::string_view body,
     msg.msg_controllen = sizeof(control);
     n = ::recvmsg(fd, &msg, MSG_CMSG_CLOEXEC);
     if (n >= 0) break;
+    // An engine that hung up with the request unread (a refusal) reports
+    // ECONNRESET once, ahead of the answer it sent before.
+    if (errno == ECONNRESET && !reset_seen) {
+      reset_seen = true;
+      continue;
+    }
     if (errno != EINTR && errno != EAGAIN) {
       *error = std::string("cannot receive reply: ") + std::strerror(errno);
       return std::nullopt;
@@ -194,7 +204,7 @@ std::optional<std::string> fetch_report(const std::string& socket_path, int time
                           deadline, timeout_ms, error);
     if (!reply) return std::nullopt;
     if (reply->status) {
-      *error = std::strerror(reply->status);
+      *error = reply->body.empty() ? std::strerror(reply->status) : reply->body;
       return std::nullopt;
     }
     abi::ReportReply head;

@@ -246,8 +246,8 @@ StopResult stop_one(const std::string& dir, const std::string& name) {
     return StopResult::kAbsent;
   }
   if (::kill(pid, SIGTERM) != 0 && errno != ESRCH) {
-    std::cerr << "uroce: " << name << ": cannot signal pid " << pid << ": "
-              << std::strerror(errno) << '\n';
+    std::cerr << "uroce: " << name << ": cannot signal pid " << pid << ": " << std::strerror(errno)
+              << (errno == EPERM ? " (only the engine's owner or root may stop it)" : "") << '\n';
     return StopResult::kFailed;
   }
   bool killed = false;
@@ -303,8 +303,8 @@ void ensure_runtime_dir(const std::string& dir) {
   fs::path path(dir);
   std::error_code ec;
   if (path.has_parent_path()) fs::create_directories(path.parent_path(), ec);
-  mode_t mode = ::geteuid() == 0 ? 0755 : 0700;
-  if (::mkdir(dir.c_str(), mode) != 0 && errno != EEXIST)
+  // The owner's alone; an engine that admits others opens it (uroced).
+  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST)
     throw std::runtime_error("cannot create " + dir + ": " + std::strerror(errno));
 }
 
@@ -340,7 +340,8 @@ int start_engine(const StartOptions& o) {
   if (remove_engine_files(dir, o.name))
     std::cerr << "uroce: " << o.name << ": removed stale files of a dead engine\n";
 
-  UniqueFd log(::open(log_file.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
+  // The log names the engine's clients: its owner's alone.
+  UniqueFd log(::open(log_file.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600));
   if (!log) {
     std::cerr << "uroce: cannot open " << log_file << ": " << std::strerror(errno) << '\n';
     return 1;

@@ -141,7 +141,7 @@ bool show_engine(const Context& ctx, const std::string& name, abi::CtlOp op) {
     return false;
   }
   if (reply->status != 0) {
-    std::cout << "  error: " << std::strerror(reply->status) << '\n';
+    std::cout << "  error: " << (reply->body.empty() ? std::strerror(reply->status) : reply->body) << '\n';
     return false;
   }
   std::cout << reply->body;
@@ -180,25 +180,6 @@ int cmd_stats(const Context& ctx, const ShowArgs& args) {
   return show_engines(ctx, args, abi::CtlOp::kStats);
 }
 
-int cmd_port(const Context& ctx, const PortArgs& args) {
-  const std::string& name = args.name;
-  abi::SetPortStateRequest req{args.up ? 4u /* IBV_PORT_ACTIVE */ : 1u /* IBV_PORT_DOWN */, 0};
-  std::string error;
-  auto reply = control_request(engine_socket_path(ctx.runtime_dir, name), abi::CtlOp::kSetPortState,
-                               2000, &error,
-                               std::string_view(reinterpret_cast<const char*>(&req), sizeof(req)));
-  if (!reply) {
-    std::cerr << "uroce: " << name << ": " << error << '\n';
-    return 1;
-  }
-  if (reply->status) {
-    std::cerr << "uroce: " << name << ": " << std::strerror(reply->status) << '\n';
-    return 1;
-  }
-  std::cout << name << ": port 1 " << (args.up ? "up" : "down") << '\n';
-  return 0;
-}
-
 // One control request with a body; prints the engine's error text on failure.
 std::optional<CtlReply> engine_call(const Context& ctx, const std::string& name, abi::CtlOp op,
                                     const void* body, size_t len) {
@@ -215,6 +196,13 @@ std::optional<CtlReply> engine_call(const Context& ctx, const std::string& name,
     return std::nullopt;
   }
   return reply;
+}
+
+int cmd_port(const Context& ctx, const PortArgs& args) {
+  abi::SetPortStateRequest req{args.up ? 4u /* IBV_PORT_ACTIVE */ : 1u /* IBV_PORT_DOWN */, 0};
+  if (!engine_call(ctx, args.name, abi::CtlOp::kSetPortState, &req, sizeof(req))) return 1;
+  std::cout << args.name << ": port 1 " << (args.up ? "up" : "down") << '\n';
+  return 0;
 }
 
 int cmd_fault(const Context& ctx, const FaultArgs& args) {

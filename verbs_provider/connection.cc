@@ -57,19 +57,12 @@ int Connection::call(abi::CtlOp op, const void* req, size_t req_len, void* rep, 
     c->cmsg_len = CMSG_LEN(sizeof(int) * nfds_in);
     std::memcpy(CMSG_DATA(c), fds_in, sizeof(int) * nfds_in);
   }
+  error_text_.clear();
   ssize_t n;
   do n = sendmsg(fd_, &msg, MSG_NOSIGNAL);
   while (n < 0 && errno == EINTR);
-  if (n < 0) return EIO;
-
-  iov = {buf, sizeof(buf)};
-  msg = {};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = cbuf;
-  msg.msg_controllen = sizeof(cbuf);
-  do n = recvmsg(fd_, &msg, MSG_CMSG_CLOEXEC);
-  while (n < 0 && errno == EINTR);
+  // The engine hung up: an answer it left (a refusal) is still readable.
+  n = receive(buf, sizeof(buf), cbuf, sizeof(cbuf), &msg, n < 0 ? MSG_DONTWAIT : 0);
   if (n <= 0) return EIO;  // engine gone
   size_t got_fds = 0;
   for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
@@ -88,11 +81,29 @@ int Connection::call(abi::CtlOp op, const void* req, size_t req_len, void* rep, 
   std::memcpy(&rh, buf, sizeof(rh));
   if (rh.status != 0) {
     for (size_t i = 0; i < got_fds; ++i) close(fds_out[i]);
+    if (rh.len == size_t(n) - sizeof(rh))
+      error_text_.assign(reinterpret_cast<const char*>(buf) + sizeof(rh), rh.len);
     return rh.status;
   }
   if (rh.len != size_t(n) - sizeof(rh) || rh.len < rep_len) return EIO;
   if (rep_len) std::memcpy(rep, buf + sizeof(rh), rep_len);
   return 0;
+}
+
+ssize_t Connection::receive(void* buf, size_t len, void* cbuf, size_t clen, msghdr* msg, int flags) {
+  iovec iov{buf, len};  // read during the call only
+  *msg = {};
+  msg->msg_iov = &iov;
+  msg->msg_iovlen = 1;
+  msg->msg_control = cbuf;
+  msg->msg_controllen = clen;
+  ssize_t n;
+  do n = recvmsg(fd_, msg, MSG_CMSG_CLOEXEC | flags);
+  while (n < 0 && errno == EINTR);
+  // An engine that hangs up with our request unread leaves ECONNRESET
+  // pending; it is reported once, ahead of the answer it sent before.
+  if (n < 0 && errno == ECONNRESET) n = recvmsg(fd_, msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+  return n;
 }
 
 void* map_queue(int fd, size_t size) {

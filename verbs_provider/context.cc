@@ -207,12 +207,13 @@ UROCE_EXPORT ibv_context* ibv_open_device(ibv_device* device) {
     if (shared == MAP_FAILED) err = errno;
   }
   if (fds[0] >= 0) close(fds[0]);
+  if (err == EACCES) warn_refused(dev->socket_path, c->conn.error_text());
   if (err) {
     if (fds[1] >= 0) close(fds[1]);
     if (async_pipe[0] >= 0) close(async_pipe[0]);
     c->conn.close_fd();
     delete c;
-    errno = err == EIO ? ENODEV : err;
+    errno = err == EIO ? ENODEV : err;  // EACCES as open() of a uverbs node we may not use
     return nullptr;
   }
   madvise(shared, 4096, MADV_DONTFORK);

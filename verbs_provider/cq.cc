@@ -19,6 +19,8 @@ namespace {
 constexpr uint64_t kNapAfterNs = 50'000;
 constexpr uint64_t kNapNs = 20'000;
 constexpr uint32_t kNapCheckPolls = 16;
+// How often a thread that finds its CQ empty looks whether the engine is gone.
+constexpr uint64_t kEngineCheckNs = 100'000'000;
 
 constexpr uint64_t kSupportedWcFlags =
     IBV_WC_EX_WITH_BYTE_LEN | IBV_WC_EX_WITH_IMM | IBV_WC_EX_WITH_QP_NUM | IBV_WC_EX_WITH_SRC_QP |
@@ -51,6 +53,28 @@ void to_wc(const abi::Cqe& e, ibv_wc* wc) {
   wc->dlid_path_bits = e.dlid_path_bits;
 }
 
+uint64_t monotonic_ns() {
+  timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  return uint64_t(now.tv_sec) * 1'000'000'000u + uint64_t(now.tv_nsec);
+}
+
+// A CQ stays empty for good once the engine is gone (killed or stopped), and
+// a program that polls without reading async events would spin forever: a
+// thread polling an empty CQ looks, every kEngineCheckNs, whether the
+// engine's end of the control socket hung up (one poll(), nothing read:
+// requests and replies never cross here). Then the context is dead, as after
+// IBV_EVENT_DEVICE_FATAL, and the poll fails.
+bool engine_is_gone(UContext* ctx, uint64_t now_ns) {
+  thread_local uint64_t last_check_ns = 0;
+  if (ctx->engine_gone) return true;
+  if (now_ns - last_check_ns < kEngineCheckNs) return false;
+  last_check_ns = now_ns;
+  pollfd p{ctx->conn.fd(), POLLRDHUP, 0};
+  if (p.fd >= 0 && poll(&p, 1, 0) == 1 && (p.revents & (POLLHUP | POLLRDHUP | POLLERR))) ctx->engine_gone = true;
+  return ctx->engine_gone;
+}
+
 // ---- ibv_cq_ex reader -----------------------------------------------------
 
 int take_current(UCq* cq) {
@@ -70,6 +94,9 @@ int start_poll(ibv_cq_ex* ex, ibv_poll_cq_attr* attr) {
   cq->mu.lock();
   int err = take_current(cq);
   if (err) cq->mu.unlock();  // the caller does not call end_poll after ENOENT
+  thread_local uint32_t empty_polls = 0;
+  if (err == ENOENT && ++empty_polls % kNapCheckPolls == 0 && engine_is_gone(cq->ctx, monotonic_ns()))
+    err = EIO;
   return err;
 }
 
@@ -214,27 +241,28 @@ void cq_clean(ibv_cq* ibcq, uint32_t qpn) {
 // from the device that would fill it. So a thread that has found nothing for
 // a while there naps instead (the engine keeps its own CPU while it works;
 // placed by `uroce run`, clients rarely land there).
-void empty_poll(const UContext* ctx, bool empty) {
+// False when the engine is gone (engine_is_gone).
+bool empty_poll(UContext* ctx, bool empty) {
   thread_local uint32_t empty_polls = 0;
   thread_local uint64_t empty_since_ns = 0;
   if (!empty) {
     empty_polls = 0;
-    return;
+    return true;
   }
   // The clock and the CPU are read once every kNapCheckPolls empty polls.
   if (++empty_polls % kNapCheckPolls == 0) {
-    timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    const uint64_t now_ns = uint64_t(now.tv_sec) * 1'000'000'000u + uint64_t(now.tv_nsec);
+    const uint64_t now_ns = monotonic_ns();
+    if (engine_is_gone(ctx, now_ns)) return false;
     if (empty_polls == kNapCheckPolls) empty_since_ns = now_ns;
     const int engine_cpu = ctx->shared->polling_cpu.load(std::memory_order_relaxed);
     if (engine_cpu >= 0 && now_ns - empty_since_ns > kNapAfterNs && sched_getcpu() == engine_cpu) {
       const timespec nap{0, long(kNapNs)};
       nanosleep(&nap, nullptr);
-      return;
+      return true;
     }
   }
   sched_yield();
+  return true;
 }
 
 int poll_cq(ibv_cq* ibcq, int num_entries, ibv_wc* wc) {
@@ -250,7 +278,7 @@ int poll_cq(ibv_cq* ibcq, int num_entries, ibv_wc* wc) {
     ++cq->ring.prod;
   }
   if (n) cq->ring.hdr->consumer.store(cq->ring.prod, std::memory_order_release);
-  empty_poll(cq->ctx, n == 0);
+  if (!empty_poll(cq->ctx, n == 0)) return -1;  // nothing will ever come
   return n;
 }
 

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <mutex>
 #include <string>
@@ -50,15 +51,38 @@ UDevice* find_or_add(const abi::DeviceInfo& info, const std::string& sock) {
 
 bool probe(const std::string& sock, abi::DeviceInfo* info) {
   Connection c;
-  if (c.connect_to(sock.c_str()) != 0) return false;
+  if (int err = c.connect_to(sock.c_str()); err != 0) {
+    // The socket's mode keeps us out (an engine of another user): as a
+    // /dev/infiniband node we may not open, the device is not ours to list.
+    if (err == EACCES) warn_refused(sock, "");
+    return false;
+  }
   abi::HelloReply rep;
-  const bool ok = c.call(abi::CtlOp::kQueryDevice, nullptr, 0, &rep, sizeof(rep)) == 0;
+  const int err = c.call(abi::CtlOp::kQueryDevice, nullptr, 0, &rep, sizeof(rep));
   c.close_fd();
-  if (ok) *info = rep.device;
-  return ok;
+  if (err == EACCES) warn_refused(sock, c.error_text());
+  if (err == 0) *info = rep.device;
+  return err == 0;
 }
 
 }  // namespace
+
+// Once per engine and process: a program that lists devices in a loop must
+// not fill its stderr.
+void warn_refused(const std::string& sock, const std::string& engine_text) {
+  static std::mutex mu;
+  static std::vector<std::string> warned;
+  std::lock_guard<std::mutex> lock(mu);
+  if (std::find(warned.begin(), warned.end(), sock) != warned.end()) return;
+  warned.push_back(sock);
+  if (!engine_text.empty())
+    std::fprintf(stderr, "uroce: warning: %s\n", engine_text.c_str());
+  else
+    std::fprintf(stderr,
+                 "uroce: warning: %s: permission denied: the engine belongs to another user, who "
+                 "can admit others with 'uroce start --users LIST' or '--group NAME'\n",
+                 sock.c_str());
+}
 
 }  // namespace uroce::provider
 
@@ -74,6 +98,9 @@ UROCE_EXPORT ibv_device** ibv_get_device_list(int* num_devices) {
       if (n.size() > 5 && n.compare(n.size() - 5, 5, ".sock") == 0) socks.push_back(dir + "/" + n);
     }
     closedir(d);
+  } else if (errno == EACCES) {
+    warn_refused(dir, "cannot list the runtime directory " + dir +
+                          ": permission denied (its engines belong to another user)");
   }
   std::sort(socks.begin(), socks.end());
   std::vector<UDevice*> found;

@@ -4,11 +4,13 @@
 #pragma once
 
 #include <infiniband/verbs.h>
+#include <sys/socket.h>
 
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
+#include <string>
 #include <unordered_map>
 
 #include "uroce/abi.h"
@@ -42,11 +44,25 @@ class Connection {
            const int* fds_in = nullptr, size_t nfds_in = 0, int* fds_out = nullptr,
            size_t nfds_out = 0);
   void close_fd();
+  // The text the engine sent with the last failed call's status, if any
+  // (e.g. why it refuses this user).
+  const std::string& error_text() const { return error_text_; }
 
  private:
+  // The reply to a request, or -1 when none is there: a refused client may
+  // find the engine's answer waiting even though it hung up before the
+  // request went out.
+  ssize_t receive(void* buf, size_t len, void* cbuf, size_t clen, msghdr* msg, int flags);
+
   std::mutex mu_;
   int fd_ = -1;
+  std::string error_text_;
 };
+
+// Says on stderr, once per engine socket (or directory) and process, that
+// an engine refuses this user: `engine_text` is the engine's reason, empty
+// when the socket's mode kept us out before the engine could say.
+void warn_refused(const std::string& sock, const std::string& engine_text);
 
 struct UMr;
 

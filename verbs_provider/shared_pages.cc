@@ -261,8 +261,9 @@ SharedLease share_pages(const void* addr, size_t length) {
   if (fd < 0) return {};
   struct stat st;
   void* staging = MAP_FAILED;
-  if (ftruncate(fd, off_t(len)) == 0 && fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) == 0 &&
-      fstat(fd, &st) == 0)
+  // Born 0777: the engine gets the fd itself; nobody else may open it in /proc.
+  if (fchmod(fd, 0600) == 0 && ftruncate(fd, off_t(len)) == 0 &&
+      fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) == 0 && fstat(fd, &st) == 0)
     staging = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (staging == MAP_FAILED) {
     close(fd);

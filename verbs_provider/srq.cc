@@ -208,7 +208,9 @@ ibv_xrcd* open_xrcd(ibv_context* context, ibv_xrcd_init_attr* attr) {
     errno = EINVAL;
     return nullptr;
   }
-  if (attr->fd != -1 && fcntl(attr->fd, F_GETFD) < 0) {
+  // An fd that is not open, or opened O_PATH (which needs no permission on
+  // the file): the kernel's fdget() takes neither (ib_uverbs_open_xrcd).
+  if (attr->fd != -1 && (fcntl(attr->fd, F_GETFD) < 0 || (fcntl(attr->fd, F_GETFL) & O_PATH))) {
     errno = EBADF;
     return nullptr;
   }

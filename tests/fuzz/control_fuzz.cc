@@ -46,11 +46,12 @@ namespace uroce::emulator {
 // the test reads them as a client would.
 class SessionTestPeer {
  public:
-  static void dispatch(Session& s, uint32_t op, const std::vector<uint8_t>& body, std::vector<int>& fds) {
+  // False when the engine would hang up on the client (junk or a flood).
+  static bool dispatch(Session& s, uint32_t op, const std::vector<uint8_t>& body, std::vector<int>& fds) {
     abi::CtlRequestHeader hdr{op, uint32_t(body.size())};
     // As from the socket: the body follows the header, never a null pointer.
     static const uint8_t kEmpty = 0;
-    s.dispatch(hdr, body.empty() ? &kEmpty : body.data(), fds);
+    return s.dispatch(hdr, body.empty() ? &kEmpty : body.data(), fds) == Session::Verdict::kServe;
   }
 };
 
@@ -82,8 +83,10 @@ struct Client {
     close(peer);
   }
 
+  bool hung_up = false;  // the engine would have ended this session
+
   Reply call(uint32_t op, const std::vector<uint8_t>& body, std::vector<int> fds) {
-    SessionTestPeer::dispatch(*session, op, body, fds);
+    hung_up = !SessionTestPeer::dispatch(*session, op, body, fds);
     for (int fd : fds)
       if (fd >= 0) close(fd);
     return read_reply();
@@ -533,6 +536,7 @@ void run_one(const uint8_t* data, size_t size) {
     if (len > size - off || len > uroce::abi::kMaxCtlMsg - sizeof(uroce::abi::CtlRequestHeader)) break;
     w.fuzz_one(op, fds, handles, data + off, len);
     off += len;
+    if (w.client->hung_up) break;  // junk ends a real session: nothing follows it
   }
   w.check_victim();
 }

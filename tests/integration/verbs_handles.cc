@@ -2,11 +2,14 @@
 // count are checked for every operation before its handler, and object
 // handles name only live objects of the calling ibv_context.
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #include <cstdlib>
+#include <functional>
+#include <thread>
 
 #include "tests/integration/verbs_fixture.h"
 #include "uroce/abi.h"
@@ -74,6 +77,28 @@ class RawControl {
     last_body_.assign(buf + sizeof(rep), buf + n);
     return rep.status;
   }
+  // Sends a request and does not wait for its reply: false once the
+  // socket takes no more (full, or the engine hung up).
+  bool send_only(uint32_t op) {
+    const abi::CtlRequestHeader hdr{op, 0};
+    return send(fd_, &hdr, sizeof(hdr), MSG_NOSIGNAL | MSG_DONTWAIT) == ssize_t(sizeof(hdr));
+  }
+  // Raw bytes as one message (no header of ours).
+  bool send_raw(const void* bytes, size_t len) { return send(fd_, bytes, len, MSG_NOSIGNAL) == ssize_t(len); }
+  // True once the engine hung up: the replies still queued are read and
+  // dropped, then EOF within `ms`.
+  bool hung_up(int ms) const {
+    const auto end = deadline_after(ms / 1000.0);
+    uint8_t buf[abi::kMaxCtlMsg];
+    while (Clock::now() < end) {
+      pollfd p{fd_, POLLIN, 100};
+      if (poll(&p, 1, 100) != 1) continue;
+      const ssize_t n = recv(fd_, buf, sizeof(buf), MSG_DONTWAIT);
+      if (n == 0 || (n < 0 && errno == ECONNRESET)) return true;
+    }
+    return false;
+  }
+  std::string body_text() const { return std::string(last_body_.begin(), last_body_.end()); }
   template <typename T>
   T body() const {
     T t{};
@@ -113,44 +138,133 @@ struct Pipe {
   }
 };
 
-TEST(ControlMessages, WrongSizeOrFdCountIsEinvalAndTheFdsAreClosed) {
+// The engine's counter NAME from `uroce stats` (its text reply), -1 if absent.
+long engine_counter(const char* name) {
   RawControl ctl;
-  ASSERT_TRUE(ctl.ok()) << "no engine socket in $UROCE_RUNTIME_DIR";
-  // A request body one byte short and one byte long.
+  if (!ctl.ok() || ctl.call(op(abi::CtlOp::kStats), nullptr, 0) != 0) return -1;
+  const std::string text = ctl.body_text();
+  const std::string key = std::string("  ") + name + " ";
+  const size_t at = text.find(key);
+  return at == std::string::npos ? -1 : std::atol(text.c_str() + at + key.size());
+}
+
+// A client that has said hello (its async pipe is the engine's) and made a
+// PD: once the engine hangs up on it, the pipe's write end is closed with
+// the session, which reclaims its objects.
+struct Client {
+  RawControl ctl;
+  Pipe async;
+  bool ready = false;
+  Client() {
+    abi::HelloRequest hello{abi::kMagic, abi::kVersion};
+    ready = ctl.ok() && ctl.call(op(abi::CtlOp::kHello), &hello, sizeof(hello), &async.w, 1) == 0 &&
+            ctl.call(op(abi::CtlOp::kAllocPd), nullptr, 0) == 0;
+    async.close_write();
+  }
+};
+
+// Junk on the control socket (issue 14): every message a provider never
+// sends (cut short, a header whose length is not the message's, an unknown
+// operation, a body of the wrong size, the wrong number or kind of fds) gets its
+// errno as the reply, then the engine hangs up: the session ends, its
+// objects are reclaimed, its fds are closed, and `uroce stats` counts it.
+TEST(ControlMessages, JunkGetsItsErrnoThenTheClientIsDisconnected) {
+  const long junk_before = engine_counter("clients_junk");
+  ASSERT_GE(junk_before, 0) << "no clients_junk counter in uroce stats";
+  Client bystander;
+  ASSERT_TRUE(bystander.ready);
+
+  struct Junk {
+    const char* what;
+    std::function<int(RawControl&, Pipe&)> send;
+    int status;  // the reply's errno; -1: no reply expected
+  };
   abi::HandleRequest h{1};
-  EXPECT_EQ(ctl.call(op(abi::CtlOp::kDeallocPd), &h, sizeof(h) - 1), EINVAL);
   uint8_t longer[sizeof(h) + 1] = {};
-  EXPECT_EQ(ctl.call(op(abi::CtlOp::kDeallocPd), longer, sizeof(longer)), EINVAL);
-  EXPECT_EQ(ctl.call(op(abi::CtlOp::kAllocPd), longer, 1), EINVAL);
-  // An fd an operation does not take: refused, and the engine keeps no copy.
-  {
-    Pipe p;
-    EXPECT_EQ(ctl.call(op(abi::CtlOp::kAllocPd), nullptr, 0, &p.w, 1), EINVAL);
-    p.close_write();
-    EXPECT_TRUE(p.write_end_gone());
-  }
-  // Too few fds (Hello takes the async pipe) and too many (two for a memfd slot).
   abi::HelloRequest hello{abi::kMagic, abi::kVersion};
-  EXPECT_EQ(ctl.call(op(abi::CtlOp::kHello), &hello, sizeof(hello)), EINVAL);
-  {
-    Pipe p, q;
-    abi::RegMrRequest reg{};
-    const int two[2] = {p.w, q.w};
-    EXPECT_EQ(ctl.call(op(abi::CtlOp::kRegMr), &reg, sizeof(reg), two, 2), EINVAL);
-    p.close_write();
-    q.close_write();
-    EXPECT_TRUE(p.write_end_gone());
-    EXPECT_TRUE(q.write_end_gone());
+  const std::vector<Junk> cases = {
+      {"body one byte short", [&](RawControl& c, Pipe&) { return c.call(op(abi::CtlOp::kDeallocPd), &h, sizeof(h) - 1); }, EINVAL},
+      {"body one byte long", [&](RawControl& c, Pipe&) { return c.call(op(abi::CtlOp::kDeallocPd), longer, sizeof(longer)); }, EINVAL},
+      {"a body where none goes", [&](RawControl& c, Pipe&) { return c.call(op(abi::CtlOp::kAllocPd), longer, 1); }, EINVAL},
+      {"an fd the operation does not take", [&](RawControl& c, Pipe& p) { return c.call(op(abi::CtlOp::kAllocPd), nullptr, 0, &p.w, 1); }, EINVAL},
+      {"too few fds", [&](RawControl& c, Pipe&) { return c.call(op(abi::CtlOp::kHello), &hello, sizeof(hello)); }, EINVAL},
+      {"too many fds",
+       [&](RawControl& c, Pipe& p) {
+         abi::RegMrRequest reg{};
+         const int two[2] = {p.w, p.w};
+         return c.call(op(abi::CtlOp::kRegMr), &reg, sizeof(reg), two, 2);
+       },
+       EINVAL},
+      {"a pipe where a memfd goes",
+       [&](RawControl& c, Pipe& p) {
+         abi::RegMrRequest reg{};
+         return c.call(op(abi::CtlOp::kRegMr), &reg, sizeof(reg), &p.w, 1);
+       },
+       EINVAL},
+      {"a socket where a completion channel's pipe goes",
+       [&](RawControl& c, Pipe& p) {
+         int sv[2];
+         if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) return -2;
+         const int st = c.call(op(abi::CtlOp::kCreateCompChannel), nullptr, 0, &sv[0], 1);
+         close(sv[0]);
+         close(sv[1]);
+         (void)p;
+         return st;
+       },
+       EINVAL},
+      {"operation 0", [&](RawControl& c, Pipe&) { return c.call(0, nullptr, 0); }, EOPNOTSUPP},
+      {"an operation past the last", [&](RawControl& c, Pipe&) { return c.call(op(abi::CtlOp::kCount), nullptr, 0); }, EOPNOTSUPP},
+      {"shorter than a header", [&](RawControl& c, Pipe&) { return c.send_raw("abc", 3) ? 0 : -2; }, -1},
+      {"a header whose length is not the message's",
+       [&](RawControl& c, Pipe&) {
+         const abi::CtlRequestHeader hdr{op(abi::CtlOp::kAllocPd), 100};
+         return c.send_raw(&hdr, sizeof(hdr)) ? 0 : -2;
+       },
+       -1},
+  };
+  for (const Junk& j : cases) {
+    SCOPED_TRACE(j.what);
+    Client c;
+    ASSERT_TRUE(c.ready);
+    Pipe passed;  // an fd the junk may carry: the engine must not keep it
+    const int status = j.send(c.ctl, passed);
+    if (j.status >= 0) EXPECT_EQ(status, j.status);
+    else EXPECT_EQ(status, 0) << "could not send";
+    EXPECT_TRUE(c.ctl.hung_up(2000)) << "the engine kept talking to a client that sent junk";
+    EXPECT_TRUE(c.async.write_end_gone()) << "the session (and its objects) outlived the hang-up";
+    passed.close_write();
+    EXPECT_TRUE(passed.write_end_gone()) << "the engine kept an fd that came with junk";
   }
-  // Operations the engine does not know.
-  EXPECT_EQ(ctl.call(0, nullptr, 0), EOPNOTSUPP);
-  EXPECT_EQ(ctl.call(op(abi::CtlOp::kCount), nullptr, 0), EOPNOTSUPP);
-  // The connection still works: a valid request succeeds.
-  {
-    Pipe p;
-    EXPECT_EQ(ctl.call(op(abi::CtlOp::kHello), &hello, sizeof(hello), &p.w, 1), 0);
+  EXPECT_EQ(engine_counter("clients_junk"), junk_before + long(cases.size()));
+  // The other client noticed nothing.
+  EXPECT_EQ(bystander.ctl.call(op(abi::CtlOp::kAllocPd), nullptr, 0), 0);
+  EXPECT_FALSE(bystander.async.write_end_gone());
+}
+
+// A flood: requests sent without reading a reply. A provider reads each
+// reply before its next request, so once a reply no longer fits in the
+// client's socket the engine hangs up (counted as clients_flooding); other
+// clients are served meanwhile.
+TEST(ControlMessages, AFloodOfRequestsWithoutReadingIsDisconnected) {
+  const long before = engine_counter("clients_flooding");
+  ASSERT_GE(before, 0) << "no clients_flooding counter in uroce stats";
+  Client bystander, flooder;
+  ASSERT_TRUE(bystander.ready && flooder.ready);
+  size_t sent = 0;
+  const auto end = deadline_after(10);
+  while (Clock::now() < end && sent < 1000000) {
+    if (flooder.ctl.send_only(op(abi::CtlOp::kQueryDevice))) {
+      ++sent;
+      continue;
+    }
+    if (errno != EAGAIN) break;  // the engine hung up
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    if (sent % 64 == 0) EXPECT_EQ(bystander.ctl.call(op(abi::CtlOp::kQueryPort), nullptr, 0), 0);
   }
-  EXPECT_EQ(ctl.call(op(abi::CtlOp::kAllocPd), nullptr, 0), 0);
+  EXPECT_TRUE(flooder.ctl.hung_up(3000)) << "still connected after " << sent << " unread requests";
+  EXPECT_TRUE(flooder.async.write_end_gone());
+  EXPECT_EQ(engine_counter("clients_flooding"), before + 1);
+  EXPECT_EQ(bystander.ctl.call(op(abi::CtlOp::kAllocPd), nullptr, 0), 0);
 }
 
 // ---- object handles (issue 9) ----------------------------------------------

@@ -9,7 +9,7 @@ _uroce_commands="start stop status stats run env fault capture port bench help"
 # it passes on.
 _uroce_options() {
   case $1 in
-    start) echo "--name --ip --mac --port --ip6 --cpu --fault --mtu --vlan --hugepages --no-hugepages --help" ;;
+    start) echo "--name --ip --mac --port --users --group --ip6 --cpu --fault --mtu --vlan --hugepages --no-hugepages --help" ;;
     stop) echo "--name --all --help" ;;
     status) echo "--json --help" ;;
     stats) echo "--name --json --watch --interval --count --help" ;;
@@ -101,6 +101,12 @@ _uroce() {
       return ;;
     --cpu)
       mapfile -t COMPREPLY < <(compgen -W "auto none" -- "$cur")
+      return ;;
+    --users)
+      mapfile -t COMPREPLY < <(compgen -u -- "$cur")
+      return ;;
+    --group)
+      mapfile -t COMPREPLY < <(compgen -g -- "$cur")
       return ;;
     --ip | --ip6 | --mac | --fault | --mtu | --vlan | --interval | --count | --seconds | --only)
       return ;;

@@ -4,6 +4,7 @@
 // them.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -198,6 +199,62 @@ TEST_F(ResponderTest, WriteToAnMrOfAnotherPdIsRemoteAccessError) {
   inject(kWriteOnly, b_, kPsn, true, reth(b_addr(0), key2, 64), payload_.data(), 64);
   expect_nak(kSynAccess, kPsn);
   EXPECT_TRUE(std::equal(before.begin(), before.end(), b(0)));
+  EXPECT_EQ(B().state, IBV_QPS_ERR);
+}
+
+// An MR deregistered between a WRITE's FIRST and LAST packets whose key
+// comes back (the index reused, the 8-bit generation wrapped) as an MR of
+// another PD: the rest of the WRITE lands nowhere (IBA C10-14), and the
+// requester gets a remote access error.
+TEST_F(ResponderTest, KeyReusedByAnotherPdMidWriteWritesNothing) {
+  std::vector<uint8_t> target(4096, 0), victim(4096, 0x5e);
+  const uint32_t key = reg_mr(target.data(), target.size(), kAllAccess);
+  inject(kWriteFirst, b_, kPsn, false, reth(reinterpret_cast<uint64_t>(target.data()), key, 2048),
+         payload_.data(), 1024);
+  step();
+  ASSERT_EQ(std::memcmp(target.data(), payload_.data(), 1024), 0);
+  ASSERT_EQ(dev_.dereg_mr(&owner_, key), 0);
+  auto pd2 = dev_.alloc_pd(&owner_);
+  ASSERT_EQ(pd2.err, 0);
+  uint32_t reused = 0;
+  for (int i = 0; i < 600 && reused != key; ++i) {
+    reused = reg_mr(victim.data(), victim.size(), kAllAccess, pd2.value);
+    if (reused != key) ASSERT_EQ(dev_.dereg_mr(&owner_, reused), 0);
+  }
+  ASSERT_EQ(reused, key) << "the key never came back";
+  inject(kWriteLast, b_, kPsn + 1, true, payload_.data() + 1024, 1024);
+  expect_nak(kSynAccess, kPsn + 1);
+  EXPECT_TRUE(std::all_of(target.begin() + 1024, target.end(), [](uint8_t c) { return c == 0; }))
+      << "bytes of the WRITE landed through a key that is another PD's now";
+  EXPECT_TRUE(std::all_of(victim.begin(), victim.end(), [](uint8_t c) { return c == 0x5e; }));
+}
+
+// The same for the responses of a READ still being answered: a READ longer
+// than one poll's budget of response packets (kRequesterBudget) is answered
+// over several polls; its key reused by another PD in between, the rest of
+// the answer reads nothing.
+TEST_F(ResponderTest, KeyReusedByAnotherPdMidReadReadsNothing) {
+  const uint32_t len = (kRequesterBudget + 4) * 1024;
+  std::vector<uint8_t> target(len, 0x11), victim(len, 0x5e);
+  const uint32_t key = reg_mr(target.data(), target.size(), kAllAccess);
+  inject(kReadRequest, b_, kPsn, true, reth(reinterpret_cast<uint64_t>(target.data()), key, len));
+  const auto first = step();
+  ASSERT_EQ(first.size(), kRequesterBudget) << "the READ was answered in one poll";
+  ASSERT_EQ(dev_.dereg_mr(&owner_, key), 0);
+  auto pd2 = dev_.alloc_pd(&owner_);
+  ASSERT_EQ(pd2.err, 0);
+  uint32_t reused = 0;
+  for (int i = 0; i < 600 && reused != key; ++i) {
+    reused = reg_mr(victim.data(), victim.size(), kAllAccess, pd2.value);
+    if (reused != key) ASSERT_EQ(dev_.dereg_mr(&owner_, reused), 0);
+  }
+  ASSERT_EQ(reused, key) << "the key never came back";
+  const auto rest = step();
+  for (const Frame& f : rest)
+    EXPECT_TRUE(f.payload.empty()) << "READ response data through a key that is another PD's now";
+  ASSERT_FALSE(rest.empty());
+  EXPECT_EQ(rest.back().opcode, kAck);
+  EXPECT_EQ(rest.back().syndrome, kSynAccess);
   EXPECT_EQ(B().state, IBV_QPS_ERR);
 }
 
