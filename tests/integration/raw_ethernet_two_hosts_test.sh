@@ -38,9 +38,14 @@ pair() {  # LABEL PROGRAM ARGS... : server on B, client on A
 }
 
 # Every server posts a receive for each frame of its run (-r >= -n): a frame
-# that finds none is dropped, as on a NIC.
-pair bw raw_ethernet_bw -n 2000 -r 2000
-pair bw_udp raw_ethernet_bw -n 2000 -r 2000 -J 2.2.2.2 -j 1.1.1.1 -K 5678 -k 1234
+# that finds none is dropped, as on a NIC. The senders are paced (packet
+# pacing, 100 MB/s) so that a busy host does not overflow the af_packet
+# rings between the engines: a lost frame leaves perftest's server waiting.
+pace="--rate_limit_type=PP --rate_limit=100 --rate_units=M"
+# shellcheck disable=SC2086
+pair bw raw_ethernet_bw -n 2000 -r 2000 $pace
+# shellcheck disable=SC2086
+pair bw_udp raw_ethernet_bw -n 2000 -r 2000 -J 2.2.2.2 -j 1.1.1.1 -K 5678 -k 1234 $pace
 pair lat raw_ethernet_lat -n 1000
 # RoCE between the same two engines, beside the raw traffic.
 port=$((port + 1))
