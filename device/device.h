@@ -183,6 +183,7 @@ class Device {
   void dispatch(net::Packet* p, bool check_icrc);
   // A received frame through the steering rules (device/raw_packet.cc).
   FlowSteering::Steered steer_received(const net::Packet& p);
+  void sniff_sent(const net::Packet& p);
   void deliver_raw(const Flow& rule, const net::Packet& p, const net::FrameFields& f);
   bool poll_wire_rx();
   bool poll_port_timers();

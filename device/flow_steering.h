@@ -50,6 +50,16 @@ struct Flow {
 class FlowSteering {
  public:
   bool active() const { return count_ != 0; }
+  bool has_sniffers() const { return !sniffers_.empty(); }
+  // A frame the engine itself sends out of the wire port: SNIFFER rules see
+  // it (mlx5 sniffers see the port's transmitted traffic too).
+  template <typename Deliver>
+  void sniff(Deliver&& deliver) {
+    for (Flow* r : sniffers_) {
+      ++r->hits;
+      deliver(static_cast<const Flow&>(*r));
+    }
+  }
   size_t count() const { return count_; }
   uint32_t add(std::unique_ptr<Flow> flow);  // returns the handle
   void remove(uint32_t handle);

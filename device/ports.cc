@@ -158,6 +158,9 @@ void Device::emit(net::Packet* p, PortId port) {
     loopback_.tx(p);  // the loopback keeps the buffer until it is received
     return;
   }
+  // The engine's own frames on the wire (RoCE): SNIFFER rules get a copy.
+  // (Loopback frames meet every rule when the loopback hands them back.)
+  if (steering_.has_sniffers()) [[unlikely]] sniff_sent(*p);
   wire_->tx(p);  // copies into an mbuf
   pool_.put(p);
 }

@@ -119,6 +119,11 @@ FlowSteering::Steered Device::steer_received(const net::Packet& p) {
   return s;
 }
 
+void Device::sniff_sent(const net::Packet& p) {
+  const net::FrameFields f = net::frame_fields(p.data, p.len);
+  steering_.sniff([&](const Flow& r) { deliver_raw(r, p, f); });
+}
+
 void Device::deliver_raw(const Flow& rule, const net::Packet& p, const net::FrameFields& f) {
   switch (rule.target.kind) {
     case FlowTarget::Kind::kQp:

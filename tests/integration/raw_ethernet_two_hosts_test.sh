@@ -3,8 +3,11 @@
 # pair, each engine on a DPDK net_af_packet port): Debian's unmodified
 # raw_ethernet_bw and raw_ethernet_lat, frames leaving one engine's port and
 # steered by the other's rules; RoCE between the same engines still works.
+#
+#   raw_ethernet_two_hosts_test.sh PATH/TO/verbs_semantics
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+verbs_bin=${1:?usage: $0 PATH/TO/verbs_semantics}
 
 rc=0
 make_two_hosts rawe 232 || rc=$?
@@ -55,6 +58,18 @@ if run_pair --label rc --delay 1 --forbid '[Ff]ailed|[Cc]ouldn.t|[Ee]rror' 60 \
   echo "ok   rc_pingpong beside raw traffic"
 else
   echo "FAIL rc_pingpong"
+  failures=$((failures + 1))
+fi
+
+# A SNIFFER rule on A sees the RoCE frames A's engine sends out of its port.
+log="$UROCE_LOG_DIR/sniffer.log"
+if ip netns exec "$ns_a" env UROCE_RAW_WIRE_DEVICE=hostA UROCE_RAW_WIRE_PEER="$eng_b" \
+     timeout -k 5 60 "$UROCE_BIN" run -- "$verbs_bin" --gtest_filter='RawPacketWire.*' >"$log" 2>&1 &&
+   grep -q '\[  PASSED  \] 1 test' "$log" && ! grep -q SKIPPED "$log"; then
+  echo "ok   sniffer: the engine's own RoCE frames on the wire"
+else
+  echo "FAIL sniffer"
+  tail -20 "$log"
   failures=$((failures + 1))
 fi
 

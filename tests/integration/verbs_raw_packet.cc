@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 
 #include "verbs_fixture.h"
 
@@ -601,6 +602,109 @@ TEST(RawPacketNoCap, CreateIsEperm) {
   ibv_qp* ud = ibv_create_qp(pd, &init);
   EXPECT_NE(ud, nullptr);
   if (ud) ibv_destroy_qp(ud);
+  ibv_destroy_cq(cq);
+  ibv_dealloc_pd(pd);
+  ibv_close_device(ctx);
+}
+
+}  // namespace
+}  // namespace vt
+
+namespace vt {
+namespace {
+
+// On an engine with a wire port (raw_ethernet_two_hosts_test.sh names it in
+// UROCE_RAW_WIRE_DEVICE and the other engine's IPv4 address in
+// UROCE_RAW_WIRE_PEER): a SNIFFER rule gets the RoCE frames the engine
+// itself sends out of the port.
+TEST(RawPacketWire, SnifferSeesTheRoceFramesThePortSends) {
+  const char* dev_name = std::getenv("UROCE_RAW_WIRE_DEVICE");
+  const char* peer = std::getenv("UROCE_RAW_WIRE_PEER");
+  if (!dev_name || !peer) GTEST_SKIP() << "needs an engine with a wire port";
+  in_addr peer_ip{};
+  ASSERT_EQ(inet_pton(AF_INET, peer, &peer_ip), 1);
+  int n = 0;
+  ibv_device** list = ibv_get_device_list(&n);
+  ibv_context* ctx = nullptr;
+  for (int i = 0; list && i < n && !ctx; ++i)
+    if (std::strcmp(ibv_get_device_name(list[i]), dev_name) == 0) ctx = ibv_open_device(list[i]);
+  if (list) ibv_free_device_list(list);
+  ASSERT_NE(ctx, nullptr);
+  ibv_pd* pd = ibv_alloc_pd(ctx);
+  ibv_cq* cq = ibv_create_cq(ctx, 64, nullptr, nullptr, 0);
+  std::vector<uint8_t> buf(16 * kFrameBuf);
+  ibv_mr* mr = ibv_reg_mr(pd, buf.data(), buf.size(), IBV_ACCESS_LOCAL_WRITE);
+  ASSERT_TRUE(pd && cq && mr);
+  ibv_qp_init_attr init{};
+  init.send_cq = init.recv_cq = cq;
+  init.qp_type = IBV_QPT_RAW_PACKET;
+  init.cap = {8, 8, 1, 1, 0};
+  ibv_qp* sniffer = ibv_create_qp(pd, &init);
+  init.qp_type = IBV_QPT_UD;
+  ibv_qp* ud = ibv_create_qp(pd, &init);
+  ASSERT_TRUE(sniffer && ud);
+  ibv_qp_attr a{};
+  a.qp_state = IBV_QPS_INIT;
+  a.port_num = 1;
+  ASSERT_EQ(ibv_modify_qp(sniffer, &a, IBV_QP_STATE | IBV_QP_PORT), 0);
+  a.qkey = 0x11111111;
+  ASSERT_EQ(ibv_modify_qp(ud, &a, IBV_QP_STATE | IBV_QP_PORT | IBV_QP_PKEY_INDEX | IBV_QP_QKEY), 0);
+  for (ibv_qp* q : {sniffer, ud}) {
+    a.qp_state = IBV_QPS_RTR;
+    ASSERT_EQ(ibv_modify_qp(q, &a, IBV_QP_STATE), 0);
+    a.qp_state = IBV_QPS_RTS;
+    ASSERT_EQ(ibv_modify_qp(q, &a, q == ud ? IBV_QP_STATE | IBV_QP_SQ_PSN : IBV_QP_STATE), 0);
+  }
+  for (uint64_t i = 0; i < 8; ++i) {
+    ibv_sge sge{uint64_t(uintptr_t(buf.data() + (i + 1) * kFrameBuf)), kFrameBuf, mr->lkey};
+    ibv_recv_wr wr{}, *bad;
+    wr.wr_id = i + 1;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    ASSERT_EQ(ibv_post_recv(sniffer, &wr, &bad), 0);
+  }
+  ibv_flow_attr sniff{};
+  sniff.type = IBV_FLOW_ATTR_SNIFFER;
+  sniff.size = sizeof(sniff);
+  sniff.port = 1;
+  ibv_flow* flow = ibv_create_flow(sniffer, &sniff);
+  ASSERT_NE(flow, nullptr) << std::strerror(errno);
+  // A UD datagram to the other engine (QPN 0x123 need not exist there).
+  ibv_ah_attr av{};
+  av.is_global = 1;
+  av.port_num = 1;
+  av.grh.hop_limit = 64;
+  av.grh.dgid.raw[10] = av.grh.dgid.raw[11] = 0xff;
+  std::memcpy(av.grh.dgid.raw + 12, &peer_ip, 4);
+  ibv_ah* ah = ibv_create_ah(pd, &av);
+  ASSERT_NE(ah, nullptr);
+  ibv_sge sge{uint64_t(uintptr_t(buf.data())), 64, mr->lkey};
+  ibv_send_wr wr{}, *bad;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.opcode = IBV_WR_SEND;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.wr.ud.ah = ah;
+  wr.wr.ud.remote_qpn = 0x123;
+  wr.wr.ud.remote_qkey = 0x11111111;
+  ASSERT_EQ(ibv_post_send(ud, &wr, &bad), 0);
+  // The sniffer's copy: the RoCE frame (UDP 4791) to the peer's address.
+  bool seen = false;
+  const auto deadline = deadline_after(kWaitSeconds);
+  while (!seen && Clock::now() < deadline) {
+    ibv_wc wc;
+    if (ibv_poll_cq(cq, 1, &wc) != 1 || wc.opcode != IBV_WC_RECV) continue;
+    ASSERT_EQ(wc.status, IBV_WC_SUCCESS);
+    const uint8_t* f = buf.data() + wc.wr_id * kFrameBuf;
+    seen = wc.byte_len > 38 && f[12] == 0x08 && f[13] == 0x00 && std::memcmp(f + 30, &peer_ip, 4) == 0 &&
+           f[36] == 0x12 && f[37] == 0xb7;
+  }
+  EXPECT_TRUE(seen) << "the sniffer got no copy of the UD frame to " << peer;
+  EXPECT_EQ(ibv_destroy_flow(flow), 0);
+  ibv_destroy_ah(ah);
+  ibv_destroy_qp(ud);
+  ibv_destroy_qp(sniffer);
+  ibv_dereg_mr(mr);
   ibv_destroy_cq(cq);
   ibv_dealloc_pd(pd);
   ibv_close_device(ctx);
