@@ -86,13 +86,20 @@ void on_ack(Device& dev, Qp& qp, const net::Packet& p) {
       if (!qp.acked_valid || psn_diff(psn, qp.acked_psn) > 0) qp.acked_psn = psn;
       qp.acked_valid = true;
       complete_acked(dev, qp, psn);
-      if (qp.sq_head != qp.sq_next) {
+      // Also when the requester stands at that WQE itself, rewound into it
+      // to ask for its lost responses again: the ACK must not carry
+      // comp_psn past what is still missing.
+      if (head_started(qp)) {
         const SendWqeState& st = wqe_state(qp, qp.sq_head);
-        if (st.is_rd_atomic && st.started && psn_diff(psn, st.first_psn) >= 0) {
+        if (st.is_rd_atomic && psn_diff(psn, st.first_psn) >= 0) {
           // An ACK beyond an outstanding READ or atomic: its responses were
-          // lost or are late (implicit NAK, IBA 9.7.5.1.5). Ask again from
-          // what arrived, once per gap: the ACKs of the requests resent
-          // behind it must not each start another retransmission.
+          // lost or are late (implicit NAK, IBA 9.7.5.1.5). What came before
+          // it arrived (complete_acked just completed it): progress up to
+          // the READ, else its responses would all be stale behind a
+          // comp_psn left at a completed SEND. Then ask again from what
+          // arrived, once per gap: the ACKs of the requests resent behind
+          // it must not each start another retransmission.
+          progress(dev, qp, ack_limit(qp, psn_add(psn, 1)));
           if (!qp.comp_rewound) {
             qp.comp_rewound = true;
             rewind_requester(dev, qp, qp.comp_psn);

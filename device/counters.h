@@ -37,7 +37,10 @@ namespace uroce::device {
   X(tm_matched, "tag matching: messages placed in a tagged buffer")            \
   X(tm_unexpected, "tag matching: tagged messages that matched no tag")         \
   X(tm_no_tag, "tag matching: NO_TAG (and FIN, short) messages")               \
-  X(tm_sync_requests, "tag matching: completions asking software to sync")    \
+  X(tm_sync_requests, "tag matching: completions asking software to sync")      \
+  X(tm_rndv_reads, "tag matching: rendezvous RDMA READs the device issued")     \
+  X(tm_rndv_software, "tag matching: matched rendezvous left to software")       \
+  X(tm_rndv_errors, "tag matching: rendezvous READs that failed")               \
   X(raw_tx_frames, "frames raw packet QPs sent")                                \
   X(raw_tx_no_port, "raw frames dropped: no rule took them and no wire port")   \
   X(raw_rx_frames, "frames placed in raw packet QPs' receives")                 \

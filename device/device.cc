@@ -510,8 +510,13 @@ Result<uint32_t> Device::create_qp(Owner* o, const abi::CreateQpRequest& req) {
   if (int e = qp->mem.create("uroce-qp", sq_bytes + RingView::bytes(rq_log2, rq_stride))) return {e};
   qp->sq.init(qp->mem.base(), sq_log2, sq_stride);
   qp->rq.init(qp->mem.base() + sq_bytes, rq_log2, rq_stride);
-  qp->sq_copy.resize(size_t(1u << sq_log2) * sq_stride);
-  qp->sq_state.resize(1u << sq_log2);
+  // The engine's send sequence: room for device-internal work beside a full
+  // user ring on a QP whose TM-SRQ may hand it rendezvous reads.
+  const uint32_t engine_slots =
+      srq && srq->type == IBV_SRQT_TM ? round_pow2((1u << sq_log2) + kTmRndvPerQp) : 1u << sq_log2;
+  qp->sq_copy.resize(size_t(engine_slots) * sq_stride);
+  qp->sq_state.resize(engine_slots);
+  qp->sq_mask = engine_slots - 1;
   qp->responses.reserve(2 * kMaxQpRdAtomic);
 
   // Report what the rings really hold (ibv_create_qp writes caps back).
@@ -571,6 +576,9 @@ int Device::destroy_qp(Owner* o, uint64_t handle) {
   }
   // Each flow holds its QP (ib_set_flow takes a use count): destroy them first.
   if (qp->type == IBV_QPT_RAW_PACKET && steering_.rules_on({FlowTarget::Kind::kQp, qpn})) return EBUSY;
+  // Rendezvous the device still owed on a TM-SRQ: their buffers come back
+  // flushed, their tags free (the SRQ outlives the QP).
+  tm_internal_drop(*this, *qp);
   if (Pd* pd = pds_.get(qp->pd)) --pd->refs;
   if (Cq* c = cqs_.get(qp->send_cq)) --c->refs;
   if (Cq* c = cqs_.get(qp->recv_cq)) --c->refs;

@@ -250,6 +250,19 @@ void raw_receive(Device& dev, Qp& qp, const uint8_t* frame, uint32_t len,
 // owner addresses (device/responder.cc). IBV_WC_SUCCESS or the status.
 uint32_t translate_recv_sges(Device& dev, RecvInProgress& r, uint32_t pd);
 
+// Rendezvous offload of a TM-SRQ (device/tm_rendezvous.cc): the device's own
+// RDMA READ and FIN on the QP's send queue.
+// Queues the READ of a matched rendezvous request (qp.resp_recv); false if
+// the QP has no room for more internal work (software finishes it then).
+bool tm_rndv_start(Device& dev, Qp& qp);
+bool tm_rndv_room(const Qp& qp);
+// An internal WQE at `index` completed with `status` (requester/completer).
+void tm_internal_done(Device& dev, Qp& qp, uint32_t index, uint32_t status);
+// An internal WQE at `index` is flushed (the QP went to the error state).
+void tm_internal_flushed(Device& dev, Qp& qp, uint32_t index);
+// The QP goes back to RESET or away: internal work is dropped, tags released.
+void tm_internal_drop(Device& dev, Qp& qp);
+
 // 24-bit PSN arithmetic (IBA 9.7.1): a - b as a signed distance.
 inline int32_t psn_diff(uint32_t a, uint32_t b) { return int32_t((a - b) << 8) >> 8; }
 inline uint32_t psn_add(uint32_t a, uint32_t n) { return (a + n) & 0xffffff; }

@@ -36,10 +36,12 @@ constexpr uint32_t kTmMaxSge = 1;
 constexpr uint32_t kTmMaxRndvHdrSize = 64;
 // IBV_TM_CAP_RC in tm_caps.flags: what applications (UCX, pyverbs) test
 // before using tag matching at all. mlx5 sets it only with rendezvous
-// offload; until the device pulls rendezvous data itself (a matched RNDV
-// completes IBV_WC_TM_RNDV_INCOMPLETE for software to finish), it stays off
-// and tag matching is there for software that asks for it by tm_caps.
-constexpr bool kTmAdvertised = false;
+// offload, which the device has (device/tm_rendezvous.cc).
+constexpr bool kTmAdvertised = true;
+// Rendezvous reads (and their FINs) the device may have queued on one QP's
+// send queue at once, beside a full user ring; a matched RNDV past it is
+// left to software (IBV_WC_TM_RNDV_INCOMPLETE), as one whose buffer is short.
+constexpr uint32_t kTmRndvPerQp = 32;
 // Software must sync at least every 16 K unexpected messages: past it their
 // completions carry IBV_WC_TM_SYNC_REQ (mlx5 cq.c, UCX the same bound).
 constexpr uint32_t kTmSyncReqUnexpected = 0x3fff;

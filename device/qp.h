@@ -14,7 +14,12 @@
 
 namespace uroce::device {
 
-// Engine-side bookkeeping of one SQ slot, indexed like the ring.
+// Work the device puts on a QP's send queue by itself: the RDMA READ and
+// the FIN of a rendezvous matched on a TM-SRQ (DOC:tag_matching.md "the
+// ownership of the QP's Send Queue is passed to the TM-SRQ").
+enum class InternalWork : uint8_t { kNone, kRndvRead, kRndvFin };
+
+// Engine-side bookkeeping of one slot of the engine's send sequence.
 struct SendWqeState {
   uint64_t length = 0;     // total bytes of the message
   uint32_t first_psn = 0;
@@ -22,6 +27,10 @@ struct SendWqeState {
   uint32_t status = IBV_WC_SUCCESS;
   bool is_rd_atomic = false;
   bool started = false;    // first_psn is valid: at least one packet went out
+  // Device-internal work (device/tm_rendezvous.cc): no user WQE behind it and
+  // no completion on the user's send CQ.
+  InternalWork internal = InternalWork::kNone;
+  uint32_t tm_handle = 0;  // kRndvRead: the tagged buffer's handle in its TM-SRQ
 };
 
 // A response the responder still owes, in PSN order: READ data is emitted a
@@ -75,6 +84,11 @@ struct RecvInProgress {
   uint32_t tm_skip = 0;
   uint64_t tm_tag = 0;
   uint32_t tm_priv = 0;
+  // A matched rendezvous request the device pulls itself: the message places
+  // nothing; at its end the RDMA READ of the RVH goes on the QP's send queue.
+  bool tm_rndv = false;
+  uint64_t rndv_va = 0;
+  uint32_t rndv_rkey = 0, rndv_len = 0;
 };
 
 struct Qp {
@@ -112,13 +126,22 @@ struct Qp {
   // Shared memory: SQ then RQ in one region.
   QueueMemory mem;
   RingView sq, rq;
-  std::vector<uint8_t> sq_copy;  // engine's copy of each SQ slot (untrusted input copied out)
+  // The engine's send sequence: the user's WQEs copied out of the SQ ring
+  // (untrusted input copied out), with device-internal work interleaved on a
+  // QP of a TM-SRQ. Its slots (sq_mask + 1 of them, each sq.stride bytes) are
+  // the user ring's plus kTmRndvPerQp when the QP can have internal work.
+  std::vector<uint8_t> sq_copy;
   std::vector<SendWqeState> sq_state;
+  uint32_t sq_mask = 0;
 
-  // Requester (free-running indices into the SQ).
-  uint32_t sq_head = 0;     // oldest WQE not yet completed (published as consumer)
+  // Requester (free-running indices into the engine's send sequence).
+  uint32_t sq_head = 0;     // oldest WQE not yet completed
   uint32_t sq_next = 0;     // WQE being sent
-  uint32_t sq_fetched = 0;  // WQEs copied out of shared memory
+  uint32_t sq_fetched = 0;  // end of the sequence: WQEs taken so far
+  // The user's ring: its consumer index (published) and the next slot to copy.
+  uint32_t sq_user_head = 0;
+  uint32_t sq_user_fetched = 0;
+  uint32_t sq_internal = 0;  // internal WQEs in [sq_head, sq_fetched)
   uint32_t req_psn = 0;     // next PSN to send
   uint32_t req_max_psn = 0; // one past the highest PSN ever sent (responses beyond it are stale)
   uint64_t req_offset = 0;  // bytes of sq_next already sent

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "device/device.h"
+#include "device/wqe.h"
 
 namespace uroce::device {
 
@@ -214,7 +215,9 @@ int Device::modify_qp(Owner* o, uint32_t qpn, uint32_t mask, const abi::QpAttr& 
     // Back to RESET: rings emptied, transport state cleared (IBA 10.3.1).
     const uint32_t sq_prod = qp->sq.hdr->producer.load(std::memory_order_acquire);
     const uint32_t rq_prod = qp->rq.hdr->producer.load(std::memory_order_acquire);
-    qp->sq_head = qp->sq_next = qp->sq_fetched = sq_prod;
+    tm_internal_drop(*this, *qp);  // rendezvous the device still owed: their tags go back
+    qp->sq_head = qp->sq_next = qp->sq_fetched = 0;
+    qp->sq_user_head = qp->sq_user_fetched = sq_prod;
     qp->rq_head = rq_prod;
     qp->sq.hdr->consumer.store(sq_prod, std::memory_order_release);
     qp->rq.hdr->consumer.store(rq_prod, std::memory_order_release);
@@ -262,23 +265,36 @@ void Device::qp_to_error(Qp& qp) {
 // Completes every outstanding send and receive WQE with IBV_WC_WR_FLUSH_ERR.
 void Device::flush_qp(Qp& qp) {
   if (qp.state != IBV_QPS_ERR) return;
-  const uint32_t sq_prod = qp.sq.hdr->producer.load(std::memory_order_acquire);
-  if (sq_prod - qp.sq_head <= qp.sq.size()) {
-    for (; qp.sq_head != sq_prod; ++qp.sq_head) {
-      const auto* w = reinterpret_cast<const abi::SendWqe*>(qp.sq.slot(qp.sq_head));
-      abi::Cqe cqe{};
-      cqe.wr_id = w->wr_id;
-      cqe.status = IBV_WC_WR_FLUSH_ERR;
-      cqe.opcode = IBV_WC_SEND;
-      cqe.qp_num = qp.qpn;
-      complete(qp, true, cqe, false);  // a CQ in error loses it; the slot is freed anyway
+  auto flush_send = [&](uint64_t wr_id) {
+    abi::Cqe cqe{};
+    cqe.wr_id = wr_id;
+    cqe.status = IBV_WC_WR_FLUSH_ERR;
+    cqe.opcode = IBV_WC_SEND;
+    cqe.qp_num = qp.qpn;
+    complete(qp, true, cqe, false);  // a CQ in error loses it; the slot is freed anyway
+  };
+  // The engine's sequence first (the user's WQEs it took, in order, and its
+  // own rendezvous work), then what the user posted beyond it.
+  for (; qp.sq_head != qp.sq_fetched; ++qp.sq_head) {
+    if (wqe_state(qp, qp.sq_head).internal != InternalWork::kNone) {
+      tm_internal_flushed(*this, qp, qp.sq_head);
+      continue;
     }
+    flush_send(wqe_at(qp, qp.sq_head).wr_id);
+    ++qp.sq_user_head;
+  }
+  qp.sq_internal = 0;
+  const uint32_t sq_prod = qp.sq.hdr->producer.load(std::memory_order_acquire);
+  if (sq_prod - qp.sq_user_head <= qp.sq.size()) {
+    for (; qp.sq_user_head != sq_prod; ++qp.sq_user_head)
+      flush_send(reinterpret_cast<const abi::SendWqe*>(qp.sq.slot(qp.sq_user_head))->wr_id);
   } else {
     ++counters_.bad_wqes;
-    qp.sq_head = sq_prod;
+    qp.sq_user_head = sq_prod;
   }
   qp.sq_next = qp.sq_fetched = qp.sq_head;
-  qp.sq.hdr->consumer.store(qp.sq_head, std::memory_order_release);
+  qp.sq_user_fetched = qp.sq_user_head;
+  qp.sq.hdr->consumer.store(qp.sq_user_head, std::memory_order_release);
   qp.req_offset = 0;
   qp.rnr_wait_until_ns = qp.retrans_deadline_ns = 0;  // no timer outlives the error
   qp.sqd_notify_pending = false;

@@ -15,12 +15,12 @@ using net::op::kFetchAdd;
 using net::op::kReadRequest;
 
 
-// Copies SQ slot `index` out of shared memory and checks it. Returns the
-// completion status the WQE will end with if it cannot be executed.
+// Copies the user's next SQ slot out of shared memory into the engine's
+// sequence at `index` and checks it. Returns the completion status the WQE
+// will end with if it cannot be executed.
 uint32_t fetch_wqe(Device& dev, Qp& qp, uint32_t index) {
-  uint8_t* copy = qp.sq_copy.data() + size_t(index & qp.sq.mask()) * qp.sq.stride;
-  std::memcpy(copy, qp.sq.slot(index), qp.sq.stride);
   abi::SendWqe& w = wqe_at(qp, index);
+  std::memcpy(&w, qp.sq.slot(qp.sq_user_fetched++), qp.sq.stride);
   SendWqeState& st = wqe_state(qp, index);
   st = SendWqeState{};
   if (w.opcode >= 32 || !(allowed_wr_ops(qp.type) & (1u << w.opcode))) {
@@ -231,6 +231,17 @@ void complete_send_head(Device& dev, Qp& qp, uint32_t status) {
   const uint32_t index = qp.sq_head;
   const abi::SendWqe& w = wqe_at(qp, index);
   const SendWqeState& st = wqe_state(qp, index);
+  if (st.internal != InternalWork::kNone) [[unlikely]] {
+    if (st.is_rd_atomic && qp.rd_atomic_inflight) --qp.rd_atomic_inflight;
+    ++qp.sq_head;
+    --qp.sq_internal;
+    if (int32_t(qp.sq_next - qp.sq_head) < 0) {
+      qp.sq_next = qp.sq_head;
+      qp.req_offset = 0;
+    }
+    tm_internal_done(dev, qp, index, status);  // its slot is read before it is reused
+    return;
+  }
   const bool report = status != IBV_WC_SUCCESS || qp.sq_sig_all || (w.flags & IBV_SEND_SIGNALED);
   abi::Cqe cqe{};
   if (report) {
@@ -252,7 +263,7 @@ void complete_send_head(Device& dev, Qp& qp, uint32_t status) {
   // Free the slot before the completion is visible: a client that sees the
   // CQE may post into the slot at once (perftest counts on it).
   ++qp.sq_head;
-  qp.sq.hdr->consumer.store(qp.sq_head, std::memory_order_release);
+  qp.sq.hdr->consumer.store(++qp.sq_user_head, std::memory_order_release);
   if (int32_t(qp.sq_next - qp.sq_head) < 0) {  // completed what a retransmission was resending
     qp.sq_next = qp.sq_head;
     qp.req_offset = 0;
@@ -267,7 +278,7 @@ bool requester_run(Device& dev, Qp& qp) {
   if (qp.state == IBV_QPS_ERR) {
     const uint32_t prod = qp.sq.hdr->producer.load(std::memory_order_acquire);
     const uint32_t rprod = qp.rq.hdr->producer.load(std::memory_order_acquire);
-    if (prod == qp.sq_head && rprod == qp.rq_head) return false;
+    if (prod == qp.sq_user_head && rprod == qp.rq_head) return false;
     dev.flush_qp(qp);  // WRs posted in the error state complete flushed
     return true;
   }
@@ -289,20 +300,22 @@ bool requester_run(Device& dev, Qp& qp) {
   qp.rnr_wait_until_ns = 0;
   const uint32_t prod = qp.sq.hdr->producer.load(std::memory_order_acquire);
   // A producer index no ring can hold, or one moved back behind WQEs the
-  // engine already took (sq_fetched never passes a sane producer; without
+  // engine already took (sq_user_fetched never passes a sane producer; without
   // this check sq_next would run on past it, around and around the ring):
-  if (prod - qp.sq_head > qp.sq.size() || prod - qp.sq_head < qp.sq_fetched - qp.sq_head) {
+  if (prod - qp.sq_user_head > qp.sq.size() ||
+      prod - qp.sq_user_head < qp.sq_user_fetched - qp.sq_user_head) {
     // No completion can describe that, so the QP is fatal (IBA 11.6.2 "local
     // work queue catastrophic").
     ++dev.counters_mut().bad_wqes;
     dev.post_qp_event(qp, IBV_EVENT_QP_FATAL);
     qp.state = IBV_QPS_ERR;
-    qp.sq.hdr->producer.store(qp.sq_head, std::memory_order_relaxed);
+    qp.sq.hdr->producer.store(qp.sq_user_fetched, std::memory_order_relaxed);
     dev.flush_qp(qp);
     return true;
   }
   bool work = false;
-  for (uint32_t budget = kRequesterBudget; budget && qp.sq_next != prod; --budget) {
+  for (uint32_t budget = kRequesterBudget;
+       budget && (qp.sq_next != qp.sq_fetched || qp.sq_user_fetched != prod); --budget) {
     if (qp.sq_next == qp.sq_fetched) {
       wqe_state(qp, qp.sq_next).status = IBV_WC_SUCCESS;
       const uint32_t status = fetch_wqe(dev, qp, qp.sq_next);

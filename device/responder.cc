@@ -195,6 +195,7 @@ bool take_recv_wqe(Device& dev, Qp& qp, const net::Packet& p, uint32_t* status) 
   r.tm_opcode = r.tm_flags = r.tm_status = 0;
   r.tm_matched = false;
   r.tm_skip = 0;
+  r.tm_rndv = false;
   r.owner = srq ? srq->owner : qp.owner;
   qp.resp_recv_valid = true;
   const bool fits = hdr.num_sge <= max_sge &&
@@ -509,9 +510,74 @@ bool acquire_recv_wqe(Device& dev, Qp& qp, const net::Packet& p, uint32_t wc_opc
   return true;
 }
 
-// Tag matching (SEMANTICS 3.6): the SEND's first bytes are a TMH. A tagged
-// message (EAGER, RNDV) takes the oldest eligible tagged buffer it matches;
-// anything else takes a plain WQE of the SRQ, whole. True if a target is held.
+// Tag matching (SEMANTICS 3.6). The receive becomes the matched tagged buffer: placed without the TMH,
+// completed with recv_wr_id (mlx5 cq.c), MATCH | DATA_VALID, the tag and the
+// app context.
+void take_tagged_buffer(Qp& qp, const Srq& srq, const TagList::Match& m, const Tmh& tmh) {
+  RecvInProgress& r = qp.resp_recv;
+  r.wr_id = m.buf.recv_wr_id;
+  r.num_sge = m.buf.num_sge;
+  r.sge[0] = m.buf.sge;
+  r.from_srq = true;
+  r.discard = false;
+  r.srq = qp.srq;
+  r.cq = srq.cq;
+  r.owner = srq.owner;
+  r.tm_opcode = IBV_WC_TM_RECV;
+  r.tm_matched = true;
+  r.tm_handle = m.handle;
+  r.tm_tag = tmh.tag;
+  r.tm_priv = tmh.app_ctx;
+  r.tm_status = IBV_WC_SUCCESS;
+  r.tm_skip = kTmhSize;
+  r.tm_flags = IBV_WC_TM_MATCH | IBV_WC_TM_DATA_VALID;
+  r.tm_rndv = false;
+}
+
+// A matched RNDV. The device pulls the data itself (tm_rendezvous.cc) when
+// the RVH's length fits the tagged buffer: the request places nothing, its
+// end queues the READ. Otherwise (a buffer shorter than the RVH length, a
+// request without a whole RVH, no room for more device reads on the QP)
+// software gets TMH + RVH in the tagged buffer and does the READ and the FIN:
+// one completion, IBV_WC_TM_RNDV_INCOMPLETE with MATCH | DATA_VALID (mlx5
+// cq.c CONSUMED_MSG_SW_RDNV).
+void plan_rendezvous(Device& dev, Qp& qp, const TagList::Match& m, const net::Packet& p) {
+  RecvInProgress& r = qp.resp_recv;
+  const std::optional<Rvh> rvh = parse_rvh(p.payload(), p.payload_len);
+  const uint32_t room = m.buf.num_sge ? m.buf.sge.length : 0;
+  if (rvh && rvh->len <= room && tm_rndv_room(qp)) {
+    r.tm_rndv = true;
+    r.rndv_va = rvh->va;
+    r.rndv_rkey = rvh->rkey;
+    r.rndv_len = rvh->len;
+    return;
+  }
+  ++dev.counters_mut().tm_rndv_software;
+  r.tm_skip = 0;
+  r.tm_status = IBV_WC_TM_RNDV_INCOMPLETE;
+}
+
+// The match of a tagged buffer whose data lands later (a multi-packet eager
+// message, a rendezvous): reported at once, with the tag; the data gets a
+// completion of its own, DATA_VALID only (DOC:tag_matching.md, mlx5 cq.c
+// CONSUMED then EXPECTED).
+void report_match(Device& dev, Qp& qp) {
+  RecvInProgress& r = qp.resp_recv;
+  abi::Cqe cqe{};
+  cqe.wr_id = r.wr_id;
+  cqe.opcode = IBV_WC_TM_RECV;
+  cqe.wc_flags = IBV_WC_TM_MATCH;
+  cqe.qp_num = qp.qpn;
+  cqe.src_qp = qp.dest_qpn;
+  cqe.tm_tag = r.tm_tag;
+  cqe.tm_priv = r.tm_priv;
+  dev.complete_to(r.cq, cqe, false);
+  r.tm_flags = IBV_WC_TM_DATA_VALID;
+}
+
+// The SEND's first bytes are a TMH. A tagged message (EAGER, RNDV) takes the
+// oldest eligible tagged buffer it matches; anything else takes a plain WQE
+// of the SRQ, whole. True if a target is held.
 bool acquire_tm_target(Device& dev, Qp& qp, Srq& srq, const net::Packet& p) {
   const std::optional<Tmh> tmh = parse_tmh(p.payload(), p.payload_len);
   // FIN, unknown opcodes and messages shorter than a TMH are not taggable:
@@ -520,49 +586,19 @@ bool acquire_tm_target(Device& dev, Qp& qp, Srq& srq, const net::Packet& p) {
   if (tagged) {
     if (std::optional<TagList::Match> m = srq.tm->match(tmh->tag)) {
       ++dev.counters_mut().tm_matched;
+      take_tagged_buffer(qp, srq, *m, *tmh);
+      if (tmh->opcode == IBV_TMH_RNDV) plan_rendezvous(dev, qp, *m, p);
       RecvInProgress& r = qp.resp_recv;
-      r.wr_id = m->buf.recv_wr_id;  // matched completions carry recv_wr_id (mlx5 cq.c)
-      r.num_sge = m->buf.num_sge;
-      r.sge[0] = m->buf.sge;
-      r.from_srq = true;
-      r.discard = false;
-      r.srq = qp.srq;
-      r.cq = srq.cq;
-      r.owner = srq.owner;
-      r.tm_opcode = IBV_WC_TM_RECV;
-      r.tm_matched = true;
-      r.tm_handle = m->handle;
-      r.tm_tag = tmh->tag;
-      r.tm_priv = tmh->app_ctx;
-      r.tm_status = IBV_WC_SUCCESS;
-      r.tm_skip = kTmhSize;
-      r.tm_flags = IBV_WC_TM_MATCH | IBV_WC_TM_DATA_VALID;
-      if (tmh->opcode == IBV_TMH_RNDV) {
-        // The device does not pull rendezvous data itself (yet): software
-        // gets TMH + RVH in the tagged buffer and does the READ and FIN, as
-        // mlx5 when the buffer is smaller than the RVH length
-        // (IBV_WC_TM_RNDV_INCOMPLETE, SEMANTICS 3.6).
-        r.tm_skip = 0;
-        r.tm_status = IBV_WC_TM_RNDV_INCOMPLETE;
-      } else if (!p.info().has(net::kLast)) {
-        // Multi-packet eager: the match is reported now, the data when it is
-        // all in memory (DOC:tag_matching.md, mlx5 cq.c CONSUMED vs EXPECTED).
-        abi::Cqe cqe{};
-        cqe.wr_id = r.wr_id;
-        cqe.opcode = IBV_WC_TM_RECV;
-        cqe.wc_flags = IBV_WC_TM_MATCH;
-        cqe.qp_num = qp.qpn;
-        cqe.tm_tag = r.tm_tag;
-        cqe.tm_priv = r.tm_priv;
-        dev.complete_to(r.cq, cqe, false);
-        r.tm_flags = IBV_WC_TM_DATA_VALID;
-      }
       qp.resp_recv_valid = true;
-      if (const uint32_t st = translate_recv_sges(dev, r, srq.pd); st != IBV_WC_SUCCESS) {
+      uint32_t st = translate_recv_sges(dev, r, srq.pd);
+      if (st == IBV_WC_SUCCESS && r.tm_rndv && r.rndv_len > recv_capacity(r))
+        st = overflow_status(r, r.rndv_len);  // the buffer's MR ends before the RVH length
+      if (st != IBV_WC_SUCCESS) {
         complete_recv(dev, qp, st, IBV_WC_RECV, 0, nullptr, false);
         nak_and_fail(dev, qp, p.bth()->psn(), net::aeth::kNakRemoteOpError, false);
         return false;
       }
+      if (r.tm_rndv || (tmh->opcode == IBV_TMH_EAGER && !p.info().has(net::kLast))) report_match(dev, qp);
       return true;
     }
   }
@@ -609,6 +645,16 @@ void execute_send(Device& dev, Qp& qp, net::Packet& p) {
   if (r.discard) {  // its SRQ is gone: take the message, place and report nothing
     qp.resp_offset += p.payload_len;
     if (info.has(net::kLast)) qp.resp_recv_valid = false;
+    return;
+  }
+  if (r.tm_rndv) [[unlikely]] {
+    // A matched rendezvous request: its bytes after the RVH (software's
+    // meta-data) are not placed; once it is all in, the device's READ is
+    // queued and owns the tagged buffer from here on.
+    if (info.has(net::kLast)) {
+      qp.resp_recv_valid = false;
+      tm_rndv_start(dev, qp);  // room was checked at the match, and nothing was queued since
+    }
     return;
   }
   if (qp.resp_offset + data_len > recv_capacity(r)) {

@@ -18,6 +18,33 @@ std::optional<Tmh> parse_tmh(const uint8_t* d, size_t len) {
   return h;
 }
 
+namespace {
+uint64_t load_be(const uint8_t* d, int n) {
+  uint64_t v = 0;
+  for (int i = 0; i < n; ++i) v = v << 8 | d[i];
+  return v;
+}
+void store_be(uint8_t* d, uint64_t v, int n) {
+  for (int i = n - 1; i >= 0; --i, v >>= 8) d[i] = uint8_t(v);
+}
+}  // namespace
+
+std::optional<Rvh> parse_rvh(const uint8_t* d, size_t len) {
+  if (len < kTmhSize + kRvhSize) return std::nullopt;
+  d += kTmhSize;
+  return Rvh{load_be(d, 8), uint32_t(load_be(d + 8, 4)), uint32_t(load_be(d + 12, 4))};
+}
+
+void write_fin(uint8_t* out, const Tmh& tmh, const Rvh& rvh) {
+  out[0] = IBV_TMH_FIN;
+  out[1] = out[2] = out[3] = 0;
+  store_be(out + 4, tmh.app_ctx, 4);
+  store_be(out + 8, tmh.tag, 8);
+  store_be(out + 16, rvh.va, 8);
+  store_be(out + 24, rvh.rkey, 4);
+  store_be(out + 28, rvh.len, 4);
+}
+
 TagList::TagList(uint32_t max_num_tags, uint32_t max_ops)
     : max_num_tags_(max_num_tags), max_ops_(max_ops), entries_(max_num_tags) {
   for (uint32_t i = 0; i < max_num_tags; ++i) free_.push_back(i);

@@ -30,6 +30,17 @@ constexpr uint32_t kTmhSize = 16;
 constexpr uint32_t kRvhSize = 16;
 // Parses the first bytes of a message; nullopt if shorter than a TMH.
 std::optional<Tmh> parse_tmh(const uint8_t* data, size_t len);
+struct Rvh {
+  uint64_t va = 0;
+  uint32_t rkey = 0, len = 0;
+};
+// The RVH after the TMH of a rendezvous request; nullopt if the message's
+// first packet is too short to hold both.
+std::optional<Rvh> parse_rvh(const uint8_t* data, size_t len);
+// A FIN (tag_matching.md, IBV_TM_OP_FIN): "a copy of the original TMH and
+// RVH of the rendezvous request, apart the opcode", 32 bytes big-endian.
+constexpr uint32_t kFinSize = kTmhSize + kRvhSize;
+void write_fin(uint8_t* out, const Tmh& tmh, const Rvh& rvh);
 
 // A posted tagged buffer (TAG_ADD), as software gave it: the SGE is checked
 // when a message lands in it, as a receive WQE's is.

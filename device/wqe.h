@@ -52,7 +52,7 @@ inline ibv_wc_opcode wc_opcode_for(uint32_t op) {
 }
 
 inline abi::SendWqe& wqe_at(Qp& qp, uint32_t index) {
-  return *reinterpret_cast<abi::SendWqe*>(qp.sq_copy.data() + size_t(index & qp.sq.mask()) * qp.sq.stride);
+  return *reinterpret_cast<abi::SendWqe*>(qp.sq_copy.data() + size_t(index & qp.sq_mask) * qp.sq.stride);
 }
 inline abi::Sge* wqe_sges(Qp& qp, uint32_t index) {
   return reinterpret_cast<abi::Sge*>(&wqe_at(qp, index) + 1);
@@ -60,7 +60,7 @@ inline abi::Sge* wqe_sges(Qp& qp, uint32_t index) {
 inline uint8_t* wqe_inline(Qp& qp, uint32_t index) {
   return reinterpret_cast<uint8_t*>(&wqe_at(qp, index) + 1);
 }
-inline SendWqeState& wqe_state(Qp& qp, uint32_t index) { return qp.sq_state[index & qp.sq.mask()]; }
+inline SendWqeState& wqe_state(Qp& qp, uint32_t index) { return qp.sq_state[index & qp.sq_mask]; }
 
 // Moves data between a packet buffer and a WQE's local SGEs (addresses
 // already translated to the owner's, lkeys as posted: they name the MR whose

@@ -31,12 +31,33 @@ if ((rc != 0)) || ! grep -qE '^OK( |$)' "$log"; then
   exit 1
 fi
 # Capabilities uroce has (issue 13: on-demand paging, completion timestamps,
-# the real-time clock): their tests must run, not skip as on a device without them.
-# Issue 11: raw packet QPs and flow steering (test_flow, test_qp's raw cases).
-if grep -E "skipped '(ODP is not supported|ODP is unavailable|ODP implicit is not supported|Create Extended CQ is not supported|Query device real time is not supported|Flow creation is not supported|Must be run by root on Ethernet link layer|To Create RAW QP must be done by root)" "$log"; then
+# the real-time clock; issue 10: tag matching; issue 11: raw packet QPs and
+# flow steering, test_flow and test_qp's raw cases): their tests must run,
+# not skip as on a device without them.
+if grep -E "skipped '(ODP is not supported|ODP is unavailable|ODP implicit is not supported|Create Extended CQ is not supported|Query device real time is not supported|Tag matching is not supported|Flow creation is not supported|Must be run by root on Ethernet link layer|To Create RAW QP must be done by root)" "$log"; then
   echo "pyverbs: tests of capabilities uroce advertises skipped for a missing capability"
   exit 1
 fi
+# Tag matching (issue 10): uroce advertises IBV_TM_CAP_RC with rendezvous
+# offload, so rdma-core's four test_tag_matching tests must run and pass.
+for t in test_tm_traffic test_tm_unexpected_tag test_tm_no_tag test_tm_rndv; do
+  # unittest -v: the test's name line, then its docstring's first line
+  # ending in the result.
+  if ! awk -v t="$t" 'index($0, t " (") == 1 { getline; if ($0 ~ / ok$/) found = 1 } END { exit !found }' "$log"; then
+    echo "pyverbs: test_tag_matching $t did not pass:"
+    grep -A1 "^$t (" "$log" || echo "  (not run)"
+    exit 1
+  fi
+done
+# Their traffic shows in the tag-matching counters of `uroce stats`.
+stats=$("$UROCE_BIN" stats --name uroce0)
+for c in tm_matched tm_unexpected tm_no_tag tm_rndv_reads; do
+  if ! grep -qE "^ *$c [1-9]" <<<"$stats"; then
+    echo "pyverbs: uroce stats counted no $c:"
+    grep -E '^ *tm_' <<<"$stats"
+    exit 1
+  fi
+done
 ran=$(grep -oE '^Ran [0-9]+' "$log" | awk '{print $2}')
 skipped=$(grep -oE 'skipped=[0-9]+' "$log" | cut -d= -f2)
 echo "pyverbs: $((ran - ${skipped:-0})) passed, 0 failed, ${skipped:-0} skipped"

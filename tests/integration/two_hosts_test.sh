@@ -112,6 +112,55 @@ else
   echo "skip capture: tshark not installed"
 fi
 
+# Tag matching across the wire (uroce-tag-pingpong, tools/tag_pingpong.c):
+# the TMH rides as the payload of ordinary RC SENDs, rendezvous data in the
+# receiving device's own RDMA READs; tshark finds nothing malformed.
+tag_cap="$UROCE_LOG_DIR/tag.pcap"
+if command -v tshark >/dev/null; then
+  "$UROCE_BIN" capture --name hostA -w "$tag_cap" --count 3000 --seconds 30 >/dev/null &
+  tag_cap_pid=$!
+  sleep 0.3
+fi
+pair tag_pingpong 90 "$UROCE_BUILD_DIR/bin/uroce-tag-pingpong" -g 0 -n 10
+if command -v tshark >/dev/null; then
+  wait "$tag_cap_pid" || true
+  # RPC-over-RDMA's heuristic dissector takes some TMHs for its own header
+  # (an app context of 1 reads as its version 1) and then calls them
+  # malformed: it is off, the RoCE layers are checked.
+  tag_shark() { tshark -r "$tag_cap" --disable-protocol rpcordma -Y "$1" 2>/dev/null | wc -l; }
+  reads=$(tag_shark "infiniband.bth.opcode == 12")
+  sends=$(tag_shark "infiniband.bth.opcode == 4")
+  malformed=$(tag_shark "_ws.malformed || _ws.expert.severity == error")
+  if ((reads > 0 && sends > 0 && malformed == 0)); then
+    echo "ok   tag matching capture: $sends SEND only, $reads RDMA READ requests, none malformed"
+  else
+    echo "FAIL tag matching capture: $sends SEND only, $reads READ requests, $malformed malformed"
+    failures=$((failures + 1))
+  fi
+fi
+
+# rdma-core's pyverbs test_tag_matching with its client on hostA and its
+# TM-SRQ server on hostB (pyverbs_tm_two_hosts.py): all four pass.
+if [[ -f /usr/share/doc/rdma-core/tests/run_tests.py ]] && /usr/bin/python3 -c 'import pyverbs' 2>/dev/null; then
+  pytests="$UROCE_LOG_DIR/pyverbs/tests"
+  mkdir -p "$pytests"
+  cp -r /usr/share/doc/rdma-core/tests/. "$pytests/"
+  find "$pytests" -name '*.gz' -exec gunzip -f {} +
+  tm_before=$("$UROCE_BIN" stats --name hostB | awk '$1 == "tm_rndv_reads" {print $2}')
+  if (cd "$UROCE_LOG_DIR/pyverbs" && timeout 120 ip netns exec "$ns_a" "$UROCE_BIN" run -- \
+        /usr/bin/python3 "$UROCE_SRC_DIR/tests/integration/pyverbs_tm_two_hosts.py" "$pytests" hostA hostB) \
+        >"$UROCE_LOG_DIR/pyverbs_tm.log" 2>&1 &&
+     (($("$UROCE_BIN" stats --name hostB | awk '$1 == "tm_rndv_reads" {print $2}') > tm_before)); then
+    echo "ok   pyverbs test_tag_matching across the wire: $(grep -cE ' ok$' "$UROCE_LOG_DIR/pyverbs_tm.log") passed"
+  else
+    echo "FAIL pyverbs test_tag_matching across the wire"
+    tail -n 30 "$UROCE_LOG_DIR/pyverbs_tm.log"
+    failures=$((failures + 1))
+  fi
+else
+  echo "skip pyverbs test_tag_matching: python3-pyverbs is not installed"
+fi
+
 # RC under loss: every byte right (-c), nothing duplicated, a few thousand messages.
 netem="netem loss 5% duplicate 1% reorder 10% delay 1ms"
 if in_a tc qdisc add dev "$veth_a" root $netem 2>/dev/null &&

@@ -7,6 +7,9 @@
 #include <endian.h>
 #include <infiniband/tm_types.h>
 
+#include <chrono>
+#include <thread>
+
 #include "tests/integration/verbs_srq_fixture.h"
 
 namespace vt::srq_test {
@@ -104,7 +107,7 @@ class TmTest : public SrqTest {
 
   // The TM-SRQ, a server RC QP on it (no queues of its own, as in pyverbs)
   // and a client RC QP with its own CQ, connected.
-  void make_tm(uint32_t max_num_tags = 16, uint32_t max_ops = 16) {
+  void make_tm(uint32_t max_num_tags = 16, uint32_t max_ops = 16, bool server_rts = true) {
     ibv_srq_init_attr_ex a = tm_attr(max_num_tags, max_ops);
     srq_ = make_srq_ex(&a);
     ASSERT_NE(srq_, nullptr) << std::strerror(errno);
@@ -120,10 +123,66 @@ class TmTest : public SrqTest {
     client_ = make_qp(IBV_QPT_RC, client_cq_, client_cq_);
     ASSERT_NE(client_, nullptr);
     connect_qp(client_, server_->qp_num);
-    connect_qp(server_, client_->qp_num);
+    if (server_rts) {
+      connect_qp(server_, client_->qp_num);
+    } else {
+      ASSERT_NO_FATAL_FAILURE(server_to_rtr());
+    }
     send_mr_ = reg_buffer(kBuf, IBV_ACCESS_LOCAL_WRITE);
     tagged_mr_ = reg_buffer(kBuf, IBV_ACCESS_LOCAL_WRITE);
     plain_mr_ = reg_buffer(kBuf, IBV_ACCESS_LOCAL_WRITE);
+  }
+
+  // The server QP to RTR only: it receives, its requester (the device's
+  // rendezvous READ) waits for RTS.
+  void server_to_rtr() {
+    ibv_qp_attr a{};
+    a.qp_state = IBV_QPS_INIT;
+    a.port_num = 1;
+    a.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE;
+    ASSERT_EQ(ibv_modify_qp(server_, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS), 0);
+    a = {};
+    a.qp_state = IBV_QPS_RTR;
+    a.path_mtu = IBV_MTU_1024;
+    a.dest_qp_num = client_->qp_num;
+    a.ah_attr = loopback_av();
+    a.max_dest_rd_atomic = 4;
+    a.min_rnr_timer = 12;
+    ASSERT_EQ(ibv_modify_qp(server_, &a,
+                            IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                                IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER),
+              0);
+  }
+  void server_to_rts() {
+    ibv_qp_attr a{};
+    a.qp_state = IBV_QPS_RTS;
+    a.timeout = 14;
+    a.retry_cnt = 7;
+    a.rnr_retry = 7;
+    a.max_rd_atomic = 4;
+    ASSERT_EQ(ibv_modify_qp(server_, &a,
+                            IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+                                IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC),
+              0);
+  }
+
+  // A client SEND of a rendezvous request as pyverbs builds it: TMH(RNDV)
+  // then RVH(va, rkey, len) naming `src`, 64 bytes.
+  void send_rndv(uint64_t tag, ibv_mr* src, uint32_t len, uint32_t rkey, uint32_t app_ctx = 0) {
+    auto* b = static_cast<uint8_t*>(send_mr_->addr);
+    std::memset(b, 0, 64);
+    write_tmh(b, IBV_TMH_RNDV, tag, app_ctx);
+    const uint64_t va = htobe64(reinterpret_cast<uint64_t>(src->addr));
+    const uint32_t key = htonl(rkey), n = htonl(len);
+    std::memcpy(b + 16, &va, 8);
+    std::memcpy(b + 24, &key, 4);
+    std::memcpy(b + 28, &n, 4);
+    ibv_sge sge = sge_of(send_mr_, 0, 64);
+    ASSERT_EQ(post_send(client_, 1, IBV_WR_SEND, &sge, 1), 0);
+    ibv_wc wc;
+    ASSERT_TRUE(poll_one(client_cq_, &wc));
+    ASSERT_EQ(wc.status, IBV_WC_SUCCESS) << vt::describe(wc);
+    ASSERT_EQ(wc.opcode, IBV_WC_SEND) << "the SEND completes before the FIN arrives";
   }
 
   int add(uint64_t tag, uint64_t mask, uint64_t recv_wr_id, ibv_mr* mr, uint32_t off, uint32_t len,
@@ -443,14 +502,56 @@ TEST_F(TmTest, LegacyPollCqSeesTheSameOpcodesAndFlags) {
   EXPECT_TRUE(wc.opcode & IBV_WC_RECV);
 }
 
-TEST_F(TmTest, MatchedRendezvousIsLeftToSoftwareWithTheHeadersInTheBuffer) {
-  // The device does not pull rendezvous data (yet): as mlx5 with a buffer
-  // shorter than the RVH length, one completion, TM_RNDV_INCOMPLETE, and
-  // TMH + RVH in the tagged buffer for software to do the READ and the FIN.
+TEST_F(TmTest, RendezvousOfOneMebibyteIsPulledByTheDeviceThenFinished) {
   ASSERT_NO_FATAL_FAILURE(make_tm());
+  constexpr uint32_t kLen = 1u << 20;
+  ibv_mr* src = reg_buffer(kLen, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
+  ibv_mr* dst = reg_buffer(kLen, IBV_ACCESS_LOCAL_WRITE);
+  ASSERT_NE(src, nullptr);
+  ASSERT_NE(dst, nullptr);
+  fill(src->addr, kLen, 21);
+  ASSERT_EQ(add(10, 0xffff, 100, dst, 0, kLen, nullptr), 0);
+  expect_wc();
+  ASSERT_EQ(post_recv_mr(client_, 7, send_mr_, 2048, 64), 0);  // for the FIN
+  ASSERT_NO_FATAL_FAILURE(send_rndv(10, src, kLen, src->rkey, 0x77));
+  TmWc m = expect_wc();
+  EXPECT_EQ(m.status, IBV_WC_SUCCESS) << describe(m);
+  EXPECT_EQ(m.opcode, IBV_WC_TM_RECV);
+  EXPECT_EQ(m.flags, unsigned(IBV_WC_TM_MATCH));
+  EXPECT_EQ(m.wr_id, 100u);
+  EXPECT_EQ(m.tm.tag, 10u);
+  EXPECT_EQ(m.tm.priv, 0x77u);
+  ibv_wc wc;
+  ASSERT_TRUE(poll_one(client_cq_, &wc)) << "no FIN";
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << vt::describe(wc);
+  EXPECT_EQ(wc.opcode, IBV_WC_RECV);
+  EXPECT_EQ(wc.wr_id, 7u);
+  EXPECT_EQ(wc.byte_len, 32u);
+  const auto* fin = static_cast<const uint8_t*>(send_mr_->addr) + 2048;
+  EXPECT_EQ(fin[0], IBV_TMH_FIN);
+  EXPECT_EQ(std::memcmp(fin + 1, static_cast<const uint8_t*>(send_mr_->addr) + 1, 31), 0) << "the request's TMH and RVH";
+  TmWc d = expect_wc();
+  EXPECT_EQ(d.status, IBV_WC_SUCCESS) << describe(d);
+  EXPECT_EQ(d.opcode, IBV_WC_TM_RECV);
+  EXPECT_EQ(d.flags, unsigned(IBV_WC_TM_DATA_VALID));
+  EXPECT_EQ(d.wr_id, 100u);
+  EXPECT_EQ(d.tm.tag, 0u);
+  EXPECT_EQ(d.byte_len, kLen);
+  EXPECT_EQ(mismatch(dst->addr, kLen, 21), -1);
+  EXPECT_TRUE(tm_cq_empty(cq_)) << "the device's READ and FIN completed on no CQ";
+}
+
+TEST_F(TmTest, ABufferShorterThanTheRvhLengthIsLeftToSoftware) {
+  // As mlx5 (CONSUMED_MSG_SW_RDNV): one completion, TM_RNDV_INCOMPLETE with
+  // MATCH | DATA_VALID, TMH + RVH in the tagged buffer for software to do
+  // the READ and the FIN; the device sends nothing.
+  ASSERT_NO_FATAL_FAILURE(make_tm());
+  ibv_mr* src = reg_buffer(kBuf, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
+  ASSERT_NE(src, nullptr);
   ASSERT_EQ(add(4, 0xffff, 44, tagged_mr_, 0, 512, nullptr), 0);
   expect_wc();
-  send_tagged(IBV_TMH_RNDV, 4, 64, 9);
+  ASSERT_EQ(post_recv_mr(client_, 7, send_mr_, 2048, 64), 0);
+  ASSERT_NO_FATAL_FAILURE(send_rndv(4, src, 513, src->rkey));
   TmWc w = expect_wc();
   EXPECT_EQ(w.status, IBV_WC_TM_RNDV_INCOMPLETE) << describe(w);
   EXPECT_EQ(w.opcode, IBV_WC_TM_RECV);
@@ -458,10 +559,67 @@ TEST_F(TmTest, MatchedRendezvousIsLeftToSoftwareWithTheHeadersInTheBuffer) {
   EXPECT_EQ(w.flags, unsigned(IBV_WC_TM_MATCH | IBV_WC_TM_DATA_VALID));
   EXPECT_EQ(w.tm.tag, 4u);
   EXPECT_EQ(w.byte_len, 64u);
-  const auto* b = static_cast<const uint8_t*>(tagged_mr_->addr);
-  EXPECT_EQ(b[0], IBV_TMH_RNDV);
-  EXPECT_EQ(mismatch(b + kTmhSize, 64 - kTmhSize, 9), -1);
+  EXPECT_EQ(std::memcmp(tagged_mr_->addr, send_mr_->addr, 64), 0);
+  ibv_wc wc;
+  EXPECT_FALSE(poll_one(client_cq_, &wc, 0.2)) << "a FIN for a rendezvous left to software";
   EXPECT_TRUE(tm_cq_empty(cq_)) << "a second completion for a rendezvous left to software";
+}
+
+TEST_F(TmTest, ABadRkeyInTheRvhEndsTheTaggedBufferInARemoteAccessError) {
+  ASSERT_NO_FATAL_FAILURE(make_tm(16, 32));
+  ibv_mr* src = reg_buffer(kBuf, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
+  ASSERT_NE(src, nullptr);
+  ASSERT_EQ(add(4, 0xffff, 44, tagged_mr_, 0, kBuf, nullptr), 0);
+  expect_wc();
+  ASSERT_NO_FATAL_FAILURE(send_rndv(4, src, 1000, src->rkey ^ 0x100));
+  EXPECT_EQ(expect_wc().flags, unsigned(IBV_WC_TM_MATCH));
+  TmWc w = expect_wc();
+  EXPECT_EQ(w.status, IBV_WC_REM_ACCESS_ERR) << describe(w);
+  EXPECT_EQ(w.opcode, IBV_WC_TM_RECV);
+  EXPECT_EQ(w.wr_id, 44u);
+  EXPECT_EQ(qp_state(server_), IBV_QPS_ERR);
+  // Its tag is free again: the list of 16 takes 16 more.
+  for (uint64_t t = 0; t < 16; ++t) ASSERT_EQ(add(t, ~0ull, t, tagged_mr_, 0, 64, nullptr, 0), 0);
+}
+
+TEST_F(TmTest, AQpInErrorWithARendezvousReadOutstandingFlushesTheTaggedBuffer) {
+  // The server's READ goes out after the client stopped answering; the
+  // server QP is moved to the error state while it waits.
+  ASSERT_NO_FATAL_FAILURE(make_tm(16, 16, /*server_rts=*/false));
+  ibv_mr* src = reg_buffer(kBuf, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
+  ASSERT_NE(src, nullptr);
+  ASSERT_EQ(add(4, 0xffff, 44, tagged_mr_, 0, kBuf, nullptr), 0);
+  expect_wc();
+  ASSERT_NO_FATAL_FAILURE(send_rndv(4, src, 1000, src->rkey));
+  EXPECT_EQ(expect_wc().flags, unsigned(IBV_WC_TM_MATCH));
+  ibv_qp_attr a{};
+  a.qp_state = IBV_QPS_ERR;
+  ASSERT_EQ(ibv_modify_qp(client_, &a, IBV_QP_STATE), 0);
+  ASSERT_NO_FATAL_FAILURE(server_to_rts());
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the READ is out, unanswered
+  EXPECT_TRUE(tm_cq_empty(cq_));
+  ASSERT_EQ(ibv_modify_qp(server_, &a, IBV_QP_STATE), 0);
+  TmWc w = expect_wc();
+  EXPECT_EQ(w.status, IBV_WC_WR_FLUSH_ERR) << describe(w);
+  EXPECT_EQ(w.opcode, IBV_WC_TM_RECV);
+  EXPECT_EQ(w.wr_id, 44u);
+  EXPECT_TRUE(tm_cq_empty(cq_)) << "the device's READ flushed on no CQ";
+}
+
+TEST_F(TmTest, AQpDestroyedWithARendezvousQueuedGivesTheBufferBackBeforeItsSrqGoes) {
+  ASSERT_NO_FATAL_FAILURE(make_tm(4, 8, /*server_rts=*/false));
+  ibv_mr* src = reg_buffer(kBuf, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
+  ASSERT_NE(src, nullptr);
+  for (uint64_t t = 1; t <= 4; ++t) ASSERT_EQ(add(t, ~0ull, t, tagged_mr_, 0, kBuf, nullptr, 0), 0);
+  ASSERT_NO_FATAL_FAILURE(send_rndv(2, src, 1000, src->rkey));
+  EXPECT_EQ(expect_wc().flags, unsigned(IBV_WC_TM_MATCH));
+  disown(server_);
+  ASSERT_EQ(ibv_destroy_qp(server_), 0);
+  TmWc w = expect_wc();
+  EXPECT_EQ(w.status, IBV_WC_WR_FLUSH_ERR) << describe(w);
+  EXPECT_EQ(w.wr_id, 2u);
+  disown(srq_);
+  EXPECT_EQ(ibv_destroy_srq(srq_), 0);
 }
 
 TEST_F(TmTest, SendWithImmMatchesAndCarriesItsImmediate) {

@@ -10,13 +10,15 @@
 #                [--faults 'drop=.. duplicate=..']
 #
 # LIST is comma-separated from: read_bw write_bw send_bw atomic_bw rc_pingpong
-# srq_pingpong (default: all). perftest 4.5 has no data check of its own: its
-# runs pass on completion statuses only; the ping-pongs run with -c, which
-# checks every byte received. Exit status 0 only if every run passed.
+# srq_pingpong tag_pingpong (default: all). perftest 4.5 has no data check of
+# its own: its runs pass on completion statuses only; the ping-pongs run with
+# -c, which checks every byte received, and uroce-tag-pingpong (tag matching:
+# the device's own rendezvous READs and FINs beside the user's SENDs, both
+# ways) always checks them. Exit status 0 only if every run passed.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../integration/lib.sh"
 
-runs=10 ports=both tools=read_bw,write_bw,send_bw,atomic_bw,rc_pingpong,srq_pingpong limit=60
+runs=10 ports=both tools=read_bw,write_bw,send_bw,atomic_bw,rc_pingpong,srq_pingpong,tag_pingpong limit=60
 faults="drop=0.02 duplicate=0.01 reorder=0.05 corrupt=0.005"
 while (($#)); do
   case $1 in
@@ -40,6 +42,7 @@ tool_args() {
     atomic_bw) echo "ib_atomic_bw -x 0 -n 1000" ;;
     rc_pingpong) echo "ibv_rc_pingpong -g 0 -c -s 16384 -n 300" ;;
     srq_pingpong) echo "ibv_srq_pingpong -g 0 -c -s 4096 -n 300" ;;
+    tag_pingpong) echo "$UROCE_BUILD_DIR/bin/uroce-tag-pingpong -g 0 -s 65536 -n 8" ;;
     *) echo "unknown tool $1" >&2; return 1 ;;
   esac
 }

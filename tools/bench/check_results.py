@@ -49,11 +49,17 @@ def main():
             continue
         for i, x in enumerate(runs):
             need(x, "perftest.%s[%d]" % (prog, i), LAT_KEYS if prog.endswith("_lat") else BW_KEYS)
+    tm = r.get("tag_matching") or {}
+    need(tm, "tag_matching", ("send_bw_srq_64b", "read_bw_1m", "eager_64b", "rndv_1m"))
+    for key in ("send_bw_srq_64b", "read_bw_1m", "eager_64b", "rndv_1m"):
+        if isinstance(tm.get(key), dict):
+            need(tm[key], "tag_matching.%s" % key, ("size", "bw_bytes_per_s", "msgs_per_s"))
     need(r.get("idle_engine"), "idle_engine", ("seconds", "cpu_percent_of_one_core", "rss_kib"))
     need(r.get("scale"), "scale", ("processes", "qps_per_process", "pairs_ok", "engine_kib_per_qp"))
     targets = {t.get("key"): t for t in r.get("targets") or []}
     for key in ("write_bw_64k_vs_memcpy", "send_bw_64b_msg_rate", "send_lat_2b_median", "write_lat_2b_median",
-                "two_hosts_write_bw_64k", "two_hosts_write_bw_64k_vs_raw", "idle_engine_cpu", "scale_16x64"):
+                "two_hosts_write_bw_64k", "two_hosts_write_bw_64k_vs_raw", "idle_engine_cpu", "scale_16x64",
+                "tm_eager_64b_vs_send_srq", "tm_rndv_1m_vs_read_bw"):
         if key not in targets:
             missing.append("targets[%s]" % key)
         else:
@@ -61,7 +67,8 @@ def main():
             for k in ("measured", "met"):
                 if k not in targets[key]:
                     missing.append("targets[%s].%s" % (key, k))
-    for key in ("write_bw_64k_vs_memcpy", "send_bw_64b_msg_rate", "send_lat_2b_median", "write_lat_2b_median"):
+    for key in ("write_bw_64k_vs_memcpy", "send_bw_64b_msg_rate", "send_lat_2b_median", "write_lat_2b_median",
+                "tm_eager_64b_vs_send_srq", "tm_rndv_1m_vs_read_bw"):
         if key in targets and targets[key].get("measured") is None:
             missing.append("targets[%s].measured (null)" % key)
     if not r.get("table"):

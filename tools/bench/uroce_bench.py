@@ -14,6 +14,9 @@ build tree or installation). It
      measures its idle CPU, and runs Debian's unmodified perftest through it:
      ib_write_bw, ib_read_bw, ib_send_bw, ib_write_lat, ib_send_lat,
      ib_read_lat, ib_atomic_bw, 2 B .. 1 MiB (--quick: a few sizes);
+     then hardware tag matching (issue 10): uroce-tag-pingpong streaming
+     tagged eager 64 B messages and 1 MiB rendezvous, beside ib_send_bw
+     --use-srq 64 B and ib_read_bw 1 MiB on the same engine;
   3. full run: one engine serving 16 perftest processes with 64 RC QPs each
      (engine memory per QP), and, when network namespaces can be made (root),
      two engines in two namespaces joined by a veth pair (MTU 9000) on DPDK
@@ -62,6 +65,9 @@ TARGETS = [
      ">=", 0.6, "ratio"),
     ("idle_engine_cpu", "idle engine < 1% of one core over 10 s", "<", 1.0, "%"),
     ("scale_16x64", "1 engine, 16 processes x 64 RC QPs, all passing traffic", "==", 1, "bool"),
+    # Issue 10, tag matching.
+    ("tm_eager_64b_vs_send_srq", "tagged eager 64 B >= 70% of ib_send_bw --use-srq msg/s", ">=", 0.7, "ratio"),
+    ("tm_rndv_1m_vs_read_bw", "tag rendezvous 1 MiB >= 70% of ib_read_bw 1 MiB", ">=", 0.7, "ratio"),
 ]
 
 
@@ -118,6 +124,7 @@ class Bench:
         self.bin_dir = os.path.dirname(self.uroce)
         self.baselines_bin = os.path.join(self.bin_dir, "uroce-bench-baselines")
         self.probe_bin = os.path.join(self.bin_dir, "dpdk_port_probe")
+        self.tag_bin = os.path.join(self.bin_dir, "uroce-tag-pingpong")
         self.work = tempfile.mkdtemp(prefix="uroce-bench.", dir="/tmp")
         self.runtime = os.path.join(self.work, "run")
         self.logs = os.path.join(self.work, "logs")
@@ -137,6 +144,7 @@ class Bench:
             "idle_engine": None,
             "scale": None,
             "two_sessions": None,
+            "tag_matching": None,
             "two_hosts": None,
             "targets": [],
             "table": [],
@@ -484,6 +492,58 @@ class Bench:
                 else:
                     self.log("%-12s %7s: %s, %s" % (prog, fmt_size(size), fmt_bw(r["bw_bytes_per_s"]),
                                                     fmt_rate(r["msgs_per_s"])))
+
+    def tag_stream(self, size, count, window):
+        """uroce-tag-pingpong -B: the client streams `count` tagged messages
+        of `size` bytes to the server; returns the receiving server's figures."""
+        limit = 60 if self.quick else 120
+        args = ["-B", str(count), "-s", str(size), "-w", str(window)]
+        for attempt in range(3):
+            port = str(self.next_port())
+            sv_log = os.path.join(self.logs, "tag-stream-%d.%d.server.log" % (size, attempt))
+            cl_log = os.path.join(self.logs, "tag-stream-%d.%d.client.log" % (size, attempt))
+            server = self.spawn([self.uroce, "run", "--", self.tag_bin, "-p", port] + args, limit, sv_log)
+            rc, out = self.run([self.uroce, "run", "--", self.tag_bin, "-p", port] + args + ["127.0.0.1"],
+                               limit, cl_log)
+            try:
+                server.wait(15)
+            except subprocess.TimeoutExpired:
+                pass
+            self.kill(server)
+            with open(sv_log, errors="replace") as f:
+                sv_out = f.read()
+            m = re.search(r"stream: received (\d+) \w+ messages of (\d+) bytes in ([0-9.]+) s: ([0-9.]+) msg/s, "
+                          r"([0-9.]+) MiB/s", sv_out)
+            if rc == 0 and server.returncode == 0 and m:
+                return {"size": size, "messages": int(m.group(1)), "window": window, "seconds": float(m.group(3)),
+                        "msgs_per_s": float(m.group(4)), "bw_bytes_per_s": float(m.group(5)) * MIB_PER_S,
+                        "load_average_1min": round(os.getloadavg()[0], 2)}
+            tail = " | ".join((out.strip() or sv_out.strip()).splitlines()[-3:])
+            self.log("tag stream %s attempt %d failed (exit %d): %s" % (fmt_size(size), attempt + 1, rc, tail))
+        raise BenchError("uroce-tag-pingpong -B %s failed three times (logs: %s)" % (fmt_size(size), self.logs))
+
+    def tag_matching(self):
+        """Tag matching beside the same engine's perftest: eager 64 B messages
+        per second against ib_send_bw --use-srq 64 B, rendezvous 1 MiB
+        bandwidth against ib_read_bw 1 MiB (issue 10)."""
+        tm = self.results["tag_matching"] = {}
+        if not os.access(self.tag_bin, os.X_OK):  # an example of the build tree, not installed
+            tm["skipped"] = "%s not built" % self.tag_bin
+            self.log("tag matching skipped: %s" % tm["skipped"])
+            return
+        runs = (("send_bw_srq_64b", lambda: self.perftest("ib_send_bw", 64, self.iterations("ib_send_bw", 64),
+                                                          extra=["--use-srq"])),
+                ("read_bw_1m", lambda: self.perftest("ib_read_bw", MIB, self.iterations("ib_read_bw", MIB))),
+                ("eager_64b", lambda: self.tag_stream(64, 50000 if self.quick else 200000, 256)),
+                ("rndv_1m", lambda: self.tag_stream(MIB, 200 if self.quick else 1000, 32)))
+        for key, fn in runs:
+            try:
+                tm[key] = fn()
+            except BenchError as e:
+                self.error("tag matching: %s" % e)
+                continue
+            self.log("tag matching %-16s %s, %s" % (key, fmt_bw(tm[key]["bw_bytes_per_s"]),
+                                                    fmt_rate(tm[key]["msgs_per_s"])))
 
     def two_sessions(self):
         """Server and client each in a session of its own, as from two terminals."""
@@ -835,6 +895,20 @@ class Bench:
             rows.append({"figure": "2 engines: ib_send_lat 2 B median", "uroce": fmt_us(v), "uroce_value": v,
                          "baseline1": "", "ratio1": None,
                          "baseline2": "TCP over veth 1/2 RTT %s" % fmt_us(half(tcp_pp)), "ratio2": ratio(v, half(tcp_pp))})
+        tm = self.results.get("tag_matching") or {}
+        tm_value = lambda key, field: (tm.get(key) or {}).get(field)
+        if tm.get("eager_64b"):
+            v, base = tm_value("eager_64b", "msgs_per_s"), tm_value("send_bw_srq_64b", "msgs_per_s")
+            rows.append({"figure": "tag matching: eager 64 B (window %d)" % tm["eager_64b"]["window"],
+                         "uroce": fmt_rate(v), "uroce_value": v,
+                         "baseline1": "ib_send_bw --use-srq 64 B %s" % fmt_rate(base), "ratio1": ratio(v, base),
+                         "baseline2": "", "ratio2": None})
+        if tm.get("rndv_1m"):
+            v, base = tm_value("rndv_1m", "bw_bytes_per_s"), tm_value("read_bw_1m", "bw_bytes_per_s")
+            rows.append({"figure": "tag matching: rendezvous 1 MiB (window %d)" % tm["rndv_1m"]["window"],
+                         "uroce": fmt_bw(v), "uroce_value": v,
+                         "baseline1": "ib_read_bw 1 MiB %s" % fmt_bw(base), "ratio1": ratio(v, base),
+                         "baseline2": "", "ratio2": None})
         idle = self.results.get("idle_engine")
         if idle:
             rows.append({"figure": "idle engine CPU (%d s)" % round(idle["seconds"]),
@@ -869,6 +943,10 @@ class Bench:
                                                    raw4200["bytes_per_s"] if raw4200 else None),
             "idle_engine_cpu": idle["cpu_percent_of_one_core"] if idle else None,
             "scale_16x64": None,
+            "tm_eager_64b_vs_send_srq": ratio(tm_value("eager_64b", "msgs_per_s"),
+                                              tm_value("send_bw_srq_64b", "msgs_per_s")),
+            "tm_rndv_1m_vs_read_bw": ratio(tm_value("rndv_1m", "bw_bytes_per_s"),
+                                           tm_value("read_bw_1m", "bw_bytes_per_s")),
         }
         if sc and sc["processes"] >= 16 and sc["qps_per_process"] >= 64:
             measured["scale_16x64"] = 1 if sc["pairs_ok"] == sc["pairs"] else 0
@@ -897,7 +975,7 @@ class Bench:
             print("  ".join(str(c).ljust(w) for c, w in zip(row, widths)))
         print("(ratio = uroce / baseline)")
         print()
-        print("targets (issue 5):")
+        print("targets (issues 5 and 10):")
         for t in self.results["targets"]:
             state = {True: "met", False: "NOT met", None: "not measured"}[t["met"]]
             m = t["measured"]
@@ -997,7 +1075,7 @@ class Bench:
         self.machine()
         if want("baselines"):
             self.baselines()
-        if want("perftest") or want("idle") or want("scale"):
+        if want("perftest") or want("idle") or want("scale") or want("tag_matching"):
             pid = self.start_engine("uroce0")
             self.log("engine uroce0 started (pid %d)" % pid)
             if want("idle"):
@@ -1005,6 +1083,8 @@ class Bench:
             if want("perftest"):
                 self.perftest_suite()
                 self.two_sessions()
+            if want("perftest") or want("tag_matching"):
+                self.tag_matching()
             if want("scale"):
                 try:
                     self.scale(pid)
@@ -1115,7 +1195,7 @@ def main():
     ap.add_argument("--no-two-hosts", action="store_true", help="skip the two-engine runs of the full bench")
     ap.add_argument("--keep", action="store_true", help="keep the logs and runtime directory")
     ap.add_argument("--only", metavar="PARTS", help="comma-separated parts to run: baselines, idle, perftest, "
-                    "scale, two_hosts (default: all; two_hosts not with --quick)")
+                    "tag_matching, scale, two_hosts (default: all; two_hosts not with --quick)")
     ap.add_argument("--uroce", default=None, help=argparse.SUPPRESS)
     opts = ap.parse_args()
     if not opts.uroce:

@@ -347,6 +347,48 @@ TEST_F(RetransmissionTest, AckBeyondTwoReadsStopsAtTheSecond) {
   EXPECT_EQ(std::memcmp(a(0), payload_.data(), 2 * kMtu), 0);
 }
 
+// A READ being re-read from its middle (the requester rewound into it: a
+// response was lost) and an ACK for the SEND behind it arriving meanwhile
+// (the responder re-ACKs the resent SEND after the resent responses, and
+// one of those was lost again): the ACK says the READ's responses are still
+// missing, it must not move comp_psn past them. It used to, when the
+// requester stood at the READ itself: the READ was never asked again and
+// failed with RETRY_EXC_ERR. Seen with uroce-tag-pingpong under `uroce
+// fault drop=0.02`: the device's rendezvous READ, then its FIN.
+TEST_F(RetransmissionTest, AckBeyondAReadBeingReReadFromItsMiddleWaitsForTheRead) {
+  make_pair(IBV_QPT_RC);
+  post_read(7, 4 * kMtu);                                            // kPsn .. kPsn + 3
+  post_send(A(), wqe(IBV_WR_SEND, 8), {sge(a(8192), 8, a_key_)});   // kPsn + 4
+  EXPECT_EQ(step().size(), 2u);
+  std::vector<uint8_t> data(4 * kMtu);
+  fill(data, 91);
+  reply(kReadRespFirst, kPsn, kSynAck, data.data(), kMtu);
+  reply(kReadRespMiddle, kPsn + 2, kSynAck, data.data() + 2 * kMtu, kMtu);  // kPsn + 1 lost
+  auto again = step();
+  ASSERT_FALSE(again.empty());
+  EXPECT_EQ(again[0].opcode, kReadRequest);
+  EXPECT_EQ(again[0].psn, kPsn + 1);
+  // The re-read answers kPsn + 1, loses kPsn + 2; the rewind to kPsn + 2
+  // happens; then B's ACK of the (resent) SEND arrives.
+  reply(kReadRespMiddle, kPsn + 1, kSynAck, data.data() + kMtu, kMtu);
+  reply(kReadRespLast, kPsn + 3, kSynAck, data.data() + 3 * kMtu, kMtu);
+  reply(kAck, kPsn + 4, kSynAck);
+  auto third = step();
+  EXPECT_EQ(A().comp_psn, kPsn + 2) << "the ACK skipped the READ's missing responses";
+  ASSERT_FALSE(third.empty()) << "the READ was not asked again";
+  EXPECT_EQ(third[0].opcode, kReadRequest);
+  EXPECT_EQ(third[0].psn, kPsn + 2);
+  reply(kReadRespMiddle, kPsn + 2, kSynAck, data.data() + 2 * kMtu, kMtu);
+  reply(kReadRespLast, kPsn + 3, kSynAck, data.data() + 3 * kMtu, kMtu);
+  reply(kAck, kPsn + 4, kSynAck);
+  step();
+  auto s = drain_cq(dev_, a_scq_);
+  ASSERT_EQ(s.size(), 2u);
+  EXPECT_EQ(s[0].wr_id, 7u);
+  for (const abi::Cqe& c : s) EXPECT_EQ(c.status, uint32_t(IBV_WC_SUCCESS));
+  EXPECT_EQ(std::memcmp(a(0), data.data(), 4 * kMtu), 0);
+}
+
 // ---- point 6: whole workloads under the loopback fault injector ----------------
 
 // perftest- and pingpong-like traffic from A to B through the device's own
@@ -457,6 +499,81 @@ INSTANTIATE_TEST_SUITE_P(
       return std::string(std::get<0>(info.param).name) + "_seed" +
              std::to_string(std::get<1>(info.param));
     });
+
+// Both directions at once, READs and SENDs mixed on one QP, as a tag-matching
+// rendezvous mixes the device's READs and FINs with the user's SENDs: A
+// alternates multi-packet READs of B and SENDs to B while B sends to A,
+// through the fault injector. Everything completes, in order, with its data.
+class MixedFaultSoakTest : public RetransmissionTest, public ::testing::WithParamInterface<uint64_t> {};
+
+TEST_P(MixedFaultSoakTest, ReadsAndSendsBothWaysAllComplete) {
+  abi::QpAttr at = default_attr();
+  at.max_rd_atomic = at.max_dest_rd_atomic = 4;
+  abi::QpCaps caps = default_caps();
+  caps.max_send_wr = caps.max_recv_wr = 64;
+  make_pair(IBV_QPT_RC, at, at, caps);
+  net::FaultConfig f;
+  f.drop = 0.03;
+  f.duplicate = 0.01;
+  f.reorder = 0.05;
+  f.seed = GetParam();
+  ASSERT_EQ(dev_.set_fault(PortId::kLoopback, f), "");
+  constexpr int kCount = 200, kWindow = 8;
+  constexpr uint32_t kReadLen = 3000, kSendLen = 100;
+  int a_posted = 0, a_done = 0, b_posted = 0, b_done = 0, a_recvd = 0, b_recvd = 0;
+  for (int i = 0; i < 64; ++i) {
+    post_recv(A(), 1000 + i, {sge(a(40000), kSendLen, a_key_)});
+    post_recv(B(), 2000 + i, {sge(b(40000), kSendLen, b_key_)});
+  }
+  const uint64_t start = now_;
+  while ((a_done < kCount || b_done < kCount || a_recvd < kCount || b_recvd < kCount / 2) &&
+         now_ - start < 60'000'000'000ull) {
+    while (a_posted < kCount && a_posted - a_done < kWindow) {
+      if (a_posted % 2 == 0) {
+        post_read(a_posted, kReadLen, 4096 * (a_posted / 2 % 4), 0);
+      } else {
+        post_send(A(), wqe(IBV_WR_SEND, a_posted), {sge(a(30000), kSendLen, a_key_)});
+      }
+      ++a_posted;
+    }
+    while (b_posted < kCount && b_posted - b_done < kWindow) {
+      post_send(B(), wqe(IBV_WR_SEND, b_posted), {sge(b(30000), kSendLen, b_key_)});
+      ++b_posted;
+    }
+    now_ += 20'000;
+    dev_.poll(now_);
+    for (const abi::Cqe& e : drain_cq(dev_, a_scq_)) {
+      ASSERT_EQ(e.status, uint32_t(IBV_WC_SUCCESS)) << "A wr " << e.wr_id << " after " << a_done;
+      ASSERT_EQ(e.wr_id, uint64_t(a_done)) << "A completes in order";
+      if (e.wr_id % 2 == 0) {
+        ASSERT_EQ(std::memcmp(a(4096 * (e.wr_id / 2 % 4)), b(0), kReadLen), 0) << "READ " << e.wr_id;
+      }
+      ++a_done;
+    }
+    for (const abi::Cqe& e : drain_cq(dev_, b_scq_)) {
+      ASSERT_EQ(e.status, uint32_t(IBV_WC_SUCCESS)) << "B wr " << e.wr_id << " after " << b_done;
+      ++b_done;
+    }
+    for (const abi::Cqe& e : drain_cq(dev_, a_rcq_)) {
+      ASSERT_EQ(e.status, uint32_t(IBV_WC_SUCCESS));
+      post_recv(A(), 1000, {sge(a(40000), kSendLen, a_key_)});
+      ++a_recvd;
+    }
+    for (const abi::Cqe& e : drain_cq(dev_, b_rcq_)) {
+      ASSERT_EQ(e.status, uint32_t(IBV_WC_SUCCESS));
+      post_recv(B(), 2000, {sge(b(40000), kSendLen, b_key_)});
+      ++b_recvd;
+    }
+  }
+  EXPECT_EQ(a_done, kCount);
+  EXPECT_EQ(b_done, kCount);
+  EXPECT_EQ(a_recvd, kCount);
+  EXPECT_EQ(b_recvd, kCount / 2);
+  EXPECT_EQ(counters().retry_exceeded, 0u);
+  EXPECT_GT(DeviceTestPeer::loopback_faults(dev_).dropped, 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Seeds, MixedFaultSoakTest, ::testing::Values(1u, 2u, 3u, 4u, 5u, 6u, 7u, 8u));
 
 }  // namespace
 }  // namespace uroce::device
