@@ -152,6 +152,13 @@ constexpr Table make_table() {
   at(CtlOp::kDestroyAh) = method("destroy_ah", destroy_ah, exact<HandleRequest>(), kNoFds,
                                  destroyed(UROCE_HANDLE(HandleRequest, handle, kAh)));
 
+  // Flow steering rules (methods_flow.cc). Destroying a rule is a write()
+  // command in the kernel: an unknown handle is EINVAL.
+  at(CtlOp::kCreateFlow) = method("create_flow", create_flow, exact<CreateFlowRequest>(), kNoFds,
+                                  einval(UROCE_HANDLE(CreateFlowRequest, qp, kQp)));
+  at(CtlOp::kDestroyFlow) = method("destroy_flow", destroy_flow, exact<HandleRequest>(), kNoFds,
+                                   destroyed(einval(UROCE_HANDLE(HandleRequest, handle, kFlow))));
+
   // The uroce command (methods_tools.cc).
   // Fault injection and capture act on every client's traffic, and capture
   // writes a file as the engine's user: engine-wide.

@@ -28,7 +28,7 @@ class Engine;
 class ObjectTable;
 
 // The object types a handle may name (the kernel's UVERBS_OBJECT_*).
-enum class ObjType : uint8_t { kNone, kPd, kMr, kCompChannel, kCq, kQp, kSrq, kXrcd, kAh, kMw, kCount };
+enum class ObjType : uint8_t { kNone, kPd, kMr, kCompChannel, kCq, kQp, kSrq, kXrcd, kAh, kMw, kFlow, kCount };
 
 // One request handed to a handler: its body (already checked against the
 // table, handles already resolved to device ids), its fds, and the reply the
@@ -163,6 +163,9 @@ int post_srq_ops(Call& c);
 int open_xrcd(Call& c);
 int close_xrcd(Call& c);
 int open_qp(Call& c);
+// methods_flow.cc: flow steering rules
+int create_flow(Call& c);
+int destroy_flow(Call& c);
 // methods_ah.cc
 int create_ah(Call& c);
 int destroy_ah(Call& c);

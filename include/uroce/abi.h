@@ -18,9 +18,11 @@
 namespace uroce::abi {
 
 constexpr uint32_t kMagic = 0x434f5255;  // "UROC"
-constexpr uint32_t kVersion = 5;  // 2: MRs on shared pages; 3: session handles, AHs in the engine;
+constexpr uint32_t kVersion = 6;  // 2: MRs on shared pages; 3: session handles, AHs in the engine;
                                   // 4: tag matching (DeviceInfo::tm, CreateSrqRequest, kPostSrqOps)
                                   // 5: memory windows (SendWqe::bind, kAllocMw, DeviceInfo::max_mw)
+                                  // 6: raw packet QPs and flow steering (DeviceInfo::raw,
+                                  //    CreateQpRequest::create_flags, kCreateFlow, Cqe::flow_tag)
 constexpr size_t kCacheLine = 64;
 constexpr size_t kMaxDeviceName = 64;
 constexpr size_t kMaxGids = 16;
@@ -140,7 +142,11 @@ struct Cqe {
   uint32_t opcode;      // enum ibv_wc_opcode
   uint32_t vendor_err;
   uint32_t byte_len;
-  uint32_t imm_data;    // network order, or invalidated rkey
+  union {
+    uint32_t imm_data;  // network order, or invalidated rkey
+    uint32_t flow_tag;  // raw packet receives (no immediate): the steering rule's
+                        // IBV_FLOW_SPEC_ACTION_TAG, 0 without one (mlx5 cq.c)
+  };
   uint32_t qp_num;
   union {
     uint32_t src_qp;
@@ -246,6 +252,8 @@ enum class CtlOp : uint32_t {
   kPostSrqOps,  // PostSrqOpsRequest: tag-list operations of a TM-SRQ
   kAllocMw,     // AllocMwRequest: a memory window (bound later by a WQE)
   kDeallocMw,   // HandleRequest
+  kCreateFlow,   // CreateFlowRequest: a steering rule on a raw packet QP
+  kDestroyFlow,  // HandleRequest
   kCount,
 };
 
@@ -323,6 +331,17 @@ struct DeviceInfo {
   // Memory windows (type 1, 2A and 2B: IBV_DEVICE_MEM_WINDOW* in device_cap_flags).
   uint32_t max_mw;
   uint32_t reserved_mw;
+  // Raw packet QPs and flow steering (ibv_device_attr_ex); all 0: none.
+  struct RawCaps {
+    uint32_t max_raw_ethy_qp;
+    uint32_t raw_packet_caps;        // enum ibv_raw_packet_caps
+    uint64_t device_cap_flags_ex;    // bits above the 32 of device_cap_flags
+    // Packet pacing (struct ibv_packet_pacing_caps): rate limits in kbps.
+    uint32_t qp_rate_limit_min;
+    uint32_t qp_rate_limit_max;
+    uint32_t pacing_qpts;            // 1 << IBV_QPT_RAW_PACKET
+    uint32_t reserved;
+  } raw;
 };
 
 // kHello. Request fds: [async event pipe write end].
@@ -456,7 +475,10 @@ struct CreateQpRequest {
   uint32_t sq_sig_all;
   QpCaps caps;
   uint64_t xrcd;  // IBV_QPT_XRC_RECV: the domain handle
+  uint32_t create_flags;  // enum ibv_qp_create_flags (IBV_QPT_RAW_PACKET only)
+  uint32_t reserved;
 };
+static_assert(sizeof(CreateQpRequest) == 88);
 // Reply fds: [queue memfd holding the SQ then the RQ].
 struct CreateQpReply {
   uint64_t handle;
@@ -495,8 +517,9 @@ struct QpAttr {
   uint8_t sq_sig_all;
   AddressVector ah;
   QpCaps caps;
-  uint32_t reserved;  // explicit: no uninitialised padding crosses the socket
+  uint32_t rate_limit;  // kbps, 0: none (IBV_QP_RATE_LIMIT, raw packet QPs' packet pacing)
 };
+static_assert(sizeof(QpAttr) % 8 == 0);  // no uninitialised padding crosses the socket
 
 struct ModifyQpRequest {
   uint64_t handle;
@@ -656,6 +679,62 @@ struct ReportRequest {
 };
 struct ReportReply {
   uint64_t total;  // bytes of the whole document
+};
+
+// kCreateFlow: ibv_create_flow. The provider turns the application's specs
+// (struct ibv_flow_spec_*, libibverbs' layout) into one FlowKey of values
+// and one of masks over the fields a rule may match, plus the protocols the
+// specs name (an IPv4 spec matches IPv4 frames only, whatever its masks: mlx5
+// sets the ethertype / IP protocol implicitly). All multi-byte fields are in
+// network order, as in the specs and in the frame.
+struct FlowKey {
+  uint8_t dst_mac[6];
+  uint8_t src_mac[6];
+  uint16_t ether_type;  // the EtherType after the last VLAN tag
+  uint16_t vlan_tag;    // the (outer) 802.1Q TCI
+  uint8_t src_ip[16];   // IPv4: the first 4 bytes, the rest 0
+  uint8_t dst_ip[16];
+  uint32_t flow_label;  // IPv6, low 20 bits
+  uint8_t ip_proto;     // IPv4 protocol / IPv6 next header
+  uint8_t tos;          // IPv4 TOS / IPv6 traffic class
+  uint8_t ttl;          // IPv4 TTL / IPv6 hop limit
+  uint8_t ip_flags;     // IPv4 flags (3 bits)
+  uint16_t src_port;    // TCP/UDP
+  uint16_t dst_port;
+  uint32_t reserved;
+};
+static_assert(sizeof(FlowKey) == 64);
+static_assert(offsetof(FlowKey, src_ip) == 16 && offsetof(FlowKey, flow_label) == 48);
+
+enum FlowProto : uint32_t {  // FlowRule::protocols
+  kFlowEth = 1,
+  kFlowVlan = 2,  // an ETH spec with a vlan_tag mask: tagged frames only (mlx5 cvlan_tag)
+  kFlowIpv4 = 4,
+  kFlowIpv6 = 8,
+  kFlowTcp = 16,
+  kFlowUdp = 32,
+};
+enum FlowAction : uint32_t {  // FlowRule::actions
+  kFlowActionTag = 1,   // IBV_FLOW_SPEC_ACTION_TAG
+  kFlowActionDrop = 2,  // IBV_FLOW_SPEC_ACTION_DROP
+};
+
+struct CreateFlowRequest {
+  uint64_t qp;          // handle
+  uint32_t type;        // enum ibv_flow_attr_type
+  uint32_t flags;       // enum ibv_flow_flags
+  uint32_t priority;
+  uint32_t port;
+  uint32_t protocols;   // FlowProto bits
+  uint32_t actions;     // FlowAction bits
+  uint32_t tag;         // kFlowActionTag
+  uint32_t num_specs;   // as the application gave them (SNIFFER/defaults: 0)
+  FlowKey value;        // already masked
+  FlowKey mask;
+};
+static_assert(sizeof(CreateFlowRequest) == 40 + 2 * sizeof(FlowKey));
+struct CreateFlowReply {
+  uint64_t handle;
 };
 
 // kStatus / kStats: reply body is UTF-8 text (not NUL terminated).
