@@ -595,6 +595,7 @@ void Device::post_qp_event(Qp& qp, ibv_event_type type) {
 }
 
 void Device::release_owner(Owner* o) {
+  cm_.release_owner(o);  // first: its peers hear of it before its QPs go
   std::vector<uint64_t> handles;
   qps_.for_each([&](uint32_t, Qp& q) {
     for (const Qp::OpenedHandle& h : q.opened_by)

@@ -1,0 +1,104 @@
+// The drop-in librdmacm.so.1: rdma-core's rdma_* API on uroce. The engine's
+// CM agent (device/cm_agent.h) keeps the ids and carries the connection
+// messages; this library keeps each id's local state, turns the engine's
+// event records into struct rdma_cm_event, and moves QPs through their
+// states with the attributes rdma_init_qp_attr computes, as rdma-core's
+// librdmacm does with the kernel's (librdmacm/cma.c, ucma_modify_qp_*).
+#pragma once
+
+#include <infiniband/verbs.h>
+#include <rdma/rdma_cma.h>
+#include <rdma/rdma_verbs.h>
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <unordered_map>
+
+#include "uroce/abi.h"
+#include "verbs_provider/provider.h"
+
+namespace uroce::rdmacm {
+
+// An event channel: the read end of the pipe the engine writes records to.
+// Never freed: a thread still blocked reading a destroyed channel wakes at
+// the engine's hang-up and must find it marked (see rdma_get_cm_event).
+struct Channel {
+  rdma_event_channel ch;  // must be first: applications read ch.fd
+  uint64_t handle;
+  std::atomic<bool> destroyed;
+};
+
+struct Id {
+  rdma_cm_id id{};  // must be first
+  uint64_t handle = 0;
+  bool sync = false;   // made without a channel: each call waits for its event
+  uint32_t psn = 0;    // starting PSN of our send queue
+  uint8_t gid_index = 0;
+  // rdma_set_option
+  uint8_t tos = 0;
+  uint8_t ack_timeout = 0;  // 0: the default
+  bool reuseaddr = false, afonly = false;
+  // This side's connection parameters (rdma_connect / rdma_accept, or the
+  // request's when accepting without any).
+  uint8_t responder_resources = 0, initiator_depth = 0;
+  uint8_t retry_count = 7, rnr_retry_count = 7;
+  // The peer's, from its REQ or REP.
+  bool have_peer = false;
+  uint32_t peer_qpn = 0, peer_psn = 0, peer_qkey = 0;
+  uint8_t peer_gid[16] = {};
+  // rdma_create_ep with RAI_PASSIVE: what rdma_get_request gives each request.
+  ibv_pd* ep_pd = nullptr;
+  bool ep_has_qp_attr = false;
+  ibv_qp_init_attr ep_qp_attr{};
+  // CQs and channels rdma_create_qp made because the caller gave none.
+  bool own_send_cq = false, own_recv_cq = false;
+  ibv_sa_path_rec path{};
+  ibv_ece local_ece{}, remote_ece{};
+};
+
+inline Id* to_id(rdma_cm_id* id) { return reinterpret_cast<Id*>(id); }
+
+struct Event {
+  rdma_cm_event ev;  // must be first
+  uint8_t private_data[abi::kCmMaxPrivateData];
+};
+
+// The library's state: the devices (opened once, shared by every id as in
+// rdma-core) and the connection to the engine whose CM serves them.
+struct Library {
+  std::mutex mu;  // ids, and each operation with its event's effect
+  bool initialized = false;
+  int init_err = 0;
+  provider::Connection conn;
+  ibv_context** contexts = nullptr;  // NULL-terminated
+  int num_contexts = 0;
+  ibv_context* cm_ctx = nullptr;  // the device of the engine the CM talks to
+  ibv_pd* default_pd = nullptr;
+  std::unordered_map<uint64_t, Id*> ids;
+};
+
+// Opens the devices and connects to the CM engine once; 0 or an errno.
+int init(Library** lib);
+Library& library();
+
+// -1 with errno set, as every rdma_* call fails.
+inline int fail(int err) {
+  errno = err;
+  return -1;
+}
+
+// Socket addresses to and from the engine's form.
+int to_cm_addr(const sockaddr* sa, abi::CmAddr* out);
+void from_cm_addr(const abi::CmAddr& a, sockaddr_storage* out);
+
+// Moves a QP to RTR then RTS from id's peer (ucma_modify_qp_rtr/rts), or to
+// the error state (ucma_modify_qp_err).
+int modify_qp_rtr_rts(Id* id);
+int modify_qp_err(Id* id);
+// A new event channel for an id made without one; nullptr with errno.
+Channel* create_channel();
+// Waits for the next event of a synchronous id (ucma_complete).
+int complete(Id* id);
+
+}  // namespace uroce::rdmacm
