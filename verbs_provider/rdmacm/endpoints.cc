@@ -96,12 +96,16 @@ RDMACM_EXPORT int rdma_create_ep(rdma_cm_id** out, rdma_addrinfo* res, ibv_pd* p
       if (qp_init_attr) {
         id->ep_has_qp_attr = true;
         id->ep_qp_attr = *qp_init_attr;
+        id->ep_qp_attr.qp_type = ibv_qp_type(res->ai_qp_type);
       }
     }
   } else {
     r = rdma_resolve_addr(cm_id, res->ai_src_addr, res->ai_dst_addr, 2000);
     if (r == 0) r = rdma_resolve_route(cm_id, 2000);
-    if (r == 0 && qp_init_attr) r = rdma_create_qp(cm_id, pd, qp_init_attr);
+    if (r == 0 && qp_init_attr) {
+      qp_init_attr->qp_type = ibv_qp_type(res->ai_qp_type);  // the endpoint's, whatever the caller left
+      r = rdma_create_qp(cm_id, pd, qp_init_attr);
+    }
   }
   if (r != 0) {
     const int err = errno;
