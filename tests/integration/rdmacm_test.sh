@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# rdma_cm on one engine: the event sequences of rdmacm_events (gtest), then
+# Debian's unmodified rdmacm-utils and perftest's -R (rdma_cm) mode under
+# `uroce run`, over IPv4 and IPv6 loopback.
+# usage: rdmacm_test.sh RDMACM_EVENTS_BINARY
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+events=${1:?usage: $0 RDMACM_EVENTS_BINARY}
+if ! command -v rping >/dev/null; then
+  echo "SKIP: rdmacm-utils not installed"
+  exit 77
+fi
+
+start_engine uroce0
+failures=0
+ok() { echo "ok   $1"; }
+bad() {
+  echo "FAIL $1"
+  failures=$((failures + 1))
+}
+
+if timeout 120 "$UROCE_BIN" run -- "$events" >"$UROCE_LOG_DIR/events.log" 2>&1; then
+  ok "rdmacm_events: $(grep -c '^\[       OK' "$UROCE_LOG_DIR/events.log") cases"
+else
+  cat "$UROCE_LOG_DIR/events.log"
+  bad rdmacm_events
+fi
+
+pair() {  # LABEL SERVER... -- CLIENT...
+  local label=$1
+  shift
+  if run_pair --label "$label" --forbid 'error|[Ff]ail|invalid data' 60 "$@"; then
+    ok "$label"
+  else
+    bad "$label"
+  fi
+}
+
+pair rping_ipv4 rping -s -a 127.0.0.1 -p 18801 -C 10 -v -- rping -c -a 127.0.0.1 -p 18801 -C 10 -v
+grep -q 'ping data: rdma-ping-9' "$RUN_PAIR_CLIENT_LOG" || bad "rping_ipv4: 10 pings"
+pair rping_ipv6 rping -s -a ::1 -p 18802 -C 10 -v -- rping -c -a ::1 -p 18802 -C 10 -v
+pair ucmatose ucmatose -p 18803 -c 2 -- ucmatose -p 18803 -c 2 -s 127.0.0.1
+pair udaddy udaddy -p 18804 -c 2 -- udaddy -p 18804 -c 2 -s 127.0.0.1
+pair rdma_server_client rdma_server -p 18805 -- rdma_client -s 127.0.0.1 -p 18805
+pair ib_send_bw_R ib_send_bw -R -d uroce0 -x 0 -p 18806 -n 200 -- ib_send_bw -R -d uroce0 -x 0 -p 18806 -n 200 127.0.0.1
+pair ib_read_lat_R ib_read_lat -R -d uroce0 -x 0 -p 18807 -n 200 -- ib_read_lat -R -d uroce0 -x 0 -p 18807 -n 200 127.0.0.1
+
+# A connect to a port nobody listens on is REJECTED at once, never a hang.
+start=$SECONDS
+if timeout 10 "$UROCE_BIN" run -- rping -c -a 127.0.0.1 -p 18899 -C 1 >"$UROCE_LOG_DIR/nolistener.log" 2>&1; then
+  bad "rping to no listener succeeded"
+elif grep -q 'RDMA_CM_EVENT_REJECTED, error 8' "$UROCE_LOG_DIR/nolistener.log" && ((SECONDS - start < 5)); then
+  ok "no listener: REJECTED (error 8)"
+else
+  cat "$UROCE_LOG_DIR/nolistener.log"
+  bad "no listener"
+fi
+
+# rsockets are not served: rstream says so and stops.
+if timeout 10 "$UROCE_BIN" run -- rstream -s 127.0.0.1 -p 18898 >"$UROCE_LOG_DIR/rstream.log" 2>&1; then
+  bad "rstream succeeded"
+elif grep -q 'Function not implemented' "$UROCE_LOG_DIR/rstream.log"; then
+  ok "rstream: ENOSYS"
+else
+  cat "$UROCE_LOG_DIR/rstream.log"
+  bad "rstream"
+fi
+
+# Nothing is left in the engine once the clients are gone.
+if uroce status | grep -qE 'clients: *0|no clients'; then ok "no clients left"; fi
+
+if ((failures)); then
+  echo "$failures failure(s)"
+  exit 1
+fi
+echo "all passed"
