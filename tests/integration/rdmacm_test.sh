@@ -41,7 +41,9 @@ pair rping_ipv4 rping -s -a 127.0.0.1 -p 18801 -C 10 -v -- rping -c -a 127.0.0.1
 grep -q 'ping data: rdma-ping-9' "$RUN_PAIR_CLIENT_LOG" || bad "rping_ipv4: 10 pings"
 pair rping_ipv6 rping -s -a ::1 -p 18802 -C 10 -v -- rping -c -a ::1 -p 18802 -C 10 -v
 pair ucmatose ucmatose -p 18803 -c 2 -- ucmatose -p 18803 -c 2 -s 127.0.0.1
-pair udaddy udaddy -p 18804 -c 2 -- udaddy -p 18804 -c 2 -s 127.0.0.1
+# udaddy has no port option (its -p is the port space): 7174.
+pair udaddy udaddy -c 2 -- udaddy -c 2 -s 127.0.0.1
+pair udaddy_ipv6 udaddy -c 2 -b ::1 -- udaddy -c 2 -s ::1
 pair rdma_server_client rdma_server -p 18805 -- rdma_client -s 127.0.0.1 -p 18805
 pair ib_send_bw_R ib_send_bw -R -d uroce0 -x 0 -p 18806 -n 200 -- ib_send_bw -R -d uroce0 -x 0 -p 18806 -n 200 127.0.0.1
 pair ib_read_lat_R ib_read_lat -R -d uroce0 -x 0 -p 18807 -n 200 -- ib_read_lat -R -d uroce0 -x 0 -p 18807 -n 200 127.0.0.1
