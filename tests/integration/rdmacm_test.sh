@@ -69,8 +69,13 @@ else
   bad "rstream"
 fi
 
-# Nothing is left in the engine once the clients are gone.
-if uroce status | grep -qE 'clients: *0|no clients'; then ok "no clients left"; fi
+# Nothing is left in the engine's CM once its clients are gone.
+if uroce status | grep -q '^cm: ids 0, events dropped 0$'; then
+  ok "no CM ids left"
+else
+  uroce status
+  bad "CM ids left behind"
+fi
 
 if ((failures)); then
   echo "$failures failure(s)"
