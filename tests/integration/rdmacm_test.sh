@@ -48,6 +48,21 @@ pair rdma_server_client rdma_server -p 18805 -- rdma_client -s 127.0.0.1 -p 1880
 pair ib_send_bw_R ib_send_bw -R -d uroce0 -x 0 -p 18806 -n 200 -- ib_send_bw -R -d uroce0 -x 0 -p 18806 -n 200 127.0.0.1
 pair ib_read_lat_R ib_read_lat -R -d uroce0 -x 0 -p 18807 -n 200 -- ib_read_lat -R -d uroce0 -x 0 -p 18807 -n 200 127.0.0.1
 
+# cmtime: 50 connections set up and torn down at once (its server serves
+# until it is stopped).
+timeout 60 "$UROCE_BIN" run -- cmtime -p 18808 -c 50 >"$UROCE_LOG_DIR/cmtime.server.log" 2>&1 &
+cmtime_server=$!
+sleep 0.5
+if timeout 60 "$UROCE_BIN" run -- cmtime -s 127.0.0.1 -p 18808 -c 50 >"$UROCE_LOG_DIR/cmtime.client.log" 2>&1 &&
+   grep -q '^connect ' "$UROCE_LOG_DIR/cmtime.client.log"; then
+  ok "cmtime: $(grep '^connect ' "$UROCE_LOG_DIR/cmtime.client.log" | tr -s ' ')"
+else
+  cat "$UROCE_LOG_DIR/cmtime.client.log" "$UROCE_LOG_DIR/cmtime.server.log"
+  bad cmtime
+fi
+kill "$cmtime_server" 2>/dev/null || true
+wait "$cmtime_server" 2>/dev/null || true
+
 # A connect to a port nobody listens on is REJECTED at once, never a hang.
 start=$SECONDS
 if timeout 10 "$UROCE_BIN" run -- rping -c -a 127.0.0.1 -p 18899 -C 1 >"$UROCE_LOG_DIR/nolistener.log" 2>&1; then
