@@ -206,15 +206,17 @@ void CmAgent::fill_local(const Id& id, abi::CmBindReply* rep) const {
 }
 
 // cma_check_port: another id on the port whose address overlaps, unless
-// both allow reuse and neither listens.
-bool CmAgent::port_in_use(const Id& self, const abi::CmAddr& a) const {
+// both allow reuse and neither listens: EADDRNOTAVAIL when either is a
+// wildcard, EADDRINUSE when both name the same address; 0 when free.
+int CmAgent::port_conflict(const Id& self, const abi::CmAddr& a) const {
   for (const auto& [h, other] : ids_) {
     if (&other == &self || other.child || other.ps != self.ps || other.state == State::kIdle) continue;
     if (other.src.port != a.port) continue;
     if (self.reuseaddr && other.reuseaddr && other.state != State::kListen) continue;
-    if (covers(other.src, other.afonly, a) || covers(a, self.afonly, other.src)) return true;
+    if (!covers(other.src, other.afonly, a) && !covers(a, self.afonly, other.src)) continue;
+    return is_any(a) || is_any(other.src) ? EADDRNOTAVAIL : EADDRINUSE;
   }
-  return false;
+  return 0;
 }
 
 int CmAgent::bind_to(Id& id, abi::CmAddr a) {
@@ -226,11 +228,11 @@ int CmAgent::bind_to(Id& id, abi::CmAddr a) {
     for (uint32_t i = 0; i < range && !found; ++i) {
       const uint16_t port = uint16_t(kEphemeralLow + (next_port_++ % range));
       a.port = htons(port);
-      found = !port_in_use(id, a);
+      found = port_conflict(id, a) == 0;
     }
     if (!found) return EADDRINUSE;
-  } else if (port_in_use(id, a)) {
-    return EADDRINUSE;
+  } else if (int err = port_conflict(id, a)) {
+    return err;
   }
   id.src = a;
   id.state = State::kBound;

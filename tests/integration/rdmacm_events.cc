@@ -141,11 +141,12 @@ TEST_F(RdmaCm, BindPortZeroIsEphemeralAndAPortIsTakenOnce) {
   auto same = addr("127.0.0.1", port);
   EXPECT_EQ(rdma_bind_addr(b, sa(same)), -1);
   EXPECT_EQ(errno, EADDRINUSE);
-  // The wildcard overlaps it too; another port space does not.
+  // The wildcard overlaps it too (cma_check_port: EADDRNOTAVAIL); another
+  // port space does not.
   rdma_cm_id* c = new_id();
   auto any = addr("0.0.0.0", port);
   EXPECT_EQ(rdma_bind_addr(c, sa(any)), -1);
-  EXPECT_EQ(errno, EADDRINUSE);
+  EXPECT_EQ(errno, EADDRNOTAVAIL);
   rdma_cm_id* u = new_id(RDMA_PS_UDP);
   EXPECT_EQ(rdma_bind_addr(u, sa(same)), 0);
 }
@@ -178,7 +179,7 @@ TEST_F(RdmaCm, Ipv6WildcardTakesIpv4UnlessAfOnly) {
   rdma_cm_id* v4b = new_id();
   auto fourb = addr("127.0.0.1", ntohs(rdma_get_src_port(dual)));
   EXPECT_EQ(rdma_bind_addr(v4b, sa(fourb)), -1);
-  EXPECT_EQ(errno, EADDRINUSE);
+  EXPECT_EQ(errno, EADDRNOTAVAIL);
 }
 
 TEST_F(RdmaCm, ResolveOffTheEngineIsAnAddrError) {
