@@ -46,6 +46,7 @@ pair udaddy udaddy -c 2 -- udaddy -c 2 -s 127.0.0.1
 pair udaddy_ipv6 udaddy -c 2 -b ::1 -- udaddy -c 2 -s ::1
 pair rdma_server_client rdma_server -p 18805 -- rdma_client -s 127.0.0.1 -p 18805
 pair ib_send_bw_R ib_send_bw -R -d uroce0 -x 0 -p 18806 -n 200 -- ib_send_bw -R -d uroce0 -x 0 -p 18806 -n 200 127.0.0.1
+pair ib_send_bw_R_UD ib_send_bw -R -c UD -d uroce0 -x 0 -p 18809 -n 200 -- ib_send_bw -R -c UD -d uroce0 -x 0 -p 18809 -n 200 127.0.0.1
 pair ib_read_lat_R ib_read_lat -R -d uroce0 -x 0 -p 18807 -n 200 -- ib_read_lat -R -d uroce0 -x 0 -p 18807 -n 200 127.0.0.1
 
 # cmtime: 50 connections set up and torn down at once (its server serves
@@ -91,6 +92,11 @@ else
   uroce status
   bad "CM ids left behind"
 fi
+
+# An engine answers for its --ip address too (GID 0 is that address).
+stop_all_engines >/dev/null
+start_engine uroce0 --ip 10.77.0.1
+pair rping_engine_ip rping -s -a 10.77.0.1 -p 18810 -C 5 -v -- rping -c -a 10.77.0.1 -p 18810 -C 5 -v
 
 if ((failures)); then
   echo "$failures failure(s)"
