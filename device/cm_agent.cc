@@ -44,6 +44,11 @@ constexpr int32_t kSidrReject = 2;
 // which rdma_cm takes its ports from (cma_alloc_any_port).
 constexpr uint32_t kEphemeralLow = 32768, kEphemeralHigh = 60999;
 
+constexpr int kChannelPipeBytes = 256 << 10;
+// Ids of all clients together: each costs the engine memory, and a client
+// that makes them in a loop must run out before the engine does.
+constexpr size_t kMaxIds = 1 << 16;
+
 bool is_any(const abi::CmAddr& a) {
   const size_t n = a.family == AF_INET ? 4 : 16;
   for (size_t i = 0; i < n; ++i)
@@ -91,6 +96,11 @@ CmAgent::Id* CmAgent::find_id(Owner* o, uint64_t h) {
 int CmAgent::create_channel(Owner* o, int pipe_fd, uint64_t* handle) {
   if (pipe_fd < 0) return EBADF;
   fcntl(pipe_fd, F_SETFL, fcntl(pipe_fd, F_GETFL) | O_NONBLOCK);
+  // Room for a burst (cmtime sets up hundreds of connections at once):
+  // 256 KiB, over 800 records, within fs.pipe-max-size (1 MiB) and without
+  // eating much of a user's fs.pipe-user-pages-soft. Best effort: 64 KiB
+  // otherwise.
+  fcntl(pipe_fd, F_SETPIPE_SZ, kChannelPipeBytes);
   *handle = next_handle_++;
   channels_[*handle] = Channel{o, pipe_fd};
   return 0;
@@ -109,6 +119,7 @@ int CmAgent::destroy_channel(Owner* o, uint64_t h) {
 int CmAgent::create_id(Owner* o, const abi::CmCreateIdRequest& r, uint64_t* handle) {
   auto ch = channels_.find(r.channel);
   if (ch == channels_.end() || ch->second.owner != o) return ENOENT;
+  if (ids_.size() >= kMaxIds) return ENOMEM;
   Id id;
   id.owner = o;
   id.channel = r.channel;
@@ -349,6 +360,10 @@ int CmAgent::connect(Owner* o, const abi::CmConnectRequest& r) {
     // Nobody listens on that port: the REQ's answer is a REJ (invalid
     // service ID), a SIDR REQ's a SIDR REP "unsupported" (cm_match_req).
     post_simple(r.id, ud ? kUnreachable : kRejected, ud ? kSidrUnsupported : kRejInvalidServiceId);
+    return 0;
+  }
+  if (ids_.size() >= kMaxIds) {  // no room for the passive side's id: as a busy listener, REJ
+    post_simple(r.id, ud ? kUnreachable : kRejected, ud ? kSidrReject : kRejConsumerDefined);
     return 0;
   }
   const Id& listener = ids_.at(lh);

@@ -199,8 +199,8 @@ TEST_F(CmAgentTest, AChannelNobodyReadsLosesEventsNotTheEnginesTime) {
   r.dst = v4("127.0.0.1", 1);
   abi::CmBindReply rep{};
   ASSERT_EQ(cm_.resolve_addr(&a_.owner, r, &rep), 0);
-  // A pipe holds 64 KiB: far fewer route events than these fit.
-  for (int i = 0; i < 1000; ++i) ASSERT_EQ(cm_.resolve_route(&a_.owner, id), 0);
+  // The pipe holds 256 KiB: far fewer route events than these.
+  for (int i = 0; i < 5000; ++i) ASSERT_EQ(cm_.resolve_route(&a_.owner, id), 0);
   EXPECT_GT(cm_.events_dropped(), 0u);
 }
 
