@@ -70,6 +70,35 @@ ibv_qp_state qp_state(ibv_qp* qp) {
   return attr.qp_state;
 }
 
+// A client in a process of its own: connects without a QP and, once
+// established, says so on fd 3 and waits to be killed (stay), or returns 0.
+int connect_and_wait(uint16_t port, bool stay = true) {
+  rdma_event_channel* ch = rdma_create_event_channel();
+  rdma_cm_id* id;
+  auto dst = addr("127.0.0.1", port);
+  if (!ch || rdma_create_id(ch, &id, nullptr, RDMA_PS_TCP) || rdma_resolve_addr(id, nullptr, sa(dst), 2000))
+    return 1;
+  for (int step = 0; step < 3; ++step) {
+    rdma_cm_event* ev;
+    if (rdma_get_cm_event(ch, &ev)) return 2;
+    const rdma_cm_event_type t = ev->event;
+    rdma_ack_cm_event(ev);
+    if (t == RDMA_CM_EVENT_ADDR_RESOLVED && rdma_resolve_route(id, 2000)) return 3;
+    if (t == RDMA_CM_EVENT_ROUTE_RESOLVED) {
+      rdma_conn_param p{};
+      p.qp_num = 0x456;
+      if (rdma_connect(id, &p)) return 4;
+    }
+    if (t == RDMA_CM_EVENT_CONNECT_RESPONSE) {
+      if (rdma_establish(id)) return 5;
+      if (!stay) return 0;
+      (void)!write(3, "x", 1);
+      for (;;) pause();
+    }
+  }
+  return 6;
+}
+
 class RdmaCm : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -333,6 +362,30 @@ TEST_F(RdmaCm, PeerProcessKilledIsADisconnect) {
   close(ready[1]);
 }
 
+// A forked child (no exec) that uses rdma_cm has a session of its own: its
+// connection ends when it exits, and the parent's ids are undisturbed.
+TEST_F(RdmaCm, AForkedChildConnectsInASessionOfItsOwn) {
+  const uint16_t port = listen_on("127.0.0.1", 0);
+  const pid_t child = fork();
+  if (child == 0) _exit(connect_and_wait(port, /*stay=*/false));
+  rdma_cm_event* req = expect_event(ch_, RDMA_CM_EVENT_CONNECT_REQUEST);
+  ASSERT_NE(req, nullptr);
+  rdma_cm_id* server = req->id;
+  keep(server);
+  rdma_ack_cm_event(req);
+  rdma_conn_param p{};
+  p.qp_num = 0x123;
+  ASSERT_EQ(rdma_accept(server, &p), 0);
+  expect_and_ack(ch_, RDMA_CM_EVENT_ESTABLISHED);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  expect_and_ack(ch_, RDMA_CM_EVENT_DISCONNECTED);
+  // The parent's session still serves it.
+  rdma_cm_id* after = resolved("127.0.0.1", port);
+  EXPECT_NE(after, nullptr);
+}
+
 TEST_F(RdmaCm, MigrateMovesTheEventsToAnotherChannel) {
   const uint16_t port = listen_on("127.0.0.1", 0);
   rdma_cm_id* id = resolved("127.0.0.1", port);
@@ -374,34 +427,6 @@ TEST_F(RdmaCm, GetAddrInfoGivesPassiveAndActiveAddresses) {
 TEST_F(RdmaCm, RsocketsFailCleanly) {
   EXPECT_EQ(rsocket(AF_INET, SOCK_STREAM, 0), -1);
   EXPECT_EQ(errno, ENOSYS);
-}
-
-// The client of PeerProcessKilledIsADisconnect: connects without a QP,
-// says so on fd 3 once established, and waits to be killed.
-int connect_and_wait(uint16_t port) {
-  rdma_event_channel* ch = rdma_create_event_channel();
-  rdma_cm_id* id;
-  auto dst = addr("127.0.0.1", port);
-  if (!ch || rdma_create_id(ch, &id, nullptr, RDMA_PS_TCP) || rdma_resolve_addr(id, nullptr, sa(dst), 2000))
-    return 1;
-  for (int step = 0; step < 3; ++step) {
-    rdma_cm_event* ev;
-    if (rdma_get_cm_event(ch, &ev)) return 2;
-    const rdma_cm_event_type t = ev->event;
-    rdma_ack_cm_event(ev);
-    if (t == RDMA_CM_EVENT_ADDR_RESOLVED && rdma_resolve_route(id, 2000)) return 3;
-    if (t == RDMA_CM_EVENT_ROUTE_RESOLVED) {
-      rdma_conn_param p{};
-      p.qp_num = 0x456;
-      if (rdma_connect(id, &p)) return 4;
-    }
-    if (t == RDMA_CM_EVENT_CONNECT_RESPONSE) {
-      if (rdma_establish(id)) return 5;
-      (void)!write(3, "x", 1);
-      for (;;) pause();
-    }
-  }
-  return 6;
 }
 
 }  // namespace

@@ -27,7 +27,7 @@ uint32_t random_psn() {
 }
 
 int call(CtlOp op, const void* req, size_t len, void* rep = nullptr, size_t rep_len = 0) {
-  return library().conn.call(op, req, len, rep, rep_len);
+  return connection().call(op, req, len, rep, rep_len);
 }
 
 // What rdma_cm reports as the private data of each message: the whole
@@ -137,7 +137,7 @@ Channel* create_channel() {
   c->destroyed = false;
   c->ch.fd = fds[0];
   abi::CmHandleReply rep{};
-  const int err = lib->conn.call(CtlOp::kCmCreateChannel, nullptr, 0, &rep, sizeof(rep), &fds[1], 1);
+  const int err = connection().call(CtlOp::kCmCreateChannel, nullptr, 0, &rep, sizeof(rep), &fds[1], 1);
   close(fds[1]);  // the engine's now
   if (err) {
     close(fds[0]);

@@ -1,6 +1,7 @@
 // The library's devices and its connection to the engine's CM agent, and the
 // small calls that need nothing else (devices, event names, ports).
 #include <arpa/inet.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstdlib>
@@ -41,9 +42,22 @@ int init(Library** out) {
   ibv_free_device_list(list);
   if (!lib.num_contexts) return lib.init_err = ENODEV;
   lib.cm_ctx = lib.contexts[0];
-  if (int err = lib.conn.connect_to(engine_socket_path(runtime_dir(), name).c_str()))
-    return lib.init_err = err;
+  lib.socket_path = engine_socket_path(runtime_dir(), name);
+  lib.pid = getpid();
+  if (int err = lib.conn.connect_to(lib.socket_path.c_str())) return lib.init_err = err;
   return 0;
+}
+
+provider::Connection& connection() {
+  Library& lib = library();
+  static std::mutex mu;
+  std::lock_guard<std::mutex> lock(mu);
+  if (lib.pid && lib.pid != getpid()) {
+    lib.conn.close_fd();  // the child's copy of the parent's socket
+    lib.pid = getpid();
+    lib.conn.connect_to(lib.socket_path.c_str());  // failing: calls fail with EIO
+  }
+  return lib.conn;
 }
 
 int to_cm_addr(const sockaddr* sa, abi::CmAddr* out) {

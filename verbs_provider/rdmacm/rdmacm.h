@@ -13,6 +13,7 @@
 #include <atomic>
 #include <cstdint>
 #include <mutex>
+#include <string>
 #include <unordered_map>
 
 #include "uroce/abi.h"
@@ -71,6 +72,8 @@ struct Library {
   bool initialized = false;
   int init_err = 0;
   provider::Connection conn;
+  std::string socket_path;  // the CM engine's
+  pid_t pid = 0;            // the process conn was opened by
   ibv_context** contexts = nullptr;  // NULL-terminated
   int num_contexts = 0;
   ibv_context* cm_ctx = nullptr;  // the device of the engine the CM talks to
@@ -80,6 +83,10 @@ struct Library {
 
 // Opens the devices and connects to the CM engine once; 0 or an errno.
 int init(Library** lib);
+// The connection to the CM engine of this process: a forked child opens a
+// session of its own (sharing the parent's socket would cross the replies
+// of the two processes; the child's ids end when it does).
+provider::Connection& connection();
 Library& library();
 
 // -1 with errno set, as every rdma_* call fails.
