@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <random>
 #include <vector>
 
 #include "device/objects.h"
@@ -82,6 +83,11 @@ bool covers(const abi::CmAddr& bound, bool afonly, const abi::CmAddr& a) {
 }
 
 }  // namespace
+
+uint64_t CmAgent::first_handle() {
+  std::random_device rd;
+  return (uint64_t(rd()) << 32) | 1;  // 2^32 handles before two engines' could meet
+}
 
 CmAgent::~CmAgent() {
   for (auto& [h, c] : channels_)

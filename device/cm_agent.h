@@ -94,7 +94,10 @@ class CmAgent {
   const abi::DeviceInfo& info_;
   std::map<uint64_t, Id> ids_;
   std::map<uint64_t, Channel> channels_;
-  uint64_t next_handle_ = 1;  // ids and channels; never reused
+  // Ids and channels; never reused. Each engine starts at a random point, so
+  // a client of several engines tells their ids apart by handle alone.
+  uint64_t next_handle_ = first_handle();
+  static uint64_t first_handle();
   uint32_t next_port_ = 0;
   uint64_t events_dropped_ = 0;
 };

@@ -93,10 +93,11 @@ else
   bad "CM ids left behind"
 fi
 
-# An engine answers for its --ip address too (GID 0 is that address).
-stop_all_engines >/dev/null
-start_engine uroce0 --ip 10.77.0.1
-pair rping_engine_ip rping -s -a 10.77.0.1 -p 18810 -C 5 -v -- rping -c -a 10.77.0.1 -p 18810 -C 5 -v
+# An engine answers for its --ip address too (GID 0 is that address), and
+# an id goes to the engine of its address: uroce0, the first device, does
+# not own 10.77.0.1 (its bind there would fail with EADDRNOTAVAIL).
+start_engine uroce1 --ip 10.77.0.1
+pair rping_second_engine_ip rping -s -a 10.77.0.1 -p 18810 -C 5 -v -- rping -c -a 10.77.0.1 -p 18810 -C 5 -v
 
 if ((failures)); then
   echo "$failures failure(s)"

@@ -26,10 +26,6 @@ uint32_t random_psn() {
   return r & 0xffffff;
 }
 
-int call(CtlOp op, const void* req, size_t len, void* rep = nullptr, size_t rep_len = 0) {
-  return connection().call(op, req, len, rep, rep_len);
-}
-
 // What rdma_cm reports as the private data of each message: the whole
 // field, less the IP header rdma_cm puts in a REQ (cma_user_data_offset).
 size_t reported_private_len(uint32_t event, uint32_t ps) {
@@ -134,19 +130,38 @@ Channel* create_channel() {
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) return nullptr;
   auto* c = new Channel{};
-  c->destroyed = false;
   c->ch.fd = fds[0];
-  abi::CmHandleReply rep{};
-  const int err = connection().call(CtlOp::kCmCreateChannel, nullptr, 0, &rep, sizeof(rep), &fds[1], 1);
-  close(fds[1]);  // the engine's now
-  if (err) {
-    close(fds[0]);
-    delete c;  // no reader ever saw it
-    errno = err;
-    return nullptr;
-  }
-  c->handle = rep.handle;
+  c->write_fd = fds[1];
   return c;
+}
+
+// The channel's handle in engine e, handing it its write end on first use
+// (Library::mu held).
+int channel_in(Channel* c, Engine* e, uint64_t* handle) {
+  if (auto it = c->handles.find(e); it != c->handles.end()) {
+    *handle = it->second;
+    return 0;
+  }
+  abi::CmHandleReply rep{};
+  if (int err = call(e, CtlOp::kCmCreateChannel, nullptr, 0, &rep, sizeof(rep), &c->write_fd, 1)) return err;
+  c->handles[e] = rep.handle;
+  *handle = rep.handle;
+  return 0;
+}
+
+// Makes id an id of engine e (Library::mu held): its first bind, resolve
+// or listen decides the engine, as the kernel's binds an id to a device.
+int attach(Id* id, Engine* e) {
+  if (!e) return ENODEV;
+  if (id->engine) return id->engine == e ? 0 : EINVAL;
+  abi::CmCreateIdRequest req{0, uint32_t(id->id.ps), uint32_t(id->id.qp_type)};
+  if (int err = channel_in(reinterpret_cast<Channel*>(id->id.channel), e, &req.channel)) return err;
+  abi::CmHandleReply rep{};
+  if (int err = call(e, CtlOp::kCmCreateId, &req, sizeof(req), &rep, sizeof(rep))) return err;
+  id->engine = e;
+  id->handle = rep.handle;
+  library().ids[id->handle] = id;
+  return 0;
 }
 
 int complete(Id* id) {
@@ -180,9 +195,15 @@ RDMACM_EXPORT rdma_event_channel* rdma_create_event_channel() {
 RDMACM_EXPORT void rdma_destroy_event_channel(rdma_event_channel* channel) {
   if (!channel) return;
   auto* c = reinterpret_cast<Channel*>(channel);
-  c->destroyed = true;  // before the engine closes its end
-  abi::CmHandleRequest req{c->handle};
-  call(abi::CtlOp::kCmDestroyChannel, &req, sizeof(req));
+  c->destroyed = true;  // before the write ends close
+  {
+    std::lock_guard<std::mutex> lock(library().mu);
+    for (const auto& [e, h] : c->handles) {
+      abi::CmHandleRequest req{h};
+      call(e, abi::CtlOp::kCmDestroyChannel, &req, sizeof(req));
+    }
+  }
+  close(c->write_fd);
   close(c->ch.fd);
 }
 
@@ -202,16 +223,7 @@ RDMACM_EXPORT int rdma_create_id(rdma_event_channel* channel, rdma_cm_id** out, 
   }
   Id* id = new_id(channel, context, ps, qp_type);
   id->sync = sync;
-  abi::CmCreateIdRequest req{reinterpret_cast<Channel*>(channel)->handle, uint32_t(ps), uint32_t(qp_type)};
-  abi::CmHandleReply rep{};
-  std::lock_guard<std::mutex> lock(lib->mu);
-  if (int err = call(abi::CtlOp::kCmCreateId, &req, sizeof(req), &rep, sizeof(rep))) {
-    free_id(id);
-    return fail(err);
-  }
-  id->handle = rep.handle;
-  lib->ids[id->handle] = id;
-  *out = &id->id;
+  *out = &id->id;  // the engine's id comes with its address (attach)
   return 0;
 }
 
@@ -221,9 +233,11 @@ RDMACM_EXPORT int rdma_destroy_id(rdma_cm_id* cm_id) {
   Library& lib = library();
   {
     std::lock_guard<std::mutex> lock(lib.mu);
-    abi::CmHandleRequest req{id->handle};
-    call(abi::CtlOp::kCmDestroyId, &req, sizeof(req));
-    lib.ids.erase(id->handle);
+    if (id->engine) {
+      abi::CmHandleRequest req{id->handle};
+      call(id->engine, abi::CtlOp::kCmDestroyId, &req, sizeof(req));
+      lib.ids.erase(id->handle);
+    }
   }
   free_id(id);
   return 0;
@@ -239,12 +253,14 @@ RDMACM_EXPORT int rdma_bind_addr(rdma_cm_id* cm_id, sockaddr* addr) {
   req.afonly = id->afonly;
   abi::CmBindReply rep{};
   std::lock_guard<std::mutex> lock(library().mu);
-  if (int err = call(abi::CtlOp::kCmBind, &req, sizeof(req), &rep, sizeof(rep))) return fail(err);
+  if (int err = attach(id, id->engine ? id->engine : engine_for(addr))) return fail(err);
+  req.id = id->handle;
+  if (int err = call(id->engine, abi::CtlOp::kCmBind, &req, sizeof(req), &rep, sizeof(rep))) return fail(err);
   fill_route_src(id, rep);
   // A specific address names its device; a wildcard none yet (cma_acquire_dev).
   bool any = true;
   for (size_t i = 0; i < 16; ++i) any = any && rep.addr.addr[i] == 0;
-  if (!any) id->id.verbs = library().cm_ctx;
+  if (!any) id->id.verbs = id->engine->ctx;
   return 0;
 }
 
@@ -261,10 +277,13 @@ RDMACM_EXPORT int rdma_resolve_addr(rdma_cm_id* cm_id, sockaddr* src, sockaddr* 
   abi::CmBindReply rep{};
   {
     std::lock_guard<std::mutex> lock(library().mu);
-    if (int err = call(abi::CtlOp::kCmResolveAddr, &req, sizeof(req), &rep, sizeof(rep))) return fail(err);
+    if (int err = attach(id, id->engine ? id->engine : engine_for(src ? src : dst))) return fail(err);
+    req.id = id->handle;
+    if (int err = call(id->engine, abi::CtlOp::kCmResolveAddr, &req, sizeof(req), &rep, sizeof(rep)))
+      return fail(err);
     fill_route_src(id, rep);
     from_cm_addr(req.dst, &id->id.route.addr.dst_storage);
-    id->id.verbs = library().cm_ctx;
+    id->id.verbs = id->engine->ctx;
   }
   return complete(id);
 }
@@ -275,7 +294,7 @@ RDMACM_EXPORT int rdma_resolve_route(rdma_cm_id* cm_id, int timeout_ms) {
   {
     std::lock_guard<std::mutex> lock(library().mu);
     abi::CmHandleRequest req{id->handle};
-    if (int err = call(abi::CtlOp::kCmResolveRoute, &req, sizeof(req))) return fail(err);
+    if (int err = call(id->engine, abi::CtlOp::kCmResolveRoute, &req, sizeof(req))) return fail(err);
     fill_path(id);
   }
   return complete(id);
@@ -283,9 +302,10 @@ RDMACM_EXPORT int rdma_resolve_route(rdma_cm_id* cm_id, int timeout_ms) {
 
 RDMACM_EXPORT int rdma_listen(rdma_cm_id* cm_id, int backlog) {
   Id* id = to_id(cm_id);
-  abi::CmListenRequest req{id->handle, backlog, 0};
   std::lock_guard<std::mutex> lock(library().mu);
-  if (int err = call(abi::CtlOp::kCmListen, &req, sizeof(req))) return fail(err);
+  if (int err = attach(id, id->engine ? id->engine : engine_for(nullptr))) return fail(err);
+  abi::CmListenRequest req{id->handle, backlog, 0};
+  if (int err = call(id->engine, abi::CtlOp::kCmListen, &req, sizeof(req))) return fail(err);
   return 0;
 }
 
@@ -307,7 +327,7 @@ RDMACM_EXPORT int rdma_connect(rdma_cm_id* cm_id, rdma_conn_param* param) {
   to_conn_param(id, param, &req.param);
   {
     std::lock_guard<std::mutex> lock(library().mu);
-    if (int err = call(abi::CtlOp::kCmConnect, &req, sizeof(req))) return fail(err);
+    if (int err = call(id->engine, abi::CtlOp::kCmConnect, &req, sizeof(req))) return fail(err);
   }
   return complete(id);
 }
@@ -339,7 +359,7 @@ RDMACM_EXPORT int rdma_accept(rdma_cm_id* cm_id, rdma_conn_param* param) {
   }
   {
     std::lock_guard<std::mutex> lock(library().mu);
-    if (int err = call(abi::CtlOp::kCmAccept, &req, sizeof(req))) return fail(err);
+    if (int err = call(id->engine, abi::CtlOp::kCmAccept, &req, sizeof(req))) return fail(err);
   }
   if (id->id.qp_type == IBV_QPT_UD) return 0;
   return complete(id);
@@ -353,7 +373,7 @@ RDMACM_EXPORT int rdma_reject(rdma_cm_id* cm_id, const void* private_data, uint8
   req.private_data_len = private_data ? private_data_len : 0;
   if (req.private_data_len) std::memcpy(req.private_data, private_data, private_data_len);
   std::lock_guard<std::mutex> lock(library().mu);
-  if (int err = call(abi::CtlOp::kCmReject, &req, sizeof(req))) return fail(err);
+  if (int err = call(id->engine, abi::CtlOp::kCmReject, &req, sizeof(req))) return fail(err);
   return 0;
 }
 
@@ -366,7 +386,7 @@ RDMACM_EXPORT int rdma_establish(rdma_cm_id* cm_id) {
   if (id->id.qp) return fail(EINVAL);  // a QP's connection completes in rdma_get_cm_event
   abi::CmHandleRequest req{id->handle};
   std::lock_guard<std::mutex> lock(library().mu);
-  if (int err = call(abi::CtlOp::kCmEstablish, &req, sizeof(req))) return fail(err);
+  if (int err = call(id->engine, abi::CtlOp::kCmEstablish, &req, sizeof(req))) return fail(err);
   return 0;
 }
 
@@ -376,7 +396,7 @@ RDMACM_EXPORT int rdma_disconnect(rdma_cm_id* cm_id) {
   if (id->id.qp && id->id.qp_type != IBV_QPT_UD) modify_qp_err(id);
   abi::CmHandleRequest req{id->handle};
   std::lock_guard<std::mutex> lock(library().mu);
-  if (int err = call(abi::CtlOp::kCmDisconnect, &req, sizeof(req))) return fail(err);
+  if (int err = call(id->engine, abi::CtlOp::kCmDisconnect, &req, sizeof(req))) return fail(err);
   return 0;
 }
 
@@ -395,12 +415,17 @@ RDMACM_EXPORT int rdma_migrate_id(rdma_cm_id* cm_id, rdma_event_channel* channel
     channel = &c->ch;
     sync = true;
   }
-  abi::CmMigrateRequest req{id->handle, reinterpret_cast<Channel*>(channel)->handle};
   rdma_event_channel* old = id->id.channel;
   const bool old_sync = id->sync;
   {
     std::lock_guard<std::mutex> lock(library().mu);
-    if (int err = call(abi::CtlOp::kCmMigrate, &req, sizeof(req))) {
+    int err = 0;
+    if (id->engine) {  // else nothing of it is in an engine yet
+      abi::CmMigrateRequest req{id->handle, 0};
+      err = channel_in(reinterpret_cast<Channel*>(channel), id->engine, &req.channel);
+      if (!err) err = call(id->engine, abi::CtlOp::kCmMigrate, &req, sizeof(req));
+    }
+    if (err) {
       if (sync) rdma_destroy_event_channel(channel);
       return fail(err);
     }
@@ -462,13 +487,14 @@ namespace {
 // listener's requests each get a channel of their own: ucma_process_conn_req).
 Id* accept_new_id(Library& lib, Id* listener, const abi::CmEventRecord& rec) {
   Id* id = new_id(listener->id.channel, listener->id.context, listener->id.ps, listener->id.qp_type);
+  id->engine = listener->engine;
   id->handle = rec.id;
-  id->id.verbs = lib.cm_ctx;
+  id->id.verbs = id->engine->ctx;
   from_cm_addr(rec.src, &id->id.route.addr.src_storage);
   from_cm_addr(rec.dst, &id->id.route.addr.dst_storage);
   id->gid_index = rec.local_gid_index;
   ibv_gid gid{};
-  if (ibv_query_gid(lib.cm_ctx, 1, id->gid_index, &gid) == 0)
+  if (ibv_query_gid(id->engine->ctx, 1, id->gid_index, &gid) == 0)
     std::memcpy(id->id.route.addr.addr.ibaddr.sgid.raw, gid.raw, 16);
   id->responder_resources = rec.param.responder_resources;
   id->initiator_depth = rec.param.initiator_depth;
@@ -516,12 +542,16 @@ RDMACM_EXPORT int rdma_get_cm_event(rdma_event_channel* channel, rdma_cm_event**
       std::lock_guard<std::mutex> lock(lib.mu);
       if (rec.event == RDMA_CM_EVENT_CONNECT_REQUEST) {
         auto l = lib.ids.find(rec.listen_id);
-        if (l == lib.ids.end()) {  // the listener is gone: refuse, as its destruction would have
-          abi::CmRejectRequest rej{};
-          rej.id = rec.id;
-          call(abi::CtlOp::kCmReject, &rej, sizeof(rej));
-          abi::CmHandleRequest d{rec.id};
-          call(abi::CtlOp::kCmDestroyId, &d, sizeof(d));
+        if (l == lib.ids.end()) {
+          // The listener is gone: refuse, as its destruction would have, in
+          // whichever engine of this channel the request came from.
+          for (const auto& [eng, h] : reinterpret_cast<Channel*>(channel)->handles) {
+            abi::CmRejectRequest rej{};
+            rej.id = rec.id;
+            call(eng, abi::CtlOp::kCmReject, &rej, sizeof(rej));
+            abi::CmHandleRequest d{rec.id};
+            call(eng, abi::CtlOp::kCmDestroyId, &d, sizeof(d));
+          }
           free(e);
           continue;
         }
@@ -551,11 +581,11 @@ RDMACM_EXPORT int rdma_get_cm_event(rdma_event_channel* channel, rdma_cm_event**
       // the connection up (ucma_process_conn_resp).
       int err = modify_qp_rtr_rts(id);
       abi::CmHandleRequest req{id->handle};
-      if (!err) err = call(abi::CtlOp::kCmEstablish, &req, sizeof(req));
+      if (!err) err = call(id->engine, abi::CtlOp::kCmEstablish, &req, sizeof(req));
       if (err) {
         abi::CmRejectRequest rej{};
         rej.id = id->handle;
-        call(abi::CtlOp::kCmReject, &rej, sizeof(rej));
+        call(id->engine, abi::CtlOp::kCmReject, &rej, sizeof(rej));
         ev.event = RDMA_CM_EVENT_CONNECT_ERROR;
         ev.status = -err;
       } else {

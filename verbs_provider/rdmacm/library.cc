@@ -21,8 +21,8 @@ Library& library() {
 }
 
 // rdma-core opens every device once and shares the contexts between ids
-// (ucma_init). The CM engine is the first device's: one engine per process
-// in this slice.
+// (ucma_init); each device's engine gets a CM session when an id first
+// needs it.
 int init(Library** out) {
   Library& lib = library();
   std::lock_guard<std::mutex> lock(lib.mu);
@@ -36,28 +36,55 @@ int init(Library** out) {
     return lib.init_err = ENODEV;
   }
   lib.contexts = static_cast<ibv_context**>(calloc(size_t(n) + 1, sizeof(ibv_context*)));
-  for (int i = 0; i < n; ++i)
-    if (ibv_context* c = ibv_open_device(list[i])) lib.contexts[lib.num_contexts++] = c;
-  const std::string name = lib.num_contexts ? ibv_get_device_name(lib.contexts[0]->device) : "";
+  for (int i = 0; i < n; ++i) {
+    ibv_context* c = ibv_open_device(list[i]);
+    if (!c) continue;
+    lib.contexts[lib.num_contexts++] = c;
+    auto* e = new Engine;
+    e->ctx = c;
+    e->socket_path = engine_socket_path(runtime_dir(), ibv_get_device_name(list[i]));
+    ibv_gid gid{};
+    if (ibv_query_gid(c, 1, 0, &gid) == 0) std::memcpy(e->ip4, gid.raw + 12, 4);
+    ibv_gid_entry entry{};
+    if (ibv_query_gid_ex(c, 1, 2, &entry, 0) == 0) {
+      std::memcpy(e->ip6, entry.gid.raw, 16);
+      e->has_ip6 = true;
+    }
+    lib.engines.push_back(e);
+  }
   ibv_free_device_list(list);
   if (!lib.num_contexts) return lib.init_err = ENODEV;
-  lib.cm_ctx = lib.contexts[0];
-  lib.socket_path = engine_socket_path(runtime_dir(), name);
-  lib.pid = getpid();
-  if (int err = lib.conn.connect_to(lib.socket_path.c_str())) return lib.init_err = err;
   return 0;
 }
 
-provider::Connection& connection() {
+Engine* engine_for(const sockaddr* sa) {
   Library& lib = library();
-  static std::mutex mu;
-  std::lock_guard<std::mutex> lock(mu);
-  if (lib.pid && lib.pid != getpid()) {
-    lib.conn.close_fd();  // the child's copy of the parent's socket
-    lib.pid = getpid();
-    lib.conn.connect_to(lib.socket_path.c_str());  // failing: calls fail with EIO
+  if (lib.engines.empty()) return nullptr;
+  abi::CmAddr a{};
+  if (sa && to_cm_addr(sa, &a) == 0) {
+    for (Engine* e : lib.engines) {
+      if (a.family == AF_INET && std::memcmp(a.addr, e->ip4, 4) == 0) return e;
+      if (a.family == AF_INET6 && e->has_ip6 && std::memcmp(a.addr, e->ip6, 16) == 0) return e;
+    }
   }
-  return lib.conn;
+  return lib.engines.front();
+}
+
+int call(Engine* e, abi::CtlOp op, const void* req, size_t len, void* rep, size_t rep_len, const int* fds,
+         size_t nfds) {
+  if (!e) return EINVAL;
+  {
+    std::lock_guard<std::mutex> lock(e->mu);
+    if (e->pid != getpid()) {
+      if (e->pid) e->conn.close_fd();  // a forked child's copy of its parent's socket
+      e->pid = getpid();
+      if (int err = e->conn.connect_to(e->socket_path.c_str())) {
+        e->pid = 0;
+        return err;
+      }
+    }
+  }
+  return e->conn.call(op, req, len, rep, rep_len, fds, nfds);
 }
 
 int to_cm_addr(const sockaddr* sa, abi::CmAddr* out) {

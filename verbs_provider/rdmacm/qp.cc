@@ -24,10 +24,14 @@ constexpr uint8_t kDefaultAckTimeout = 19;
 ibv_pd* pd_for(Id* id, ibv_pd* pd) {
   if (pd) return pd;
   if (id->id.pd) return id->id.pd;
-  Library& lib = library();
-  std::lock_guard<std::mutex> lock(lib.mu);
-  if (!lib.default_pd) lib.default_pd = ibv_alloc_pd(lib.cm_ctx);
-  return lib.default_pd;
+  // One PD per device for the ids that bring none (rdma-core's ucma_get_pd).
+  if (!id->engine) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  std::lock_guard<std::mutex> lock(library().mu);
+  if (!id->engine->default_pd) id->engine->default_pd = ibv_alloc_pd(id->engine->ctx);
+  return id->engine->default_pd;
 }
 
 int modify(Id* id, ibv_qp_state state) {

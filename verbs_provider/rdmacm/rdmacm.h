@@ -15,6 +15,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "uroce/abi.h"
 #include "verbs_provider/provider.h"
@@ -22,17 +23,35 @@
 namespace uroce::rdmacm {
 
 // An event channel: the read end of the pipe the engine writes records to.
+struct Engine;
+
 // Never freed: a thread still blocked reading a destroyed channel wakes at
-// the engine's hang-up and must find it marked (see rdma_get_cm_event).
+// the hang-up and must find it marked (see rdma_get_cm_event).
 struct Channel {
   rdma_event_channel ch;  // must be first: applications read ch.fd
-  uint64_t handle;
-  std::atomic<bool> destroyed;
+  int write_fd = -1;      // ours, handed to each engine an id of it uses
+  std::unordered_map<Engine*, uint64_t> handles;  // the channel in each engine (under Library::mu)
+  std::atomic<bool> destroyed{false};
+};
+
+// One engine (device) and this process's CM session with it, opened on
+// first use. An id lives in the engine of its address.
+struct Engine {
+  ibv_context* ctx = nullptr;
+  std::string socket_path;
+  provider::Connection conn;
+  pid_t pid = 0;  // the process conn was opened by (0: not yet)
+  std::mutex mu;  // pid and conn's (re)opening
+  ibv_pd* default_pd = nullptr;
+  uint8_t ip4[4] = {};  // its --ip (GID 0), and --ip6 (GID 2) if any
+  uint8_t ip6[16] = {};
+  bool has_ip6 = false;
 };
 
 struct Id {
   rdma_cm_id id{};  // must be first
-  uint64_t handle = 0;
+  Engine* engine = nullptr;  // nullptr until bound, resolved or listening
+  uint64_t handle = 0;       // the id in its engine
   bool sync = false;   // made without a channel: each call waits for its event
   uint32_t psn = 0;    // starting PSN of our send queue
   uint8_t gid_index = 0;
@@ -66,28 +85,30 @@ struct Event {
 };
 
 // The library's state: the devices (opened once, shared by every id as in
-// rdma-core) and the connection to the engine whose CM serves them.
+// rdma-core) and their engines.
 struct Library {
-  std::mutex mu;  // ids, and each operation with its event's effect
+  std::mutex mu;  // ids, channels' engine handles, and each operation with its event's effect
   bool initialized = false;
   int init_err = 0;
-  provider::Connection conn;
-  std::string socket_path;  // the CM engine's
-  pid_t pid = 0;            // the process conn was opened by
   ibv_context** contexts = nullptr;  // NULL-terminated
   int num_contexts = 0;
-  ibv_context* cm_ctx = nullptr;  // the device of the engine the CM talks to
-  ibv_pd* default_pd = nullptr;
+  std::vector<Engine*> engines;  // one per context, in order
+  // Engines number their ids apart (each starts at a random point), so
+  // one map serves every engine's events.
   std::unordered_map<uint64_t, Id*> ids;
 };
 
-// Opens the devices and connects to the CM engine once; 0 or an errno.
+// Opens the devices once; 0 or an errno.
 int init(Library** lib);
-// The connection to the CM engine of this process: a forked child opens a
-// session of its own (sharing the parent's socket would cross the replies
-// of the two processes; the child's ids end when it does).
-provider::Connection& connection();
 Library& library();
+// The engine whose address `addr` is (its --ip or --ip6), else the first
+// (the loopback addresses and wildcards: every engine answers those).
+Engine* engine_for(const sockaddr* addr);
+// A control call on the engine's CM session. A forked child opens a session
+// of its own (sharing the parent's socket would cross the replies of the
+// two processes; the child's connections end when it does).
+int call(Engine* e, abi::CtlOp op, const void* req, size_t len, void* rep = nullptr, size_t rep_len = 0,
+         const int* fds = nullptr, size_t nfds = 0);
 
 // -1 with errno set, as every rdma_* call fails.
 inline int fail(int err) {
