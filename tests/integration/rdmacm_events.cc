@@ -231,6 +231,35 @@ TEST_F(RdmaCm, ConnectToAPortNobodyListensOnIsRejected) {
   rdma_ack_cm_event(ev);
 }
 
+// A SIDR REQ nobody serves: its SIDR REP says "unsupported" (status 1),
+// which rdma_cm reports as UNREACHABLE (cma_sidr_rep_handler).
+TEST_F(RdmaCm, UdConnectToAPortNobodyListensOnIsUnreachable) {
+  rdma_cm_id* id = resolved("127.0.0.1", 1, RDMA_PS_UDP);
+  EXPECT_EQ(id->qp_type, IBV_QPT_UD);
+  rdma_conn_param p{};
+  ASSERT_EQ(rdma_connect(id, &p), 0);
+  rdma_cm_event* ev = expect_event(ch_, RDMA_CM_EVENT_UNREACHABLE);
+  ASSERT_NE(ev, nullptr);
+  EXPECT_EQ(ev->status, 1);  // IB_SIDR_UNSUPPORTED
+  rdma_ack_cm_event(ev);
+}
+
+// An id made without a channel is synchronous: each call waits for its
+// event, and a refused connect is ECONNREFUSED (rdma-core's ucma_complete).
+TEST_F(RdmaCm, ASynchronousConnectToNobodyIsConnectionRefused) {
+  rdma_cm_id* id = nullptr;
+  ASSERT_EQ(rdma_create_id(nullptr, &id, nullptr, RDMA_PS_TCP), 0);
+  keep(id);
+  auto dst = addr("127.0.0.1", 1);
+  ASSERT_EQ(rdma_resolve_addr(id, nullptr, sa(dst), 2000), 0);
+  ASSERT_NE(id->event, nullptr);
+  EXPECT_EQ(id->event->event, RDMA_CM_EVENT_ADDR_RESOLVED);
+  ASSERT_EQ(rdma_resolve_route(id, 2000), 0);
+  rdma_conn_param p{};
+  EXPECT_EQ(rdma_connect(id, &p), -1);
+  EXPECT_EQ(errno, ECONNREFUSED);
+}
+
 TEST_F(RdmaCm, RejectCarriesPrivateData) {
   const uint16_t port = listen_on("127.0.0.1", 0);
   rdma_cm_id* id = resolved("127.0.0.1", port);
