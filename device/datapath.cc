@@ -132,6 +132,7 @@ std::string Device::status_text() const {
      << (port_active() ? "ACTIVE" : "DOWN") << " (loopback)\n";
   os << "objects: pds " << pds_.count() << ", mrs " << mrs_.count() << ", cqs " << cqs_.count()
      << ", qps " << qps_.count() << ", channels " << channels_.count() << '\n';
+  os << "cm: ids " << cm_.id_count() << ", events dropped " << cm_.events_dropped() << '\n';
   static const char* kStates[] = {"RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR", "UNKNOWN"};
   static const char* kTypes[] = {"", "", "RC", "UC", "UD", "", "", "", "RAW_PACKET"};
   qps_.for_each([&](uint32_t, const Qp& q) {

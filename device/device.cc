@@ -626,6 +626,7 @@ void Device::post_qp_event(Qp& qp, ibv_event_type type) {
 }
 
 void Device::release_owner(Owner* o) {
+  cm_.release_owner(o);  // first: its peers hear of it before its QPs go
   std::vector<uint32_t> ids;
   mws_.for_each([&](uint32_t i, Mw& w) { if (w.owner == o) ids.push_back(i); });
   for (uint32_t i : ids) dealloc_mw(o, i);

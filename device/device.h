@@ -12,6 +12,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "device/cm_agent.h"
 #include "device/counters.h"
 #include "device/flow_steering.h"
 #include "device/objects.h"
@@ -130,6 +131,9 @@ class Device {
   bool port_active() const { return info_.port.state == IBV_PORT_ACTIVE; }
   // Frees everything the owner still holds (client exited or was killed).
   void release_owner(Owner* o);
+  // The connection manager's ids and channels (librdmacm).
+  CmAgent& cm() { return cm_; }
+  const CmAgent& cm() const { return cm_; }
 
   // ---- datapath ----
   // One pass of the poll loop; returns true if it did any work.
@@ -223,6 +227,7 @@ class Device {
 
   DeviceConfig config_;
   abi::DeviceInfo info_{};
+  CmAgent cm_{config_.ip, config_.ip6, info_};
   net::Route loopback_route_{};
   net::LoopbackPort loopback_;
   net::PacketPool pool_;

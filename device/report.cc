@@ -45,6 +45,7 @@ void Device::report(nlohmann::json& out) const {
   out["objects"] = {{"pds", pds_.count()},     {"mrs", mrs_.count()}, {"mws", mws_.count()}, {"cqs", cqs_.count()},
                     {"qps", qps_.count()},     {"srqs", srqs_.count()},
                     {"channels", channels_.count()}, {"flows", steering_.count()}};
+  out["cm"] = {{"ids", cm_.id_count()}, {"events_dropped", cm_.events_dropped()}};
 
   json counters = json::object();
   uint64_t drops = 0;

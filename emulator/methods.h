@@ -169,6 +169,21 @@ int destroy_flow(Call& c);
 // methods_ah.cc
 int create_ah(Call& c);
 int destroy_ah(Call& c);
+// methods_cm.cc: the connection manager (librdmacm)
+int cm_create_channel(Call& c);
+int cm_destroy_channel(Call& c);
+int cm_create_id(Call& c);
+int cm_destroy_id(Call& c);
+int cm_bind(Call& c);
+int cm_resolve_addr(Call& c);
+int cm_resolve_route(Call& c);
+int cm_listen(Call& c);
+int cm_connect(Call& c);
+int cm_accept(Call& c);
+int cm_reject(Call& c);
+int cm_establish(Call& c);
+int cm_disconnect(Call& c);
+int cm_migrate(Call& c);
 // methods_tools.cc: what the uroce command asks
 int set_fault(Call& c);
 int capture(Call& c);
