@@ -519,8 +519,9 @@ void CmAgent::post(const Id& to, uint64_t to_handle, abi::CmEventRecord ev) {
   auto ch = channels_.find(to.channel);
   if (ch == channels_.end()) return;
   // Non-blocking and under PIPE_BUF: whole or not at all. A client that
-  // never reads its channel loses events, not the engine's time.
-  if (write(ch->second.fd, &ev, sizeof(ev)) != ssize_t(sizeof(ev))) ++events_dropped_;
+  // never reads its channel loses events (counted), not the engine's time;
+  // one that is gone (EPIPE: its session is not torn down yet) loses nothing.
+  if (write(ch->second.fd, &ev, sizeof(ev)) != ssize_t(sizeof(ev)) && errno != EPIPE) ++events_dropped_;
 }
 
 }  // namespace uroce::device
