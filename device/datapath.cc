@@ -73,6 +73,7 @@ bool Device::poll(uint64_t now_ns) {
   now_ns_ = now_ns;
   bool work = poll_rx();
   work |= poll_requesters();
+  if (!tm_srqs_.empty()) [[unlikely]] work |= poll_tm_ops();
   // Frames still queued on the loopback may hold the very ACKs a timer would
   // give up on (the engine was descheduled): receive them first.
   if (!loopback_.pending()) work |= poll_timers();
