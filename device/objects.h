@@ -178,7 +178,8 @@ struct Srq {
   QueueMemory tm_mem;
   abi::TmOpsHeader* tm_hdr = nullptr;
   uint32_t tm_log2_ops = 0, tm_log2_freed = 0;
-  uint32_t tm_consumer = 0, tm_freed = 0, tm_answered = 0;
+  uint32_t tm_consumer = 0, tm_answered = 0;
+  uint32_t tm_cq_seen = 0;  // the CQ's consumer at the last retire
 };
 
 }  // namespace uroce::device

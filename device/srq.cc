@@ -87,6 +87,8 @@ Result<uint32_t> Device::create_srq(Owner* o, const abi::CreateSrqRequest& req) 
     srq->tm_hdr = reinterpret_cast<abi::TmOpsHeader*>(srq->tm_mem.base());
     srq->tm_hdr->log2_ops = srq->tm_log2_ops;
     srq->tm_hdr->log2_freed = srq->tm_log2_freed;
+    srq->tm->attach_freed(reinterpret_cast<uint32_t*>(srq->tm_mem.base() + abi::tm_freed_offset(srq->tm_log2_ops)),
+                          (1u << srq->tm_log2_freed) - 1, &srq->tm_hdr->freed);
     ++cq->refs;
   }
   const uint32_t n = srqs_.insert(std::move(srq));
@@ -186,9 +188,11 @@ Device::SrqOpsResult Device::post_srq_ops(Owner* o, uint32_t handle, const abi::
 }
 
 // The list-operation rings of the TM-SRQs (abi::TmOpsHeader): the ops the
-// provider published since the last look, then, if it asked, an answer with
-// the retired count and the freed handles as of now. Everything read from
-// the ring is the client's and is checked as a control message would be.
+// provider published since the last look; the ops retired as the SRQ's CQ
+// is polled (so the provider seldom has to ask); an answer if it asked.
+// Freed handles reach the provider as they are freed (TagList::attach_freed).
+// Everything read from the ring is the client's and is checked as a control
+// message would be.
 bool Device::poll_tm_ops() {
   bool work = false;
   for (uint32_t n : tm_srqs_) {
@@ -196,8 +200,11 @@ bool Device::poll_tm_ops() {
     abi::TmOpsHeader& h = *s.tm_hdr;
     const uint32_t prod = h.producer.load(std::memory_order_acquire);
     const uint32_t request = h.request.load(std::memory_order_acquire);
-    if (prod == s.tm_consumer && request == s.tm_answered) continue;
-    work = true;
+    const Cq* cq = cqs_.get(s.cq);
+    const uint32_t cq_consumed = cq ? cq->ring.hdr->consumer.load(std::memory_order_acquire) : 0;
+    if (prod == s.tm_consumer && request == s.tm_answered && cq_consumed == s.tm_cq_seen) continue;
+    s.tm_cq_seen = cq_consumed;
+    if (prod != s.tm_consumer || request != s.tm_answered) work = true;
     // A client publishing more than the ring holds gets the last ring's worth.
     const uint32_t ring = 1u << s.tm_log2_ops;
     if (prod - s.tm_consumer > ring) s.tm_consumer = prod - ring;
@@ -208,12 +215,7 @@ bool Device::poll_tm_ops() {
       post_srq_ops(s.owner, n, &op, 1, &handle);  // a refused op retires at once
     }
     h.consumer.store(s.tm_consumer, std::memory_order_release);
-    Cq* cq = cqs_.get(s.cq);
     s.tm->retire(cq ? cq->ring.hdr->consumer.load(std::memory_order_acquire) : 0);
-    auto* freed = reinterpret_cast<uint32_t*>(s.tm_mem.base() + abi::tm_freed_offset(s.tm_log2_ops));
-    const uint32_t freed_mask = (1u << s.tm_log2_freed) - 1;
-    s.tm->take_freed([&](uint32_t handle) { freed[s.tm_freed++ & freed_mask] = handle; });
-    h.freed.store(s.tm_freed, std::memory_order_release);
     h.retired.store(s.tm->retired(), std::memory_order_release);
     if (request != s.tm_answered) {
       s.tm_answered = request;

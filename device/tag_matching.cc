@@ -101,7 +101,7 @@ TagList::OpResult TagList::post(const abi::SrqOp& op, uint32_t cq_pos, uint32_t 
       if (e.state == State::kPosted) {
         order_.erase(e.pos);
         e.state = State::kFree;
-        freed_.push_back(op.handle);
+        give_back(op.handle);
         if (!e.eligible) c.wc_flags = IBV_WC_TM_SYNC_REQ;
       } else {
         // Consumed by a message meanwhile (or never posted): the hardware
@@ -142,7 +142,7 @@ std::optional<TagList::Match> TagList::match(uint64_t tag) {
 void TagList::release(uint32_t handle) {
   if (handle >= max_num_tags_ || entries_[handle].state != State::kConsumed) return;
   entries_[handle].state = State::kFree;
-  freed_.push_back(handle);
+  give_back(handle);
 }
 
 bool TagList::count_unexpected() {

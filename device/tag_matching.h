@@ -6,6 +6,7 @@
 // knows nothing of packets or memory.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <list>
@@ -81,8 +82,13 @@ class TagList {
   bool is_free(uint32_t handle) const {
     return handle < max_num_tags_ && entries_[handle].state == State::kFree;
   }
-  // Handles that became free since the last call (DEL done, release()), for
-  // the provider's free list, oldest first.
+  // Where freed handles go (DEL done, release()): straight into the
+  // provider's shared ring once attached (abi::TmOpsHeader::freed), so it
+  // finds them without asking; else kept for take_freed().
+  void attach_freed(uint32_t* ring, uint32_t mask, std::atomic<uint32_t>* count) {
+    sink_ = {ring, mask, count, 0};
+  }
+  // Handles that became free since the last call, oldest first.
   template <class Fn>
   void take_freed(Fn&& fn) {
     for (uint32_t h : freed_) fn(h);
@@ -111,6 +117,14 @@ class TagList {
     std::list<uint32_t>::iterator pos;  // in order_, while posted
   };
   void sync(uint32_t unexpected_cnt);
+  void give_back(uint32_t handle) {
+    if (!sink_.ring) {
+      freed_.push_back(handle);
+      return;
+    }
+    sink_.ring[sink_.n++ & sink_.mask] = handle;
+    sink_.count->store(sink_.n, std::memory_order_release);
+  }
   OpResult refuse(int err) {
     ++retired_;
     OpResult r;
@@ -121,6 +135,12 @@ class TagList {
   uint32_t max_num_tags_, max_ops_;
   std::vector<Entry> entries_;
   std::vector<uint32_t> freed_;  // freed, not yet given back to the provider
+  struct {
+    uint32_t* ring = nullptr;
+    uint32_t mask = 0;
+    std::atomic<uint32_t>* count = nullptr;
+    uint32_t n = 0;
+  } sink_;
   std::list<uint32_t> order_;   // posted entries, oldest first
   uint32_t unexpected_ = 0;     // U: messages classified unexpected
   uint32_t synced_ = 0;         // S: software's last unexpected_cnt
