@@ -40,7 +40,15 @@ namespace uroce::device {
   X(tm_sync_requests, "tag matching: completions asking software to sync")      \
   X(tm_rndv_reads, "tag matching: rendezvous RDMA READs the device issued")     \
   X(tm_rndv_software, "tag matching: matched rendezvous left to software")       \
-  X(tm_rndv_errors, "tag matching: rendezvous READs that failed")
+  X(tm_rndv_errors, "tag matching: rendezvous READs that failed")               \
+  X(raw_tx_frames, "frames raw packet QPs sent")                                \
+  X(raw_tx_no_port, "raw frames dropped: no rule took them and no wire port")   \
+  X(raw_rx_frames, "frames placed in raw packet QPs' receives")                 \
+  X(raw_rx_no_recv, "raw frames dropped: no receive WQE posted")                \
+  X(raw_rx_bad_state, "raw frames dropped: target QP not in RTR or RTS")        \
+  X(raw_rx_too_long, "raw frames completed with LOC_LEN_ERR: buffer too short") \
+  X(flow_trapped, "frames flow steering rules took from the engine or wire")    \
+  X(flow_dropped, "frames an IBV_FLOW_SPEC_ACTION_DROP rule discarded")
 
 struct Counters {
 #define UROCE_COUNTER_FIELD(name, desc) uint64_t name = 0;

@@ -47,8 +47,16 @@ bool Device::poll_rx() {
   // Loopback frames were built by this engine, with checksums only when a
   // capture or the fault injector needed them (send_packet): check those.
   for (size_t i = 0; i < n; ++i) {
-    dispatch(burst[i], burst[i]->checksummed);
-    pool_.put(burst[i]);
+    net::Packet* p = burst[i];
+    // Flow steering sees the port's frames first (no rule: one branch).
+    if (steering_.active() && !p->steered) [[unlikely]] {
+      if (steer_received(*p) != FlowSteering::Steered::kPass) {
+        pool_.put(p);
+        continue;
+      }
+    }
+    dispatch(p, p->checksummed);
+    pool_.put(p);
   }
   return n != 0 || poll_wire_rx();
 }
@@ -94,6 +102,7 @@ uint64_t Device::next_deadline_ns() const {
     if (q->state != IBV_QPS_RTS && q->state != IBV_QPS_SQD) continue;  // no timer runs
     take(q->retrans_deadline_ns);
     take(q->rnr_wait_until_ns);
+    if (q->pace_next_ns > now_ns_) take(q->pace_next_ns);
   }
   take(loopback_fault_.next_due_ns());
   take(wire_fault_.next_due_ns());
@@ -128,10 +137,11 @@ std::string Device::status_text() const {
      << (port_active() ? "ACTIVE" : "DOWN") << " (loopback)\n";
   os << "objects: pds " << pds_.count() << ", mrs " << mrs_.count() << ", cqs " << cqs_.count()
      << ", qps " << qps_.count() << ", channels " << channels_.count() << '\n';
+  os << "cm: ids " << cm_.id_count() << ", events dropped " << cm_.events_dropped() << '\n';
   static const char* kStates[] = {"RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR", "UNKNOWN"};
-  static const char* kTypes[] = {"", "", "RC", "UC", "UD"};
+  static const char* kTypes[] = {"", "", "RC", "UC", "UD", "", "", "", "RAW_PACKET"};
   qps_.for_each([&](uint32_t, const Qp& q) {
-    os << "  qp " << q.qpn << " " << (q.type <= IBV_QPT_UD ? kTypes[q.type] : "?") << " "
+    os << "  qp " << q.qpn << " " << (q.type <= IBV_QPT_RAW_PACKET ? kTypes[q.type] : "?") << " "
        << kStates[std::min<int>(q.state, 7)] << " pid " << q.owner->mem.pid() << " dest_qp "
        << q.dest_qpn << " tx " << q.tx_packets << " rx " << q.rx_packets << " retrans "
        << q.retransmits << " rnr " << q.rnr_naks << '\n';
@@ -163,6 +173,10 @@ std::string Device::stats_text() const {
 #undef UROCE_ARP_LINE
   }
   os << "  packet_buffers " << pool_.allocated() << "    # frame buffers allocated\n";
+  steering_.for_each([&](uint32_t handle, const Flow& f) {
+    os << "  flow " << handle << " qp " << f.target.id << " priority " << f.priority << " frames "
+       << f.hits << " dropped " << f.dropped << "    # a steering rule: frames it took, discarded\n";
+  });
   return os.str();
 }
 

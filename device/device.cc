@@ -81,6 +81,14 @@ void Device::init_info() {
   d.max_inline_data = kMaxInlineData;
   d.atomic_cap = IBV_ATOMIC_HCA;
   d.num_ports = 1;
+  // Raw packet QPs and flow steering (mlx5 advertises both with
+  // IBV_DEVICE_MANAGED_FLOW_STEERING; rxe has neither). IP_CSUM: IPv4 and
+  // TCP/UDP checksums checked on receive (IBV_WC_IP_CSUM_OK) and filled on
+  // IBV_SEND_IP_CSUM. The WQ flags (CVLAN stripping, scatter FCS, delay
+  // drop, end padding) come with WQs.
+  d.device_cap_flags |= IBV_DEVICE_MANAGED_FLOW_STEERING | IBV_DEVICE_RAW_IP_CSUM;
+  d.raw = {queues.max_qp, IBV_RAW_PACKET_CAP_IP_CSUM, 0, kMinRateLimitKbps, kMaxRateLimitKbps,
+           1u << IBV_QPT_RAW_PACKET, 0};
   d.tm = {kTmMaxRndvHdrSize, kTmMaxNumTags, 0 /* IBV_TM_CAP_RC: see kTmAdvertised */, kTmMaxOps, kTmMaxSge, 0};
   if (kTmAdvertised) d.tm.flags = IBV_TM_CAP_RC;
   std::memcpy(d.mac, m.data(), 6);
@@ -443,9 +451,15 @@ Result<uint32_t> Device::create_qp(Owner* o, const abi::CreateQpRequest& req) {
   // Checked as the client's integer first: out of the enum's range it is no ibv_qp_type.
   const uint32_t raw_type = req.qp_type;
   if (raw_type != IBV_QPT_RC && raw_type != IBV_QPT_UC && raw_type != IBV_QPT_UD &&
-      raw_type != IBV_QPT_XRC_SEND && raw_type != IBV_QPT_XRC_RECV)
+      raw_type != IBV_QPT_XRC_SEND && raw_type != IBV_QPT_XRC_RECV &&
+      raw_type != IBV_QPT_RAW_PACKET)
     return {EOPNOTSUPP};
   const ibv_qp_type type = ibv_qp_type(raw_type);
+  // No creation flag is implemented yet (scatter FCS, CVLAN stripping, end
+  // padding come with WQs): refused as mlx5 refuses one it lacks.
+  if (req.create_flags) return {EOPNOTSUPP};
+  // A raw packet QP receives what steering rules give its own RQ.
+  if (type == IBV_QPT_RAW_PACKET && req.srq) return {EINVAL};
   Pd* pd = pds_.get(req.pd);
   Cq* scq = cqs_.get(req.send_cq);
   Cq* rcq = cqs_.get(req.recv_cq);
@@ -566,6 +580,8 @@ int Device::destroy_qp(Owner* o, uint64_t handle) {
     qp->owner_open_id = heir.id;
     return 0;
   }
+  // Each flow holds its QP (ib_set_flow takes a use count): destroy them first.
+  if (qp->type == IBV_QPT_RAW_PACKET && steering_.rules_on({FlowTarget::Kind::kQp, qpn})) return EBUSY;
   // Rendezvous the device still owed on a TM-SRQ: their buffers come back
   // flushed, their tags free (the SRQ outlives the QP).
   tm_internal_drop(*this, *qp);
@@ -610,10 +626,14 @@ void Device::post_qp_event(Qp& qp, ibv_event_type type) {
 }
 
 void Device::release_owner(Owner* o) {
+  cm_.release_owner(o);  // first: its peers hear of it before its QPs go
   std::vector<uint32_t> ids;
   mws_.for_each([&](uint32_t i, Mw& w) { if (w.owner == o) ids.push_back(i); });
   for (uint32_t i : ids) dealloc_mw(o, i);
   ids.clear();
+  std::vector<uint32_t> flows;
+  steering_.for_each([&](uint32_t h, const Flow& f) { if (f.owner == o) flows.push_back(h); });
+  for (uint32_t h : flows) steering_.remove(h);
   std::vector<uint64_t> handles;
   qps_.for_each([&](uint32_t, Qp& q) {
     for (const Qp::OpenedHandle& h : q.opened_by)

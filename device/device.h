@@ -12,7 +12,9 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "device/cm_agent.h"
 #include "device/counters.h"
+#include "device/flow_steering.h"
 #include "device/objects.h"
 #include "device/qp.h"
 #include "net/af_packet_wakeup.h"
@@ -98,6 +100,11 @@ class Device {
   Result<uint32_t> open_xrcd(Owner* o, int fd, uint32_t oflags);  // returns a handle
   int close_xrcd(Owner* o, uint32_t handle);
   Result<uint64_t> open_qp(Owner* o, uint32_t xrcd_handle, uint32_t qpn, uint64_t cookie);
+  // ---- flow steering (device/flow_control.cc) ----
+  // ibv_create_flow on the raw packet QP qpn; returns the rule's handle.
+  Result<uint32_t> create_flow(Owner* o, uint32_t qpn, const abi::CreateFlowRequest& req);
+  int destroy_flow(Owner* o, uint32_t handle);
+  const FlowSteering& steering() const { return steering_; }
   // Events of a QP reach every process holding a handle on it.
   void post_qp_event(Qp& qp, ibv_event_type type);
   // ---- ports (device/ports.cc) ----
@@ -124,6 +131,9 @@ class Device {
   bool port_active() const { return info_.port.state == IBV_PORT_ACTIVE; }
   // Frees everything the owner still holds (client exited or was killed).
   void release_owner(Owner* o);
+  // The connection manager's ids and channels (librdmacm).
+  CmAgent& cm() { return cm_; }
+  const CmAgent& cm() const { return cm_; }
 
   // ---- datapath ----
   // One pass of the poll loop; returns true if it did any work.
@@ -170,6 +180,11 @@ class Device {
   // address vector) and hands it to the port that reaches the destination.
   void send_packet(Qp& qp, net::Packet* p, const abi::AddressVector* av = nullptr);
   void free_packet(net::Packet* p) { pool_.put(p); }
+  net::Packet* alloc_packet() { return pool_.get(); }
+  // Raw packet QPs (device/raw_packet.cc): a frame a raw QP sent goes to the
+  // rules of this device, then to the engine or the wire.
+  void transmit_raw(Qp& qp, net::Packet* p);
+  uint32_t max_raw_frame() const;
   // Completion queue entry for qp's send or recv CQ; false if the CQ overflowed.
   bool complete(Qp& qp, bool send_cq, const abi::Cqe& cqe, bool solicited);
   bool complete_to(uint32_t cq, const abi::Cqe& cqe, bool solicited);
@@ -196,6 +211,10 @@ class Device {
   bool poll_rx();
   bool poll_timers();
   void dispatch(net::Packet* p, bool check_icrc);
+  // A received frame through the steering rules (device/raw_packet.cc).
+  FlowSteering::Steered steer_received(const net::Packet& p);
+  void sniff_sent(const net::Packet& p);
+  void deliver_raw(const Flow& rule, const net::Packet& p, const net::FrameFields& f);
   bool poll_wire_rx();
   bool poll_port_timers();
   bool poll_tm_ops();  // device/srq.cc
@@ -209,6 +228,7 @@ class Device {
 
   DeviceConfig config_;
   abi::DeviceInfo info_{};
+  CmAgent cm_{config_.ip, config_.ip6, info_};
   net::Route loopback_route_{};
   net::LoopbackPort loopback_;
   net::PacketPool pool_;
@@ -240,6 +260,7 @@ class Device {
   std::vector<uint32_t> tm_srqs_;  // the TM-SRQs, whose list-operation rings poll() reads
   Table<Xrcd> xrcds_;
   Table<XrcdHandle> xrcd_handles_;
+  FlowSteering steering_;
   size_t qp_count_ = 0;
   // QPs out of RESET: the datapath polls them. A QP in RESET has no work, so
   // thousands of fresh QPs cost the poll loop nothing.
@@ -255,6 +276,14 @@ void completer_receive(Device& dev, Qp& qp, net::Packet& p);
 bool completer_timers(Device& dev, Qp& qp);
 void rewind_requester(Device& dev, Qp& qp, uint32_t psn);
 void position_requester(Qp& qp, uint32_t psn);
+// Raw packet QPs (device/raw_packet.cc): the send WQE at sq_next as one
+// frame; the frame a rule gives the QP placed in its next receive WQE.
+bool raw_send_next(Device& dev, Qp& qp);
+void raw_receive(Device& dev, Qp& qp, const uint8_t* frame, uint32_t len,
+                 const net::FrameFields& f, const Flow& rule);
+// The SGEs of a receive WQE checked (key, PD, local write) and turned into
+// owner addresses (device/responder.cc). IBV_WC_SUCCESS or the status.
+uint32_t translate_recv_sges(Device& dev, RecvInProgress& r, uint32_t pd);
 
 // Rendezvous offload of a TM-SRQ (device/tm_rendezvous.cc): the device's own
 // RDMA READ and FIN on the QP's send queue.

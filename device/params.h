@@ -97,6 +97,12 @@ constexpr uint32_t kGidTableLen = 16;
 constexpr uint32_t kPkeyTableLen = 1;
 constexpr uint16_t kDefaultPkey = 0xffff;
 
+// Packet pacing of raw packet QPs (IBV_QP_RATE_LIMIT, kbps): mlx5 reports
+// its firmware's range; 1 Mb/s to 100 Gb/s covers what a software port does.
+constexpr uint32_t kMinRateLimitKbps = 1000;
+constexpr uint32_t kMaxRateLimitKbps = 100'000'000;
+constexpr uint64_t kPaceBurstNs = 100'000;  // credit an idle paced QP may send at once
+
 constexpr uint32_t kFirstQpn = 0x11;       // QPN 0 and 1 are the special QPs
 constexpr uint32_t kQpnMask = 0xffffff;
 

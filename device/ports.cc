@@ -158,6 +158,9 @@ void Device::emit(net::Packet* p, PortId port) {
     loopback_.tx(p);  // the loopback keeps the buffer until it is received
     return;
   }
+  // The engine's own frames on the wire (RoCE): SNIFFER rules get a copy.
+  // (Loopback frames meet every rule when the loopback hands them back.)
+  if (steering_.has_sniffers()) [[unlikely]] sniff_sent(*p);
   wire_->tx(p);  // copies into an mbuf
   pool_.put(p);
 }
@@ -188,6 +191,10 @@ bool Device::poll_wire_rx() {
   for (size_t i = 0; i < n; ++i) {
     net::Packet* p = burst[i];
     capture(*p);
+    // Flow steering first, as a NIC's receive rules run before its kernel
+    // netdev sees a frame; ARP and neighbour discovery still reach the
+    // engine (it answers for its own address only).
+    const bool trapped = steering_.active() && steer_received(*p) != FlowSteering::Steered::kPass;
     if (net::is_arp_frame(*p)) {
       net::Packet* reply = pool_.get();
       if (arp_.handle(*p, config_.mac, config_.ip, now_ns_, reply)) {
@@ -222,6 +229,10 @@ bool Device::poll_wire_rx() {
           });
         }
       }
+      pool_.put(p);
+      continue;
+    }
+    if (trapped) {
       pool_.put(p);
       continue;
     }

@@ -155,6 +155,10 @@ struct Qp {
   bool rnr_nak_valid = false;      // ... until an acknowledgement passes it
   uint64_t retrans_deadline_ns = 0;
   uint32_t packets_since_ack_req = 0;
+  // Raw packet QPs: packet pacing (IBV_QP_RATE_LIMIT). The next frame may
+  // leave at pace_next_ns.
+  uint32_t rate_limit_kbps = 0;
+  uint64_t pace_next_ns = 0;
 
   // Completer.
   uint32_t comp_psn = 0;  // oldest PSN not yet acknowledged

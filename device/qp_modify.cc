@@ -12,11 +12,13 @@ namespace {
 
 struct Transition {
   bool valid = false;
-  uint32_t req[3] = {0, 0, 0};  // RC, UC, UD
-  uint32_t opt[3] = {0, 0, 0};
+  uint32_t req[4] = {0, 0, 0, 0};  // RC, UC, UD, RAW_PACKET
+  uint32_t opt[4] = {0, 0, 0, 0};
 };
 
-int transport_slot(ibv_qp_type t) { return t == IBV_QPT_UC ? 1 : t == IBV_QPT_UD ? 2 : 0; }
+int transport_slot(ibv_qp_type t) {
+  return t == IBV_QPT_UC ? 1 : t == IBV_QPT_UD ? 2 : t == IBV_QPT_RAW_PACKET ? 3 : 0;
+}
 
 constexpr uint32_t S(ibv_qp_attr_mask m) { return uint32_t(m); }
 
@@ -78,6 +80,14 @@ Transition transition(ibv_qp_state cur, ibv_qp_state next) {
     default:
       break;
   }
+  // IB_QPT_RAW_PACKET in the kernel's qp_state_table: INIT needs the port,
+  // RTR and RTS nothing, the rate limit is optional from RTR on. The AV is
+  // also accepted at RTR for its SL (perftest --raw_qos; SEMANTICS 4.12).
+  const uint32_t rate = S(IBV_QP_RATE_LIMIT);
+  if (cur == IBV_QPS_RESET && next == IBV_QPS_INIT) t.req[3] = port;
+  if (cur == IBV_QPS_INIT && next == IBV_QPS_INIT) t.opt[3] = port;
+  if (cur == IBV_QPS_INIT && next == IBV_QPS_RTR) t.opt[3] = av;
+  if ((cur == IBV_QPS_RTR || cur == IBV_QPS_RTS) && next == IBV_QPS_RTS) t.opt[3] = rate;
   return t;
 }
 
@@ -104,6 +114,7 @@ void export_attr(const Qp& qp, abi::QpAttr* a) {
   a->sq_sig_all = qp.sq_sig_all;
   a->ah = qp.av;
   a->caps = qp.caps;
+  a->rate_limit = qp.rate_limit_kbps;
 }
 
 }  // namespace
@@ -153,12 +164,16 @@ int Device::modify_qp(Owner* o, uint32_t qpn, uint32_t mask, const abi::QpAttr& 
   if ((mask & IBV_QP_PATH_MTU) && (a.path_mtu < IBV_MTU_256 || a.path_mtu > info_.port.active_mtu))
     return EINVAL;
   if ((mask & IBV_QP_MAX_QP_RD_ATOMIC) && a.max_rd_atomic > kMaxQpRdAtomic) return EINVAL;
+  // Packet pacing: 0 (none) or within packet_pacing_caps (mlx5: EINVAL).
+  if ((mask & IBV_QP_RATE_LIMIT) && a.rate_limit &&
+      (a.rate_limit < kMinRateLimitKbps || a.rate_limit > kMaxRateLimitKbps))
+    return EINVAL;
   if ((mask & IBV_QP_MAX_DEST_RD_ATOMIC) && a.max_dest_rd_atomic > kMaxQpRdAtomic) return EINVAL;
   if ((mask & IBV_QP_TIMEOUT) && a.timeout > 31) return EINVAL;
   if ((mask & IBV_QP_RETRY_CNT) && a.retry_cnt > 7) return EINVAL;
   if ((mask & IBV_QP_RNR_RETRY) && a.rnr_retry > 7) return EINVAL;
   if ((mask & IBV_QP_MIN_RNR_TIMER) && a.min_rnr_timer > 31) return EINVAL;
-  if (mask & IBV_QP_AV) {
+  if ((mask & IBV_QP_AV) && qp->type != IBV_QPT_RAW_PACKET) {  // raw: only its SL is used
     // RoCE: every address carries a GRH (IBA A16.4.1); the source GID must exist.
     if (!a.ah.is_global) return EINVAL;
     if (a.ah.sgid_index >= kGidTableLen || !info_.gids[a.ah.sgid_index].valid) return EINVAL;
@@ -191,6 +206,7 @@ int Device::modify_qp(Owner* o, uint32_t qpn, uint32_t mask, const abi::QpAttr& 
     qp->req_psn = qp->comp_psn = qp->req_max_psn = a.sq_psn & 0xffffff;
     qp->acked_valid = qp->comp_rewound = qp->rnr_nak_valid = false;
   }
+  if (mask & IBV_QP_RATE_LIMIT) qp->rate_limit_kbps = a.rate_limit;
   if (mask & IBV_QP_RETRY_CNT) qp->retry_left = qp->retry_cnt;
   if (mask & IBV_QP_RNR_RETRY) qp->rnr_retry_left = qp->rnr_retry;
 

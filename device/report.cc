@@ -18,6 +18,7 @@ const char* qp_type_name(ibv_qp_type t) {
     case IBV_QPT_UD: return "UD";
     case IBV_QPT_XRC_SEND: return "XRC_SEND";
     case IBV_QPT_XRC_RECV: return "XRC_RECV";
+    case IBV_QPT_RAW_PACKET: return "RAW_PACKET";
     default: return "?";
   }
 }
@@ -43,7 +44,8 @@ void Device::report(nlohmann::json& out) const {
                  {"loopback_tx_bytes", loopback_.tx_bytes()}};
   out["objects"] = {{"pds", pds_.count()},     {"mrs", mrs_.count()}, {"mws", mws_.count()}, {"cqs", cqs_.count()},
                     {"qps", qps_.count()},     {"srqs", srqs_.count()},
-                    {"channels", channels_.count()}};
+                    {"channels", channels_.count()}, {"flows", steering_.count()}};
+  out["cm"] = {{"ids", cm_.id_count()}, {"events_dropped", cm_.events_dropped()}};
 
   json counters = json::object();
   uint64_t drops = 0;
@@ -95,6 +97,21 @@ void Device::report(nlohmann::json& out) const {
   });
   out["qps"] = qps;
   out["qps_omitted"] = omitted;
+
+  // Flow steering rules: what each took and what its DROP action discarded.
+  static const char* kFlowTypes[] = {"NORMAL", "ALL_DEFAULT", "MC_DEFAULT", "SNIFFER"};
+  json flows = json::array();
+  steering_.for_each([&](uint32_t handle, const Flow& f) {
+    if (flows.size() >= kMaxQpsReported) return;
+    flows.push_back({{"handle", handle},
+                     {"qpn", f.target.id},
+                     {"type", kFlowTypes[f.type & 3]},
+                     {"priority", f.priority},
+                     {"dont_trap", f.dont_trap},
+                     {"frames", f.hits},
+                     {"dropped", f.dropped}});
+  });
+  out["flows"] = flows;
 }
 
 }  // namespace uroce::device

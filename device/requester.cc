@@ -57,6 +57,12 @@ uint32_t fetch_wqe(Device& dev, Qp& qp, uint32_t index) {
   }
   if (st.length > kMaxMsgSize) return IBV_WC_LOC_LEN_ERR;
   if (qp.type == IBV_QPT_UD && st.length > 4096) return IBV_WC_LOC_LEN_ERR;
+  if (qp.type == IBV_QPT_RAW_PACKET) {
+    // One whole Ethernet frame, without FCS (SEMANTICS 4.12).
+    if (st.length < sizeof(net::EthHdr) || st.length > dev.max_raw_frame()) return IBV_WC_LOC_LEN_ERR;
+    st.npsn = 1;
+    return IBV_WC_SUCCESS;
+  }
   if ((w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP || w.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) &&
       st.length != 8)
     return IBV_WC_LOC_LEN_ERR;
@@ -378,13 +384,14 @@ bool requester_run(Device& dev, Qp& qp) {
       if ((w.flags & IBV_SEND_FENCE) && qp.rd_atomic_inflight) break;
       if (st.is_rd_atomic) ++qp.rd_atomic_inflight;
     }
+    if (qp.rate_limit_kbps && dev.now_ns() < qp.pace_next_ns) break;  // packet pacing
     work = true;
     if (st.is_local) [[unlikely]] {
       if (!run_local_wqe(dev, qp, w, st)) continue;  // the error branch above completes it in order
       if (!is_reliable(qp)) complete_unreliable(dev, qp);
       else complete_done_locals(dev, qp);
     } else {
-      const bool done = send_next_packet(dev, qp);
+      const bool done = qp.type == IBV_QPT_RAW_PACKET ? raw_send_next(dev, qp) : send_next_packet(dev, qp);
       if (psn_diff(qp.req_psn, qp.req_max_psn) > 0) qp.req_max_psn = qp.req_psn;
       if (done) {
         ++qp.sq_next;

@@ -10,6 +10,34 @@
 
 namespace uroce::device {
 
+// Checks the SGEs of the receive being taken and turns them into owner
+// addresses. Returns IBV_WC_SUCCESS or the completion status.
+uint32_t translate_recv_sges(Device& dev, RecvInProgress& r, uint32_t pd) {
+  r.mr_limited = false;
+  r.declared_len = 0;
+  for (uint32_t i = 0; i < r.num_sge; ++i) r.declared_len += r.sge[i].length;
+  for (uint32_t i = 0; i < r.num_sge; ++i) {
+    if (r.sge[i].length == 0) continue;
+    // Key, PD and access are checked now; bounds only for the bytes a message
+    // writes (mlx5 and rxe): an SGE may run past its MR's end as long as the
+    // message stops short of it, so the SGE is cut there and ends the list.
+    const Mr* mr;
+    if (dev.check_mr(r.sge[i].lkey, pd, r.sge[i].addr, 0, IBV_ACCESS_LOCAL_WRITE, false, &mr) !=
+        Device::MrCheck::kOk) {
+      return IBV_WC_LOC_PROT_ERR;
+    }
+    const uint64_t room = mr->iova + mr->length - r.sge[i].addr;
+    r.sge[i].addr = mr->addr + (r.sge[i].addr - mr->iova);
+    if (room < r.sge[i].length) {
+      r.sge[i].length = uint32_t(room);
+      r.num_sge = i + 1;
+      r.mr_limited = true;
+      break;
+    }
+  }
+  return IBV_WC_SUCCESS;
+}
+
 namespace {
 
 using net::OpcodeInfo;
@@ -121,34 +149,6 @@ uint32_t request_pd(Device& dev, const Qp& qp, const net::Packet& p) {
   return srq ? srq->pd : 0;
 }
 
-// Checks the SGEs of the receive being taken and turns them into owner
-// addresses. Returns IBV_WC_SUCCESS or the completion status.
-uint32_t translate_sges(Device& dev, RecvInProgress& r, uint32_t pd) {
-  r.mr_limited = false;
-  r.declared_len = 0;
-  for (uint32_t i = 0; i < r.num_sge; ++i) r.declared_len += r.sge[i].length;
-  for (uint32_t i = 0; i < r.num_sge; ++i) {
-    if (r.sge[i].length == 0) continue;
-    // Key, PD and access are checked now; bounds only for the bytes a message
-    // writes (mlx5 and rxe): an SGE may run past its MR's end as long as the
-    // message stops short of it, so the SGE is cut there and ends the list.
-    const Mr* mr;
-    if (dev.check_mr(r.sge[i].lkey, pd, r.sge[i].addr, 0, IBV_ACCESS_LOCAL_WRITE, false, &mr) !=
-        Device::MrCheck::kOk) {
-      return IBV_WC_LOC_PROT_ERR;
-    }
-    const uint64_t room = mr->iova + mr->length - r.sge[i].addr;
-    r.sge[i].addr = mr->addr + (r.sge[i].addr - mr->iova);
-    if (room < r.sge[i].length) {
-      r.sge[i].length = uint32_t(room);
-      r.num_sge = i + 1;
-      r.mr_limited = true;
-      break;
-    }
-  }
-  return IBV_WC_SUCCESS;
-}
-
 // take_recv_wqe's status for a receive queue whose producer index is corrupt:
 // no WQE to complete, the QP is fatal.
 constexpr uint32_t kRecvQueueBroken = ~0u;
@@ -213,7 +213,7 @@ bool take_recv_wqe(Device& dev, Qp& qp, const net::Packet& p, uint32_t* status) 
     *status = IBV_WC_LOC_LEN_ERR;
     return true;
   }
-  *status = translate_sges(dev, r, pd);
+  *status = translate_recv_sges(dev, r, pd);
   return true;
 }
 
@@ -589,7 +589,7 @@ bool acquire_tm_target(Device& dev, Qp& qp, Srq& srq, const net::Packet& p) {
       if (tmh->opcode == IBV_TMH_RNDV) plan_rendezvous(dev, qp, *m, p);
       RecvInProgress& r = qp.resp_recv;
       qp.resp_recv_valid = true;
-      uint32_t st = translate_sges(dev, r, srq.pd);
+      uint32_t st = translate_recv_sges(dev, r, srq.pd);
       if (st == IBV_WC_SUCCESS && r.tm_rndv && r.rndv_len > recv_capacity(r))
         st = overflow_status(r, r.rndv_len);  // the buffer's MR ends before the RVH length
       if (st != IBV_WC_SUCCESS) {

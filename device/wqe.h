@@ -25,6 +25,8 @@ constexpr uint32_t kUcWrOps = wr_bit(IBV_WR_SEND) | wr_bit(IBV_WR_SEND_WITH_IMM)
                               wr_bit(IBV_WR_RDMA_WRITE) | wr_bit(IBV_WR_RDMA_WRITE_WITH_IMM) |
                               wr_bit(IBV_WR_SEND_WITH_INV) | kLocalWrOps;
 constexpr uint32_t kUdWrOps = wr_bit(IBV_WR_SEND) | wr_bit(IBV_WR_SEND_WITH_IMM);
+// A raw packet QP sends frames: SEND only (mlx5 adds TSO, not offered here).
+constexpr uint32_t kRawWrOps = wr_bit(IBV_WR_SEND);
 
 inline uint32_t allowed_wr_ops(ibv_qp_type t) {
   switch (t) {
@@ -32,6 +34,7 @@ inline uint32_t allowed_wr_ops(ibv_qp_type t) {
     case IBV_QPT_XRC_SEND: return kRcWrOps;
     case IBV_QPT_UC: return kUcWrOps;
     case IBV_QPT_UD: return kUdWrOps;
+    case IBV_QPT_RAW_PACKET: return kRawWrOps;
     default: return 0;  // XRC_RECV has no send queue
   }
 }

@@ -136,7 +136,7 @@ constexpr Table make_table() {
                                 einval(UROCE_HANDLE(HandleRequest, handle, kSrq)));
   at(CtlOp::kDestroySrq) = method("destroy_srq", destroy_srq, exact<HandleRequest>(), kNoFds,
                                   destroyed(UROCE_HANDLE(HandleRequest, handle, kSrq)));
-  // Versions 4-5 posted TM list operations here; they go through the
+  // Versions 4-7 posted TM list operations here; they go through the
   // TM-SRQ's ring now (abi::TmOpsHeader), the slot keeps later ops' numbers.
   at(CtlOp::kUnusedPostSrqOps) = method("unused_post_srq_ops", [](Call&) { return EOPNOTSUPP; }, kNoBody, kNoFds);
   at(CtlOp::kOpenXrcd) =
@@ -152,6 +152,31 @@ constexpr Table make_table() {
                                 einval(UROCE_HANDLE(CreateAhRequest, pd, kPd)));
   at(CtlOp::kDestroyAh) = method("destroy_ah", destroy_ah, exact<HandleRequest>(), kNoFds,
                                  destroyed(UROCE_HANDLE(HandleRequest, handle, kAh)));
+
+  // Flow steering rules (methods_flow.cc). Destroying a rule is a write()
+  // command in the kernel: an unknown handle is EINVAL.
+  at(CtlOp::kCreateFlow) = method("create_flow", create_flow, exact<CreateFlowRequest>(), kNoFds,
+                                  einval(UROCE_HANDLE(CreateFlowRequest, qp, kQp)));
+  at(CtlOp::kDestroyFlow) = method("destroy_flow", destroy_flow, exact<HandleRequest>(), kNoFds,
+                                   destroyed(einval(UROCE_HANDLE(HandleRequest, handle, kFlow))));
+  // The connection manager (methods_cm.cc). Its ids and channels are the
+  // CM agent's, which checks each is the caller's (device/cm_agent.h).
+  at(CtlOp::kCmCreateChannel) =
+      method("cm_create_channel", cm_create_channel, kNoBody, fds_exactly(1, FdKind::kPipe));  // event pipe
+  at(CtlOp::kCmDestroyChannel) =
+      method("cm_destroy_channel", cm_destroy_channel, exact<CmHandleRequest>(), kNoFds);
+  at(CtlOp::kCmCreateId) = method("cm_create_id", cm_create_id, exact<CmCreateIdRequest>(), kNoFds);
+  at(CtlOp::kCmDestroyId) = method("cm_destroy_id", cm_destroy_id, exact<CmHandleRequest>(), kNoFds);
+  at(CtlOp::kCmBind) = method("cm_bind", cm_bind, exact<CmBindRequest>(), kNoFds);
+  at(CtlOp::kCmResolveAddr) = method("cm_resolve_addr", cm_resolve_addr, exact<CmResolveAddrRequest>(), kNoFds);
+  at(CtlOp::kCmResolveRoute) = method("cm_resolve_route", cm_resolve_route, exact<CmHandleRequest>(), kNoFds);
+  at(CtlOp::kCmListen) = method("cm_listen", cm_listen, exact<CmListenRequest>(), kNoFds);
+  at(CtlOp::kCmConnect) = method("cm_connect", cm_connect, exact<CmConnectRequest>(), kNoFds);
+  at(CtlOp::kCmAccept) = method("cm_accept", cm_accept, exact<CmConnectRequest>(), kNoFds);
+  at(CtlOp::kCmReject) = method("cm_reject", cm_reject, exact<CmRejectRequest>(), kNoFds);
+  at(CtlOp::kCmEstablish) = method("cm_establish", cm_establish, exact<CmHandleRequest>(), kNoFds);
+  at(CtlOp::kCmDisconnect) = method("cm_disconnect", cm_disconnect, exact<CmHandleRequest>(), kNoFds);
+  at(CtlOp::kCmMigrate) = method("cm_migrate", cm_migrate, exact<CmMigrateRequest>(), kNoFds);
 
   // The uroce command (methods_tools.cc).
   // Fault injection and capture act on every client's traffic, and capture

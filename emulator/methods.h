@@ -28,7 +28,7 @@ class Engine;
 class ObjectTable;
 
 // The object types a handle may name (the kernel's UVERBS_OBJECT_*).
-enum class ObjType : uint8_t { kNone, kPd, kMr, kCompChannel, kCq, kQp, kSrq, kXrcd, kAh, kMw, kCount };
+enum class ObjType : uint8_t { kNone, kPd, kMr, kCompChannel, kCq, kQp, kSrq, kXrcd, kAh, kMw, kFlow, kCount };
 
 // One request handed to a handler: its body (already checked against the
 // table, handles already resolved to device ids), its fds, and the reply the
@@ -162,9 +162,27 @@ int destroy_srq(Call& c);
 int open_xrcd(Call& c);
 int close_xrcd(Call& c);
 int open_qp(Call& c);
+// methods_flow.cc: flow steering rules
+int create_flow(Call& c);
+int destroy_flow(Call& c);
 // methods_ah.cc
 int create_ah(Call& c);
 int destroy_ah(Call& c);
+// methods_cm.cc: the connection manager (librdmacm)
+int cm_create_channel(Call& c);
+int cm_destroy_channel(Call& c);
+int cm_create_id(Call& c);
+int cm_destroy_id(Call& c);
+int cm_bind(Call& c);
+int cm_resolve_addr(Call& c);
+int cm_resolve_route(Call& c);
+int cm_listen(Call& c);
+int cm_connect(Call& c);
+int cm_accept(Call& c);
+int cm_reject(Call& c);
+int cm_establish(Call& c);
+int cm_disconnect(Call& c);
+int cm_migrate(Call& c);
 // methods_tools.cc: what the uroce command asks
 int set_fault(Call& c);
 int capture(Call& c);

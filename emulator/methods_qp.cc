@@ -1,15 +1,22 @@
 // Methods of queue pairs.
+#include <linux/capability.h>
+
 #include <cerrno>
 
 #include "device/device.h"
 #include "emulator/methods.h"
 #include "emulator/object_table.h"
+#include "emulator/peer_credentials.h"
 
 namespace uroce::emulator {
 
 // Reply fds: [the queue memfd holding the SQ then the RQ].
 int create_qp(Call& c) {
-  auto r = c.dev.create_qp(&c.owner, c.request<abi::CreateQpRequest>());
+  const auto req = c.request<abi::CreateQpRequest>();
+  // Kernel (ib_uverbs create_qp): a raw packet QP needs CAP_NET_RAW.
+  if (req.qp_type == IBV_QPT_RAW_PACKET && !peer_has_capability(c.owner.mem.pid(), CAP_NET_RAW))
+    return EPERM;
+  auto r = c.dev.create_qp(&c.owner, req);
   if (r.err) return r.err;
   device::Qp* qp = c.dev.qp(r.value);
   abi::CreateQpReply rep{};

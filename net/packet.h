@@ -32,6 +32,9 @@ struct Packet {
   // for a frame that never leaves the engine, and the loopback's receiver
   // then skips the checks. Wire receivers ignore it and always check.
   bool checksummed = true;
+  // Flow steering already saw it (a raw QP's frame to the engine's own MAC):
+  // the receive path does not steer it twice. The pool clears it.
+  bool steered = false;
   alignas(64) uint8_t data[kFrameCapacity];
 
   Bth* bth() { return reinterpret_cast<Bth*>(data + bth_off); }
@@ -57,7 +60,10 @@ class PacketPool {
     free_.pop_back();
     return p;
   }
-  void put(Packet* p) { free_.push_back(p); }
+  void put(Packet* p) {
+    p->steered = false;
+    free_.push_back(p);
+  }
   size_t allocated() const { return all_.size(); }
 
  private:

@@ -91,6 +91,7 @@ void fill_device_attr(const abi::DeviceInfo& d, ibv_device_attr* a) {
   a->max_srq = int(d.max_srq);
   a->max_srq_wr = int(d.max_srq_wr);
   a->max_srq_sge = int(d.max_srq_sge);
+  a->max_raw_ethy_qp = int(d.raw.max_raw_ethy_qp);
   a->max_pkeys = 1;
   a->local_ca_ack_delay = 15;
   a->phys_port_cnt = uint8_t(d.num_ports);
@@ -105,7 +106,11 @@ int query_device_ex(ibv_context* ctx, const ibv_query_device_ex_input* input,
   ibv_device_attr_ex full{};
   fill_device_attr(to_uctx(ctx)->info, &full.orig_attr);
   // The 64-bit superset of the base capability flags (verbs.h).
-  full.device_cap_flags_ex = uint32_t(full.orig_attr.device_cap_flags);
+  full.device_cap_flags_ex = uint32_t(full.orig_attr.device_cap_flags) |
+                            to_uctx(ctx)->info.raw.device_cap_flags_ex;
+  full.raw_packet_caps = to_uctx(ctx)->info.raw.raw_packet_caps;
+  const abi::DeviceInfo::RawCaps& raw = to_uctx(ctx)->info.raw;
+  full.packet_pacing_caps = {raw.qp_rate_limit_min, raw.qp_rate_limit_max, raw.pacing_qpts};
   full.phys_port_cnt_ex = full.orig_attr.phys_port_cnt;
   full.hca_core_clock = abi::kHcaCoreClockKhz;
   full.completion_timestamp_mask = abi::kCompletionTimestampMask;
@@ -251,6 +256,7 @@ UROCE_EXPORT ibv_context* ibv_open_device(ibv_device* device) {
   v.open_xrcd = open_xrcd;
   v.close_xrcd = close_xrcd;
   v.open_qp = open_qp;
+  fill_flow_ops(&v);
   register_context(c);
   return &ctx;
 }

@@ -23,6 +23,7 @@ uint32_t allowed_ops(ibv_qp_type t) {
     case IBV_QPT_XRC_SEND: return rc;
     case IBV_QPT_UC: return uc;
     case IBV_QPT_UD: return ud;
+    case IBV_QPT_RAW_PACKET: return bit(IBV_WR_SEND);  // whole frames (mlx5's TSO is not offered)
     default: return 0;  // an XRC target has no send queue
   }
 }

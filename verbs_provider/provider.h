@@ -240,6 +240,8 @@ ibv_qp* open_qp(ibv_context* ctx, ibv_qp_open_attr* attr);
 ibv_mw* alloc_mw(ibv_pd* pd, ibv_mw_type type);
 int dealloc_mw(ibv_mw* mw);
 int bind_mw(ibv_qp* qp, ibv_mw* mw, ibv_mw_bind* mw_bind);
+// Flow steering (flow.cc): ibv_create_flow / ibv_destroy_flow.
+void fill_flow_ops(verbs_context* v);
 // On-demand paging (odp.cc).
 void fill_odp_caps(ibv_device_attr_ex* attr);
 int advise_mr(ibv_pd* pd, ibv_advise_mr_advice advice, uint32_t flags, ibv_sge* sg_list,

@@ -60,7 +60,7 @@ ibv_qp* create_qp_ex(ibv_context* context, ibv_qp_init_attr_ex* attr) {
   }
   const ibv_qp_type type = attr->qp_type;
   if (type != IBV_QPT_RC && type != IBV_QPT_UC && type != IBV_QPT_UD &&
-      type != IBV_QPT_XRC_SEND && type != IBV_QPT_XRC_RECV) {
+      type != IBV_QPT_XRC_SEND && type != IBV_QPT_XRC_RECV && type != IBV_QPT_RAW_PACKET) {
     errno = EOPNOTSUPP;
     return nullptr;
   }
@@ -242,6 +242,7 @@ UROCE_EXPORT int ibv_modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask) {
   a.retry_cnt = attr->retry_cnt;
   a.rnr_retry = attr->rnr_retry;
   if (attr_mask & IBV_QP_AV) to_abi_av(attr->ah_attr, &a.ah);
+  if (attr_mask & IBV_QP_RATE_LIMIT) a.rate_limit = attr->rate_limit;
   if (int err = to_uctx(qp->context)->conn.call(abi::CtlOp::kModifyQp, &req, sizeof(req), nullptr, 0))
     return err;
   if (attr_mask & IBV_QP_STATE) qp->state = attr->qp_state;

@@ -18,10 +18,13 @@
 namespace uroce::abi {
 
 constexpr uint32_t kMagic = 0x434f5255;  // "UROC"
-constexpr uint32_t kVersion = 6;  // 2: MRs on shared pages; 3: session handles, AHs in the engine;
+constexpr uint32_t kVersion = 8;  // 2: MRs on shared pages; 3: session handles, AHs in the engine;
                                   // 4: tag matching (DeviceInfo::tm, CreateSrqRequest, kPostSrqOps)
                                   // 5: memory windows (SendWqe::bind, kAllocMw, DeviceInfo::max_mw)
-                                  // 6: TM list operations through TmOpsHeader's ring, not kPostSrqOps
+                                  // 6: raw packet QPs and flow steering (DeviceInfo::raw,
+                                  //    CreateQpRequest::create_flags, kCreateFlow, Cqe::flow_tag)
+                                  // 7: the connection manager (kCmCreateChannel ... kCmMigrate)
+                                  // 8: TM list operations through TmOpsHeader's ring, not kPostSrqOps
 constexpr size_t kCacheLine = 64;
 constexpr size_t kMaxDeviceName = 64;
 constexpr size_t kMaxGids = 16;
@@ -141,7 +144,11 @@ struct Cqe {
   uint32_t opcode;      // enum ibv_wc_opcode
   uint32_t vendor_err;
   uint32_t byte_len;
-  uint32_t imm_data;    // network order, or invalidated rkey
+  union {
+    uint32_t imm_data;  // network order, or invalidated rkey
+    uint32_t flow_tag;  // raw packet receives (no immediate): the steering rule's
+                        // IBV_FLOW_SPEC_ACTION_TAG, 0 without one (mlx5 cq.c)
+  };
   uint32_t qp_num;
   union {
     uint32_t src_qp;
@@ -244,9 +251,26 @@ enum class CtlOp : uint32_t {
   kCreateAh,
   kDestroyAh,
   kReport,  // ReportRequest: the engine's state and counters as JSON, in pieces
-  kUnusedPostSrqOps,  // versions 4-5 only: TM list ops now go through TmOpsHeader's ring
+  kUnusedPostSrqOps,  // versions 4-7 only: TM list ops now go through TmOpsHeader's ring
   kAllocMw,     // AllocMwRequest: a memory window (bound later by a WQE)
   kDeallocMw,   // HandleRequest
+  kCreateFlow,   // CreateFlowRequest: a steering rule on a raw packet QP
+  kDestroyFlow,  // HandleRequest
+  // The connection manager (librdmacm's rdma_* calls; device/cm_agent.h).
+  kCmCreateChannel,  // fds: [event pipe write end]; reply CmHandleReply
+  kCmDestroyChannel, // CmHandleRequest
+  kCmCreateId,       // CmCreateIdRequest; reply CmHandleReply
+  kCmDestroyId,      // CmHandleRequest
+  kCmBind,           // CmBindRequest; reply CmBindReply
+  kCmResolveAddr,    // CmResolveAddrRequest; reply CmBindReply; then ADDR_RESOLVED/ADDR_ERROR
+  kCmResolveRoute,   // CmHandleRequest; then ROUTE_RESOLVED
+  kCmListen,         // CmListenRequest
+  kCmConnect,        // CmConnectRequest (REQ, or SIDR REQ for RDMA_PS_UDP)
+  kCmAccept,         // CmConnectRequest (REP, or SIDR REP)
+  kCmReject,         // CmRejectRequest (REJ)
+  kCmEstablish,      // CmHandleRequest (RTU)
+  kCmDisconnect,     // CmHandleRequest (DREQ)
+  kCmMigrate,        // CmMigrateRequest: the id's events go to another channel
   kCount,
 };
 
@@ -324,6 +348,17 @@ struct DeviceInfo {
   // Memory windows (type 1, 2A and 2B: IBV_DEVICE_MEM_WINDOW* in device_cap_flags).
   uint32_t max_mw;
   uint32_t reserved_mw;
+  // Raw packet QPs and flow steering (ibv_device_attr_ex); all 0: none.
+  struct RawCaps {
+    uint32_t max_raw_ethy_qp;
+    uint32_t raw_packet_caps;        // enum ibv_raw_packet_caps
+    uint64_t device_cap_flags_ex;    // bits above the 32 of device_cap_flags
+    // Packet pacing (struct ibv_packet_pacing_caps): rate limits in kbps.
+    uint32_t qp_rate_limit_min;
+    uint32_t qp_rate_limit_max;
+    uint32_t pacing_qpts;            // 1 << IBV_QPT_RAW_PACKET
+    uint32_t reserved;
+  } raw;
 };
 
 // kHello. Request fds: [async event pipe write end].
@@ -457,7 +492,10 @@ struct CreateQpRequest {
   uint32_t sq_sig_all;
   QpCaps caps;
   uint64_t xrcd;  // IBV_QPT_XRC_RECV: the domain handle
+  uint32_t create_flags;  // enum ibv_qp_create_flags (IBV_QPT_RAW_PACKET only)
+  uint32_t reserved;
 };
+static_assert(sizeof(CreateQpRequest) == 88);
 // Reply fds: [queue memfd holding the SQ then the RQ].
 struct CreateQpReply {
   uint64_t handle;
@@ -496,8 +534,9 @@ struct QpAttr {
   uint8_t sq_sig_all;
   AddressVector ah;
   QpCaps caps;
-  uint32_t reserved;  // explicit: no uninitialised padding crosses the socket
+  uint32_t rate_limit;  // kbps, 0: none (IBV_QP_RATE_LIMIT, raw packet QPs' packet pacing)
 };
+static_assert(sizeof(QpAttr) % 8 == 0);  // no uninitialised padding crosses the socket
 
 struct ModifyQpRequest {
   uint64_t handle;
@@ -683,6 +722,164 @@ struct ReportReply {
   uint64_t total;  // bytes of the whole document
 };
 
+// kCreateFlow: ibv_create_flow. The provider turns the application's specs
+// (struct ibv_flow_spec_*, libibverbs' layout) into one FlowKey of values
+// and one of masks over the fields a rule may match, plus the protocols the
+// specs name (an IPv4 spec matches IPv4 frames only, whatever its masks: mlx5
+// sets the ethertype / IP protocol implicitly). All multi-byte fields are in
+// network order, as in the specs and in the frame.
+struct FlowKey {
+  uint8_t dst_mac[6];
+  uint8_t src_mac[6];
+  uint16_t ether_type;  // the EtherType after the last VLAN tag
+  uint16_t vlan_tag;    // the (outer) 802.1Q TCI
+  uint8_t src_ip[16];   // IPv4: the first 4 bytes, the rest 0
+  uint8_t dst_ip[16];
+  uint32_t flow_label;  // IPv6, low 20 bits
+  uint8_t ip_proto;     // IPv4 protocol / IPv6 next header
+  uint8_t tos;          // IPv4 TOS / IPv6 traffic class
+  uint8_t ttl;          // IPv4 TTL / IPv6 hop limit
+  uint8_t ip_flags;     // IPv4 flags (3 bits)
+  uint16_t src_port;    // TCP/UDP
+  uint16_t dst_port;
+  uint32_t reserved;
+};
+static_assert(sizeof(FlowKey) == 64);
+static_assert(offsetof(FlowKey, src_ip) == 16 && offsetof(FlowKey, flow_label) == 48);
+
+enum FlowProto : uint32_t {  // FlowRule::protocols
+  kFlowEth = 1,
+  kFlowVlan = 2,  // an ETH spec with a vlan_tag mask: tagged frames only (mlx5 cvlan_tag)
+  kFlowIpv4 = 4,
+  kFlowIpv6 = 8,
+  kFlowTcp = 16,
+  kFlowUdp = 32,
+};
+enum FlowAction : uint32_t {  // FlowRule::actions
+  kFlowActionTag = 1,   // IBV_FLOW_SPEC_ACTION_TAG
+  kFlowActionDrop = 2,  // IBV_FLOW_SPEC_ACTION_DROP
+};
+
+struct CreateFlowRequest {
+  uint64_t qp;          // handle
+  uint32_t type;        // enum ibv_flow_attr_type
+  uint32_t flags;       // enum ibv_flow_flags
+  uint32_t priority;
+  uint32_t port;
+  uint32_t protocols;   // FlowProto bits
+  uint32_t actions;     // FlowAction bits
+  uint32_t tag;         // kFlowActionTag
+  uint32_t num_specs;   // as the application gave them (SNIFFER/defaults: 0)
+  FlowKey value;        // already masked
+  FlowKey mask;
+};
+static_assert(sizeof(CreateFlowRequest) == 40 + 2 * sizeof(FlowKey));
+struct CreateFlowReply {
+  uint64_t handle;
+};
+
 // kStatus / kStats: reply body is UTF-8 text (not NUL terminated).
+
+// ---------------------------------------------------------------------------
+// Connection manager (librdmacm). The engine keeps the ids, their addresses
+// and port spaces, and carries connection messages between them; QPs are
+// moved through their states by librdmacm itself (rdma_init_qp_attr), as
+// rdma-core's librdmacm does with the attributes the kernel's rdma_cm gives.
+// ---------------------------------------------------------------------------
+
+// An IPv4 or IPv6 socket address (AF_INET: addr[0..3]).
+struct CmAddr {
+  uint16_t family;   // AF_INET, AF_INET6
+  uint16_t port;     // network order
+  uint32_t scope_id;
+  uint8_t addr[16];
+};
+static_assert(sizeof(CmAddr) == 24);
+
+constexpr size_t kCmMaxPrivateData = 196;  // REQ and REP (IBA 12.6.5, 12.6.8)
+constexpr size_t kCmMaxRejPrivateData = 148;  // REJ (IBA 12.6.7)
+
+// The parameters one side of a connection sends the other (REQ, REP).
+struct CmConnParam {
+  uint32_t qp_num;
+  uint32_t psn;   // starting PSN of the sender's send queue
+  uint32_t qkey;  // UD (SIDR REP)
+  uint8_t responder_resources;
+  uint8_t initiator_depth;
+  uint8_t flow_control;
+  uint8_t retry_count;
+  uint8_t rnr_retry_count;
+  uint8_t srq;
+  uint8_t private_data_len;
+  uint8_t reserved;
+  uint8_t private_data[kCmMaxPrivateData];
+};
+
+struct CmHandleRequest {
+  uint64_t handle;
+};
+struct CmHandleReply {
+  uint64_t handle;
+};
+struct CmCreateIdRequest {
+  uint64_t channel;
+  uint32_t ps;       // enum rdma_port_space
+  uint32_t qp_type;  // enum ibv_qp_type
+};
+struct CmBindRequest {
+  uint64_t id;
+  CmAddr addr;
+  uint8_t reuseaddr;
+  uint8_t afonly;
+  uint8_t reserved[6];
+};
+struct CmBindReply {
+  CmAddr addr;           // the bound (source) address, port chosen
+  uint8_t local_gid[16]; // the device GID that address uses
+  uint8_t gid_index;
+  uint8_t reserved[7];
+};
+struct CmResolveAddrRequest {
+  uint64_t id;
+  CmAddr src;  // family 0: the engine chooses
+  CmAddr dst;
+  uint8_t reuseaddr;
+  uint8_t afonly;
+  uint8_t reserved[6];
+};
+struct CmListenRequest {
+  uint64_t id;
+  int32_t backlog;
+  uint32_t reserved;
+};
+struct CmConnectRequest {
+  uint64_t id;
+  CmConnParam param;
+};
+struct CmRejectRequest {
+  uint64_t id;
+  uint8_t private_data_len;
+  uint8_t reserved[7];
+  uint8_t private_data[kCmMaxRejPrivateData];
+};
+struct CmMigrateRequest {
+  uint64_t id;
+  uint64_t channel;
+};
+
+// What the engine writes into an event channel's pipe, one record per
+// event (under PIPE_BUF: each write is whole).
+struct CmEventRecord {
+  uint64_t id;         // the id the event is for (CONNECT_REQUEST: a new id)
+  uint64_t listen_id;  // CONNECT_REQUEST: the listening id
+  uint32_t event;      // enum rdma_cm_event_type
+  int32_t status;
+  CmAddr src, dst;     // CONNECT_REQUEST: the new id's addresses
+  uint8_t peer_gid[16];   // the other side's GID (RTR's and UD's dgid)
+  uint8_t local_gid_index;
+  uint8_t reserved[7];
+  CmConnParam param;   // the other side's, resources seen from the receiver
+};
+static_assert(sizeof(CmEventRecord) < 512);
 
 }  // namespace uroce::abi

@@ -8,7 +8,7 @@
 // Each input gets a fresh engine, so every finding replays on its own.
 //
 // Input: records of [op][fds][handles: 2 bytes][length: 2 bytes, big-endian][body].
-//   op      the CtlOp, modulo 40 (33..39 and 0 are no operation)
+//   op      the CtlOp, modulo 40 (36..39 and 0 are no operation)
 //   fds     bits 6-7: how many fds (0..3); bits 0-2 the kind of the first,
 //           bits 3-5 of the others (kFdKinds: memfds, pipe ends, ...)
 //   handles 3 bits per handle field of the method (up to 5), low bits first:
@@ -133,6 +133,7 @@ ObjType created_type(uint32_t op) {
     case CtlOp::kOpenXrcd: return ObjType::kXrcd;
     case CtlOp::kCreateAh: return ObjType::kAh;
     case CtlOp::kAllocMw: return ObjType::kMw;
+    case CtlOp::kCreateFlow: return ObjType::kFlow;
     default: return ObjType::kNone;
   }
 }

@@ -1,12 +1,14 @@
 // libFuzzer target: the RoCEv2 frame parser (net/packet.cc) on arbitrary
 // bytes, with and without the ICRC check, then every accessor the device
-// uses on a frame that parsed. Crashes, sanitizer reports and reads outside
-// the frame are the findings.
+// uses on a frame that parsed; and flow steering's frame matcher
+// (net/frame_match.cc) with its checksums on the same bytes. Crashes,
+// sanitizer reports and reads outside the frame are the findings.
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <memory>
 
+#include "net/frame_match.h"
 #include "net/packet.h"
 
 using namespace uroce::net;
@@ -14,6 +16,12 @@ using namespace uroce::net;
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static auto p = std::make_unique<Packet>();
   if (size > kFrameCapacity) return -1;  // a port never delivers more
+  // Flow steering reads every frame a port receives while rules exist.
+  const FrameFields f = frame_fields(data, size);
+  if (f.l3_off > size || f.l4_off > size || (f.l4_off && f.l4_off + 4 > size)) __builtin_trap();
+  (void)ipv4_l4_checksums_ok(data, size, f);
+  std::memcpy(p->data, data, size);
+  (void)fill_ipv4_l4_checksums(p->data, size, f);
   for (bool check_icrc : {false, true}) {
     std::memcpy(p->data, data, size);
     p->len = uint32_t(size);

@@ -21,9 +21,15 @@ for f in bin/uroce bin/uroced lib/uroce/libibverbs.so.1 share/man/man1/uroce.1 \
   share/uroce/bench/uroce_bench.py share/bash-completion/completions/uroce; do
   [[ -e "$prefix/$f" ]] || { echo "install_test: $f is not installed" >&2; exit 1; }
 done
-# The drop-in never lands where the dynamic linker would find it by default.
-if find "$prefix" -name 'libibverbs*' | grep -v "^$prefix/lib/uroce/"; then
-  echo "install_test: a libibverbs outside lib/uroce" >&2
+# The drop-in librdmacm beside it (built where librdmacm-dev is installed).
+have_rdmacm=0
+if [[ -e "$UROCE_BUILD_DIR/provider/librdmacm.so.1" ]]; then
+  have_rdmacm=1
+  [[ -e "$prefix/lib/uroce/librdmacm.so.1" ]] || { echo "install_test: lib/uroce/librdmacm.so.1 is not installed" >&2; exit 1; }
+fi
+# The drop-ins never land where the dynamic linker would find them by default.
+if find "$prefix" -name 'libibverbs*' -o -name 'librdmacm*' | grep -v "^$prefix/lib/uroce/"; then
+  echo "install_test: a libibverbs or librdmacm outside lib/uroce" >&2
   exit 1
 fi
 if command -v man >/dev/null; then
@@ -39,6 +45,11 @@ start_engine uroce0
 "$UROCE_BIN" run -- ibv_devices | grep -q uroce0 ||
   { echo "install_test: the installed uroce run does not list uroce0" >&2; exit 1; }
 run_pair --label root 60 ibv_rc_pingpong -g 0 -n 200 -- ibv_rc_pingpong -g 0 -n 200 localhost
+if ((have_rdmacm)) && command -v rping >/dev/null; then
+  run_pair --label root-rping --forbid 'error|[Ff]ail' 60 rping -s -a 127.0.0.1 -C 5 -v -- rping -c -a 127.0.0.1 -C 5 -v
+  grep -q 'rdma-ping-4' "$RUN_PAIR_CLIENT_LOG"
+  echo "install_test: root: rping through the installed librdmacm"
+fi
 stop_all_engines
 echo "install_test: root: ibv_devices and ibv_rc_pingpong through the installed uroce"
 

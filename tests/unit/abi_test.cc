@@ -150,7 +150,11 @@ TEST(Abi, ControlMessagesAreFixedLayout) {
   EXPECT_EQ(sizeof(CreateCqRequest), 24u);
   EXPECT_EQ(sizeof(CreateCqReply), 24u);
   EXPECT_EQ(sizeof(QpCaps), 24u);
-  EXPECT_EQ(sizeof(CreateQpRequest), 80u);
+  EXPECT_EQ(sizeof(CreateQpRequest), 88u);
+  EXPECT_EQ(offsetof(CreateQpRequest, create_flags), 80u);
+  EXPECT_EQ(sizeof(FlowKey), 64u);
+  EXPECT_EQ(offsetof(CreateFlowRequest, value), 40u);
+  EXPECT_EQ(offsetof(CreateFlowRequest, mask), 104u);
   EXPECT_EQ(offsetof(CreateQpRequest, caps), 48u);
   EXPECT_EQ(sizeof(CreateQpReply), 80u);
   EXPECT_EQ(offsetof(QpAttr, ah) % 4, 0u);
@@ -191,6 +195,9 @@ TEST(Abi, ControlMessagesHaveNoHiddenPadding) {
 TEST(Abi, ModifyQpRequestHasExplicitPadding) {
   EXPECT_EQ(sizeof(ModifyQpRequest), 16u + sizeof(QpAttr));
   EXPECT_TRUE(is_wire_struct<ModifyQpRequest>());
+  EXPECT_TRUE(is_wire_struct<FlowKey>());
+  EXPECT_TRUE(is_wire_struct<CreateFlowRequest>());
+  EXPECT_TRUE(is_wire_struct<CreateFlowReply>());
 }
 
 TEST(Abi, CtlOpsAreStable) {

@@ -1,0 +1,526 @@
+// The connection manager's agent (see cm_agent.h). Setup path: runs on the
+// engine thread from control requests, never from the datapath.
+#include "device/cm_agent.h"
+
+#include <fcntl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "device/objects.h"
+
+namespace uroce::device {
+
+namespace {
+
+// <rdma/rdma_cma.h>'s values (enum rdma_cm_event_type, rdma_port_space),
+// spelled here so the engine does not need librdmacm's headers.
+enum CmEvent : uint32_t {
+  kAddrResolved = 0,
+  kAddrError = 1,
+  kRouteResolved = 2,
+  kConnectRequest = 4,
+  kConnectResponse = 5,
+  kUnreachable = 7,
+  kRejected = 8,
+  kEstablished = 9,
+  kDisconnected = 10,
+};
+constexpr uint32_t kPsUdp = 0x0111;
+
+// REJ reasons (IBA table 112) and SIDR REP statuses (IBA table 119) that
+// rdma_cm reports as the event's status.
+constexpr int32_t kRejTimeout = 1;
+constexpr int32_t kRejInvalidServiceId = 8;
+constexpr int32_t kRejConsumerDefined = 28;
+constexpr int32_t kSidrUnsupported = 1;
+constexpr int32_t kSidrReject = 2;
+
+// The kernel's ephemeral range (net.ipv4.ip_local_port_range defaults),
+// which rdma_cm takes its ports from (cma_alloc_any_port).
+constexpr uint32_t kEphemeralLow = 32768, kEphemeralHigh = 60999;
+
+constexpr int kChannelPipeBytes = 256 << 10;
+// Ids of all clients together: each costs the engine memory, and a client
+// that makes them in a loop must run out before the engine does.
+constexpr size_t kMaxIds = 1 << 16;
+
+bool is_any(const abi::CmAddr& a) {
+  const size_t n = a.family == AF_INET ? 4 : 16;
+  for (size_t i = 0; i < n; ++i)
+    if (a.addr[i]) return false;
+  return true;
+}
+
+// ::ffff:a.b.c.d as a.b.c.d, so both spellings of one IPv4 address match.
+abi::CmAddr unmapped(abi::CmAddr a) {
+  static const uint8_t kMapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+  if (a.family == AF_INET6 && std::memcmp(a.addr, kMapped, 12) == 0) {
+    a.family = AF_INET;
+    std::memmove(a.addr, a.addr + 12, 4);
+    std::memset(a.addr + 4, 0, 12);
+  }
+  return a;
+}
+
+bool same_ip(const abi::CmAddr& x, const abi::CmAddr& y) {
+  const abi::CmAddr a = unmapped(x), b = unmapped(y);
+  return a.family == b.family && std::memcmp(a.addr, b.addr, a.family == AF_INET ? 4 : 16) == 0;
+}
+
+// Does an id bound to `bound` take connections or ports at `a`? A wildcard
+// takes its family, and an IPv6 wildcard IPv4 too unless AFONLY (as
+// IPV6_V6ONLY, cma_any_addr/cma_check_port).
+bool covers(const abi::CmAddr& bound, bool afonly, const abi::CmAddr& a) {
+  const abi::CmAddr b = unmapped(bound), x = unmapped(a);
+  if (is_any(b)) return b.family == x.family || (b.family == AF_INET6 && !afonly);
+  return same_ip(b, x);
+}
+
+}  // namespace
+
+uint64_t CmAgent::first_handle() {
+  std::random_device rd;
+  return (uint64_t(rd()) << 32) | 1;  // 2^32 handles before two engines' could meet
+}
+
+CmAgent::~CmAgent() {
+  for (auto& [h, c] : channels_)
+    if (c.fd >= 0) close(c.fd);
+}
+
+CmAgent::Id* CmAgent::find_id(Owner* o, uint64_t h) {
+  auto it = ids_.find(h);
+  return it == ids_.end() || it->second.owner != o ? nullptr : &it->second;
+}
+
+int CmAgent::create_channel(Owner* o, int pipe_fd, uint64_t* handle) {
+  if (pipe_fd < 0) return EBADF;
+  fcntl(pipe_fd, F_SETFL, fcntl(pipe_fd, F_GETFL) | O_NONBLOCK);
+  // Room for a burst (cmtime sets up hundreds of connections at once):
+  // 256 KiB, over 800 records, within fs.pipe-max-size (1 MiB) and without
+  // eating much of a user's fs.pipe-user-pages-soft. Best effort: 64 KiB
+  // otherwise.
+  fcntl(pipe_fd, F_SETPIPE_SZ, kChannelPipeBytes);
+  *handle = next_handle_++;
+  channels_[*handle] = Channel{o, pipe_fd};
+  return 0;
+}
+
+int CmAgent::destroy_channel(Owner* o, uint64_t h) {
+  auto it = channels_.find(h);
+  if (it == channels_.end() || it->second.owner != o) return ENOENT;
+  for (auto& [ih, id] : ids_)
+    if (id.channel == h) return EBUSY;  // rdma_destroy_event_channel: ids still use it
+  close(it->second.fd);
+  channels_.erase(it);
+  return 0;
+}
+
+int CmAgent::create_id(Owner* o, const abi::CmCreateIdRequest& r, uint64_t* handle) {
+  auto ch = channels_.find(r.channel);
+  if (ch == channels_.end() || ch->second.owner != o) return ENOENT;
+  if (ids_.size() >= kMaxIds) return ENOMEM;
+  Id id;
+  id.owner = o;
+  id.channel = r.channel;
+  id.ps = r.ps;
+  id.qp_type = r.qp_type;
+  *handle = next_handle_++;
+  ids_[*handle] = id;
+  return 0;
+}
+
+int CmAgent::destroy_id(Owner* o, uint64_t h) {
+  if (!find_id(o, h)) return ENOENT;
+  abandon(h);
+  ids_.erase(h);
+  return 0;
+}
+
+void CmAgent::abandon(uint64_t h) {
+  Id& id = ids_.at(h);
+  auto peer_it = ids_.find(id.peer);
+  if (id.peer && peer_it != ids_.end() && peer_it->second.peer == h) {
+    Id& peer = peer_it->second;
+    // A connection up or half up ends with a DREQ; one still being set up
+    // with a REJ (cm_destroy_id: the REJ of a REQ sent is a timeout, of a
+    // REQ received the consumer's).
+    switch (id.state) {
+      case State::kEstablished:
+      case State::kRepSent:
+      case State::kRepReceived:
+        peer.state = State::kDisconnected;
+        peer.peer = 0;
+        post_simple(id.peer, kDisconnected, 0);
+        break;
+      case State::kConnecting:
+        peer.peer = 0;
+        post_simple(id.peer, kRejected, kRejTimeout);
+        break;
+      case State::kRequested:
+        peer.peer = 0;
+        peer.state = State::kRouteResolved;
+        post_simple(id.peer, peer.ps == kPsUdp ? kUnreachable : kRejected,
+                    peer.ps == kPsUdp ? kSidrReject : kRejConsumerDefined);
+        break;
+      default:
+        break;
+    }
+  }
+  id.peer = 0;
+}
+
+void CmAgent::release_owner(Owner* o) {
+  std::vector<uint64_t> mine;
+  for (auto& [h, id] : ids_)
+    if (id.owner == o) mine.push_back(h);
+  for (uint64_t h : mine) {
+    abandon(h);
+    ids_.erase(h);
+  }
+  for (auto it = channels_.begin(); it != channels_.end();) {
+    if (it->second.owner == o) {
+      close(it->second.fd);
+      it = channels_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+// The addresses this engine answers for: its own, the loopback ones (its
+// default port is bound to lo) and the wildcards.
+bool CmAgent::is_local(const abi::CmAddr& addr) const {
+  const abi::CmAddr a = unmapped(addr);
+  if (is_any(a)) return true;
+  if (a.family == AF_INET) return a.addr[0] == 127 || std::memcmp(a.addr, ip_.data(), 4) == 0;
+  if (a.family != AF_INET6) return false;
+  static const uint8_t kLoop6[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+  const bool has_ip6 = std::any_of(ip6_.begin(), ip6_.end(), [](uint8_t b) { return b != 0; });
+  return std::memcmp(a.addr, kLoop6, 16) == 0 || (has_ip6 && std::memcmp(a.addr, ip6_.data(), 16) == 0);
+}
+
+// An IPv6 address of the engine's own uses its IPv6 GID (index 2); every
+// other address, loopback included, the IPv4 one (index 0): on one engine
+// both ends reach each other through either.
+uint8_t CmAgent::gid_index_for(const abi::CmAddr& addr) const {
+  const abi::CmAddr a = unmapped(addr);
+  if (a.family == AF_INET6 && info_.gids[2].valid && std::memcmp(a.addr, info_.gids[2].gid, 16) == 0)
+    return 2;
+  return 0;
+}
+
+void CmAgent::fill_local(const Id& id, abi::CmBindReply* rep) const {
+  rep->addr = id.src;
+  rep->gid_index = gid_index_for(id.src);
+  std::memcpy(rep->local_gid, info_.gids[rep->gid_index].gid, 16);
+}
+
+// cma_check_port: another id on the port whose address overlaps, unless
+// both allow reuse and neither listens: EADDRNOTAVAIL when either is a
+// wildcard, EADDRINUSE when both name the same address; 0 when free.
+int CmAgent::port_conflict(const Id& self, const abi::CmAddr& a) const {
+  for (const auto& [h, other] : ids_) {
+    if (&other == &self || other.child || other.ps != self.ps || other.state == State::kIdle) continue;
+    if (other.src.port != a.port) continue;
+    if (self.reuseaddr && other.reuseaddr && other.state != State::kListen) continue;
+    if (!covers(other.src, other.afonly, a) && !covers(a, self.afonly, other.src)) continue;
+    return is_any(a) || is_any(other.src) ? EADDRNOTAVAIL : EADDRINUSE;
+  }
+  return 0;
+}
+
+int CmAgent::bind_to(Id& id, abi::CmAddr a) {
+  if (a.family != AF_INET && a.family != AF_INET6) return EAFNOSUPPORT;
+  if (!is_local(a)) return EADDRNOTAVAIL;
+  if (a.port == 0) {
+    const uint32_t range = kEphemeralHigh - kEphemeralLow + 1;
+    bool found = false;
+    for (uint32_t i = 0; i < range && !found; ++i) {
+      const uint16_t port = uint16_t(kEphemeralLow + (next_port_++ % range));
+      a.port = htons(port);
+      found = port_conflict(id, a) == 0;
+    }
+    if (!found) return EADDRINUSE;
+  } else if (int err = port_conflict(id, a)) {
+    return err;
+  }
+  id.src = a;
+  id.state = State::kBound;
+  return 0;
+}
+
+int CmAgent::bind(Owner* o, const abi::CmBindRequest& r, abi::CmBindReply* rep) {
+  Id* id = find_id(o, r.id);
+  if (!id) return ENOENT;
+  if (id->state != State::kIdle) return EINVAL;
+  id->reuseaddr = r.reuseaddr;
+  id->afonly = r.afonly;
+  if (int err = bind_to(*id, r.addr)) return err;
+  fill_local(*id, rep);
+  return 0;
+}
+
+// The source address the kernel's routing would pick to reach dst on this
+// engine: dst itself (loopback or one of ours), the wildcard's family's
+// loopback when dst is a wildcard.
+int CmAgent::resolve_addr(Owner* o, const abi::CmResolveAddrRequest& r, abi::CmBindReply* rep) {
+  Id* id = find_id(o, r.id);
+  if (!id) return ENOENT;
+  if (id->state != State::kIdle && id->state != State::kBound) return EINVAL;
+  if (r.dst.family != AF_INET && r.dst.family != AF_INET6) return EAFNOSUPPORT;
+  const uint64_t h = r.id;
+  id->dst = r.dst;
+  if (!is_local(r.dst)) {
+    // No route off this engine yet: the address cannot be resolved.
+    abi::CmEventRecord ev{};
+    ev.event = kAddrError;
+    ev.status = -EHOSTUNREACH;
+    post(*id, h, ev);
+    if (id->state == State::kIdle) fill_local(*id, rep);
+    return 0;
+  }
+  if (is_any(id->dst)) {
+    // rdma_resolve_addr to a wildcard means the loopback (cma_resolve_loopback).
+    std::memset(id->dst.addr, 0, 16);
+    if (id->dst.family == AF_INET) id->dst.addr[0] = 127, id->dst.addr[3] = 1;
+    else id->dst.addr[15] = 1;
+  }
+  if (id->state == State::kIdle) {
+    abi::CmAddr src = r.src.family ? r.src : id->dst;
+    if (!r.src.family) src.port = 0;
+    id->reuseaddr = r.reuseaddr;
+    id->afonly = r.afonly;
+    if (int err = bind_to(*id, src)) return err;
+  }
+  if (is_any(id->src)) {  // bound to a wildcard: the source is the destination's
+    const uint16_t port = id->src.port;
+    id->src = id->dst;
+    id->src.port = port;
+  }
+  id->state = State::kAddrResolved;
+  fill_local(*id, rep);
+  abi::CmEventRecord ev{};
+  ev.event = kAddrResolved;
+  post(*id, h, ev);
+  return 0;
+}
+
+int CmAgent::resolve_route(Owner* o, uint64_t h) {
+  Id* id = find_id(o, h);
+  if (!id) return ENOENT;
+  if (id->state != State::kAddrResolved && id->state != State::kRouteResolved) return EINVAL;
+  id->state = State::kRouteResolved;
+  abi::CmEventRecord ev{};
+  ev.event = kRouteResolved;
+  post(*id, h, ev);
+  return 0;
+}
+
+int CmAgent::listen(Owner* o, uint64_t h, int backlog) {
+  (void)backlog;  // every request is delivered; the application answers each
+  Id* id = find_id(o, h);
+  if (!id) return ENOENT;
+  if (id->state == State::kListen) return 0;
+  if (id->state == State::kIdle) {  // rdma_listen binds a wildcard first (IPv4, as cma_bind_any)
+    abi::CmAddr any{};
+    any.family = AF_INET;
+    if (int err = bind_to(*id, any)) return err;
+  }
+  if (id->state != State::kBound) return EINVAL;
+  // Only one listener per address and port (cma_check_port with listening ids).
+  for (const auto& [oh, other] : ids_)
+    if (oh != h && other.state == State::kListen && other.ps == id->ps && other.src.port == id->src.port &&
+        (covers(other.src, other.afonly, id->src) || covers(id->src, id->afonly, other.src)))
+      return EADDRINUSE;
+  id->state = State::kListen;
+  return 0;
+}
+
+// A specific address's listener before a wildcard's (cma_find_listener).
+uint64_t CmAgent::find_listener(uint32_t ps, const abi::CmAddr& dst) const {
+  uint64_t wildcard = 0;
+  for (const auto& [h, id] : ids_) {
+    if (id.state != State::kListen || id.ps != ps || id.src.port != dst.port) continue;
+    if (!covers(id.src, id.afonly, dst)) continue;
+    if (!is_any(id.src)) return h;
+    if (!wildcard) wildcard = h;
+  }
+  return wildcard;
+}
+
+int CmAgent::connect(Owner* o, const abi::CmConnectRequest& r) {
+  Id* id = find_id(o, r.id);
+  if (!id) return ENOENT;
+  if (id->state != State::kRouteResolved) return EINVAL;
+  if (r.param.private_data_len > abi::kCmMaxPrivateData) return EINVAL;
+  const bool ud = id->ps == kPsUdp;
+  const uint64_t lh = find_listener(id->ps, id->dst);
+  if (!lh) {
+    // Nobody listens on that port: the REQ's answer is a REJ (invalid
+    // service ID), a SIDR REQ's a SIDR REP "unsupported" (cm_match_req).
+    post_simple(r.id, ud ? kUnreachable : kRejected, ud ? kSidrUnsupported : kRejInvalidServiceId);
+    return 0;
+  }
+  if (ids_.size() >= kMaxIds) {  // no room for the passive side's id: as a busy listener, REJ
+    post_simple(r.id, ud ? kUnreachable : kRejected, ud ? kSidrReject : kRejConsumerDefined);
+    return 0;
+  }
+  const Id& listener = ids_.at(lh);
+  Id child;
+  child.owner = listener.owner;
+  child.channel = listener.channel;
+  child.ps = listener.ps;
+  child.qp_type = id->qp_type;
+  child.child = true;
+  child.state = State::kRequested;
+  child.src = id->dst;
+  child.dst = id->src;
+  child.peer = r.id;
+  const uint64_t ch = next_handle_++;
+  id = &ids_.emplace(ch, child).first->second;  // (the map's nodes stay put)
+  Id& active = ids_.at(r.id);
+  active.state = State::kConnecting;
+  active.peer = ch;
+
+  abi::CmEventRecord ev{};
+  ev.event = kConnectRequest;
+  ev.listen_id = lh;
+  ev.src = child.src;
+  ev.dst = child.dst;
+  ev.param = r.param;
+  // The receiver's view: the REQ's initiator depth is what it may answer
+  // with responder resources, and the other way (cm_format_req_event).
+  ev.param.responder_resources = r.param.initiator_depth;
+  ev.param.initiator_depth = r.param.responder_resources;
+  std::memcpy(ev.peer_gid, info_.gids[gid_index_for(active.src)].gid, 16);
+  ev.local_gid_index = gid_index_for(child.src);
+  post(*id, ch, ev);
+  return 0;
+}
+
+int CmAgent::accept(Owner* o, const abi::CmConnectRequest& r) {
+  Id* id = find_id(o, r.id);
+  if (!id) return ENOENT;
+  if (id->state != State::kRequested) return EINVAL;
+  if (r.param.private_data_len > abi::kCmMaxPrivateData) return EINVAL;
+  auto peer_it = ids_.find(id->peer);
+  if (!id->peer || peer_it == ids_.end()) return ECONNRESET;  // its REJECTED event is queued
+  Id& active = peer_it->second;
+  abi::CmEventRecord ev{};
+  ev.param = r.param;
+  ev.param.responder_resources = r.param.initiator_depth;  // cm_format_rep_event
+  ev.param.initiator_depth = r.param.responder_resources;
+  std::memcpy(ev.peer_gid, info_.gids[gid_index_for(id->src)].gid, 16);
+  ev.local_gid_index = gid_index_for(active.src);
+  if (id->ps == kPsUdp) {
+    // SIDR REP: the active side knows the QP and Q_Key and is done; the
+    // passive side keeps no connection (cma_sidr_rep_handler).
+    ev.event = kEstablished;
+    active.state = State::kRouteResolved;
+    active.peer = 0;
+    id->state = State::kEstablished;
+    id->peer = 0;
+    post(active, peer_it->first, ev);
+    return 0;
+  }
+  ev.event = kConnectResponse;
+  active.state = State::kRepReceived;
+  id->state = State::kRepSent;
+  post(active, peer_it->first, ev);
+  return 0;
+}
+
+int CmAgent::reject(Owner* o, const abi::CmRejectRequest& r) {
+  Id* id = find_id(o, r.id);
+  if (!id) return ENOENT;
+  if (r.private_data_len > abi::kCmMaxRejPrivateData) return EINVAL;
+  if (id->state != State::kRequested && id->state != State::kRepReceived) return EINVAL;
+  auto peer_it = ids_.find(id->peer);
+  if (id->peer && peer_it != ids_.end()) {
+    Id& peer = peer_it->second;
+    abi::CmEventRecord ev{};
+    const bool ud = id->ps == kPsUdp;
+    ev.event = ud ? kUnreachable : kRejected;
+    ev.status = ud ? kSidrReject : kRejConsumerDefined;
+    ev.param.private_data_len = r.private_data_len;
+    std::memcpy(ev.param.private_data, r.private_data, r.private_data_len);
+    peer.peer = 0;
+    peer.state = peer.child ? State::kDisconnected : State::kRouteResolved;
+    post(peer, peer_it->first, ev);
+  }
+  id->peer = 0;
+  id->state = id->child ? State::kDisconnected : State::kRouteResolved;
+  return 0;
+}
+
+int CmAgent::establish(Owner* o, uint64_t h) {
+  Id* id = find_id(o, h);
+  if (!id) return ENOENT;
+  if (id->state != State::kRepReceived) return EINVAL;
+  auto peer_it = ids_.find(id->peer);
+  if (!id->peer || peer_it == ids_.end()) return ECONNRESET;
+  id->state = State::kEstablished;
+  peer_it->second.state = State::kEstablished;
+  abi::CmEventRecord ev{};
+  ev.event = kEstablished;
+  post(peer_it->second, peer_it->first, ev);
+  return 0;
+}
+
+// rdma_disconnect: both ends see DISCONNECTED (the peer at the DREQ, the
+// caller at the DREP). A second call, or one after the peer's, does nothing.
+int CmAgent::disconnect(Owner* o, uint64_t h) {
+  Id* id = find_id(o, h);
+  if (!id) return ENOENT;
+  if (id->state == State::kDisconnected) return 0;
+  if (id->state != State::kEstablished && id->state != State::kRepSent && id->state != State::kRepReceived)
+    return EINVAL;
+  auto peer_it = ids_.find(id->peer);
+  if (id->peer && peer_it != ids_.end()) {
+    peer_it->second.state = State::kDisconnected;
+    peer_it->second.peer = 0;
+    post_simple(peer_it->first, kDisconnected, 0);
+  }
+  id->state = State::kDisconnected;
+  id->peer = 0;
+  post_simple(h, kDisconnected, 0);
+  return 0;
+}
+
+int CmAgent::migrate(Owner* o, uint64_t h, uint64_t channel) {
+  Id* id = find_id(o, h);
+  if (!id) return ENOENT;
+  auto ch = channels_.find(channel);
+  if (ch == channels_.end() || ch->second.owner != o) return ENOENT;
+  id->channel = channel;
+  return 0;
+}
+
+void CmAgent::post_simple(uint64_t h, uint32_t event, int32_t status) {
+  abi::CmEventRecord ev{};
+  ev.event = event;
+  ev.status = status;
+  post(ids_.at(h), h, ev);
+}
+
+void CmAgent::post(const Id& to, uint64_t to_handle, abi::CmEventRecord ev) {
+  ev.id = to_handle;
+  if (ev.event != kConnectRequest) {
+    ev.src = to.src;
+    ev.dst = to.dst;
+  }
+  auto ch = channels_.find(to.channel);
+  if (ch == channels_.end()) return;
+  // Non-blocking and under PIPE_BUF: whole or not at all. A client that
+  // never reads its channel loses events, not the engine's time.
+  if (write(ch->second.fd, &ev, sizeof(ev)) != ssize_t(sizeof(ev))) ++events_dropped_;
+}
+
+}  // namespace uroce::device

@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Raw packet QPs across two engines (two network namespaces joined by a veth
+# pair, each engine on a DPDK net_af_packet port): Debian's unmodified
+# raw_ethernet_bw and raw_ethernet_lat, frames leaving one engine's port and
+# steered by the other's rules; RoCE between the same engines still works.
+#
+#   raw_ethernet_two_hosts_test.sh PATH/TO/verbs_semantics
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+verbs_bin=${1:?usage: $0 PATH/TO/verbs_semantics}
+
+rc=0
+make_two_hosts rawe 232 || rc=$?
+if ((rc == 77)); then
+  echo "SKIP: cannot create network namespaces here"
+  exit 77
+fi
+((rc == 0)) || exit 1
+in_a() { ip netns exec "$ns_a" "$@"; }
+in_b() { ip netns exec "$ns_b" "$@"; }
+in_a "$UROCE_BIN" start --name hostA --port "net_af_packet0,iface=$veth_a" --ip "$eng_a"
+in_b "$UROCE_BIN" start --name hostB --port "net_af_packet0,iface=$veth_b" --ip "$eng_b"
+
+failures=0
+port=19300
+mac_b=02:00:00:00:0b:02 mac_a=02:00:00:00:0a:01
+lines='^ *[0-9]+ +[0-9]+ +[0-9.]+'
+pair() {  # LABEL PROGRAM ARGS... : server on B, client on A
+  local label=$1 prog=$2
+  shift 2
+  port=$((port + 1))
+  if run_pair --label "$label" --delay 1 --forbid '[Ff]ailed|[Cc]ouldn.t|[Ee]rror|Unable' 60 \
+       ip netns exec "$ns_b" "$prog" -d hostB -p "$port" --server -B $mac_b -E $mac_a "$@" -- \
+       ip netns exec "$ns_a" "$prog" -d hostA -p "$port" --client -B $mac_a -E $mac_b "$@" &&
+     grep -qE "$lines" "$RUN_PAIR_CLIENT_LOG"; then
+    echo "ok   $label: $(grep -E "$lines" "$RUN_PAIR_CLIENT_LOG" | tail -1 | tr -s ' \t' ' ')"
+  else
+    echo "FAIL $label"
+    failures=$((failures + 1))
+  fi
+}
+
+# Every server posts a receive for each frame of its run (-r >= -n): a frame
+# that finds none is dropped, as on a NIC. The senders are paced (packet
+# pacing, 100 MB/s) so that a busy host does not overflow the af_packet
+# rings between the engines: a lost frame leaves perftest's server waiting.
+pace="--rate_limit_type=PP --rate_limit=100 --rate_units=M"
+# shellcheck disable=SC2086
+pair bw raw_ethernet_bw -n 2000 -r 2000 $pace
+# shellcheck disable=SC2086
+pair bw_udp raw_ethernet_bw -n 2000 -r 2000 -J 2.2.2.2 -j 1.1.1.1 -K 5678 -k 1234 $pace
+pair lat raw_ethernet_lat -n 1000
+# RoCE between the same two engines, beside the raw traffic.
+port=$((port + 1))
+if run_pair --label rc --delay 1 --forbid '[Ff]ailed|[Cc]ouldn.t|[Ee]rror' 60 \
+     ip netns exec "$ns_b" ibv_rc_pingpong -d hostB -g 0 -p "$port" -n 200 -- \
+     ip netns exec "$ns_a" ibv_rc_pingpong -d hostA -g 0 -p "$port" -n 200 "$kern_b"; then
+  echo "ok   rc_pingpong beside raw traffic"
+else
+  echo "FAIL rc_pingpong"
+  failures=$((failures + 1))
+fi
+
+# A SNIFFER rule on A sees the RoCE frames A's engine sends out of its port.
+log="$UROCE_LOG_DIR/sniffer.log"
+if ip netns exec "$ns_a" env UROCE_RAW_WIRE_DEVICE=hostA UROCE_RAW_WIRE_PEER="$eng_b" \
+     timeout -k 5 60 "$UROCE_BIN" run -- "$verbs_bin" --gtest_filter='RawPacketWire.*' >"$log" 2>&1 &&
+   grep -q '\[  PASSED  \] 1 test' "$log" && ! grep -q SKIPPED "$log"; then
+  echo "ok   sniffer: the engine's own RoCE frames on the wire"
+else
+  echo "FAIL sniffer"
+  tail -20 "$log"
+  failures=$((failures + 1))
+fi
+
+echo "failures: $failures"
+((failures == 0))

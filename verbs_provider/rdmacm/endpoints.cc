@@ -1,0 +1,154 @@
+// The endpoint calls of rdma_verbs.h's style of program: rdma_getaddrinfo,
+// rdma_create_ep / rdma_destroy_ep and rdma_get_request, built on the
+// calls of cma.cc as rdma-core's are (librdmacm/addrinfo.c, cma.c).
+#include <netdb.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+#include "verbs_provider/rdmacm/rdmacm.h"
+
+#define RDMACM_EXPORT extern "C" __attribute__((visibility("default")))
+
+using namespace uroce::rdmacm;
+
+namespace {
+
+sockaddr* copy_addr(const sockaddr* sa, socklen_t len) {
+  auto* out = static_cast<sockaddr*>(calloc(1, sizeof(sockaddr_storage)));
+  if (out) std::memcpy(out, sa, len);
+  return out;
+}
+
+}  // namespace
+
+RDMACM_EXPORT int rdma_getaddrinfo(const char* node, const char* service, const rdma_addrinfo* hints,
+                                   rdma_addrinfo** res) {
+  if (!res || (!node && !service)) return fail(EINVAL);
+  const int flags = hints ? hints->ai_flags : 0;
+  if (hints && hints->ai_family == AF_IB) return fail(EAFNOSUPPORT);
+  addrinfo h{};
+  h.ai_family = hints && (flags & RAI_FAMILY || hints->ai_family) ? hints->ai_family : AF_UNSPEC;
+  h.ai_socktype = SOCK_STREAM;
+  if (flags & RAI_PASSIVE) h.ai_flags |= AI_PASSIVE;
+  if (flags & RAI_NUMERICHOST) h.ai_flags |= AI_NUMERICHOST;
+  addrinfo* found = nullptr;
+  if (int err = getaddrinfo(node, service, &h, &found)) return err;
+  auto* ai = static_cast<rdma_addrinfo*>(calloc(1, sizeof(rdma_addrinfo)));
+  if (!ai) {
+    freeaddrinfo(found);
+    return fail(ENOMEM);
+  }
+  ai->ai_flags = flags;
+  ai->ai_family = found->ai_family;
+  ai->ai_qp_type = hints && hints->ai_qp_type ? hints->ai_qp_type : IBV_QPT_RC;
+  ai->ai_port_space = hints && hints->ai_port_space ? hints->ai_port_space
+                      : ai->ai_qp_type == IBV_QPT_UD ? RDMA_PS_UDP
+                                                     : RDMA_PS_TCP;
+  if (flags & RAI_PASSIVE) {
+    ai->ai_src_addr = copy_addr(found->ai_addr, found->ai_addrlen);
+    ai->ai_src_len = found->ai_addrlen;
+  } else {
+    ai->ai_dst_addr = copy_addr(found->ai_addr, found->ai_addrlen);
+    ai->ai_dst_len = found->ai_addrlen;
+    if (hints && hints->ai_src_addr && hints->ai_src_len) {
+      ai->ai_src_addr = copy_addr(hints->ai_src_addr, hints->ai_src_len);
+      ai->ai_src_len = hints->ai_src_len;
+    }
+  }
+  if (node && found->ai_canonname) {
+    char* name = strdup(found->ai_canonname);
+    if (flags & RAI_PASSIVE) ai->ai_src_canonname = name;
+    else ai->ai_dst_canonname = name;
+  }
+  freeaddrinfo(found);
+  *res = ai;
+  return 0;
+}
+
+RDMACM_EXPORT void rdma_freeaddrinfo(rdma_addrinfo* res) {
+  while (res) {
+    rdma_addrinfo* next = res->ai_next;
+    free(res->ai_src_addr);
+    free(res->ai_dst_addr);
+    free(res->ai_src_canonname);
+    free(res->ai_dst_canonname);
+    free(res->ai_route);
+    free(res->ai_connect);
+    free(res);
+    res = next;
+  }
+}
+
+RDMACM_EXPORT int rdma_create_ep(rdma_cm_id** out, rdma_addrinfo* res, ibv_pd* pd, ibv_qp_init_attr* qp_init_attr) {
+  if (!out || !res) return fail(EINVAL);
+  rdma_cm_id* cm_id;
+  if (rdma_create_id(nullptr, &cm_id, nullptr, rdma_port_space(res->ai_port_space)) != 0) return -1;
+  Id* id = to_id(cm_id);
+  id->id.qp_type = ibv_qp_type(res->ai_qp_type);
+  int r;
+  if (res->ai_flags & RAI_PASSIVE) {
+    r = rdma_bind_addr(cm_id, res->ai_src_addr);
+    if (r == 0) {
+      // Each request rdma_get_request hands out gets a QP of these.
+      id->ep_pd = pd;
+      if (qp_init_attr) {
+        id->ep_has_qp_attr = true;
+        id->ep_qp_attr = *qp_init_attr;
+        id->ep_qp_attr.qp_type = ibv_qp_type(res->ai_qp_type);
+      }
+    }
+  } else {
+    r = rdma_resolve_addr(cm_id, res->ai_src_addr, res->ai_dst_addr, 2000);
+    if (r == 0) r = rdma_resolve_route(cm_id, 2000);
+    if (r == 0 && qp_init_attr) {
+      qp_init_attr->qp_type = ibv_qp_type(res->ai_qp_type);  // the endpoint's, whatever the caller left
+      r = rdma_create_qp(cm_id, pd, qp_init_attr);
+    }
+  }
+  if (r != 0) {
+    const int err = errno;
+    rdma_destroy_id(cm_id);
+    return fail(err);
+  }
+  *out = cm_id;
+  return 0;
+}
+
+RDMACM_EXPORT void rdma_destroy_ep(rdma_cm_id* id) {
+  if (!id) return;
+  if (id->qp) rdma_destroy_qp(id);
+  if (id->srq) rdma_destroy_srq(id);
+  rdma_destroy_id(id);
+}
+
+RDMACM_EXPORT int rdma_get_request(rdma_cm_id* listen, rdma_cm_id** out) {
+  Id* l = to_id(listen);
+  if (!l->sync || !out) return fail(EINVAL);
+  rdma_cm_event* event;
+  if (rdma_get_cm_event(listen->channel, &event) != 0) return -1;
+  if (event->status) {
+    const int err = event->status < 0 ? -event->status : event->status;
+    rdma_ack_cm_event(event);
+    return fail(err);
+  }
+  if (event->event != RDMA_CM_EVENT_CONNECT_REQUEST) {
+    rdma_ack_cm_event(event);
+    return fail(EINVAL);
+  }
+  rdma_cm_id* id = event->id;
+  if (l->ep_has_qp_attr) {
+    ibv_qp_init_attr attr = l->ep_qp_attr;
+    if (rdma_create_qp(id, l->ep_pd, &attr) != 0) {
+      const int err = errno;
+      rdma_reject(id, nullptr, 0);
+      rdma_ack_cm_event(event);
+      rdma_destroy_id(id);
+      return fail(err);
+    }
+  }
+  id->event = event;
+  *out = id;
+  return 0;
+}

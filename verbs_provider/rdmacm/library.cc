@@ -1,0 +1,169 @@
+// The library's devices and its connection to the engine's CM agent, and the
+// small calls that need nothing else (devices, event names, ports).
+#include <arpa/inet.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "uroce/runtime_dir.h"
+#include "verbs_provider/rdmacm/rdmacm.h"
+
+#define RDMACM_EXPORT extern "C" __attribute__((visibility("default")))
+
+namespace uroce::rdmacm {
+
+Library& library() {
+  static Library* lib = new Library;  // never freed: ids may outlive static destructors
+  return *lib;
+}
+
+// rdma-core opens every device once and shares the contexts between ids
+// (ucma_init); each device's engine gets a CM session when an id first
+// needs it.
+int init(Library** out) {
+  Library& lib = library();
+  std::lock_guard<std::mutex> lock(lib.mu);
+  *out = &lib;
+  if (lib.initialized) return lib.init_err;
+  lib.initialized = true;
+  int n = 0;
+  ibv_device** list = ibv_get_device_list(&n);
+  if (!list || n == 0) {
+    if (list) ibv_free_device_list(list);
+    return lib.init_err = ENODEV;
+  }
+  lib.contexts = static_cast<ibv_context**>(calloc(size_t(n) + 1, sizeof(ibv_context*)));
+  for (int i = 0; i < n; ++i) {
+    ibv_context* c = ibv_open_device(list[i]);
+    if (!c) continue;
+    lib.contexts[lib.num_contexts++] = c;
+    auto* e = new Engine;
+    e->ctx = c;
+    e->socket_path = engine_socket_path(runtime_dir(), ibv_get_device_name(list[i]));
+    ibv_gid gid{};
+    if (ibv_query_gid(c, 1, 0, &gid) == 0) std::memcpy(e->ip4, gid.raw + 12, 4);
+    ibv_gid_entry entry{};
+    if (ibv_query_gid_ex(c, 1, 2, &entry, 0) == 0) {
+      std::memcpy(e->ip6, entry.gid.raw, 16);
+      e->has_ip6 = true;
+    }
+    lib.engines.push_back(e);
+  }
+  ibv_free_device_list(list);
+  if (!lib.num_contexts) return lib.init_err = ENODEV;
+  return 0;
+}
+
+Engine* engine_for(const sockaddr* sa) {
+  Library& lib = library();
+  if (lib.engines.empty()) return nullptr;
+  abi::CmAddr a{};
+  if (sa && to_cm_addr(sa, &a) == 0) {
+    for (Engine* e : lib.engines) {
+      if (a.family == AF_INET && std::memcmp(a.addr, e->ip4, 4) == 0) return e;
+      if (a.family == AF_INET6 && e->has_ip6 && std::memcmp(a.addr, e->ip6, 16) == 0) return e;
+    }
+  }
+  return lib.engines.front();
+}
+
+int call(Engine* e, abi::CtlOp op, const void* req, size_t len, void* rep, size_t rep_len, const int* fds,
+         size_t nfds) {
+  if (!e) return EINVAL;
+  {
+    std::lock_guard<std::mutex> lock(e->mu);
+    if (e->pid != getpid()) {
+      if (e->pid) e->conn.close_fd();  // a forked child's copy of its parent's socket
+      e->pid = getpid();
+      if (int err = e->conn.connect_to(e->socket_path.c_str())) {
+        e->pid = 0;
+        return err;
+      }
+    }
+  }
+  return e->conn.call(op, req, len, rep, rep_len, fds, nfds);
+}
+
+int to_cm_addr(const sockaddr* sa, abi::CmAddr* out) {
+  *out = {};
+  if (!sa) return 0;
+  if (sa->sa_family == AF_INET) {
+    const auto* in = reinterpret_cast<const sockaddr_in*>(sa);
+    out->family = AF_INET;
+    out->port = in->sin_port;
+    std::memcpy(out->addr, &in->sin_addr, 4);
+    return 0;
+  }
+  if (sa->sa_family == AF_INET6) {
+    const auto* in6 = reinterpret_cast<const sockaddr_in6*>(sa);
+    out->family = AF_INET6;
+    out->port = in6->sin6_port;
+    out->scope_id = in6->sin6_scope_id;
+    std::memcpy(out->addr, &in6->sin6_addr, 16);
+    return 0;
+  }
+  return EAFNOSUPPORT;  // AF_IB is not served
+}
+
+void from_cm_addr(const abi::CmAddr& a, sockaddr_storage* out) {
+  std::memset(out, 0, sizeof(*out));
+  if (a.family == AF_INET) {
+    auto* in = reinterpret_cast<sockaddr_in*>(out);
+    in->sin_family = AF_INET;
+    in->sin_port = a.port;
+    std::memcpy(&in->sin_addr, a.addr, 4);
+  } else if (a.family == AF_INET6) {
+    auto* in6 = reinterpret_cast<sockaddr_in6*>(out);
+    in6->sin6_family = AF_INET6;
+    in6->sin6_port = a.port;
+    in6->sin6_scope_id = a.scope_id;
+    std::memcpy(&in6->sin6_addr, a.addr, 16);
+  }
+}
+
+}  // namespace uroce::rdmacm
+
+using namespace uroce::rdmacm;
+
+RDMACM_EXPORT ibv_context** rdma_get_devices(int* num_devices) {
+  Library* lib;
+  const int err = init(&lib);
+  const int n = err == ENODEV ? 0 : lib->num_contexts;
+  auto** list = static_cast<ibv_context**>(calloc(size_t(n) + 1, sizeof(ibv_context*)));
+  if (!list) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  for (int i = 0; i < n; ++i) list[i] = lib->contexts[i];
+  if (num_devices) *num_devices = n;
+  return list;
+}
+
+// The contexts stay open for every id that uses them (as rdma-core's).
+RDMACM_EXPORT void rdma_free_devices(ibv_context** list) { free(list); }
+
+RDMACM_EXPORT const char* rdma_event_str(rdma_cm_event_type event) {
+  static const char* const kNames[] = {
+      "RDMA_CM_EVENT_ADDR_RESOLVED",  "RDMA_CM_EVENT_ADDR_ERROR",      "RDMA_CM_EVENT_ROUTE_RESOLVED",
+      "RDMA_CM_EVENT_ROUTE_ERROR",    "RDMA_CM_EVENT_CONNECT_REQUEST", "RDMA_CM_EVENT_CONNECT_RESPONSE",
+      "RDMA_CM_EVENT_CONNECT_ERROR",  "RDMA_CM_EVENT_UNREACHABLE",     "RDMA_CM_EVENT_REJECTED",
+      "RDMA_CM_EVENT_ESTABLISHED",    "RDMA_CM_EVENT_DISCONNECTED",    "RDMA_CM_EVENT_DEVICE_REMOVAL",
+      "RDMA_CM_EVENT_MULTICAST_JOIN", "RDMA_CM_EVENT_MULTICAST_ERROR", "RDMA_CM_EVENT_ADDR_CHANGE",
+      "RDMA_CM_EVENT_TIMEWAIT_EXIT"};
+  const unsigned e = unsigned(event);
+  return e < sizeof(kNames) / sizeof(kNames[0]) ? kNames[e] : "UNKNOWN EVENT";
+}
+
+namespace {
+__be16 port_of(const sockaddr* sa) {
+  if (sa->sa_family == AF_INET) return reinterpret_cast<const sockaddr_in*>(sa)->sin_port;
+  if (sa->sa_family == AF_INET6) return reinterpret_cast<const sockaddr_in6*>(sa)->sin6_port;
+  return 0;
+}
+}  // namespace
+
+RDMACM_EXPORT __be16 rdma_get_src_port(rdma_cm_id* id) { return port_of(&id->route.addr.src_addr); }
+RDMACM_EXPORT __be16 rdma_get_dst_port(rdma_cm_id* id) { return port_of(&id->route.addr.dst_addr); }
