@@ -79,7 +79,12 @@ bool Device::poll_timers() {
 
 bool Device::poll(uint64_t now_ns) {
   now_ns_ = now_ns;
-  bool work = poll_rx();
+  // TM list operations first: an ADD a client published before posting a
+  // send is taken before that send leaves and before any answer to it comes
+  // in, as the control message that carried it was (else the answer would
+  // find no tag and go unexpected).
+  bool work = !tm_srqs_.empty() && poll_tm_ops();
+  work |= poll_rx();
   work |= poll_requesters();
   // Frames still queued on the loopback may hold the very ACKs a timer would
   // give up on (the engine was descheduled): receive them first.

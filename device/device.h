@@ -217,6 +217,7 @@ class Device {
   void deliver_raw(const Flow& rule, const net::Packet& p, const net::FrameFields& f);
   bool poll_wire_rx();
   bool poll_port_timers();
+  bool poll_tm_ops();  // device/srq.cc
   void transmit(net::Packet* p, PortId port);
   void emit(net::Packet* p, PortId port);
   void send_arp_request(const net::Ipv4Addr& ip);
@@ -256,6 +257,7 @@ class Device {
   Table<Cq> cqs_;
   Table<Qp> qps_;  // index = qpn - kFirstQpn + 1
   Table<Srq> srqs_;  // index = SRQ number
+  std::vector<uint32_t> tm_srqs_;  // the TM-SRQs, whose list-operation rings poll() reads
   Table<Xrcd> xrcds_;
   Table<XrcdHandle> xrcd_handles_;
   FlowSteering steering_;

@@ -173,6 +173,13 @@ struct Srq {
   uint32_t refs = 0;     // QPs created with it
   uint64_t consumed = 0;
   std::unique_ptr<TagList> tm;  // IBV_SRQT_TM: its tag list
+  // IBV_SRQT_TM: the list-operation ring and freed handles (abi::TmOpsHeader),
+  // with the engine's own copies of what it must not reread from the client.
+  QueueMemory tm_mem;
+  abi::TmOpsHeader* tm_hdr = nullptr;
+  uint32_t tm_log2_ops = 0, tm_log2_freed = 0;
+  uint32_t tm_consumer = 0, tm_answered = 0;
+  uint32_t tm_cq_seen = 0;  // the CQ's consumer at the last retire
 };
 
 }  // namespace uroce::device

@@ -78,9 +78,22 @@ Result<uint32_t> Device::create_srq(Owner* o, const abi::CreateSrqRequest& req) 
   if (type == IBV_SRQT_TM) {
     srq->cq = uint32_t(req.cq);
     srq->tm = std::make_unique<TagList>(req.max_num_tags, req.max_ops);
+    // The op ring holds every op not yet retired (at most max_ops), the
+    // freed ring every handle not yet taken back (at most max_num_tags).
+    srq->tm_log2_ops = log2_ceil(req.max_ops);
+    srq->tm_log2_freed = log2_ceil(req.max_num_tags);
+    if (int e = srq->tm_mem.create("uroce-tm-srq", abi::tm_region_size(srq->tm_log2_ops, srq->tm_log2_freed)))
+      return {e};
+    srq->tm_hdr = reinterpret_cast<abi::TmOpsHeader*>(srq->tm_mem.base());
+    srq->tm_hdr->log2_ops = srq->tm_log2_ops;
+    srq->tm_hdr->log2_freed = srq->tm_log2_freed;
+    srq->tm->attach_freed(reinterpret_cast<uint32_t*>(srq->tm_mem.base() + abi::tm_freed_offset(srq->tm_log2_ops)),
+                          (1u << srq->tm_log2_freed) - 1, &srq->tm_hdr->freed);
     ++cq->refs;
   }
-  return {0, srqs_.insert(std::move(srq))};
+  const uint32_t n = srqs_.insert(std::move(srq));
+  if (type == IBV_SRQT_TM) tm_srqs_.push_back(n);
+  return {0, n};
 }
 
 int Device::modify_srq(Owner* o, uint32_t handle, uint32_t mask, uint32_t max_wr, uint32_t limit) {
@@ -133,8 +146,10 @@ int Device::destroy_srq(Owner* o, uint32_t handle) {
   for (Qp* q : active_qps_)
     if (q->resp_recv_valid && q->resp_recv.srq == handle) q->resp_recv.discard = true;
   if (Pd* pd = pds_.get(s->pd)) --pd->refs;
-  if (s->type == IBV_SRQT_TM)
+  if (s->type == IBV_SRQT_TM) {
     if (Cq* cq = cqs_.get(s->cq)) --cq->refs;
+    std::erase(tm_srqs_, handle);
+  }
   if (s->type == IBV_SRQT_XRC) {
     if (Cq* cq = cqs_.get(s->cq)) --cq->refs;
     if (XrcdHandle* h = xrcd_handles_.get(s->xrcd_handle)) --h->objects;
@@ -170,6 +185,44 @@ Device::SrqOpsResult Device::post_srq_ops(Owner* o, uint32_t handle, const abi::
     }
   }
   return res;
+}
+
+// The list-operation rings of the TM-SRQs (abi::TmOpsHeader): the ops the
+// provider published since the last look; the ops retired as the SRQ's CQ
+// is polled (so the provider seldom has to ask); an answer if it asked.
+// Freed handles reach the provider as they are freed (TagList::attach_freed).
+// Everything read from the ring is the client's and is checked as a control
+// message would be.
+bool Device::poll_tm_ops() {
+  bool work = false;
+  for (uint32_t n : tm_srqs_) {
+    Srq& s = *srqs_.get(n);
+    abi::TmOpsHeader& h = *s.tm_hdr;
+    const uint32_t prod = h.producer.load(std::memory_order_acquire);
+    const uint32_t request = h.request.load(std::memory_order_acquire);
+    const Cq* cq = cqs_.get(s.cq);
+    const uint32_t cq_consumed = cq ? cq->ring.hdr->consumer.load(std::memory_order_acquire) : 0;
+    if (prod == s.tm_consumer && request == s.tm_answered && cq_consumed == s.tm_cq_seen) continue;
+    s.tm_cq_seen = cq_consumed;
+    if (prod != s.tm_consumer || request != s.tm_answered) work = true;
+    // A client publishing more than the ring holds gets the last ring's worth.
+    const uint32_t ring = 1u << s.tm_log2_ops;
+    if (prod - s.tm_consumer > ring) s.tm_consumer = prod - ring;
+    const auto* ops = reinterpret_cast<const abi::SrqOp*>(s.tm_mem.base() + abi::kTmOpsOffset);
+    for (; s.tm_consumer != prod; ++s.tm_consumer) {
+      const abi::SrqOp op = ops[s.tm_consumer & (ring - 1)];  // a copy: the client may rewrite it
+      uint32_t handle;
+      post_srq_ops(s.owner, n, &op, 1, &handle);  // a refused op retires at once
+    }
+    h.consumer.store(s.tm_consumer, std::memory_order_release);
+    s.tm->retire(cq ? cq->ring.hdr->consumer.load(std::memory_order_acquire) : 0);
+    h.retired.store(s.tm->retired(), std::memory_order_release);
+    if (request != s.tm_answered) {
+      s.tm_answered = request;
+      h.answered.store(request, std::memory_order_release);
+    }
+  }
+  return work;
 }
 
 Result<uint32_t> Device::open_xrcd(Owner* o, int fd, uint32_t oflags) {

@@ -46,9 +46,7 @@ void write_fin(uint8_t* out, const Tmh& tmh, const Rvh& rvh) {
 }
 
 TagList::TagList(uint32_t max_num_tags, uint32_t max_ops)
-    : max_num_tags_(max_num_tags), max_ops_(max_ops), entries_(max_num_tags) {
-  for (uint32_t i = 0; i < max_num_tags; ++i) free_.push_back(i);
-}
+    : max_num_tags_(max_num_tags), max_ops_(max_ops), entries_(max_num_tags) {}
 
 void TagList::sync(uint32_t unexpected_cnt) {
   synced_ = unexpected_cnt;
@@ -59,22 +57,18 @@ void TagList::sync(uint32_t unexpected_cnt) {
 void TagList::retire(uint32_t cq_consumed) {
   while (!signaled_.empty() && int32_t(cq_consumed - signaled_.front().cq_pos) > 0) {
     outstanding_ -= signaled_.front().ops;
+    retired_ += signaled_.front().ops;
     signaled_.pop_front();
   }
 }
 
 TagList::OpResult TagList::post(const abi::SrqOp& op, uint32_t cq_pos, uint32_t cq_consumed) {
-  OpResult r;
-  if (op.opcode > IBV_WR_TAG_SYNC || (op.flags & ~uint32_t(IBV_OPS_SIGNALED | IBV_OPS_TM_SYNC))) {
-    r.err = EINVAL;
-    return r;
-  }
+  if (op.opcode > IBV_WR_TAG_SYNC || (op.flags & ~uint32_t(IBV_OPS_SIGNALED | IBV_OPS_TM_SYNC)))
+    return refuse(EINVAL);
   retire(cq_consumed);
   // mlx5_post_srq_ops: the command QP is full (max_ops WQEs not yet retired).
-  if (outstanding_ >= max_ops_) {
-    r.err = ENOMEM;
-    return r;
-  }
+  if (outstanding_ >= max_ops_) return refuse(ENOMEM);
+  OpResult r;
   abi::Cqe& c = r.cqe;
   c.wr_id = op.wr_id;
   c.status = IBV_WC_SUCCESS;
@@ -82,17 +76,9 @@ TagList::OpResult TagList::post(const abi::SrqOp& op, uint32_t cq_pos, uint32_t 
     case IBV_WR_TAG_ADD: {
       // SEMANTICS 3.5: more SGEs than tm_caps.max_sge is EINVAL (mlx5 checks
       // it in debug builds only; always here). A full list is ENOMEM.
-      if (op.num_sge > kTmMaxSge) {
-        r.err = EINVAL;
-        return r;
-      }
-      if (free_.empty()) {
-        r.err = ENOMEM;
-        return r;
-      }
+      if (op.num_sge > kTmMaxSge || !is_free(op.handle)) return refuse(EINVAL);
       if (op.flags & IBV_OPS_TM_SYNC) sync(op.unexpected_cnt);
-      r.handle = free_.front();
-      free_.pop_front();
+      r.handle = op.handle;
       Entry& e = entries_[r.handle];
       e.state = State::kPosted;
       e.tag = op.tag;
@@ -108,17 +94,14 @@ TagList::OpResult TagList::post(const abi::SrqOp& op, uint32_t cq_pos, uint32_t 
       break;
     }
     case IBV_WR_TAG_DEL: {
-      if (op.handle >= max_num_tags_) {
-        r.err = EINVAL;
-        return r;
-      }
+      if (op.handle >= max_num_tags_) return refuse(EINVAL);
       if (op.flags & IBV_OPS_TM_SYNC) sync(op.unexpected_cnt);
       Entry& e = entries_[op.handle];
       c.opcode = IBV_WC_TM_DEL;
       if (e.state == State::kPosted) {
         order_.erase(e.pos);
         e.state = State::kFree;
-        free_.push_back(op.handle);
+        give_back(op.handle);
         if (!e.eligible) c.wc_flags = IBV_WC_TM_SYNC_REQ;
       } else {
         // Consumed by a message meanwhile (or never posted): the hardware
@@ -159,7 +142,7 @@ std::optional<TagList::Match> TagList::match(uint64_t tag) {
 void TagList::release(uint32_t handle) {
   if (handle >= max_num_tags_ || entries_[handle].state != State::kConsumed) return;
   entries_[handle].state = State::kFree;
-  free_.push_back(handle);
+  give_back(handle);
 }
 
 bool TagList::count_unexpected() {

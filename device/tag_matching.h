@@ -6,6 +6,7 @@
 // knows nothing of packets or memory.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <list>
@@ -58,7 +59,10 @@ class TagList {
   // completion would be written in the SRQ's CQ, `cq_consumed` the CQ's
   // consumer index now (for the outstanding-op limit). Fills *cqe and
   // returns true if a completion is due (IBV_OPS_SIGNALED); *err is the
-  // errno that refuses the op (nothing changed then).
+  // errno that refuses the op (nothing changed then, but it counts as
+  // retired). A TAG_ADD takes op.handle, which must be free: the provider
+  // allocates handles and refuses a full list itself, as mlx5 does
+  // (mlx5_post_srq_ops, srq->tm_head), so a taken handle here is a bad client.
   struct OpResult {
     int err = 0;
     bool signaled = false;
@@ -75,6 +79,24 @@ class TagList {
   };
   std::optional<Match> match(uint64_t tag);
   void release(uint32_t handle);  // the consuming message's last completion is out
+  bool is_free(uint32_t handle) const {
+    return handle < max_num_tags_ && entries_[handle].state == State::kFree;
+  }
+  // Where freed handles go (DEL done, release()): straight into the
+  // provider's shared ring once attached (abi::TmOpsHeader::freed), so it
+  // finds them without asking; else kept for take_freed().
+  void attach_freed(uint32_t* ring, uint32_t mask, std::atomic<uint32_t>* count) {
+    sink_ = {ring, mask, count, 0};
+  }
+  // Handles that became free since the last call, oldest first.
+  template <class Fn>
+  void take_freed(Fn&& fn) {
+    for (uint32_t h : freed_) fn(h);
+    freed_.clear();
+  }
+  // Retires the ops whose signaled completion the CQ's consumer has passed.
+  void retire(uint32_t cq_consumed);
+  uint32_t retired() const { return retired_; }  // ops retired or refused, ever
 
   // An EAGER or RNDV message that matched nothing. Returns whether its
   // completion carries IBV_WC_TM_SYNC_REQ.
@@ -95,11 +117,30 @@ class TagList {
     std::list<uint32_t>::iterator pos;  // in order_, while posted
   };
   void sync(uint32_t unexpected_cnt);
-  void retire(uint32_t cq_consumed);
+  void give_back(uint32_t handle) {
+    if (!sink_.ring) {
+      freed_.push_back(handle);
+      return;
+    }
+    sink_.ring[sink_.n++ & sink_.mask] = handle;
+    sink_.count->store(sink_.n, std::memory_order_release);
+  }
+  OpResult refuse(int err) {
+    ++retired_;
+    OpResult r;
+    r.err = err;
+    return r;
+  }
 
   uint32_t max_num_tags_, max_ops_;
   std::vector<Entry> entries_;
-  std::deque<uint32_t> free_;   // FIFO: a released handle is reused last
+  std::vector<uint32_t> freed_;  // freed, not yet given back to the provider
+  struct {
+    uint32_t* ring = nullptr;
+    uint32_t mask = 0;
+    std::atomic<uint32_t>* count = nullptr;
+    uint32_t n = 0;
+  } sink_;
   std::list<uint32_t> order_;   // posted entries, oldest first
   uint32_t unexpected_ = 0;     // U: messages classified unexpected
   uint32_t synced_ = 0;         // S: software's last unexpected_cnt
@@ -111,6 +152,7 @@ class TagList {
   std::deque<Signaled> signaled_;
   uint32_t unsignaled_run_ = 0;
   uint32_t outstanding_ = 0;
+  uint32_t retired_ = 0;
 };
 
 }  // namespace uroce::device

@@ -23,13 +23,14 @@ namespace uroce::emulator {
 
 class Session;
 
-// Clients the engine turned away or hung up on (emulator/session.cc), shown
-// by `uroce stats` beside the device's counters.
+// Clients the engine turned away or hung up on, and control messages served
+// (emulator/session.cc), shown by `uroce stats` beside the device's counters.
 #define UROCE_ENGINE_COUNTERS(X)                                                          \
   X(clients_refused, "connections refused: user not admitted (uroced --users/--group)")  \
   X(clients_junk, "clients disconnected: malformed control message (size, operation, fds)") \
   X(clients_flooding, "clients disconnected: requests sent without reading the replies") \
-  X(engine_ops_refused, "fault/capture/port requests refused: not the owner or root")
+  X(engine_ops_refused, "fault/capture/port requests refused: not the owner or root") \
+  X(control_messages, "control messages served (the data path, TM list ops included, sends none)")
 
 struct EngineCounters {
 #define UROCE_ENGINE_COUNTER_FIELD(name, desc) uint64_t name = 0;

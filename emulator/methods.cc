@@ -136,8 +136,9 @@ constexpr Table make_table() {
                                 einval(UROCE_HANDLE(HandleRequest, handle, kSrq)));
   at(CtlOp::kDestroySrq) = method("destroy_srq", destroy_srq, exact<HandleRequest>(), kNoFds,
                                   destroyed(UROCE_HANDLE(HandleRequest, handle, kSrq)));
-  at(CtlOp::kPostSrqOps) = method("post_srq_ops", post_srq_ops, exact<PostSrqOpsRequest>(), kNoFds,
-                                  einval(UROCE_HANDLE(PostSrqOpsRequest, handle, kSrq)));
+  // Versions 4-7 posted TM list operations here; they go through the
+  // TM-SRQ's ring now (abi::TmOpsHeader), the slot keeps later ops' numbers.
+  at(CtlOp::kUnusedPostSrqOps) = method("unused_post_srq_ops", [](Call&) { return EOPNOTSUPP; }, kNoBody, kNoFds);
   at(CtlOp::kOpenXrcd) =
       method("open_xrcd", open_xrcd, exact<OpenXrcdRequest>(), fds_optional(1));  // the file
   at(CtlOp::kCloseXrcd) = method("close_xrcd", close_xrcd, exact<HandleRequest>(), kNoFds,

@@ -159,7 +159,6 @@ int create_srq(Call& c);
 int modify_srq(Call& c);
 int query_srq(Call& c);
 int destroy_srq(Call& c);
-int post_srq_ops(Call& c);
 int open_xrcd(Call& c);
 int close_xrcd(Call& c);
 int open_qp(Call& c);

@@ -24,6 +24,13 @@ int reply_srq(Call& c, uint64_t handle, uint32_t srqn, bool with_fd) {
   rep.stride = s->ring.stride;
   rep.shm_size = s->mem.size();
   if (with_fd) c.pass_fd(s->mem.release_fd(), true);
+  // A TM-SRQ's list-operation region, at creation only (it never moves).
+  if (s->tm && s->tm_mem.fd() >= 0) {
+    rep.tm_shm_size = s->tm_mem.size();
+    rep.tm_max_num_tags = s->tm->max_num_tags();
+    rep.tm_max_ops = s->tm->max_ops();
+    c.pass_fd(s->tm_mem.release_fd(), true);
+  }
   return c.reply(rep);
 }
 
@@ -52,18 +59,6 @@ int query_srq(Call& c) {
 
 int destroy_srq(Call& c) {
   return c.dev.destroy_srq(&c.owner, uint32_t(c.request<abi::HandleRequest>().handle));
-}
-
-// Tag-list operations of a TM-SRQ (device/tag_matching.h): the reply says
-// how many were taken and why the next was not.
-int post_srq_ops(Call& c) {
-  const auto& req = c.request<abi::PostSrqOpsRequest>();
-  if (req.count > abi::kMaxSrqOpsPerCall) return EINVAL;
-  abi::PostSrqOpsReply rep{};
-  const auto r = c.dev.post_srq_ops(&c.owner, uint32_t(req.handle), req.ops, req.count, rep.handles);
-  rep.done = r.done;
-  rep.err = r.err;
-  return c.reply(rep);
 }
 
 // Request fds: [the file naming a shared domain] unless has_fd is 0.

@@ -99,6 +99,7 @@ bool Session::handle_readable() {
     return hang_up(Verdict::kJunk, &hdr, size_t(n));
   }
   const Verdict v = dispatch(hdr, buf + sizeof(hdr), fds);
+  ++engine_.counters().control_messages;
   close_fds(fds);
   return v == Verdict::kServe || hang_up(v, &hdr, size_t(n));
 }

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -173,6 +174,22 @@ struct UQp {
 
 inline UQp* to_uqp(ibv_qp* qp) { return reinterpret_cast<UQp*>(qp); }
 
+// IBV_SRQT_TM: the provider's side of the list-operation ring
+// (abi::TmOpsHeader) and the tag handles it allocates, as mlx5 does.
+struct UTmRing {
+  void* map = nullptr;
+  size_t map_size = 0;
+  abi::TmOpsHeader* hdr = nullptr;
+  abi::SrqOp* ops = nullptr;
+  const uint32_t* freed = nullptr;
+  uint32_t ops_mask = 0, freed_mask = 0;
+  uint32_t max_num_tags = 0, max_ops = 0;
+  uint32_t prod = 0;        // ops written
+  uint32_t freed_seen = 0;  // handles taken back from the freed ring
+  uint32_t request = 0;     // last request for an answer
+  std::deque<uint32_t> free_handles;  // FIFO: a handle given back is reused last
+};
+
 struct USrq {
   ibv_srq srq;
   UContext* ctx;
@@ -183,6 +200,7 @@ struct USrq {
   URing ring;
   std::mutex mu;
   uint32_t max_wr, max_sge;
+  UTmRing tm;
 };
 int post_srq_ops(ibv_srq* srq, ibv_ops_wr* op, ibv_ops_wr** bad_op);
 

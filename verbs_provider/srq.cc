@@ -1,5 +1,7 @@
 // Shared receive queues (basic and XRC) and XRC domains.
 #include <fcntl.h>
+#include <poll.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -20,6 +22,83 @@ void attach_ring(USrq* s, const abi::CreateSrqReply& rep, void* map) {
   s->ring.prod = s->ring.hdr->producer.load();
   s->max_wr = rep.max_wr;
   s->max_sge = rep.max_sge;
+}
+
+bool attach_tm(USrq* s, const abi::CreateSrqReply& rep, int fd) {
+  void* map = map_queue(fd, rep.tm_shm_size);
+  if (!map) return false;
+  UTmRing& t = s->tm;
+  t.map = map;
+  t.map_size = rep.tm_shm_size;
+  t.hdr = static_cast<abi::TmOpsHeader*>(map);
+  const uint32_t log2_ops = t.hdr->log2_ops;
+  const uint32_t log2_freed = t.hdr->log2_freed;
+  if (abi::tm_region_size(log2_ops, log2_freed) > rep.tm_shm_size ||
+      (1ull << log2_freed) < rep.tm_max_num_tags || (1ull << log2_ops) < rep.tm_max_ops) {
+    unmap_queue(map, rep.tm_shm_size);
+    t.map = nullptr;
+    return false;
+  }
+  t.ops = reinterpret_cast<abi::SrqOp*>(static_cast<uint8_t*>(map) + abi::kTmOpsOffset);
+  t.freed = reinterpret_cast<const uint32_t*>(static_cast<uint8_t*>(map) + abi::tm_freed_offset(log2_ops));
+  t.ops_mask = (1u << log2_ops) - 1;
+  t.freed_mask = (1u << log2_freed) - 1;
+  t.max_num_tags = rep.tm_max_num_tags;
+  t.max_ops = rep.tm_max_ops;
+  for (uint32_t h = 0; h < t.max_num_tags; ++h) t.free_handles.push_back(h);
+  return true;
+}
+
+void tm_take_freed(UTmRing& t) {
+  const uint32_t f = t.hdr->freed.load(std::memory_order_acquire);
+  for (; t.freed_seen != f; ++t.freed_seen) t.free_handles.push_back(t.freed[t.freed_seen & t.freed_mask]);
+}
+
+// The list or the op ring looks full: publish what was written, ask the
+// engine for its retired count and freed handles as of now, and wait for
+// the answer (one trip through the engine's poll loop, no syscall unless it
+// sleeps). Only here does ibv_post_srq_ops wait; EIO if the engine is gone.
+int tm_refresh(USrq* s) {
+  UTmRing& t = s->tm;
+  t.hdr->producer.store(t.prod, std::memory_order_release);
+  const uint32_t req = ++t.request;
+  t.hdr->request.store(req, std::memory_order_release);
+  s->ctx->ring_doorbell();
+  for (uint32_t spins = 1; t.hdr->answered.load(std::memory_order_acquire) != req; ++spins) {
+    if (s->ctx->engine_gone) return EIO;
+    if (spins % 4096 == 0) {
+      pollfd p{s->ctx->conn.fd(), POLLRDHUP, 0};
+      if (p.fd < 0 || (poll(&p, 1, 0) == 1 && (p.revents & (POLLHUP | POLLRDHUP | POLLERR)))) {
+        s->ctx->engine_gone = true;
+        return EIO;
+      }
+    }
+    sched_yield();
+  }
+  tm_take_freed(t);
+  return 0;
+}
+
+// One op's checks, in mlx5_post_srq_ops' order: EINVAL for what no state
+// makes valid, ENOMEM for max_ops outstanding or a full list.
+int tm_check(USrq* s, const ibv_ops_wr* w) {
+  UTmRing& t = s->tm;
+  if (w->opcode > IBV_WR_TAG_SYNC || (w->flags & ~uint32_t(IBV_OPS_SIGNALED | IBV_OPS_TM_SYNC))) return EINVAL;
+  if (t.prod - t.hdr->retired.load(std::memory_order_acquire) >= t.max_ops) {
+    if (int err = tm_refresh(s)) return err;
+    if (t.prod - t.hdr->retired.load(std::memory_order_acquire) >= t.max_ops) return ENOMEM;
+  }
+  if (w->opcode == IBV_WR_TAG_ADD) {
+    // SEMANTICS 3.5: more SGEs than tm_caps.max_sge (1) is EINVAL.
+    if (w->tm.add.num_sge > 1) return EINVAL;
+    if (t.free_handles.empty()) tm_take_freed(t);
+    if (t.free_handles.empty()) {
+      if (int err = tm_refresh(s)) return err;
+      if (t.free_handles.empty()) return ENOMEM;
+    }
+  }
+  if (w->opcode == IBV_WR_TAG_DEL && w->tm.handle >= t.max_num_tags) return EINVAL;
+  return 0;
 }
 
 }  // namespace
@@ -75,16 +154,20 @@ ibv_srq* create_srq_ex(ibv_context* context, ibv_srq_init_attr_ex* attr) {
   req.max_sge = attr->attr.max_sge;
   req.srq_limit = attr->attr.srq_limit;
   abi::CreateSrqReply rep;
-  int fd = -1;
+  int fds[2] = {-1, -1};
   if (int err = c->conn.call(abi::CtlOp::kCreateSrq, &req, sizeof(req), &rep, sizeof(rep), nullptr, 0,
-                             &fd, 1)) {
+                             fds, type == IBV_SRQT_TM ? 2 : 1)) {
     delete s;
     errno = err;
     return nullptr;
   }
-  void* map = map_queue(fd, rep.shm_size);
-  close(fd);
-  if (!map) {
+  void* map = map_queue(fds[0], rep.shm_size);
+  close(fds[0]);
+  const bool tm_ok = type != IBV_SRQT_TM || (fds[1] >= 0 && attach_tm(s, rep, fds[1]));
+  if (fds[1] >= 0) close(fds[1]);
+  if (!map || !tm_ok) {
+    if (map) unmap_queue(map, rep.shm_size);
+    if (s->tm.map) unmap_queue(s->tm.map, s->tm.map_size);
     abi::HandleRequest d{rep.handle};
     c->conn.call(abi::CtlOp::kDestroySrq, &d, sizeof(d), nullptr, 0);
     delete s;
@@ -143,49 +226,51 @@ int post_srq_recv(ibv_srq* ibsrq, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
 }
 
 // ibv_post_srq_ops (verbs.h: an inline reaching verbs_context.post_srq_ops):
-// the ops travel in one control message per kMaxSrqOpsPerCall; the engine
-// takes them in order and stops at the first that fails.
+// each op is written into the TM-SRQ's op ring and published at the end,
+// with a doorbell, as post_srq_recv does; the engine's poll loop takes them.
+// Handles of TAG_ADD come from the provider's free list (mlx5's tm_head).
 int post_srq_ops(ibv_srq* ibsrq, ibv_ops_wr* op, ibv_ops_wr** bad_op) {
   USrq* s = to_usrq(ibsrq);
   if (s->type != IBV_SRQT_TM) {
     *bad_op = op;
     return EINVAL;
   }
-  while (op) {
-    abi::PostSrqOpsRequest req{};
-    req.handle = ibsrq->handle;
-    ibv_ops_wr* batch[abi::kMaxSrqOpsPerCall];
-    for (ibv_ops_wr* w = op; w && req.count < abi::kMaxSrqOpsPerCall; w = w->next) {
-      abi::SrqOp& o = req.ops[req.count];
-      o.wr_id = w->wr_id;
-      o.opcode = w->opcode;
-      o.flags = uint32_t(w->flags);
-      o.unexpected_cnt = w->tm.unexpected_cnt;
-      o.handle = w->tm.handle;
-      if (w->opcode == IBV_WR_TAG_ADD) {
-        o.recv_wr_id = w->tm.add.recv_wr_id;
-        o.tag = w->tm.add.tag;
-        o.mask = w->tm.add.mask;
-        o.num_sge = w->tm.add.num_sge;
-        if (w->tm.add.num_sge >= 1 && w->tm.add.sg_list)
-          o.sge = {w->tm.add.sg_list[0].addr, w->tm.add.sg_list[0].length, w->tm.add.sg_list[0].lkey};
-      }
-      batch[req.count++] = w;
-    }
-    abi::PostSrqOpsReply rep{};
-    if (int err = s->ctx->conn.call(abi::CtlOp::kPostSrqOps, &req, sizeof(req), &rep, sizeof(rep))) {
-      *bad_op = op;
-      return errno_from_call(err);
-    }
-    for (uint32_t i = 0; i < rep.done && i < req.count; ++i)
-      if (batch[i]->opcode == IBV_WR_TAG_ADD) batch[i]->tm.handle = rep.handles[i];
-    if (rep.err) {
-      *bad_op = rep.done < req.count ? batch[rep.done] : op;
-      return rep.err;
-    }
-    for (uint32_t i = 0; i < req.count; ++i) op = op->next;
+  if (s->ctx->engine_gone) {
+    *bad_op = op;
+    return EIO;
   }
-  return 0;
+  UTmRing& t = s->tm;
+  std::lock_guard<std::mutex> lock(s->mu);
+  const uint32_t start = t.prod;
+  int err = 0;
+  for (; op; op = op->next) {
+    if ((err = tm_check(s, op))) break;
+    abi::SrqOp o{};
+    o.wr_id = op->wr_id;
+    o.opcode = op->opcode;
+    o.flags = uint32_t(op->flags);
+    o.unexpected_cnt = op->tm.unexpected_cnt;
+    o.handle = op->tm.handle;
+    if (op->opcode == IBV_WR_TAG_ADD) {
+      o.handle = t.free_handles.front();
+      t.free_handles.pop_front();
+      op->tm.handle = o.handle;
+      o.recv_wr_id = op->tm.add.recv_wr_id;
+      o.tag = op->tm.add.tag;
+      o.mask = op->tm.add.mask;
+      o.num_sge = op->tm.add.num_sge;
+      if (op->tm.add.num_sge >= 1 && op->tm.add.sg_list)
+        o.sge = {op->tm.add.sg_list[0].addr, op->tm.add.sg_list[0].length, op->tm.add.sg_list[0].lkey};
+    }
+    t.ops[t.prod & t.ops_mask] = o;
+    ++t.prod;
+  }
+  if (err) *bad_op = op;
+  if (t.prod != start) {
+    t.hdr->producer.store(t.prod, std::memory_order_release);
+    s->ctx->ring_doorbell();
+  }
+  return err;
 }
 
 int get_srq_num(ibv_srq* srq, uint32_t* srq_num) {
@@ -291,6 +376,7 @@ UROCE_EXPORT int ibv_destroy_srq(ibv_srq* ibsrq) {
   int err = to_uctx(ibsrq->context)->conn.call(abi::CtlOp::kDestroySrq, &req, sizeof(req), nullptr, 0);
   if (err && err != EIO) return err;
   unmap_queue(s->map, s->map_size);
+  if (s->tm.map) unmap_queue(s->tm.map, s->tm.map_size);
   pthread_cond_destroy(&ibsrq->cond);
   pthread_mutex_destroy(&ibsrq->mutex);
   delete s;

@@ -18,12 +18,13 @@
 namespace uroce::abi {
 
 constexpr uint32_t kMagic = 0x434f5255;  // "UROC"
-constexpr uint32_t kVersion = 7;  // 2: MRs on shared pages; 3: session handles, AHs in the engine;
+constexpr uint32_t kVersion = 8;  // 2: MRs on shared pages; 3: session handles, AHs in the engine;
                                   // 4: tag matching (DeviceInfo::tm, CreateSrqRequest, kPostSrqOps)
                                   // 5: memory windows (SendWqe::bind, kAllocMw, DeviceInfo::max_mw)
                                   // 6: raw packet QPs and flow steering (DeviceInfo::raw,
                                   //    CreateQpRequest::create_flags, kCreateFlow, Cqe::flow_tag)
                                   // 7: the connection manager (kCmCreateChannel ... kCmMigrate)
+                                  // 8: TM list operations through TmOpsHeader's ring, not kPostSrqOps
 constexpr size_t kCacheLine = 64;
 constexpr size_t kMaxDeviceName = 64;
 constexpr size_t kMaxGids = 16;
@@ -250,7 +251,7 @@ enum class CtlOp : uint32_t {
   kCreateAh,
   kDestroyAh,
   kReport,  // ReportRequest: the engine's state and counters as JSON, in pieces
-  kPostSrqOps,  // PostSrqOpsRequest: tag-list operations of a TM-SRQ
+  kUnusedPostSrqOps,  // versions 4-7 only: TM list ops now go through TmOpsHeader's ring
   kAllocMw,     // AllocMwRequest: a memory window (bound later by a WQE)
   kDeallocMw,   // HandleRequest
   kCreateFlow,   // CreateFlowRequest: a steering rule on a raw packet QP
@@ -572,15 +573,20 @@ struct CreateSrqRequest {
   uint32_t max_ops;
 };
 
-// kPostSrqOps: ibv_post_srq_ops on a TM-SRQ, up to kMaxSrqOpsPerCall ops
-// per message (the provider splits longer lists). One control message per
-// call, not per op: list operations are control-path work in MPI and UCX.
+// ibv_post_srq_ops on a TM-SRQ: the ops go through a ring in a second
+// shared region of the SRQ (no control message), read by the engine's poll
+// loop as the SQs are. As mlx5_post_srq_ops (rdma-core providers/mlx5/qp.c)
+// the provider allocates the tag handles and refuses a full list or
+// max_ops outstanding ops itself; the engine gives handles back through the
+// `freed` ring (DEL done, or the consuming message's last completion out)
+// and reports ops retired (mlx5's command-QP tail: a signaled op retires,
+// with the unsignaled ones before it, once its completion is polled).
 struct SrqOp {
   uint64_t wr_id;
   uint32_t opcode;          // enum ibv_ops_wr_opcode
   uint32_t flags;           // enum ibv_ops_flags
   uint32_t unexpected_cnt;  // with IBV_OPS_TM_SYNC
-  uint32_t handle;          // TAG_DEL
+  uint32_t handle;          // TAG_DEL; TAG_ADD: the provider's choice, free in the engine
   uint64_t recv_wr_id;      // TAG_ADD from here on
   uint64_t tag;
   uint64_t mask;
@@ -589,22 +595,38 @@ struct SrqOp {
   Sge sge;
 };
 static_assert(sizeof(SrqOp) == 72);
-constexpr uint32_t kMaxSrqOpsPerCall = 48;
-struct PostSrqOpsRequest {
-  uint64_t handle;
-  uint32_t count;
-  uint32_t reserved;
-  SrqOp ops[kMaxSrqOpsPerCall];
+// At offset 0 of the TM region; then 2^log2_ops SrqOp, then 2^log2_freed
+// uint32_t handles (kTmOpsOffset, tm_freed_offset()).
+struct TmOpsHeader {
+  // Written by the client: ops published (release), and a request counter
+  // it bumps when it needs the engine's up-to-date retired/freed (a full
+  // list or max_ops reached): the engine answers by storing it in `answered`.
+  alignas(kCacheLine) std::atomic<uint32_t> producer;
+  std::atomic<uint32_t> request;
+  // Written by the engine.
+  alignas(kCacheLine) std::atomic<uint32_t> consumer;  // ops taken
+  std::atomic<uint32_t> retired;                       // ops retired, ever
+  std::atomic<uint32_t> freed;                         // handles pushed into the freed ring, ever
+  std::atomic<uint32_t> answered;                      // last request served (stored last)
+  // Written once by the engine at creation; the engine keeps its own copy.
+  alignas(kCacheLine) uint32_t log2_ops;
+  uint32_t log2_freed;
+  uint32_t reserved[14];
 };
-static_assert(sizeof(PostSrqOpsRequest) + sizeof(CtlRequestHeader) <= kMaxCtlMsg);
-// Ops are taken in order up to the first that fails: `done` of them were
-// posted; `err` is that op's errno (0: all). TAG_ADD handles in `handles`.
-struct PostSrqOpsReply {
-  uint32_t done;
-  int32_t err;
-  uint32_t handles[kMaxSrqOpsPerCall];
-};
-// Reply fds: [queue memfd].
+static_assert(sizeof(TmOpsHeader) == 3 * kCacheLine);
+static_assert(offsetof(TmOpsHeader, consumer) == kCacheLine);
+static_assert(offsetof(TmOpsHeader, log2_ops) == 2 * kCacheLine);
+static_assert(std::is_standard_layout_v<TmOpsHeader>);
+constexpr size_t kTmOpsOffset = sizeof(TmOpsHeader);
+constexpr size_t tm_freed_offset(uint32_t log2_ops) {
+  return kTmOpsOffset + (size_t(1) << log2_ops) * sizeof(SrqOp);
+}
+constexpr size_t tm_region_size(uint32_t log2_ops, uint32_t log2_freed) {
+  return tm_freed_offset(log2_ops) + (size_t(1) << log2_freed) * sizeof(uint32_t);
+}
+static_assert(kTmOpsOffset % alignof(SrqOp) == 0 && tm_freed_offset(0) % alignof(uint32_t) == 0);
+// Reply fds: [queue memfd], then for IBV_SRQT_TM at creation [TM region memfd]
+// (tm_shm_size bytes; tm_max_num_tags, tm_max_ops as the engine took them).
 struct CreateSrqReply {
   uint64_t handle;
   uint32_t srqn;
@@ -614,6 +636,9 @@ struct CreateSrqReply {
   uint32_t stride;
   uint32_t reserved;
   uint64_t shm_size;
+  uint64_t tm_shm_size;  // IBV_SRQT_TM, at creation: 0 otherwise
+  uint32_t tm_max_num_tags;
+  uint32_t tm_max_ops;
 };
 
 struct ModifySrqRequest {

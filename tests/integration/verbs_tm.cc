@@ -6,14 +6,44 @@
 #include <arpa/inet.h>
 #include <endian.h>
 #include <infiniband/tm_types.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <thread>
 
 #include "tests/integration/verbs_srq_fixture.h"
+#include "uroce/abi.h"
 
 namespace vt::srq_test {
 namespace {
+
+// The engine's control_messages counter (`uroce stats`, a kStats request on
+// a connection of its own, read as verbs_handles.cc reads its counters);
+// -1 if unreadable. The request itself is counted after its reply.
+long control_messages() {
+  const char* dir = std::getenv("UROCE_RUNTIME_DIR");
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::snprintf(addr.sun_path, sizeof(addr.sun_path), "%s/%s.sock", dir ? dir : "", kDeviceName);
+  const int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  long value = -1;
+  const uroce::abi::CtlRequestHeader hdr{uint32_t(uroce::abi::CtlOp::kStats), 0};
+  static char buf[uroce::abi::kMaxCtlMsg + 1];
+  ssize_t n = -1;
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      send(fd, &hdr, sizeof(hdr), MSG_NOSIGNAL) == ssize_t(sizeof(hdr)))
+    n = recv(fd, buf, sizeof(buf) - 1, 0);
+  close(fd);
+  if (n > ssize_t(sizeof(uroce::abi::CtlReplyHeader))) {
+    buf[n] = 0;
+    const char* at = std::strstr(buf + sizeof(uroce::abi::CtlReplyHeader), "  control_messages ");
+    if (at) value = std::atol(at + std::strlen("  control_messages "));
+  }
+  return value;
+}
 
 constexpr uint32_t kTmhSize = 16;
 
@@ -367,6 +397,27 @@ TEST_F(TmTest, AddDelSyncCompleteWithTheirOpcodesAndAFullListIsEnomem) {
   big.tm.add.num_sge = 2;
   EXPECT_EQ(ibv_post_srq_ops(srq_, &big, &bad), EINVAL);
   EXPECT_EQ(bad, &big);
+}
+
+// ibv_post_srq_ops goes through the TM-SRQ's ring (abi::TmOpsHeader): a list
+// of 4 tags turned over 100 times, with max_ops 2 (so the provider must ask
+// the engine for retired ops and freed handles), and not one control message.
+TEST_F(TmTest, ListOperationsSendNoControlMessage) {
+  ASSERT_NO_FATAL_FAILURE(make_tm(4, 2));
+  const long before = control_messages();
+  ASSERT_GE(before, 0) << "no control_messages counter in uroce stats";
+  for (uint64_t i = 0; i < 100; ++i) {
+    uint32_t h = ~0u;
+    ASSERT_EQ(add(i, ~0ull, i, tagged_mr_, 0, 64, &h), 0) << i;
+    TmWc w = expect_wc();
+    ASSERT_EQ(w.opcode, IBV_WC_TM_ADD);
+    ASSERT_EQ(w.wr_id, i + 1000);
+    ASSERT_EQ(simple_op(IBV_WR_TAG_DEL, i, IBV_OPS_SIGNALED, h), 0) << i;
+    w = expect_wc();
+    ASSERT_EQ(w.opcode, IBV_WC_TM_DEL);
+    ASSERT_EQ(w.status, IBV_WC_SUCCESS) << describe(w);
+  }
+  EXPECT_EQ(control_messages() - before, 1) << "only the first stats request";
 }
 
 TEST_F(TmTest, MoreThanMaxOpsOutstandingIsEnomemUntilCompletionsArePolled) {

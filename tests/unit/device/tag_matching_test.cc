@@ -33,11 +33,20 @@ abi::SrqOp simple_op(uint32_t opcode, uint32_t flags, uint32_t handle = 0, uint3
   return op;
 }
 
-// Posts with every earlier completion already polled.
-TagList::OpResult post(TagList& l, const abi::SrqOp& op) {
+// Posts with every earlier completion already polled; a TAG_ADD takes the
+// lowest free handle, as the provider would give one (max_num_tags: none).
+TagList::OpResult post(TagList& l, abi::SrqOp op) {
   static uint32_t pos = 0;
   ++pos;
+  if (op.opcode == IBV_WR_TAG_ADD)
+    for (op.handle = 0; op.handle < l.max_num_tags() && !l.is_free(op.handle);) ++op.handle;
   return l.post(op, pos, pos);
+}
+
+std::vector<uint32_t> freed(TagList& l) {
+  std::vector<uint32_t> v;
+  l.take_freed([&](uint32_t h) { v.push_back(h); });
+  return v;
 }
 
 TEST(TagMatchingTest, ParsesTheBigEndianTmh) {
@@ -50,7 +59,7 @@ TEST(TagMatchingTest, ParsesTheBigEndianTmh) {
   EXPECT_FALSE(parse_tmh(b, 15));
 }
 
-TEST(TagMatchingTest, AddGivesDistinctHandlesAndAFullListIsEnomem) {
+TEST(TagMatchingTest, AddTakesTheGivenFreeHandleAndATakenOneIsEinval) {
   TagList l(3, 100);
   std::set<uint32_t> handles;
   for (int i = 0; i < 3; ++i) {
@@ -62,9 +71,15 @@ TEST(TagMatchingTest, AddGivesDistinctHandlesAndAFullListIsEnomem) {
     handles.insert(r.handle);
   }
   EXPECT_EQ(handles.size(), 3u);
-  EXPECT_EQ(post(l, add_op(9, ~0ull, 9)).err, ENOMEM);
+  // The provider refuses a full list (ENOMEM); a handle it did not own is a bad client.
+  EXPECT_EQ(post(l, add_op(9, ~0ull, 9)).err, EINVAL);
+  auto taken = add_op(9, ~0ull, 9);
+  taken.handle = *handles.begin();
+  EXPECT_EQ(l.post(taken, 0, 0).err, EINVAL);
+  EXPECT_TRUE(freed(l).empty());
   EXPECT_EQ(post(l, simple_op(IBV_WR_TAG_DEL, IBV_OPS_SIGNALED, *handles.begin())).cqe.status,
             uint32_t(IBV_WC_SUCCESS));
+  EXPECT_EQ(freed(l), std::vector<uint32_t>{*handles.begin()}) << "a DEL gives its handle back";
   EXPECT_EQ(post(l, add_op(9, ~0ull, 9)).err, 0);
   EXPECT_EQ(post(l, simple_op(7, 0)).err, EINVAL);                      // no such opcode
   EXPECT_EQ(post(l, simple_op(IBV_WR_TAG_DEL, 0, 3)).err, EINVAL);      // no such handle
@@ -95,8 +110,10 @@ TEST(TagMatchingTest, DelOfAConsumedEntryIsTmErrAndTheHandleComesBackAfterReleas
   auto del = post(l, simple_op(IBV_WR_TAG_DEL, 0, h));
   EXPECT_EQ(del.cqe.status, uint32_t(IBV_WC_TM_ERR));
   EXPECT_TRUE(del.signaled) << "an error completes even unsignaled";
-  EXPECT_EQ(post(l, add_op(6, ~0ull, 6)).err, ENOMEM) << "consumed, not yet released";
+  EXPECT_EQ(post(l, add_op(6, ~0ull, 6)).err, EINVAL) << "consumed, not yet released";
+  EXPECT_TRUE(freed(l).empty());
   l.release(m->handle);
+  EXPECT_EQ(freed(l), std::vector<uint32_t>{h});
   EXPECT_EQ(post(l, add_op(6, ~0ull, 6)).err, 0);
 }
 

@@ -50,6 +50,14 @@ class TmFixture : public PairFixture {
     connect(b_, a_, default_attr(), 2000, 1000);
   }
 
+  // The provider allocates tag handles (abi::TmOpsHeader): the lowest free one.
+  uint32_t free_handle(uint32_t srq) {
+    const TagList& l = *dev_.srq(srq)->tm;
+    uint32_t h = 0;
+    while (h < l.max_num_tags() && !l.is_free(h)) ++h;
+    return h;
+  }
+
   uint32_t add(uint64_t tag, uint64_t recv_wr_id, uint32_t len) {
     abi::SrqOp op{};
     op.opcode = IBV_WR_TAG_ADD;
@@ -58,6 +66,7 @@ class TmFixture : public PairFixture {
     op.mask = ~0ull;
     op.num_sge = 1;
     op.sge = {b_addr(0), len, b_key_};
+    op.handle = free_handle(srq_);
     uint32_t handle = ~0u;
     last_ops_ = dev_.post_srq_ops(&owner_, srq_, &op, 1, &handle);
     return handle;

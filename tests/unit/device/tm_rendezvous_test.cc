@@ -183,6 +183,7 @@ TEST_F(TmRendezvousTest, PastKTmRndvPerQpReadsARendezvousIsLeftToSoftware) {
     op.mask = ~0ull;
     op.num_sge = 1;
     op.sge = {b_addr(1024 * i), 1024, b_key_};
+    op.handle = free_handle(srq2.value);
     uint32_t h;
     ASSERT_EQ(dev_.post_srq_ops(&owner_, srq2.value, &op, 1, &h).err, 0);
     uint8_t* hdr = a(40960 + 64 * i);
