@@ -270,3 +270,16 @@ make_two_hosts() {
     ip -n "${!ns_var}" addr add "${!kern_var}/24" dev "${!veth_var}" || return 1
   done
 }
+
+# The ping-pongs (ibv_rc_pingpong, ibv_srq_pingpong) have no closing
+# handshake: a side that has all its completions destroys its QP at once, and
+# if the ACK of the other side's last SEND was lost, that side retries into a
+# QP that is gone and ends with RETRY_EXC_ERR, as between two NICs on a lossy
+# link. True only for that ending: the peer completed all ITERS with its data
+# checked and the failing side's only error is the retry counter.
+closing_ack_ending() {  # ITERS DONE_LOG FAILED_LOG
+  grep -q "^$1 iters in" "$2" &&
+    grep -q 'transport retry counter exceeded' "$3" &&
+    ! grep -qE 'invalid data|[Cc]ouldn.t|Unable' "$2" "$3"
+}
+
