@@ -271,6 +271,18 @@ make_two_hosts() {
   done
 }
 
+# make_two_hosts for a test script: SKIP (exit 77) where namespaces cannot
+# be made, fail on any other error.
+two_hosts_or_skip() {  # TAG OCTET
+  local rc=0
+  make_two_hosts "$1" "$2" || rc=$?
+  if ((rc == 77)); then
+    echo "SKIP: cannot create network namespaces here"
+    exit 77
+  fi
+  ((rc == 0)) || exit 1
+}
+
 # The ping-pongs (ibv_rc_pingpong, ibv_srq_pingpong) have no closing
 # handshake: a side that has all its completions destroys its QP at once, and
 # if the ACK of the other side's last SEND was lost, that side retries into a

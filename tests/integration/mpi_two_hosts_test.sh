@@ -19,13 +19,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/ucx_lib.sh"
 
 program=${1:?usage: mpi_two_hosts_test.sh PATH/TO/mpi_pingpong}
 need_commands mpirun ip
-rc=0
-make_two_hosts umpi 233 || rc=$?
-if ((rc == 77)); then
-  echo "SKIP: cannot create network namespaces here"
-  exit 77
-fi
-((rc == 0)) || exit 1
+two_hosts_or_skip umpi 233
 dir_a="$UROCE_TEST_DIR/hostA" dir_b="$UROCE_TEST_DIR/hostB"
 mkdir -p "$dir_a" "$dir_b"
 

@@ -9,13 +9,7 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 verbs_bin=${1:?usage: $0 PATH/TO/verbs_semantics}
 
-rc=0
-make_two_hosts rawe 232 || rc=$?
-if ((rc == 77)); then
-  echo "SKIP: cannot create network namespaces here"
-  exit 77
-fi
-((rc == 0)) || exit 1
+two_hosts_or_skip rawe 232
 in_a() { ip netns exec "$ns_a" "$@"; }
 in_b() { ip netns exec "$ns_b" "$@"; }
 in_a "$UROCE_BIN" start --name hostA --port "net_af_packet0,iface=$veth_a" --ip "$eng_a"

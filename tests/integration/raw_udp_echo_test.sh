@@ -9,13 +9,7 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 echo_bin=${1:?usage: $0 PATH/TO/raw_udp_echo}
 
-rc=0
-make_two_hosts rudp 233 || rc=$?
-if ((rc == 77)); then
-  echo "SKIP: cannot create network namespaces here"
-  exit 77
-fi
-((rc == 0)) || exit 1
+two_hosts_or_skip rudp 233
 ip netns exec "$ns_a" "$UROCE_BIN" start --name hostA --port "net_af_packet0,iface=$veth_a" --ip "$eng_a"
 # The address the example serves: host B reaches it through a static
 # neighbour entry (the example answers no ARP).

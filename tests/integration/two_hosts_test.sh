@@ -10,13 +10,7 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 verbs_bin=${1:?usage: $0 VERBS_SEMANTICS_BINARY}
 
-rc=0
-make_two_hosts uroce 231 || rc=$?
-if ((rc == 77)); then
-  echo "SKIP: cannot create network namespaces here"
-  exit 77
-fi
-((rc == 0)) || exit 1
+two_hosts_or_skip uroce 231
 unreachable=${net%.0}.99
 v6=fd00:231:$(printf '%x' $(($$ % 65536)))
 eng6_a=$v6::11 eng6_b=$v6::12  # RoCEv2 over IPv6 (GID 2)
