@@ -25,6 +25,24 @@
  * MTU is the port's active MTU unless -m says otherwise, as perftest's is,
  * so `uroce bench` holds it against ib_send_bw and ib_read_bw like for like.
  *
+ * With -P as well (`uroce bench` uses it) the stream's buffers are laid out
+ * as perftest lays out its own, and no byte is checked: every tagged receive
+ * buffer is one and the same slot, and so is every rendezvous send buffer.
+ * perftest gives each QP one buffer of max(message size, cycle buffer = a
+ * page), half to send and half to receive (alloc_ctx in
+ * perftest_resources.c; --mr_per_qp only gives each QP its own MR), and
+ * moves a work request's local and remote address through the cycle buffer
+ * only for messages of up to half a page (increase_loc_addr,
+ * increase_rem_addr in ctx_set_send_reg_wqes and run_iter_bw). So every
+ * outstanding 1 MiB READ of `ib_read_bw` reads the same remote MiB into the
+ * same local MiB, which stays in the cache. A slot per message of a window
+ * of 32 rendezvous is 64 MiB on the two sides, twice this machine's L3: the
+ * engine's two copies of each byte would come from and go to DRAM, a cost
+ * ib_read_bw never pays. Eager send buffers stay one per window slot: each
+ * carries its own TMH (the tag), which the engine reads only when it sends
+ * the message. Without -P the stream keeps a slot per message and checks
+ * every byte, as ctest tag_pingpong runs it.
+ *
  * Rules: /work/shared/SEMANTICS.md section 3 (rdma-core's tag_matching.md).
  */
 #define _GNU_SOURCE
@@ -64,6 +82,7 @@ struct options {
   const char* server; /* NULL: we are the server */
   int port, gid_index, rounds, window;
   uint64_t stream; /* -B: messages to stream (0: ping-pong) */
+  int one_buffer;  /* -P: perftest's buffers (one slot for all), no data check */
   uint32_t threshold, max_size;
   enum ibv_mtu mtu;
 };
@@ -263,7 +282,12 @@ static int stream_check(const struct side* s, const uint8_t* d, size_t j, uint64
   return memcmp(d, b, head) || memcmp(d + head, s->refbuf + j * s->slot + head, n - head);
 }
 
-/* Stream mode: message k is tag k, recv_wr_id k, slot k % window. */
+/* Stream mode: message k is tag k, recv_wr_id k, slot k % window; with -P
+ * every tagged buffer and every rendezvous send buffer is slot 0. */
+static size_t stream_slot(const struct side* s, uint64_t k) {
+  return s->o.one_buffer ? 0 : (size_t)(k % (uint64_t)s->o.window);
+}
+
 static void on_stream_tagged(struct side* s, uint64_t k, unsigned flags, uint32_t len, uint64_t tag) {
   if (k >= s->posted) die("a tagged completion for message %llu, not posted", (unsigned long long)k);
   if ((flags & IBV_WC_TM_MATCH) && tag != k)
@@ -271,10 +295,12 @@ static void on_stream_tagged(struct side* s, uint64_t k, unsigned flags, uint32_
   if (!(flags & IBV_WC_TM_DATA_VALID)) return;
   if (k != s->messages) die("message %llu completed before %llu", (unsigned long long)k, (unsigned long long)s->messages);
   if (len != s->o.max_size) die("message %llu: %u bytes", (unsigned long long)k, len);
-  const size_t j = (size_t)(k % (uint64_t)s->o.window);
-  uint8_t* d = s->recvbuf + j * s->slot;
-  if (stream_check(s, d, j, k)) die("message %llu: its bytes differ", (unsigned long long)k);
-  memset(d, 0, 8); /* the next message in this slot must write its number again */
+  if (!s->o.one_buffer) {
+    const size_t j = stream_slot(s, k);
+    uint8_t* d = s->recvbuf + j * s->slot;
+    if (stream_check(s, d, j, k)) die("message %llu: its bytes differ", (unsigned long long)k);
+    memset(d, 0, 8); /* the next message in this slot must write its number again */
+  }
   ++s->messages;
   s->bytes += len;
   if (s->posted < s->o.stream) stream_queue_add(s);
@@ -401,7 +427,7 @@ static void stream_queue_add(struct side* s) {
   const int j = s->nadds++;
   struct ibv_ops_wr* op = &s->adds[j];
   memset(op, 0, sizeof(*op));
-  s->add_sges[j].addr = (uintptr_t)(s->recvbuf + (size_t)(k % (uint64_t)s->o.window) * s->slot);
+  s->add_sges[j].addr = (uintptr_t)(s->recvbuf + stream_slot(s, k) * s->slot);
   s->add_sges[j].length = (uint32_t)s->slot;
   s->add_sges[j].lkey = s->recv_mr->lkey;
   op->wr_id = k;
@@ -420,10 +446,12 @@ static void stream_prepare(struct side* s) {
   const uint32_t n = s->o.max_size;
   if (s->o.server) {
     const int rndv = n >= s->o.threshold;
-    for (int j = 0; j < s->o.window; ++j)
+    const int slots = rndv && s->o.one_buffer ? 1 : s->o.window;
+    for (int j = 0; j < slots; ++j)
       stream_fill(s->sendbuf + (size_t)j * s->slot + (rndv ? 0 : kTmh), (size_t)j, n);
     return;
   }
+  if (s->o.one_buffer) return; /* nothing to check against */
   s->refbuf = malloc(s->slot * (size_t)s->o.window);
   if (!s->refbuf) die("out of memory");
   for (int j = 0; j < s->o.window; ++j) stream_fill(s->refbuf + (size_t)j * s->slot, (size_t)j, n);
@@ -448,7 +476,8 @@ static void stream_send(struct side* s) {
     while (s->sent < s->o.stream && s->sent < s->credit && !s->busy[s->sent % (uint64_t)w] &&
            s->sent - s->sends_done < (uint64_t)w) {
       const uint64_t k = s->sent++;
-      uint8_t* slot = s->sendbuf + (size_t)(k % (uint64_t)w) * s->slot;
+      /* An eager slot holds the message's own TMH: one per window slot, even with -P. */
+      uint8_t* slot = s->sendbuf + (rndv ? stream_slot(s, k) : (size_t)(k % (uint64_t)w)) * s->slot;
       s->busy[k % (uint64_t)w] = 1;
       if (!rndv) {
         write_tmh(slot, IBV_TMH_EAGER, 0, k);
@@ -456,7 +485,7 @@ static void stream_send(struct side* s) {
         post_send(s, 1 + k, slot, kTmh + n, s->send_mr);
       } else {
         uint8_t* hdr = s->ctrlbuf + 64 + (size_t)(k % (uint64_t)w) * kRndvReq;
-        stream_stamp(slot, k, n);
+        if (!s->o.one_buffer) stream_stamp(slot, k, n);
         memset(hdr, 0, kRndvReq);
         write_tmh(hdr, IBV_TMH_RNDV, 0, k);
         put_be(hdr + 16, (uintptr_t)slot, 8);
@@ -577,8 +606,12 @@ static void create_objects(struct side* s) {
   if (!s->qp) die("ibv_create_qp: %s", strerror(errno));
   s->slot = (kTmh + s->o.max_size + 4095) & ~(size_t)4095;
   /* The peer READs rendezvous data straight out of the send buffer. */
-  s->send_mr = reg(s, &s->sendbuf, s->slot * w, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
-  s->recv_mr = reg(s, &s->recvbuf, s->slot * w, IBV_ACCESS_LOCAL_WRITE);
+  /* -P: one slot to receive into and, for rendezvous, one to READ from. */
+  const int rndv_stream = s->o.stream && s->o.max_size >= s->o.threshold;
+  const size_t send_slots = s->o.one_buffer && rndv_stream ? 1 : (size_t)w;
+  const size_t recv_slots = s->o.one_buffer ? 1 : (size_t)w;
+  s->send_mr = reg(s, &s->sendbuf, s->slot * send_slots, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
+  s->recv_mr = reg(s, &s->recvbuf, s->slot * recv_slots, IBV_ACCESS_LOCAL_WRITE);
   s->plain_mr = reg(s, &s->plainbuf, (size_t)kPlainSlots * kPlainSize, IBV_ACCESS_LOCAL_WRITE);
   s->ctrl_mr = reg(s, &s->ctrlbuf, 64 + (size_t)w * kRndvReq, IBV_ACCESS_LOCAL_WRITE);
   for (int i = 0; i < kPlainSlots; ++i) post_plain(s, i);
@@ -623,9 +656,11 @@ static void connect_qp(struct side* s, const struct peer* me, const struct peer*
 static void usage(void) {
   fprintf(stderr,
           "usage: uroce-tag-pingpong [-d DEV] [-p PORT] [-g GID_INDEX] [-n ROUNDS] [-w WINDOW]\n"
-          "                          [-t EAGER_THRESHOLD] [-s MAX_SIZE] [-m MTU] [-B COUNT] [SERVER]\n"
+          "                          [-t EAGER_THRESHOLD] [-s MAX_SIZE] [-m MTU] [-B COUNT [-P]] [SERVER]\n"
           "Without SERVER it waits for a client on PORT (default 18600). -B streams COUNT\n"
-          "messages of MAX_SIZE bytes from the client to the server instead of the ping-pong.\n");
+          "messages of MAX_SIZE bytes from the client to the server instead of the ping-pong;\n"
+          "-P with it lays the buffers out as perftest does (every tagged buffer and every\n"
+          "rendezvous send buffer the same one) and checks no byte.\n");
   exit(2);
 }
 
@@ -641,7 +676,7 @@ int main(int argc, char** argv) {
   s.ready_round = -1;
   int c;
   int window_set = 0;
-  while ((c = getopt(argc, argv, "d:p:g:n:w:t:s:m:B:h")) != -1) {
+  while ((c = getopt(argc, argv, "d:p:g:n:w:t:s:m:B:Ph")) != -1) {
     switch (c) {
       case 'd': s.o.dev = optarg; break;
       case 'p': s.o.port = atoi(optarg); break;
@@ -649,6 +684,7 @@ int main(int argc, char** argv) {
       case 'n': s.o.rounds = atoi(optarg); break;
       case 'w': s.o.window = atoi(optarg); window_set = 1; break;
       case 'B': s.o.stream = strtoull(optarg, NULL, 0); break;
+      case 'P': s.o.one_buffer = 1; break;
       case 't': s.o.threshold = (uint32_t)strtoul(optarg, NULL, 0); break;
       case 's': s.o.max_size = (uint32_t)strtoul(optarg, NULL, 0); break;
       case 'm': {
@@ -663,7 +699,7 @@ int main(int argc, char** argv) {
   if (optind < argc) s.o.server = argv[optind];
   if (s.o.stream && !window_set) s.o.window = s.o.max_size < s.o.threshold ? 128 : 8;
   if (s.o.window < 1 || s.o.window > (s.o.stream ? kMaxStreamWindow : kMaxWindow) || s.o.rounds < 1 ||
-      s.o.max_size < 1)
+      s.o.max_size < 1 || (s.o.one_buffer && !s.o.stream))
     usage();
   setvbuf(stdout, NULL, _IOLBF, 0);
 
@@ -705,10 +741,11 @@ int main(int argc, char** argv) {
   close(fd);
   const double secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
   if (s.o.stream)
-    printf("stream: %s %llu %s messages of %u bytes in %.3f s: %.0f msg/s, %.1f MiB/s (data checked)\n",
+    printf("stream: %s %llu %s messages of %u bytes in %.3f s: %.0f msg/s, %.1f MiB/s (%s)\n",
            s.o.server ? "sent" : "received", (unsigned long long)s.messages,
            s.o.max_size < s.o.threshold ? "eager" : "rendezvous", s.o.max_size, secs,
-           (double)s.messages / secs, (double)s.bytes / secs / (1024.0 * 1024.0));
+           (double)s.messages / secs, (double)s.bytes / secs / (1024.0 * 1024.0),
+           s.o.one_buffer ? "one buffer as perftest, data not checked" : "data checked");
   else
     printf("%d iters: received %llu tagged messages (%llu bytes, data checked); sent %llu eager, %llu rendezvous; %.3f s\n",
            s.o.rounds, (unsigned long long)s.messages, (unsigned long long)s.bytes,

@@ -20,6 +20,17 @@ cat "$RUN_PAIR_SERVER_LOG"
 run_pair --label tag_stream_rndv 60 "$prog" -p "$((port + 2))" -B 100 -s 1048576 -w 16 -- \
   "$prog" -p "$((port + 2))" -B 100 -s 1048576 -w 16 127.0.0.1
 cat "$RUN_PAIR_SERVER_LOG"
+# uroce bench's layout (-P): every tagged buffer and every rendezvous send
+# buffer the same one, as perftest's, bytes unchecked; every message and FIN
+# must still be accounted for, in order.
+run_pair --label tag_stream_rndv_one_buffer 60 "$prog" -p "$((port + 4))" -B 100 -s 1048576 -w 16 -P -- \
+  "$prog" -p "$((port + 4))" -B 100 -s 1048576 -w 16 -P 127.0.0.1
+cat "$RUN_PAIR_SERVER_LOG"
+if ! grep -q 'stream: received 100 rendezvous messages .*one buffer as perftest' "$RUN_PAIR_SERVER_LOG" ||
+  ! grep -q 'stream: sent 100 rendezvous messages .*one buffer as perftest' "$RUN_PAIR_CLIENT_LOG"; then
+  echo "FAIL: the one-buffer stream did not report 100 rendezvous messages on both sides"
+  exit 1
+fi
 # Under loss, duplication and reordering (the engine's fault injector): the
 # device's READs and FINs are retransmitted like any WQE, every byte arrives.
 uroce fault --name uroce0 drop=0.02 duplicate=0.01 reorder=0.05 >/dev/null
