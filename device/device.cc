@@ -519,7 +519,7 @@ Result<uint32_t> Device::create_qp(Owner* o, const abi::CreateQpRequest& req) {
   // The engine's send sequence: room for device-internal work beside a full
   // user ring on a QP whose TM-SRQ may hand it rendezvous reads.
   const uint32_t engine_slots =
-      srq && srq->type == IBV_SRQT_TM ? round_pow2((1u << sq_log2) + kTmRndvPerQp) : 1u << sq_log2;
+      srq && srq->type == IBV_SRQT_TM ? round_pow2((1u << sq_log2) + kTmInternalPerQp) : 1u << sq_log2;
   qp->sq_copy.resize(size_t(engine_slots) * sq_stride);
   qp->sq_state.resize(engine_slots);
   qp->sq_mask = engine_slots - 1;

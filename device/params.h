@@ -47,10 +47,16 @@ constexpr uint32_t kTmMaxRndvHdrSize = 64;
 // before using tag matching at all. mlx5 sets it only with rendezvous
 // offload, which the device has (device/tm_rendezvous.cc).
 constexpr bool kTmAdvertised = true;
-// Rendezvous reads (and their FINs) the device may have queued on one QP's
-// send queue at once, beside a full user ring; a matched RNDV past it is
-// left to software (IBV_WC_TM_RNDV_INCOMPLETE), as one whose buffer is short.
+// Rendezvous reads the device may have queued on one QP's send queue at once,
+// beside a full user ring; a matched RNDV past it is left to software
+// (IBV_WC_TM_RNDV_INCOMPLETE), as one whose buffer is short.
 constexpr uint32_t kTmRndvPerQp = 32;
+// The device's send-queue room for those reads and for the FINs of reads
+// done whose ACK has not come back yet: a FIN is no read, so it must not
+// take a read's room. With one count for both, whether a window of 32 tags
+// was offloaded hung on the peer's ACK timing (the sender may post its next
+// RNDV as soon as it has the FIN, before its ACK reaches the device).
+constexpr uint32_t kTmInternalPerQp = 2 * kTmRndvPerQp;
 // Software must sync at least every 16 K unexpected messages: past it their
 // completions carry IBV_WC_TM_SYNC_REQ (mlx5 cq.c, UCX the same bound).
 constexpr uint32_t kTmSyncReqUnexpected = 0x3fff;

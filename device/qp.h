@@ -144,6 +144,7 @@ struct Qp {
   uint32_t sq_user_head = 0;
   uint32_t sq_user_fetched = 0;
   uint32_t sq_internal = 0;  // internal WQEs in [sq_head, sq_fetched)
+  uint32_t sq_internal_reads = 0;  // of them, rendezvous READs (kTmRndvPerQp)
   uint32_t req_psn = 0;     // next PSN to send
   uint32_t req_max_psn = 0; // one past the highest PSN ever sent (responses beyond it are stale)
   uint64_t req_offset = 0;  // bytes of sq_next already sent

@@ -285,6 +285,7 @@ void Device::flush_qp(Qp& qp) {
     ++qp.sq_user_head;
   }
   qp.sq_internal = 0;
+  qp.sq_internal_reads = 0;
   const uint32_t sq_prod = qp.sq.hdr->producer.load(std::memory_order_acquire);
   if (sq_prod - qp.sq_user_head <= qp.sq.size()) {
     for (; qp.sq_user_head != sq_prod; ++qp.sq_user_head)

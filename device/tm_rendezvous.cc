@@ -81,12 +81,17 @@ void complete_tagged(Device& dev, Qp& qp, uint64_t wr_id, uint32_t handle, uint3
 
 }  // namespace
 
-bool tm_rndv_room(const Qp& qp) { return qp.sq_internal < kTmRndvPerQp; }
+// A READ's room and a slot for it. A FIN replaces its READ's slot (the READ
+// retires first), so the sequence never holds more than kTmInternalPerQp.
+bool tm_rndv_room(const Qp& qp) {
+  return qp.sq_internal_reads < kTmRndvPerQp && qp.sq_internal < kTmInternalPerQp;
+}
 
 bool tm_rndv_start(Device& dev, Qp& qp) {
   if (!tm_rndv_room(qp)) return false;
   const RecvInProgress& r = qp.resp_recv;
   const uint32_t index = push_internal(qp, InternalWork::kRndvRead);
+  ++qp.sq_internal_reads;
   abi::SendWqe& w = wqe_at(qp, index);
   w.wr_id = r.wr_id;  // the tagged buffer's recv_wr_id
   w.opcode = IBV_WR_RDMA_READ;
@@ -117,6 +122,7 @@ void tm_internal_done(Device& dev, Qp& qp, uint32_t index, uint32_t status) {
     if (status != IBV_WC_SUCCESS) dev.post_qp_event(qp, IBV_EVENT_QP_FATAL);
     return;
   }
+  if (qp.sq_internal_reads) --qp.sq_internal_reads;
   const abi::SendWqe& w = wqe_at(qp, index);
   const uint64_t wr_id = w.wr_id;
   const uint32_t handle = st.tm_handle, len = uint32_t(st.length);
@@ -152,6 +158,7 @@ void tm_internal_drop(Device& dev, Qp& qp) {
     --qp.sq_internal;
   }
   qp.sq_internal = 0;
+  qp.sq_internal_reads = 0;
 }
 
 }  // namespace uroce::device

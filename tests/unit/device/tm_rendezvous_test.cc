@@ -210,6 +210,99 @@ TEST_F(TmRendezvousTest, PastKTmRndvPerQpReadsARendezvousIsLeftToSoftware) {
   EXPECT_EQ(counters().tm_rndv_software, 1u);
 }
 
+// The FINs of reads done take no room of the reads while their ACKs are on
+// the way: the sender may post its next RNDV as soon as it has a FIN, before
+// the FIN's ACK is back. kTmRndvPerQp reads, then their FINs unacknowledged,
+// and one more RNDV is still offloaded (it went to software when FINs and
+// reads shared one count, which a window of 32 tags hit under load).
+TEST_F(TmRendezvousTest, FinsAwaitingTheirAckTakeNoRoomOfTheReads) {
+  abi::CreateSrqRequest sr{};
+  sr.pd = pd_;
+  sr.cq = tm_cq_;
+  sr.srq_type = IBV_SRQT_TM;
+  sr.max_wr = 16;
+  sr.max_sge = 1;
+  sr.max_num_tags = 64;
+  sr.max_ops = 128;
+  auto srq2 = dev_.create_srq(&owner_, sr);
+  ASSERT_EQ(srq2.err, 0);
+  abi::QpCaps caps = default_caps();
+  caps.max_send_wr = 64;
+  caps.max_recv_wr = 64;
+  const uint32_t c = create_qp(IBV_QPT_RC, a_scq_, a_rcq_, caps);
+  abi::CreateQpRequest q{};
+  q.pd = pd_;
+  q.send_cq = b_scq_;
+  q.recv_cq = b_rcq_;
+  q.srq = srq2.value;
+  q.qp_type = IBV_QPT_RC;
+  q.caps = default_caps();
+  auto d = dev_.create_qp(&owner_, q);
+  ASSERT_EQ(d.err, 0);
+  connect(c, d.value, default_attr(), 3000, 4000);
+  abi::QpAttr at = default_attr();  // D at RTR first: all the reads queue before any runs
+  at.dest_qp_num = c;
+  at.rq_psn = 3000;
+  at.qp_state = IBV_QPS_INIT;
+  ASSERT_EQ(modify(d.value, kRcInitMask, at), 0);
+  at.qp_state = IBV_QPS_RTR;
+  ASSERT_EQ(modify(d.value, kRcRtrMask, at), 0);
+  auto rndv = [&](uint32_t i) {
+    abi::SrqOp op{};
+    op.opcode = IBV_WR_TAG_ADD;
+    op.recv_wr_id = i;
+    op.tag = i;
+    op.mask = ~0ull;
+    op.num_sge = 1;
+    op.sge = {b_addr(1024 * i), 1024, b_key_};
+    op.handle = free_handle(srq2.value);
+    uint32_t h;
+    ASSERT_EQ(dev_.post_srq_ops(&owner_, srq2.value, &op, 1, &h).err, 0);
+    post_recv(*dev_.qp(c), 900 + i, {sge(a(kFinRecv), 64, a_key_)});
+    uint8_t* hdr = a(40960 + 64 * i);
+    std::memset(hdr, 0, 64);
+    hdr[0] = IBV_TMH_RNDV;
+    store_be(hdr + 8, i, 8);
+    store_be(hdr + 16, a_addr(0), 8);
+    store_be(hdr + 24, a_key_, 4);
+    store_be(hdr + 28, 512, 4);
+    post_send(*dev_.qp(c), wqe(IBV_WR_SEND, i), {sge(hdr, 64, a_key_)});
+  };
+  // Every ACK to D is lost (the clock stands, so nothing is retransmitted).
+  auto run_without_acks_to_d = [&]() {
+    for (int i = 0; i < 20000; ++i) {
+      const bool work = dev_.poll(now_);
+      bool moved = false;
+      for (net::Packet* p : DeviceTestPeer::take_in_flight(dev_)) {
+        moved = true;
+        if (p->opcode == 0x11 && p->bth()->qpn() == d.value) DeviceTestPeer::drop(dev_, p);
+        else DeviceTestPeer::requeue(dev_, p);
+      }
+      if (!work && !moved) return;
+    }
+  };
+  for (uint32_t i = 0; i < kTmRndvPerQp; ++i) rndv(i);
+  run_without_acks_to_d();
+  at.qp_state = IBV_QPS_RTS;
+  at.sq_psn = 4000;
+  ASSERT_EQ(modify(d.value, kRcRtsMask, at), 0);
+  run_without_acks_to_d();
+  EXPECT_EQ(dev_.qp(d.value)->sq_internal, kTmRndvPerQp) << "every read done, every FIN unacknowledged";
+  rndv(kTmRndvPerQp);
+  run_without_acks_to_d();
+  EXPECT_EQ(counters().tm_rndv_software, 0u);
+  EXPECT_EQ(counters().tm_rndv_reads, uint64_t(kTmRndvPerQp + 1));
+  ASSERT_TRUE(advance(100'000'000));  // the FINs again, acknowledged now
+  ASSERT_TRUE(advance(100'000'000));
+  uint32_t data = 0;
+  for (const abi::Cqe& e : drain_cq(dev_, tm_cq_)) {
+    EXPECT_EQ(e.status, uint32_t(IBV_WC_SUCCESS)) << e.wr_id;
+    data += (e.wc_flags & IBV_WC_TM_DATA_VALID) != 0;
+  }
+  EXPECT_EQ(data, kTmRndvPerQp + 1);
+  EXPECT_EQ(dev_.qp(d.value)->sq_internal, 0u);
+}
+
 TEST_F(TmRendezvousTest, RendezvousRunsBesideAFullUserSendQueue) {
   add(7, 77, 8192);
   // B's ring is full of WRITEs to A when the request arrives.
