@@ -512,7 +512,10 @@ void CmAgent::on_req(const uint8_t* sgid, const uint8_t* dgid, const cm::Mad& m)
   using namespace cm::req;
   const uint32_t remote_comm = uint32_t(cm::get(m, kLocalCommId));
   for (auto& [h, id] : ids_) {
-    if (!id.remote || !id.child || id.ps == kPsUdp || id.remote_comm_id != remote_comm ||
+    // (A connection that ended does not hold its IDs: a peer may reuse them.)
+    const bool live = id.state == State::kRequested || id.state == State::kRepSent ||
+                      id.state == State::kEstablished;
+    if (!live || !id.remote || !id.child || id.ps == kPsUdp || id.remote_comm_id != remote_comm ||
         std::memcmp(id.remote_gid, sgid, 16) != 0)
       continue;
     ++wire_counters_.mads_duplicate;

@@ -142,7 +142,8 @@ std::string Device::status_text() const {
   os << "objects: pds " << pds_.count() << ", mrs " << mrs_.count() << ", cqs " << cqs_.count()
      << ", qps " << qps_.count() << ", channels " << channels_.count() << '\n';
   const CmWireCounters& w = cm_.wire_counters();
-  os << "cm: ids " << cm_.id_count() << ", events dropped " << cm_.events_dropped() << ", mads sent "
+  os << "cm: ids " << cm_.id_count() << ", events dropped " << cm_.events_dropped() << '\n';
+  os << "cm wire: mads sent "
      << w.mads_sent << " received " << w.mads_received << " retransmitted " << w.mads_retransmitted
      << " dropped " << w.mads_dropped << " duplicate " << w.mads_duplicate << ", timeouts " << w.timeouts
      << '\n';

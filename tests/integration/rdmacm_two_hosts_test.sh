@@ -25,8 +25,10 @@ add_cleanup "UROCE_RUNTIME_DIR=$run_b '$UROCE_BIN' stop --all >/dev/null 2>&1 ||
 # on_a / on_b: a command on that host, with that host's engine only.
 on_a() { UROCE_RUNTIME_DIR=$run_a ip netns exec "$ns_a" "$@"; }
 on_b() { UROCE_RUNTIME_DIR=$run_b ip netns exec "$ns_b" "$@"; }
-on_a "$UROCE_BIN" start --name hostA --port "net_af_packet0,iface=$veth_a" --ip "$eng_a"
-on_b "$UROCE_BIN" start --name hostB --port "net_af_packet0,iface=$veth_b" --ip "$eng_b"
+v6=fd00:234:$(printf '%x' $(($$ % 65536)))
+eng6_a=$v6::11 eng6_b=$v6::12  # RoCEv2 over IPv6 (GID 2)
+on_a "$UROCE_BIN" start --name hostA --port "net_af_packet0,iface=$veth_a" --ip "$eng_a" --ip6 "$eng6_a"
+on_b "$UROCE_BIN" start --name hostB --port "net_af_packet0,iface=$veth_b" --ip "$eng_b" --ip6 "$eng6_b"
 
 failures=0
 ok() { echo "ok   $1"; }
@@ -87,10 +89,13 @@ else
   echo "skip capture: tshark not installed"
 fi
 
+pair rping_ipv6 rping -s -a "$eng6_b" -p 18906 -C 5 -v -- rping -c -a "$eng6_b" -p 18906 -C 5 -v
+grep -q 'ping data: rdma-ping-4' "$PAIR_CLIENT_LOG" || bad "rping_ipv6: 5 pings with their data"
 pair ucmatose ucmatose -p 18902 -c 2 -- ucmatose -p 18902 -c 2 -s "$eng_b"
 # udaddy has no port option (its -p is the port space): 7174.
 pair udaddy udaddy -c 2 -- udaddy -c 2 -s "$eng_b"
 pair rdma_server_client rdma_server -p 18903 -- rdma_client -s "$eng_b" -p 18903
+pair ib_send_bw_R_UD ib_send_bw -R -c UD -d hostB -x 0 -p 18907 -n 200 -- ib_send_bw -R -c UD -d hostA -x 0 -p 18907 -n 200 "$eng_b"
 pair ib_send_bw_R ib_send_bw -R -d hostB -x 0 -p 18904 -n 200 -- ib_send_bw -R -d hostA -x 0 -p 18904 -n 200 "$eng_b"
 
 # A connect to a port nobody listens on is REJECTED (invalid service ID) by

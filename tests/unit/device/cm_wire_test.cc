@@ -332,7 +332,8 @@ TEST_F(CmWireTest, AnUnansweredReqIsRetriedThenUnreachable) {
     now_ = a_.agent.next_deadline_ns();
     EXPECT_TRUE(a_.agent.poll_timers(now_));
     ASSERT_EQ(a_.out.size(), 1u);
-    EXPECT_EQ(std::memcmp(&a_.take().mad, &first.mad, sizeof(first.mad)), 0);
+    const SentMad again = a_.take();
+    EXPECT_EQ(std::memcmp(&again.mad, &first.mad, sizeof(first.mad)), 0);
     EXPECT_FALSE(a_.event());
   }
   now_ = a_.agent.next_deadline_ns();
