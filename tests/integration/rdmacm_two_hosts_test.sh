@@ -47,7 +47,7 @@ pair() {
   local slog="$UROCE_LOG_DIR/$label.server.log" clog="$UROCE_LOG_DIR/$label.client.log"
   on_b timeout -k 5 60 "$UROCE_BIN" run -- "${server[@]}" </dev/null >"$slog" 2>&1 &
   local spid=$! crc=0 src=0
-  sleep 1
+  sleep "${PAIR_DELAY:-1}"
   on_a timeout -k 5 60 "$UROCE_BIN" run -- "${client[@]}" </dev/null >"$clog" 2>&1 || crc=$?
   if ((crc != 0)); then kill "$spid" 2>/dev/null || true; fi
   wait "$spid" || src=$?
@@ -95,8 +95,10 @@ pair ucmatose ucmatose -p 18902 -c 2 -- ucmatose -p 18902 -c 2 -s "$eng_b"
 # udaddy has no port option (its -p is the port space): 7174.
 pair udaddy udaddy -c 2 -- udaddy -c 2 -s "$eng_b"
 pair rdma_server_client rdma_server -p 18903 -- rdma_client -s "$eng_b" -p 18903
-pair ib_send_bw_R_UD ib_send_bw -R -c UD -d hostB -x 0 -p 18907 -n 200 -- ib_send_bw -R -c UD -d hostA -x 0 -p 18907 -n 200 "$eng_b"
-pair ib_send_bw_R ib_send_bw -R -d hostB -x 0 -p 18904 -n 200 -- ib_send_bw -R -d hostA -x 0 -p 18904 -n 200 "$eng_b"
+# perftest's server sets up its buffers before it listens: give it longer
+# (a SIDR REQ that finds no listener is UNREACHABLE at once).
+PAIR_DELAY=3 pair ib_send_bw_R_UD ib_send_bw -R -c UD -d hostB -x 0 -p 18907 -n 200 -- ib_send_bw -R -c UD -d hostA -x 0 -p 18907 -n 200 "$eng_b"
+PAIR_DELAY=3 pair ib_send_bw_R ib_send_bw -R -d hostB -x 0 -p 18904 -n 200 -- ib_send_bw -R -d hostA -x 0 -p 18904 -n 200 "$eng_b"
 
 # A connect to a port nobody listens on is REJECTED (invalid service ID) by
 # the other engine at once, never a hang.
@@ -111,7 +113,10 @@ else
 fi
 
 # A client killed with its connection up: the server on the other host sees
-# DISCONNECTED (the engine's DREQ) and ends on its own.
+# DISCONNECTED (the engine's DREQ) and ends on its own. The client is
+# stopped first, so the server is idle, waiting for its next SEND, when the
+# client goes (else the server's RDMA to a vanishing client may fail first,
+# as between two NICs).
 on_b timeout -k 5 30 "$UROCE_BIN" run -- rping -s -a "$eng_b" -p 18905 -v >"$UROCE_LOG_DIR/killed.server.log" 2>&1 &
 server_pid=$!
 sleep 1
@@ -120,20 +125,24 @@ client_pid=$!
 sleep 2
 # The client is this script's own rping, named by its unique arguments.
 client_rping=$(pgrep -f -- "-a $eng_b -p 18905 -C 1000000" || true)
-[[ -n $client_rping ]] && kill -9 $client_rping
+if [[ -n $client_rping ]]; then
+  kill -STOP $client_rping
+  sleep 1
+  kill -KILL $client_rping
+fi
 wait "$client_pid" 2>/dev/null || true
 server_rc=0
 wait "$server_pid" || server_rc=$?
 if ((server_rc != 124)) && grep -q 'DISCONNECT EVENT' "$UROCE_LOG_DIR/killed.server.log"; then
   ok "killed client: the server on the other host saw DISCONNECTED and ended"
 else
-  tail -n 15 "$UROCE_LOG_DIR/killed.server.log" "$UROCE_LOG_DIR/killed.client.log"
+  grep -v 'ping data' "$UROCE_LOG_DIR/killed.server.log" | tail -n 5
   bad "killed client: server rc $server_rc"
 fi
 
 for h in a b; do
   dir=run_$h
-  UROCE_RUNTIME_DIR=${!dir} "$UROCE_BIN" status 2>/dev/null | grep '^cm:' | sed "s/^/host$h /" || true
+  UROCE_RUNTIME_DIR=${!dir} "$UROCE_BIN" status 2>/dev/null | grep '^cm' | sed "s/^/host$h /" || true
 done
 if ((failures)); then
   tail -n 30 "$run_a"/*.log "$run_b"/*.log 2>/dev/null || true
