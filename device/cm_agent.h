@@ -56,6 +56,9 @@ struct CmWire {
   std::function<void(const uint8_t* dgid, uint8_t sgid_index, const net::cm::Mad&)> send;
   // The engine reaches addresses beyond its own (it has a wire port).
   std::function<bool()> has_route;
+  // Is the neighbour of dgid known (the ARP/NDP cache)? If not and solicit,
+  // an ARP request or neighbour solicitation goes out. Unset: always known.
+  std::function<bool(const uint8_t* dgid, bool solicit)> neighbour_known;
   std::function<uint64_t()> now_ns;
   // rdma_cm's CM response timeout, packet life time and retries
   // (CMA_CM_RESPONSE_TIMEOUT, CMA_IBOE_PACKET_LIFETIME, CMA_MAX_CM_RETRIES):
@@ -150,6 +153,13 @@ class CmAgent {
   // A MAD that awaits its answer (REQ, REP, DREQ, SIDR REQ): sent again at
   // its deadline until the retries run out. handle 0: its id is gone (a
   // destroyed id's DREQ still ends the peer's connection).
+  // An address being resolved: its neighbour is asked for until it answers
+  // or resolve_deadline passes (ADDR_ERROR), as rdma_resolve_addr waits for
+  // the kernel's neighbour subsystem.
+  struct Resolving {
+    uint64_t handle = 0;
+    uint64_t next_check_ns = 0, next_solicit_ns = 0, deadline_ns = 0;
+  };
   struct Outstanding {
     uint64_t handle = 0;
     uint32_t comm_id = 0;
@@ -198,6 +208,8 @@ class CmAgent {
   void send_tracked(uint64_t h, const Id& id, const net::cm::Mad& m);
   void cancel(uint64_t h);
   void give_up(const Outstanding& o);
+  bool poll_resolving(uint64_t now);
+  void address_resolved(Id& id, uint64_t h);
   uint64_t retry_interval_ns() const;
   void send_rej(const uint8_t* dgid, uint8_t sgid_index, uint64_t tid, uint32_t local_comm, uint32_t remote_comm,
                 uint8_t msg, uint16_t reason, const uint8_t* priv = nullptr, size_t len = 0);
@@ -246,6 +258,7 @@ class CmAgent {
   CmWire wire_;
   CmWireCounters wire_counters_;
   std::vector<Outstanding> outstanding_;
+  std::vector<Resolving> resolving_;
 };
 
 }  // namespace uroce::device

@@ -22,6 +22,12 @@ namespace cm = net::cm;
 
 namespace {
 
+// Address resolution's pace (resolve_remote): the cache looked at every
+// 5 ms, a request every 200 ms, ADDR_ERROR after one second unanswered.
+constexpr uint64_t kNeighbourCheckNs = 5'000'000;
+constexpr uint64_t kNeighbourSolicitNs = 200'000'000;
+constexpr uint64_t kNeighbourTimeoutNs = 1'000'000'000;
+
 constexpr uint8_t kMapped4[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
 
 // The GID of an IP address: IPv6 as is, IPv4 as ::ffff:a.b.c.d (RoCEv2, A17.4.5.2).
@@ -122,12 +128,54 @@ int CmAgent::resolve_remote(Id& id, uint64_t h, const abi::CmResolveAddrRequest&
   id.remote = true;
   gid_of(id.dst, id.remote_gid);
   id.sgid_index = gid_index_for(id.src);
-  id.state = State::kAddrResolved;
   fill_local(id, rep);
+  if (!wire_.neighbour_known || wire_.neighbour_known(id.remote_gid, true)) {
+    address_resolved(id, h);
+    return 0;
+  }
+  const uint64_t now = wire_.now_ns();
+  resolving_.push_back({h, now + kNeighbourCheckNs, now + kNeighbourSolicitNs, now + kNeighbourTimeoutNs});
+  return 0;
+}
+
+void CmAgent::address_resolved(Id& id, uint64_t h) {
+  id.state = State::kAddrResolved;
   abi::CmEventRecord ev{};
   ev.event = kAddrResolved;
   post(id, h, ev);
-  return 0;
+}
+
+// Each pending address: its neighbour looked up every few milliseconds,
+// asked for again every 200 ms, given up on after a second (EHOSTUNREACH,
+// as the kernel's neighbour table fails an address).
+bool CmAgent::poll_resolving(uint64_t now) {
+  bool work = false;
+  for (size_t i = 0; i < resolving_.size();) {
+    Resolving& r = resolving_[i];
+    auto it = ids_.find(r.handle);
+    if (it == ids_.end() || it->second.state != State::kBound) {  // destroyed meanwhile
+      resolving_.erase(resolving_.begin() + ptrdiff_t(i));
+      continue;
+    }
+    if (r.next_check_ns > now) {
+      ++i;
+      continue;
+    }
+    work = true;
+    const bool solicit = r.next_solicit_ns <= now;
+    if (solicit) r.next_solicit_ns = now + kNeighbourSolicitNs;
+    r.next_check_ns = now + kNeighbourCheckNs;
+    if (wire_.neighbour_known(it->second.remote_gid, solicit && now < r.deadline_ns)) {
+      address_resolved(it->second, r.handle);
+    } else if (now >= r.deadline_ns) {
+      post_simple(r.handle, kAddrError, -EHOSTUNREACH);
+    } else {
+      ++i;
+      continue;
+    }
+    resolving_.erase(resolving_.begin() + ptrdiff_t(i));
+  }
+  return work;
 }
 
 // REQ (IBA 12.6.5), or SIDR REQ (12.11.1) for RDMA_PS_UDP, as cm_format_req
@@ -367,8 +415,8 @@ void CmAgent::send_sidr_rep(const Id& id, uint8_t status, uint32_t qpn, uint32_t
 // ---- timers ----
 
 bool CmAgent::poll_timers(uint64_t now) {
-  if (outstanding_.empty()) return false;
-  bool work = false;
+  bool work = !resolving_.empty() && poll_resolving(now);
+  if (outstanding_.empty()) return work;
   std::vector<Outstanding> expired;
   for (Outstanding& o : outstanding_) {
     if (o.deadline_ns > now) continue;
@@ -393,6 +441,8 @@ uint64_t CmAgent::next_deadline_ns() const {
   uint64_t next = 0;
   for (const Outstanding& o : outstanding_)
     if (!next || o.deadline_ns < next) next = o.deadline_ns;
+  for (const Resolving& r : resolving_)
+    if (!next || r.next_check_ns < next) next = r.next_check_ns;
   return next;
 }
 

@@ -40,6 +40,7 @@ Device::Device(const DeviceConfig& config) : config_(config) {
     gsi_send(dgid, sgid_index, mad);
   };
   wire.has_route = [this] { return wire_ != nullptr; };
+  wire.neighbour_known = [this](const uint8_t* dgid, bool solicit) { return gsi_neighbour_known(dgid, solicit); };
   wire.now_ns = [this] { return now_ns_; };
   cm_.attach_wire(std::move(wire));
 }

@@ -216,6 +216,7 @@ class Device {
   // QP1, the GSI (device/gsi.cc): CM MADs to and from the CM agent.
   void gsi_receive(const net::Packet& p);
   void gsi_send(const uint8_t* dgid, uint8_t sgid_index, const net::cm::Mad& mad);
+  bool gsi_neighbour_known(const uint8_t* dgid, bool solicit);
   // A received frame through the steering rules (device/raw_packet.cc).
   FlowSteering::Steered steer_received(const net::Packet& p);
   void sniff_sent(const net::Packet& p);

@@ -53,4 +53,22 @@ void Device::gsi_send(const uint8_t* dgid, uint8_t sgid_index, const net::cm::Ma
   route_packet(p, av, net::cm::kGsiQpn);
 }
 
+// The CM's address resolution (rdma_resolve_addr): the neighbour cache
+// of the wire port, asked for when unknown, as a send to it would.
+bool Device::gsi_neighbour_known(const uint8_t* dgid, bool solicit) {
+  if (!wire_) return false;
+  if (net::gid_is_ipv4_mapped(dgid)) {
+    net::Ipv4Addr ip;
+    std::memcpy(ip.data(), dgid + 12, 4);
+    if (arp_.lookup(ip, now_ns_)) return true;
+    if (solicit) send_arp_request(ip);
+    return false;
+  }
+  net::Ipv6Addr ip6;
+  std::memcpy(ip6.data(), dgid, 16);
+  if (ndp_.lookup(ip6, now_ns_)) return true;
+  if (solicit) send_ndp_solicitation(ip6);
+  return false;
+}
+
 }  // namespace uroce::device

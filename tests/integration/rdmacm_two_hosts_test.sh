@@ -6,7 +6,7 @@
 # Debian's unmodified rdmacm-utils and perftest -R under `uroce run`, a
 # refused connect, a killed client whose peer sees DISCONNECTED, and a
 # capture that tshark decodes as REQ, REP, RTU, DREQ, DREP with nothing
-# malformed. Every run is bounded in time.
+# malformed, and an address no neighbour answers for (ADDR_ERROR). Every run is bounded in time.
 #
 #   rdmacm_two_hosts_test.sh
 set -euo pipefail
@@ -37,6 +37,20 @@ bad() {
   failures=$((failures + 1))
 }
 
+# The CM ids in hostB's engine; wait_for_listener BEFORE waits (up to 30 s)
+# until a server made one more, i.e. it is binding or listening: a loaded
+# machine may take seconds to start a client (a connect before the listen
+# is REJECTED, a SIDR REQ UNREACHABLE).
+cm_ids_b() { UROCE_RUNTIME_DIR=$run_b "$UROCE_BIN" status 2>/dev/null | awk '/^cm: ids/ {print $3 + 0}'; }
+wait_for_listener() {
+  local i
+  for ((i = 0; i < 300; i++)); do
+    (($(cm_ids_b) > $1)) && break
+    sleep 0.1
+  done
+  sleep 0.5  # from its bind to its listen
+}
+
 # LABEL SERVER... -- CLIENT...: the server on B, the client on A.
 pair() {
   local label=$1 server=() client=()
@@ -45,9 +59,11 @@ pair() {
   shift
   client=("$@")
   local slog="$UROCE_LOG_DIR/$label.server.log" clog="$UROCE_LOG_DIR/$label.client.log"
+  local before
+  before=$(cm_ids_b)
   on_b timeout -k 5 60 "$UROCE_BIN" run -- "${server[@]}" </dev/null >"$slog" 2>&1 &
   local spid=$! crc=0 src=0
-  sleep "${PAIR_DELAY:-1}"
+  wait_for_listener "$before"
   on_a timeout -k 5 60 "$UROCE_BIN" run -- "${client[@]}" </dev/null >"$clog" 2>&1 || crc=$?
   if ((crc != 0)); then kill "$spid" 2>/dev/null || true; fi
   wait "$spid" || src=$?
@@ -95,10 +111,8 @@ pair ucmatose ucmatose -p 18902 -c 2 -- ucmatose -p 18902 -c 2 -s "$eng_b"
 # udaddy has no port option (its -p is the port space): 7174.
 pair udaddy udaddy -c 2 -- udaddy -c 2 -s "$eng_b"
 pair rdma_server_client rdma_server -p 18903 -- rdma_client -s "$eng_b" -p 18903
-# perftest's server sets up its buffers before it listens: give it longer
-# (a SIDR REQ that finds no listener is UNREACHABLE at once).
-PAIR_DELAY=3 pair ib_send_bw_R_UD ib_send_bw -R -c UD -d hostB -x 0 -p 18907 -n 200 -- ib_send_bw -R -c UD -d hostA -x 0 -p 18907 -n 200 "$eng_b"
-PAIR_DELAY=3 pair ib_send_bw_R ib_send_bw -R -d hostB -x 0 -p 18904 -n 200 -- ib_send_bw -R -d hostA -x 0 -p 18904 -n 200 "$eng_b"
+pair ib_send_bw_R_UD ib_send_bw -R -c UD -d hostB -x 0 -p 18907 -n 200 -- ib_send_bw -R -c UD -d hostA -x 0 -p 18907 -n 200 "$eng_b"
+pair ib_send_bw_R ib_send_bw -R -d hostB -x 0 -p 18904 -n 200 -- ib_send_bw -R -d hostA -x 0 -p 18904 -n 200 "$eng_b"
 
 # A connect to a port nobody listens on is REJECTED (invalid service ID) by
 # the other engine at once, never a hang.
@@ -112,17 +126,33 @@ else
   bad "no listener"
 fi
 
+# An address nobody answers ARP for: ADDR_ERROR after a second of asking.
+start=$SECONDS
+if on_a timeout 10 "$UROCE_BIN" run -- rping -c -a "${net%.0}.99" -p 18998 -C 1 >"$UROCE_LOG_DIR/noneighbour.log" 2>&1; then
+  bad "rping to an absent host succeeded"
+elif grep -q 'RDMA_CM_EVENT_ADDR_ERROR, error -113' "$UROCE_LOG_DIR/noneighbour.log" && ((SECONDS - start < 6)); then
+  ok "absent host: ADDR_ERROR (EHOSTUNREACH) in $((SECONDS - start)) s"
+else
+  cat "$UROCE_LOG_DIR/noneighbour.log"
+  bad "absent host"
+fi
+
 # A client killed with its connection up: the server on the other host sees
 # DISCONNECTED (the engine's DREQ) and ends on its own. The client is
 # stopped first, so the server is idle, waiting for its next SEND, when the
 # client goes (else the server's RDMA to a vanishing client may fail first,
 # as between two NICs).
+before=$(cm_ids_b)
 on_b timeout -k 5 30 "$UROCE_BIN" run -- rping -s -a "$eng_b" -p 18905 -v >"$UROCE_LOG_DIR/killed.server.log" 2>&1 &
 server_pid=$!
-sleep 1
+wait_for_listener "$before"
 on_a timeout -k 5 30 "$UROCE_BIN" run -- rping -c -a "$eng_b" -p 18905 -C 1000000 -S 64 >"$UROCE_LOG_DIR/killed.client.log" 2>&1 &
 client_pid=$!
-sleep 2
+for ((i = 0; i < 300; i++)); do  # until the server's engine holds the connection's id too
+  (($(cm_ids_b) > before + 1)) && break
+  sleep 0.1
+done
+sleep 1
 # The client is this script's own rping, named by its unique arguments.
 client_rping=$(pgrep -f -- "-a $eng_b -p 18905 -C 1000000" || true)
 if [[ -n $client_rping ]]; then

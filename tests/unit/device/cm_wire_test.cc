@@ -58,6 +58,10 @@ struct Engine {
       out.push_back(s);
     };
     w.has_route = [] { return true; };
+    w.neighbour_known = [this](const uint8_t*, bool solicit) {
+      solicits += solicit;
+      return neighbour_up;
+    };
     w.now_ns = [clock] { return *clock; };
     agent.attach_wire(w);
     int fds[2];
@@ -120,6 +124,8 @@ struct Engine {
   int read_fd = -1;
   uint64_t channel = 0;
   std::deque<SentMad> out;
+  bool neighbour_up = true;  // the ARP/NDP cache knows every peer
+  int solicits = 0;
 };
 
 class CmWireTest : public ::testing::Test {
@@ -463,6 +469,44 @@ TEST_F(CmWireTest, MadsOfAnotherClassOrForNoIdAreDropped) {
   EXPECT_EQ(a_.agent.wire_counters().mads_dropped, 2u);
   EXPECT_FALSE(a_.event());
   EXPECT_TRUE(a_.out.empty());
+}
+
+// rdma_resolve_addr to a neighbour not yet known: ARP asks for it, and
+// ADDR_RESOLVED comes when the cache has it; one that never answers is
+// ADDR_ERROR (EHOSTUNREACH) after a second.
+TEST_F(CmWireTest, AddressResolutionWaitsForTheNeighbour) {
+  a_.neighbour_up = false;
+  abi::CmBindReply rep{};
+  abi::CmResolveAddrRequest r{};
+  r.id = a_.new_id();
+  r.dst = v4("10.9.0.2", 7010);
+  ASSERT_EQ(a_.agent.resolve_addr(&a_.owner, r, &rep), 0);
+  EXPECT_EQ(a_.solicits, 1);
+  EXPECT_FALSE(a_.event());
+  now_ = a_.agent.next_deadline_ns();
+  a_.agent.poll_timers(now_);
+  EXPECT_FALSE(a_.event());
+  a_.neighbour_up = true;  // the ARP reply came
+  now_ = a_.agent.next_deadline_ns();
+  a_.agent.poll_timers(now_);
+  EXPECT_EQ(a_.next_type(), kAddrResolved);
+
+  a_.neighbour_up = false;
+  r.id = a_.new_id();
+  ASSERT_EQ(a_.agent.resolve_addr(&a_.owner, r, &rep), 0);
+  const uint64_t start = now_;
+  std::optional<abi::CmEventRecord> e;
+  while (!e && now_ - start < 2'000'000'000) {
+    now_ = a_.agent.next_deadline_ns();
+    a_.agent.poll_timers(now_);
+    e = a_.event();
+  }
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->event, 1u);  // RDMA_CM_EVENT_ADDR_ERROR
+  EXPECT_EQ(e->status, -EHOSTUNREACH);
+  EXPECT_GE(now_ - start, 1'000'000'000u);
+  EXPECT_GE(a_.solicits, 5);  // one at once, then every 200 ms
+  EXPECT_EQ(a_.agent.next_deadline_ns(), 0u);
 }
 
 TEST(CmMadTest, FieldsReadBackWhatWasWrittenWithoutTouchingNeighbours) {
