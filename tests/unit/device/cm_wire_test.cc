@@ -509,22 +509,5 @@ TEST_F(CmWireTest, AddressResolutionWaitsForTheNeighbour) {
   EXPECT_EQ(a_.agent.next_deadline_ns(), 0u);
 }
 
-TEST(CmMadTest, FieldsReadBackWhatWasWrittenWithoutTouchingNeighbours) {
-  cm::Mad m{};
-  cm::set(m, cm::req::kRemoteCmResponseTimeout, 31);
-  cm::set(m, cm::req::kTransportServiceType, 2);
-  cm::set(m, cm::req::kEndToEndFlowControl, 1);
-  EXPECT_EQ(m.data[43], 0xfd);
-  cm::set(m, cm::req::kTransportServiceType, 0);
-  EXPECT_EQ(cm::get(m, cm::req::kRemoteCmResponseTimeout), 31u);
-  EXPECT_EQ(cm::get(m, cm::req::kEndToEndFlowControl), 1u);
-  cm::set(m, cm::req::kServiceId, 0x0000000001060000ull | 4791);
-  EXPECT_EQ(cm::get(m, cm::req::kServiceId), 0x00000000010612b7ull);
-  cm::set(m, cm::req::kPrimaryFlowLabel, 0xfffff);
-  cm::set(m, cm::req::kPrimaryPacketRate, 0x3f);
-  EXPECT_EQ(m.data[90], 0xf0);
-  EXPECT_EQ(m.data[91], 0x3f);
-}
-
 }  // namespace
 }  // namespace uroce::device
