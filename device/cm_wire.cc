@@ -569,8 +569,11 @@ void CmAgent::on_req(const uint8_t* sgid, const uint8_t* dgid, const cm::Mad& m)
         std::memcmp(id.remote_gid, sgid, 16) != 0)
       continue;
     ++wire_counters_.mads_duplicate;
-    for (const Outstanding& o : outstanding_)
-      if (o.handle == h && o.attr == cm::Attr::kRep) wire_.send(o.dgid, o.sgid_index, o.mad);
+    for (const Outstanding& o : outstanding_) {
+      if (o.handle != h || o.attr != cm::Attr::kRep) continue;
+      ++wire_counters_.mads_sent;
+      wire_.send(o.dgid, o.sgid_index, o.mad);
+    }
     return;
   }
   const uint8_t sgid_index = sgid_index_of(dgid);

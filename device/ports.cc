@@ -76,7 +76,7 @@ bool Device::is_local_gid(const uint8_t* gid) const {
 }
 
 void Device::send_packet(Qp& qp, net::Packet* p, const abi::AddressVector* av) {
-  ++qp.tx_packets;
+  if (port_active()) ++qp.tx_packets;  // (a frame the port drops is not the QP's)
   route_packet(p, av ? *av : qp.av, qp.qpn);
 }
 
