@@ -114,6 +114,7 @@ int query_device_ex(ibv_context* ctx, const ibv_query_device_ex_input* input,
   full.phys_port_cnt_ex = full.orig_attr.phys_port_cnt;
   full.hca_core_clock = abi::kHcaCoreClockKhz;
   full.completion_timestamp_mask = abi::kCompletionTimestampMask;
+  full.max_dm_size = to_uctx(ctx)->info.max_dm_size;
   fill_odp_caps(&full);
   const abi::DeviceInfo::TmCaps& tm = to_uctx(ctx)->info.tm;
   full.tm_caps = {tm.max_rndv_hdr_size, tm.max_num_tags, tm.flags, tm.max_ops, tm.max_sge};
@@ -256,6 +257,10 @@ UROCE_EXPORT ibv_context* ibv_open_device(ibv_device* device) {
   v.open_xrcd = open_xrcd;
   v.close_xrcd = close_xrcd;
   v.open_qp = open_qp;
+  v.alloc_td = alloc_td;
+  v.dealloc_td = dealloc_td;
+  v.alloc_parent_domain = alloc_parent_domain;
+  fill_dm_ops(&v);
   fill_flow_ops(&v);
   register_context(c);
   return &ctx;
