@@ -30,8 +30,10 @@ std::vector<UContext*> g_contexts;
 void atfork_child() {
   for (UContext* c : g_contexts) {
     c->engine_gone = true;
+    c->forked_child = true;
     int fd = c->conn.fd();
     if (fd >= 0) close(fd);
+    c->conn.drop_fd_after_fork();
   }
 }
 
@@ -270,6 +272,8 @@ UROCE_EXPORT int ibv_close_device(ibv_context* context) {
   UContext* c = to_uctx(context);
   unregister_context(c);
   c->conn.close_fd();  // the engine reclaims whatever is left
+  if (c->child_session) c->child_session->close_fd();
+  delete c->child_session;
   if (context->async_fd >= 0) close(context->async_fd);
   if (c->doorbell_fd >= 0) close(c->doorbell_fd);
   munmap(const_cast<abi::EngineShared*>(c->shared), 4096);

@@ -2,6 +2,7 @@
 // ibv_memcpy_from_dm, ibv_reg_dm_mr), as mlx5 offers its MEMIC: the engine
 // holds the memory on a memfd (device/device_memory.cc) and this process
 // maps it, so the copies are plain loads and stores, as mlx5's are to its BAR.
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -17,6 +18,7 @@ namespace {
 
 struct UDm {
   ibv_dm dm;  // must be first
+  Connection* conn = nullptr;  // the session it was allocated in
   uint8_t* map = nullptr;
   size_t map_length = 0;
   uint64_t length = 0;  // what was asked for: the bounds of copies and MRs
@@ -60,6 +62,40 @@ int memcpy_from_dm(void* host_addr, ibv_dm* ibdm, uint64_t offset, size_t length
   return 0;
 }
 
+// A forked child cannot use its parent's context (context.cc), but mlx5's
+// can, and pyverbs' test_multi_process_alloc_dm allocates device memory on
+// the parent's context in five children at once. So a child's ibv_alloc_dm
+// goes through a session of the child's own, opened on first use; the memory
+// is the child's and goes when it exits. Everything else the child does on
+// the parent's context stays EIO (an MR on the memory needs a PD, and the
+// child's PDs are the parent's session's).
+Connection* dm_session(UContext* c) {
+  if (!c->forked_child) return &c->conn;
+  std::lock_guard<std::mutex> lock(c->child_mu);
+  if (c->child_session) return c->child_session;
+  auto* conn = new (std::nothrow) Connection;
+  int async_pipe[2];
+  if (!conn || pipe2(async_pipe, O_CLOEXEC) != 0) {
+    delete conn;
+    return nullptr;
+  }
+  abi::HelloRequest req{abi::kMagic, abi::kVersion};
+  abi::HelloReply rep;
+  int fds[2] = {-1, -1};
+  int err = conn->connect_to(c->dev->socket_path);
+  if (!err)
+    err = conn->call(abi::CtlOp::kHello, &req, sizeof(req), &rep, sizeof(rep), &async_pipe[1], 1, fds, 2);
+  close(async_pipe[1]);  // the read end stays open: the engine's events are dropped unread
+  for (int fd : fds)
+    if (fd >= 0) close(fd);
+  if (err) {
+    close(async_pipe[0]);
+    delete conn;
+    return nullptr;
+  }
+  return c->child_session = conn;
+}
+
 ibv_dm* alloc_dm(ibv_context* context, ibv_alloc_dm_attr* attr) {
   UContext* c = to_uctx(context);
   // mlx5_alloc_dm: no comp_mask bit is known; more than max_dm_size is EINVAL.
@@ -72,10 +108,16 @@ ibv_dm* alloc_dm(ibv_context* context, ibv_alloc_dm_attr* attr) {
     errno = ENOMEM;
     return nullptr;
   }
+  dm->conn = dm_session(c);
+  if (!dm->conn) {
+    delete dm;
+    errno = EIO;
+    return nullptr;
+  }
   abi::AllocDmRequest req{attr->length, attr->log_align_req, 0};
   abi::AllocDmReply rep;
   int fd = -1;
-  if (int err = c->conn.call(abi::CtlOp::kAllocDm, &req, sizeof(req), &rep, sizeof(rep), nullptr, 0, &fd, 1)) {
+  if (int err = dm->conn->call(abi::CtlOp::kAllocDm, &req, sizeof(req), &rep, sizeof(rep), nullptr, 0, &fd, 1)) {
     delete dm;
     errno = err;
     return nullptr;
@@ -85,7 +127,7 @@ ibv_dm* alloc_dm(ibv_context* context, ibv_alloc_dm_attr* attr) {
   if (fd >= 0) close(fd);
   if (!dm->map) {
     abi::HandleRequest d{rep.handle};
-    c->conn.call(abi::CtlOp::kFreeDm, &d, sizeof(d), nullptr, 0);
+    dm->conn->call(abi::CtlOp::kFreeDm, &d, sizeof(d), nullptr, 0);
     delete dm;
     errno = ENOMEM;
     return nullptr;
@@ -104,7 +146,7 @@ ibv_dm* alloc_dm(ibv_context* context, ibv_alloc_dm_attr* attr) {
 int free_dm(ibv_dm* ibdm) {
   UDm* dm = to_udm(ibdm);
   abi::HandleRequest req{ibdm->handle};
-  int err = to_uctx(ibdm->context)->conn.call(abi::CtlOp::kFreeDm, &req, sizeof(req), nullptr, 0);
+  int err = dm->conn->call(abi::CtlOp::kFreeDm, &req, sizeof(req), nullptr, 0);
   if (err && err != EIO) return err;
   unmap_queue(dm->map, dm->map_length);
   delete dm;

@@ -46,6 +46,9 @@ class Connection {
            const int* fds_in = nullptr, size_t nfds_in = 0, int* fds_out = nullptr,
            size_t nfds_out = 0);
   void close_fd();
+  // In a forked child, before anything else runs: the parent's socket is
+  // closed and must never be written again, even if its number is reused.
+  void drop_fd_after_fork() { fd_ = -1; }
   // The text the engine sent with the last failed call's status, if any
   // (e.g. why it refuses this user).
   const std::string& error_text() const { return error_text_; }
@@ -77,6 +80,11 @@ struct UContext {
   int doorbell_fd;
   std::atomic<bool> engine_gone;
   std::atomic<bool> fatal_reported;
+  // In a forked child: the child's own session for device memory
+  // (device_memory.cc), opened on first use.
+  bool forked_child = false;
+  std::mutex child_mu;
+  Connection* child_session = nullptr;
   // Its MRs by lkey, for ibv_advise_mr (pd_mr.cc, odp.cc).
   std::mutex mrs_mu;
   std::unordered_map<uint32_t, UMr*> mrs;
