@@ -75,6 +75,41 @@ bool engine_is_gone(UContext* ctx, uint64_t now_ns) {
   return ctx->engine_gone;
 }
 
+// After a poll (empty: found nothing), through ibv_poll_cq or ibv_start_poll
+// alike. An empty poll yields, so that a client sharing the CPU runs: the two
+// clients of a `uroce run` pair share the CPUs the engine left, and one that
+// spins without yielding keeps its CPU a whole time slice, milliseconds,
+// while its peer waits there to answer. But the engine runs in a session of
+// its own, and sched_yield does not hand the CPU to another session's
+// autogroup: a client that keeps polling an empty CQ on the engine's CPU
+// takes half of that CPU from the device that would fill it. So a thread
+// that has found nothing for a while there naps instead (the engine keeps
+// its own CPU while it works; placed by `uroce run`, clients rarely land
+// there).
+// False when the engine is gone (engine_is_gone).
+bool empty_poll(UContext* ctx, bool empty) {
+  thread_local uint32_t empty_polls = 0;
+  thread_local uint64_t empty_since_ns = 0;
+  if (!empty) {
+    empty_polls = 0;
+    return true;
+  }
+  // The clock and the CPU are read once every kNapCheckPolls empty polls.
+  if (++empty_polls % kNapCheckPolls == 0) {
+    const uint64_t now_ns = monotonic_ns();
+    if (engine_is_gone(ctx, now_ns)) return false;
+    if (empty_polls == kNapCheckPolls) empty_since_ns = now_ns;
+    const int engine_cpu = ctx->shared->polling_cpu.load(std::memory_order_relaxed);
+    if (engine_cpu >= 0 && now_ns - empty_since_ns > kNapAfterNs && sched_getcpu() == engine_cpu) {
+      const timespec nap{0, long(kNapNs)};
+      nanosleep(&nap, nullptr);
+      return true;
+    }
+  }
+  sched_yield();
+  return true;
+}
+
 // ---- ibv_cq_ex reader -----------------------------------------------------
 
 int take_current(UCq* cq) {
@@ -94,9 +129,7 @@ int start_poll(ibv_cq_ex* ex, ibv_poll_cq_attr* attr) {
   cq->mu.lock();
   int err = take_current(cq);
   if (err) cq->mu.unlock();  // the caller does not call end_poll after ENOENT
-  thread_local uint32_t empty_polls = 0;
-  if (err == ENOENT && ++empty_polls % kNapCheckPolls == 0 && engine_is_gone(cq->ctx, monotonic_ns()))
-    err = EIO;
+  if (!empty_poll(cq->ctx, err == ENOENT)) err = EIO;  // nothing will ever come
   return err;
 }
 
@@ -229,37 +262,6 @@ void cq_clean(ibv_cq* ibcq, uint32_t qpn) {
   }
   cq->ring.prod = dst;
   cq->ring.hdr->consumer.store(dst, std::memory_order_release);
-}
-
-// After a poll (empty: found nothing). An empty poll yields, so that a client
-// sharing the CPU runs. But the engine runs in a session of its own, and
-// sched_yield does not hand the CPU to another session's autogroup: a client
-// that keeps polling an empty CQ on the engine's CPU takes half of that CPU
-// from the device that would fill it. So a thread that has found nothing for
-// a while there naps instead (the engine keeps its own CPU while it works;
-// placed by `uroce run`, clients rarely land there).
-// False when the engine is gone (engine_is_gone).
-bool empty_poll(UContext* ctx, bool empty) {
-  thread_local uint32_t empty_polls = 0;
-  thread_local uint64_t empty_since_ns = 0;
-  if (!empty) {
-    empty_polls = 0;
-    return true;
-  }
-  // The clock and the CPU are read once every kNapCheckPolls empty polls.
-  if (++empty_polls % kNapCheckPolls == 0) {
-    const uint64_t now_ns = monotonic_ns();
-    if (engine_is_gone(ctx, now_ns)) return false;
-    if (empty_polls == kNapCheckPolls) empty_since_ns = now_ns;
-    const int engine_cpu = ctx->shared->polling_cpu.load(std::memory_order_relaxed);
-    if (engine_cpu >= 0 && now_ns - empty_since_ns > kNapAfterNs && sched_getcpu() == engine_cpu) {
-      const timespec nap{0, long(kNapNs)};
-      nanosleep(&nap, nullptr);
-      return true;
-    }
-  }
-  sched_yield();
-  return true;
 }
 
 int poll_cq(ibv_cq* ibcq, int num_entries, ibv_wc* wc) {
