@@ -18,13 +18,14 @@
 namespace uroce::abi {
 
 constexpr uint32_t kMagic = 0x434f5255;  // "UROC"
-constexpr uint32_t kVersion = 8;  // 2: MRs on shared pages; 3: session handles, AHs in the engine;
+constexpr uint32_t kVersion = 9;  // 2: MRs on shared pages; 3: session handles, AHs in the engine;
                                   // 4: tag matching (DeviceInfo::tm, CreateSrqRequest, kPostSrqOps)
                                   // 5: memory windows (SendWqe::bind, kAllocMw, DeviceInfo::max_mw)
                                   // 6: raw packet QPs and flow steering (DeviceInfo::raw,
                                   //    CreateQpRequest::create_flags, kCreateFlow, Cqe::flow_tag)
                                   // 7: the connection manager (kCmCreateChannel ... kCmMigrate)
                                   // 8: TM list operations through TmOpsHeader's ring, not kPostSrqOps
+                                  // 9: UD multicast (kAttachMcast, kDetachMcast)
 constexpr size_t kCacheLine = 64;
 constexpr size_t kMaxDeviceName = 64;
 constexpr size_t kMaxGids = 16;
@@ -271,6 +272,8 @@ enum class CtlOp : uint32_t {
   kCmEstablish,      // CmHandleRequest (RTU)
   kCmDisconnect,     // CmHandleRequest (DREQ)
   kCmMigrate,        // CmMigrateRequest: the id's events go to another channel
+  kAttachMcast,      // McastRequest: a UD QP joins a multicast group (ibv_attach_mcast)
+  kDetachMcast,      // McastRequest
   kCount,
 };
 
@@ -777,6 +780,19 @@ static_assert(sizeof(CreateFlowRequest) == 40 + 2 * sizeof(FlowKey));
 struct CreateFlowReply {
   uint64_t handle;
 };
+
+// kAttachMcast / kDetachMcast. The group limits are rxe's
+// (RXE_MAX_MCAST_GRP, RXE_MAX_MCAST_QP_ATTACH, RXE_MAX_TOT_MCAST_QP_ATTACH).
+constexpr uint32_t kMaxMcastGroups = 8192;
+constexpr uint32_t kMaxMcastQpAttach = 56;
+constexpr uint32_t kMaxTotalMcastQpAttach = kMaxMcastGroups * kMaxMcastQpAttach;
+struct McastRequest {
+  uint64_t qp;      // the QP's handle
+  uint8_t gid[16];  // the group's MGID
+  uint16_t lid;     // MLID: unused on RoCE
+  uint8_t reserved[6];
+};
+static_assert(sizeof(McastRequest) == 32);
 
 // kStatus / kStats: reply body is UTF-8 text (not NUL terminated).
 
