@@ -38,6 +38,8 @@ class Multicast : public VerbsTest {
   ibv_ah* group_ah(const ibv_gid& group) {
     ibv_ah_attr av = loopback_av();
     av.grh.dgid = group;
+    // RoCEv2 sends IPv6 from an IPv6 GID: the link-local one (index 1).
+    if (group.raw[0] == 0xff) av.grh.sgid_index = 1;
     return make_ah(&av);
   }
   static int send_to(ibv_qp* qp, ibv_ah* ah, ibv_sge* s, uint64_t wr_id, uint32_t qkey = kQkey) {

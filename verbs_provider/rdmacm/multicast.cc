@@ -51,6 +51,20 @@ bool group_mgid(const sockaddr* addr, ibv_gid* mgid) {
   return false;
 }
 
+// The id's GID, unless the group is of the other IP family: RoCEv2 sends
+// an IPv6 group's datagrams from an IPv6 GID (the device's own, index 2,
+// else its link-local one, index 1), an IPv4 group's from GID 0.
+uint8_t group_sgid_index(const Id* id, const uint8_t* mgid) {
+  static constexpr uint8_t kV4Mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+  const bool v4_group = std::memcmp(mgid, kV4Mapped, 12) == 0;
+  ibv_gid own{};
+  if (ibv_query_gid(id->id.verbs, 1, id->gid_index, &own) != 0) return id->gid_index;
+  if ((std::memcmp(own.raw, kV4Mapped, 12) == 0) == v4_group) return id->gid_index;
+  if (v4_group) return 0;
+  ibv_gid six{};
+  return ibv_query_gid(id->id.verbs, 1, 2, &six) == 0 && six.raw[0] != 0 ? 2 : 1;
+}
+
 int join(Id* id, const sockaddr* addr, bool send_only, void* context) {
   if (!addr) return fail(EINVAL);
   if (id->id.ps != RDMA_PS_UDP && id->id.ps != RDMA_PS_IPOIB) return fail(EINVAL);
@@ -95,7 +109,7 @@ void multicast_joined(Id* id, const abi::CmEventRecord& rec, rdma_cm_event* ev) 
   ud.ah_attr.is_global = 1;
   ud.ah_attr.port_num = 1;
   std::memcpy(ud.ah_attr.grh.dgid.raw, rec.peer_gid, 16);
-  ud.ah_attr.grh.sgid_index = id->gid_index;
+  ud.ah_attr.grh.sgid_index = group_sgid_index(id, rec.peer_gid);
   ud.ah_attr.grh.hop_limit = 64;  // IPV6_DEFAULT_HOPLIMIT, as cma_iboe_join_multicast
   ud.ah_attr.grh.traffic_class = id->tos;
   if (g == id->groups.end()) {  // left before the event was taken

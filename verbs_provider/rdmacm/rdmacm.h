@@ -20,6 +20,9 @@
 #include "uroce/abi.h"
 #include "verbs_provider/provider.h"
 
+// librdmacm's exported functions (librdmacm.map gives their versions).
+#define RDMACM_EXPORT extern "C" __attribute__((visibility("default")))
+
 namespace uroce::rdmacm {
 
 // An event channel: the read end of the pipe the engine writes records to.
