@@ -15,6 +15,7 @@
 #include "device/cm_agent.h"
 #include "device/counters.h"
 #include "device/flow_steering.h"
+#include "device/multicast.h"
 #include "device/objects.h"
 #include "device/qp.h"
 #include "net/af_packet_wakeup.h"
@@ -113,6 +114,10 @@ class Device {
   Result<uint32_t> create_flow(Owner* o, uint32_t qpn, const abi::CreateFlowRequest& req);
   int destroy_flow(Owner* o, uint32_t handle);
   const FlowSteering& steering() const { return steering_; }
+  // ---- UD multicast (device/multicast.cc) ----
+  int attach_mcast(Owner* o, uint32_t qpn, const Gid& gid);
+  int detach_mcast(Owner* o, uint32_t qpn, const Gid& gid);
+  const MulticastGroups& multicast() const { return multicast_; }
   // Events of a QP reach every process holding a handle on it.
   void post_qp_event(Qp& qp, ibv_event_type type);
   // ---- ports (device/ports.cc) ----
@@ -224,6 +229,10 @@ class Device {
   void sniff_sent(const net::Packet& p);
   void deliver_raw(const Flow& rule, const net::Packet& p, const net::FrameFields& f);
   bool poll_wire_rx();
+  // A datagram to a multicast GID: to every attached QP of this engine (the
+  // loopback) and out of the wire port (device/multicast.cc).
+  void send_multicast(net::Packet* p, net::Route& route, const uint8_t* dgid);
+  void deliver_multicast(net::Packet& p, const uint8_t* dgid);
   bool poll_port_timers();
   bool poll_tm_ops();  // device/srq.cc
   void transmit(net::Packet* p, PortId port);
@@ -271,6 +280,7 @@ class Device {
   Table<Xrcd> xrcds_;
   Table<XrcdHandle> xrcd_handles_;
   FlowSteering steering_;
+  MulticastGroups multicast_{abi::kMaxMcastGroups, abi::kMaxMcastQpAttach};
   size_t qp_count_ = 0;
   // QPs out of RESET: the datapath polls them. A QP in RESET has no work, so
   // thousands of fresh QPs cost the poll loop nothing.

@@ -168,6 +168,12 @@ constexpr Table make_table() {
                                   einval(UROCE_HANDLE(CreateFlowRequest, qp, kQp)));
   at(CtlOp::kDestroyFlow) = method("destroy_flow", destroy_flow, exact<HandleRequest>(), kNoFds,
                                    destroyed(einval(UROCE_HANDLE(HandleRequest, handle, kFlow))));
+  // UD multicast groups (methods_mcast.cc); uverbs looks the QP up as a
+  // write() command does: EINVAL when it is not there.
+  at(CtlOp::kAttachMcast) = method("attach_mcast", attach_mcast, exact<McastRequest>(), kNoFds,
+                                   einval(UROCE_HANDLE(McastRequest, qp, kQp)));
+  at(CtlOp::kDetachMcast) = method("detach_mcast", detach_mcast, exact<McastRequest>(), kNoFds,
+                                   einval(UROCE_HANDLE(McastRequest, qp, kQp)));
   // The connection manager (methods_cm.cc). Its ids and channels are the
   // CM agent's, which checks each is the caller's (device/cm_agent.h).
   at(CtlOp::kCmCreateChannel) =

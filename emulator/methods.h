@@ -169,6 +169,9 @@ int open_qp(Call& c);
 // methods_flow.cc: flow steering rules
 int create_flow(Call& c);
 int destroy_flow(Call& c);
+// methods_mcast.cc
+int attach_mcast(Call& c);
+int detach_mcast(Call& c);
 // methods_ah.cc
 int create_ah(Call& c);
 int destroy_ah(Call& c);
