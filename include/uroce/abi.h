@@ -278,6 +278,7 @@ enum class CtlOp : uint32_t {
   kAllocDm,   // AllocDmRequest; reply AllocDmReply, fds: [the memory's memfd]
   kFreeDm,    // HandleRequest
   kRegDmMr,   // RegDmMrRequest; reply RegMrReply
+  // UD multicast groups (device/multicast.cc).
   kAttachMcast,      // McastRequest: a UD QP joins a multicast group (ibv_attach_mcast)
   kDetachMcast,      // McastRequest
   kCount,
