@@ -66,7 +66,9 @@ pair() {
     spid=$! crc=0 src=0
     wait_for_listener "$before"
     on_a timeout -k 5 60 "$UROCE_BIN" run -- "${client[@]}" </dev/null >"$clog" 2>&1 || crc=$?
-    if ((crc != 0)); then kill "$spid" 2>/dev/null || true; fi
+    if ((crc != 0)); then  # the server's `timeout` (our child's child) stops it
+      pkill -TERM -P "$spid" 2>/dev/null || true
+    fi
     wait "$spid" || src=$?
     # perftest -R races itself: after its control connection's handshake
     # the client connects at once while the server is still making its
