@@ -170,18 +170,15 @@ void read_tm_info(ibv_cq_ex* ex, ibv_wc_tm_info* info) {
 }
 
 ibv_cq_ex* create_cq(ibv_context* context, uint32_t cqe, void* cq_context, ibv_comp_channel* channel,
-                     uint32_t comp_vector, uint64_t wc_flags) {
+                     uint32_t comp_vector, uint64_t wc_flags, ibv_pd* parent_domain = nullptr) {
   UContext* c = to_uctx(context);
   if (comp_vector >= uint32_t(context->num_comp_vectors) || cqe == 0 || cqe > c->info.max_cqe) {
     errno = EINVAL;
     return nullptr;
   }
   place_polling_thread(c);  // the thread that makes a CQ usually polls it
-  auto* cq = new (std::nothrow) UCq{};
-  if (!cq) {
-    errno = ENOMEM;
-    return nullptr;
-  }
+  auto* cq = new_queue_object<UCq>(parent_domain, kResourceTypeCq);
+  if (!cq) return nullptr;
   UChannel* ch = reinterpret_cast<UChannel*>(channel);
   const uint32_t flags = wc_flags & kTimestampWcFlags ? uint32_t(abi::kCqTimestamps) : 0u;
   abi::CreateCqRequest req{cqe, flags, ch ? ch->handle : 0, uint64_t(uintptr_t(cq))};
@@ -189,7 +186,7 @@ ibv_cq_ex* create_cq(ibv_context* context, uint32_t cqe, void* cq_context, ibv_c
   int fd = -1;
   if (int err = c->conn.call(abi::CtlOp::kCreateCq, &req, sizeof(req), &rep, sizeof(rep), nullptr, 0,
                              &fd, 1)) {
-    delete cq;
+    delete_queue_object(cq, kResourceTypeCq);
     errno = err;
     return nullptr;
   }
@@ -198,7 +195,7 @@ ibv_cq_ex* create_cq(ibv_context* context, uint32_t cqe, void* cq_context, ibv_c
   if (!cq->map) {
     abi::HandleRequest d{rep.handle};
     c->conn.call(abi::CtlOp::kDestroyCq, &d, sizeof(d), nullptr, 0);
-    delete cq;
+    delete_queue_object(cq, kResourceTypeCq);
     errno = ENOMEM;
     return nullptr;
   }
@@ -309,8 +306,16 @@ int req_notify_cq(ibv_cq* ibcq, int solicited_only) {
 }
 
 ibv_cq_ex* create_cq_ex(ibv_context* context, ibv_cq_init_attr_ex* attr) {
-  if (attr->comp_mask & ~uint32_t(IBV_CQ_INIT_ATTR_MASK_FLAGS)) {
-    errno = attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_PD ? EOPNOTSUPP : EINVAL;
+  if (attr->comp_mask & ~uint32_t(IBV_CQ_INIT_ATTR_MASK_FLAGS | IBV_CQ_INIT_ATTR_MASK_PD)) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  // mlx5_create_cq: the PD of a CQ must be a parent domain (its allocator and
+  // thread domain are what it is for). IBV_CREATE_CQ_ATTR_SINGLE_THREADED and
+  // a thread domain let mlx5 drop the CQ's lock; uroce keeps it.
+  ibv_pd* parent = attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_PD ? attr->parent_domain : nullptr;
+  if ((attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_PD) && !is_parent_domain(parent)) {
+    errno = EINVAL;
     return nullptr;
   }
   if ((attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) &&
@@ -329,7 +334,7 @@ ibv_cq_ex* create_cq_ex(ibv_context* context, ibv_cq_init_attr_ex* attr) {
     return nullptr;
   }
   ibv_cq_ex* cq = create_cq(context, attr->cqe, attr->cq_context, attr->channel, attr->comp_vector,
-                            attr->wc_flags);
+                            attr->wc_flags, parent);
   if (cq) to_ucq(cq)->extended = true;
   return cq;
 }
@@ -416,7 +421,7 @@ UROCE_EXPORT int ibv_destroy_cq(ibv_cq* ibcq) {
   unmap_queue(cq->map, cq->map_size);
   pthread_cond_destroy(&ibcq->cond);
   pthread_mutex_destroy(&ibcq->mutex);
-  delete cq;
+  delete_queue_object(cq, kResourceTypeCq);
   return 0;
 }
 

@@ -12,7 +12,6 @@
 
 #include "verbs_provider/rdmacm/rdmacm.h"
 
-#define RDMACM_EXPORT extern "C" __attribute__((visibility("default")))
 
 namespace uroce::rdmacm {
 
@@ -27,10 +26,12 @@ uint32_t random_psn() {
 }
 
 // What rdma_cm reports as the private data of each message: the whole
-// field, less the IP header rdma_cm puts in a REQ (cma_user_data_offset).
+// field, less the IP header rdma_cm puts in a REQ (cma_user_data_offset):
+// REQ 92 - 36, SIDR REQ 216 - 36.
+constexpr size_t kReqUserPrivateData = 56, kSidrReqUserPrivateData = 180;
 size_t reported_private_len(uint32_t event, uint32_t ps) {
   switch (event) {
-    case RDMA_CM_EVENT_CONNECT_REQUEST: return ps == RDMA_PS_UDP ? 180 : 160;
+    case RDMA_CM_EVENT_CONNECT_REQUEST: return ps == RDMA_PS_UDP ? kSidrReqUserPrivateData : kReqUserPrivateData;
     case RDMA_CM_EVENT_REJECTED: return abi::kCmMaxRejPrivateData;
     case RDMA_CM_EVENT_CONNECT_RESPONSE:
     case RDMA_CM_EVENT_ESTABLISHED: return ps == RDMA_PS_UDP ? 136 : abi::kCmMaxPrivateData;
@@ -233,6 +234,7 @@ RDMACM_EXPORT int rdma_destroy_id(rdma_cm_id* cm_id) {
   Library& lib = library();
   {
     std::lock_guard<std::mutex> lock(lib.mu);
+    leave_all_groups(id);
     if (id->engine) {
       abi::CmHandleRequest req{id->handle};
       call(id->engine, abi::CtlOp::kCmDestroyId, &req, sizeof(req));
@@ -313,7 +315,7 @@ RDMACM_EXPORT int rdma_connect(rdma_cm_id* cm_id, rdma_conn_param* param) {
   Id* id = to_id(cm_id);
   const int max_rd = device_max_rd_atom(id->id.verbs);
   if (param) {
-    const size_t max_private = id->id.ps == RDMA_PS_UDP ? 180 : 160;
+    const size_t max_private = id->id.ps == RDMA_PS_UDP ? kSidrReqUserPrivateData : kReqUserPrivateData;
     if (param->private_data_len > max_private) return fail(EINVAL);
     id->responder_resources = capped(param->responder_resources, max_rd);
     id->initiator_depth = capped(param->initiator_depth, max_rd);
@@ -475,10 +477,6 @@ RDMACM_EXPORT int rdma_get_remote_ece(rdma_cm_id* cm_id, ibv_ece* ece) {
   return 0;
 }
 
-RDMACM_EXPORT int rdma_join_multicast(rdma_cm_id*, sockaddr*, void*) { return fail(ENOSYS); }
-RDMACM_EXPORT int rdma_join_multicast_ex(rdma_cm_id*, rdma_cm_join_mc_attr_ex*, void*) { return fail(ENOSYS); }
-RDMACM_EXPORT int rdma_leave_multicast(rdma_cm_id*, sockaddr*) { return fail(ENOSYS); }
-
 // ---- events ----
 
 namespace {
@@ -576,6 +574,14 @@ RDMACM_EXPORT int rdma_get_cm_event(rdma_event_channel* channel, rdma_cm_event**
       }
     }
     ev.id = &id->id;
+    if (rec.event == RDMA_CM_EVENT_MULTICAST_JOIN) {
+      {
+        std::lock_guard<std::mutex> lock(lib.mu);
+        multicast_joined(id, rec, &ev);
+      }
+      *out = &ev;
+      return 0;
+    }
     if (rec.event == RDMA_CM_EVENT_CONNECT_RESPONSE && id->id.qp) {
       // A QP of the id: connect it and send the RTU; the application sees
       // the connection up (ucma_process_conn_resp).
