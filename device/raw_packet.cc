@@ -129,6 +129,9 @@ void Device::deliver_raw(const Flow& rule, const net::Packet& p, const net::Fram
     case FlowTarget::Kind::kQp:
       if (Qp* q = qp(rule.target.id)) raw_receive(*this, *q, p.data, p.len, f, rule);
       break;
+    case FlowTarget::Kind::kRss:
+      if (Qp* q = qp(rule.target.id); q && q->rss) rss_deliver(*q, p, f, rule);
+      break;
   }
 }
 

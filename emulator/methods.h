@@ -28,7 +28,7 @@ class Engine;
 class ObjectTable;
 
 // The object types a handle may name (the kernel's UVERBS_OBJECT_*).
-enum class ObjType : uint8_t { kNone, kPd, kMr, kCompChannel, kCq, kQp, kSrq, kXrcd, kAh, kMw, kFlow, kCount };
+enum class ObjType : uint8_t { kNone, kPd, kMr, kCompChannel, kCq, kQp, kSrq, kXrcd, kAh, kMw, kFlow, kWq, kRwqIndTable, kCount };
 
 // One request handed to a handler: its body (already checked against the
 // table, handles already resolved to device ids), its fds, and the reply the
@@ -165,6 +165,13 @@ int open_qp(Call& c);
 // methods_flow.cc: flow steering rules
 int create_flow(Call& c);
 int destroy_flow(Call& c);
+// methods_wq.cc: receive WQs, indirection tables, RSS QPs
+int create_wq(Call& c);
+int modify_wq(Call& c);
+int destroy_wq(Call& c);
+int create_rwq_ind_table(Call& c);
+int destroy_rwq_ind_table(Call& c);
+int create_rss_qp(Call& c);
 // methods_ah.cc
 int create_ah(Call& c);
 int destroy_ah(Call& c);
