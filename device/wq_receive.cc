@@ -77,6 +77,7 @@ void pad_end(const Device& dev, const Owner& owner, const abi::Sge* sge, uint32_
 void Device::wq_receive(Wq& w, const uint8_t* frame, uint32_t len, bool has_tag, uint32_t tag) {
   if (w.state != IBV_WQS_RDY) {
     ++w.not_ready_drops;  // SEMANTICS 4.3: only RDY receives
+    ++counters_.wq_rx_not_ready;
     return;
   }
   const uint32_t prod = w.ring.hdr->producer.load(std::memory_order_acquire);
@@ -95,6 +96,7 @@ void Device::wq_receive(Wq& w, const uint8_t* frame, uint32_t len, bool has_tag,
     return;
   }
   ++w.no_wqe_drops;
+  ++counters_.wq_rx_no_recv;
 }
 
 void Device::place_in_wq(Wq& w, const uint8_t* frame, uint32_t len, bool has_tag, uint32_t tag) {
@@ -102,6 +104,7 @@ void Device::place_in_wq(Wq& w, const uint8_t* frame, uint32_t len, bool has_tag
   if (prod - w.head > w.ring.size()) {  // a corrupt producer: nothing posted to trust
     ++counters_.bad_wqes;
     ++w.no_wqe_drops;
+    ++counters_.wq_rx_no_recv;
     return;
   }
   // Copy the WQE out of shared memory, then check it (untrusted).
@@ -147,7 +150,7 @@ void Device::place_in_wq(Wq& w, const uint8_t* frame, uint32_t len, bool has_tag
     cqe.flow_tag = has_tag ? tag : 0;
     cqe.cvlan = placed.cvlan;
     ++w.received;
-    ++counters_.raw_rx_frames;
+    ++counters_.wq_rx_frames;
   } else {
     cqe.vendor_err = status;
     ++counters_.local_errors;
@@ -170,6 +173,7 @@ bool Device::release_held(Wq& w) {
       place_in_wq(w, h.p->data, h.p->len, h.has_tag, h.tag);
     } else if (now_ns_ >= h.expires_ns) {
       ++w.delay_drop_expired;
+      ++counters_.wq_delay_drop_expired;
     } else {
       break;
     }
@@ -187,7 +191,10 @@ void Device::drop_held(Wq& w, bool count) {
     HeldFrame& h = w.held[w.held_first];
     free_packet(h.p);
     h = HeldFrame{};
-    if (count) ++w.delay_drop_expired;
+    if (count) {
+      ++w.delay_drop_expired;
+      ++counters_.wq_delay_drop_expired;
+    }
     w.held_first = (w.held_first + 1) % kDelayDropFrames;
   }
 }
