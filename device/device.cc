@@ -468,9 +468,12 @@ Result<uint32_t> Device::create_qp(Owner* o, const abi::CreateQpRequest& req) {
       raw_type != IBV_QPT_RAW_PACKET)
     return {EOPNOTSUPP};
   const ibv_qp_type type = ibv_qp_type(raw_type);
-  // No creation flag is implemented yet (scatter FCS, CVLAN stripping, end
-  // padding come with WQs): refused as mlx5 refuses one it lacks.
-  if (req.create_flags) return {EOPNOTSUPP};
+  // A raw packet QP's receive flags are a WQ's (mlx5 create_raw_packet_qp);
+  // any other flag, or a flag on another type, is refused as mlx5 refuses
+  // one it lacks.
+  uint32_t raw_rx_flags = 0;
+  if (req.create_flags && (type != IBV_QPT_RAW_PACKET || !raw_qp_rx_flags(req.create_flags, &raw_rx_flags)))
+    return {EOPNOTSUPP};
   // A raw packet QP receives what steering rules give its own RQ.
   if (type == IBV_QPT_RAW_PACKET && req.srq) return {EINVAL};
   Pd* pd = pds_.get(req.pd);
@@ -517,6 +520,7 @@ Result<uint32_t> Device::create_qp(Owner* o, const abi::CreateQpRequest& req) {
     qp->xrcd_handle = uint32_t(req.xrcd);
   }
   qp->sq_sig_all = req.sq_sig_all;
+  qp->raw_rx_flags = raw_rx_flags;
 
   const uint32_t sq_log2 = log2_ceil(std::max(caps.max_send_wr, 1u));
   const uint32_t sq_body = std::max(caps.max_send_sge * uint32_t(sizeof(abi::Sge)),

@@ -197,6 +197,9 @@ struct Qp {
   // An RSS QP (device/rss.cc): no queues, no state machine; what its flows
   // take goes to the WQs of its indirection table.
   std::unique_ptr<RssHash> rss;
+  // A raw packet QP's receive flags (IBV_QP_CREATE_SCATTER_FCS, ...), as
+  // enum ibv_wq_flags bits.
+  uint32_t raw_rx_flags = 0;
 };
 
 }  // namespace uroce::device

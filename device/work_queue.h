@@ -18,6 +18,8 @@
 
 namespace uroce::device {
 
+class Device;
+
 // mlx5 numbers RQs apart from QPs; uroce keeps WQ numbers out of the QPN
 // range its tables give (a completion's qp_num names one or the other).
 constexpr uint32_t kWqnBase = 0x800000;
@@ -79,6 +81,21 @@ size_t rss_hash_input(const net::FrameFields& f, uint64_t fields, uint8_t* out);
 
 // The indirection table entry a hash selects: its low bits (Microsoft RSS).
 inline uint32_t rss_entry(uint32_t hash, uint32_t log_size) { return hash & ((1u << log_size) - 1); }
+
+// A received frame as a WQ's (or raw QP's) receive flags place it
+// (device/wq_receive.cc): CVLAN stripping, scatter FCS. `out` holds at
+// least len + 4 bytes.
+struct ShapedFrame {
+  uint32_t len = 0;    // byte_len: with the FCS, without end padding
+  uint16_t cvlan = 0;  // the stripped TCI, 0 when none was
+};
+ShapedFrame shape_received_frame(uint32_t wq_flags, const uint8_t* frame, uint32_t len, uint8_t* out);
+// The raw packet QP creation flags that are WQ flags of its receive queue
+// (mlx5: IBV_QP_CREATE_SCATTER_FCS, CVLAN_STRIPPING, PCI_WRITE_END_PADDING);
+// false for a flag that is none of them.
+bool raw_qp_rx_flags(uint32_t create_flags, uint32_t* wq_flags);
+// PCI write end padding after a frame of len bytes placed in sge.
+void pad_receive_end(const Device& dev, const Owner& owner, const abi::Sge* sge, uint32_t num_sge, uint32_t len);
 
 // ibv_create_qp_ex's RSS checks (mlx5 create_rss_raw_qp_tir): 0 or the errno.
 int check_rss(uint64_t fields, uint32_t function, uint32_t key_len, uint32_t log_size);

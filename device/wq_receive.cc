@@ -17,15 +17,10 @@ constexpr size_t kMacBytes = 12;
 constexpr size_t kVlanTagBytes = 4;
 constexpr size_t kFcsBytes = 4;
 
-// The bytes the device writes for one frame: the frame as the WQ's flags
-// shape it, and what byte_len and the CVLAN field report.
-struct Placed {
-  uint32_t len = 0;  // byte_len: with the FCS, without the padding
-  uint16_t cvlan = 0;
-};
+}  // namespace
 
-Placed shape_frame(uint32_t flags, const uint8_t* frame, uint32_t len, uint8_t* out) {
-  Placed p;
+ShapedFrame shape_received_frame(uint32_t flags, const uint8_t* frame, uint32_t len, uint8_t* out) {
+  ShapedFrame p;
   const bool tagged = len >= kMacBytes + kVlanTagBytes + 2 && frame[12] == 0x81 && frame[13] == 0x00;
   if ((flags & IBV_WQ_FLAGS_CVLAN_STRIPPING) && tagged) {
     // The 802.1Q tag leaves the data; its TCI goes to the completion
@@ -49,9 +44,26 @@ Placed shape_frame(uint32_t flags, const uint8_t* frame, uint32_t len, uint8_t* 
   return p;
 }
 
+bool raw_qp_rx_flags(uint32_t create_flags, uint32_t* wq_flags) {
+  static constexpr struct {
+    uint32_t qp_flag, wq_flag;
+  } kMap[] = {
+      {IBV_QP_CREATE_CVLAN_STRIPPING, IBV_WQ_FLAGS_CVLAN_STRIPPING},
+      {IBV_QP_CREATE_SCATTER_FCS, IBV_WQ_FLAGS_SCATTER_FCS},
+      {IBV_QP_CREATE_PCI_WRITE_END_PADDING, IBV_WQ_FLAGS_PCI_WRITE_END_PADDING},
+  };
+  *wq_flags = 0;
+  for (const auto& m : kMap)
+    if (create_flags & m.qp_flag) {
+      *wq_flags |= m.wq_flag;
+      create_flags &= ~m.qp_flag;
+    }
+  return create_flags == 0;
+}
+
 // PCI write end padding: zeros from the end of the frame to the next
 // 64-byte boundary of the buffer, never past the SGE the frame ends in.
-void pad_end(const Device& dev, const Owner& owner, const abi::Sge* sge, uint32_t num_sge, uint32_t len) {
+void pad_receive_end(const Device& dev, const Owner& owner, const abi::Sge* sge, uint32_t num_sge, uint32_t len) {
   static const uint8_t kZeros[kEndPaddingAlign] = {};
   uint64_t left = len;
   for (uint32_t i = 0; i < num_sge; ++i) {
@@ -71,8 +83,6 @@ void pad_end(const Device& dev, const Owner& owner, const abi::Sge* sge, uint32_
     return;
   }
 }
-
-}  // namespace
 
 void Device::wq_receive(Wq& w, const uint8_t* frame, uint32_t len, bool has_tag, uint32_t tag) {
   if (w.state != IBV_WQS_RDY) {
@@ -129,9 +139,9 @@ void Device::place_in_wq(Wq& w, const uint8_t* frame, uint32_t len, bool has_tag
     status = translate_recv_sges(*this, r, w.pd);
   }
   alignas(64) uint8_t out[net::kFrameCapacity + kFcsBytes];
-  Placed placed;
+  ShapedFrame placed;
   if (status == IBV_WC_SUCCESS) {
-    placed = shape_frame(w.flags, frame, std::min<uint32_t>(len, net::kFrameCapacity), out);
+    placed = shape_received_frame(w.flags, frame, std::min<uint32_t>(len, net::kFrameCapacity), out);
     uint64_t room = 0;
     for (uint32_t i = 0; i < r.num_sge; ++i) room += r.sge[i].length;
     if (placed.len > room) {
@@ -141,7 +151,7 @@ void Device::place_in_wq(Wq& w, const uint8_t* frame, uint32_t len, bool has_tag
       memory_fault("wq receive", r.owner, r.sge[0].addr, placed.len);
       status = IBV_WC_LOC_PROT_ERR;
     } else if (w.flags & IBV_WQ_FLAGS_PCI_WRITE_END_PADDING) {
-      pad_end(*this, *r.owner, r.sge.data(), r.num_sge, placed.len);
+      pad_receive_end(*this, *r.owner, r.sge.data(), r.num_sge, placed.len);
     }
   }
   cqe.status = status;

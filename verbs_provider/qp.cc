@@ -58,10 +58,13 @@ ibv_qp* create_qp_ex(ibv_context* context, ibv_qp_init_attr_ex* attr) {
     errno = EINVAL;
     return nullptr;
   }
-  // No creation flag is implemented: the mask with no flags in it is an
-  // ordinary QP; a flag is refused as mlx5's process_create_flags refuses
-  // one it lacks (EOPNOTSUPP).
-  if ((attr->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) && attr->create_flags) {
+  // The creation flags implemented are a raw packet QP's receive flags
+  // (the engine checks them); any other is refused as mlx5's
+  // process_create_flags refuses one it lacks (EOPNOTSUPP).
+  constexpr uint32_t kRawCreateFlags =
+      IBV_QP_CREATE_SCATTER_FCS | IBV_QP_CREATE_CVLAN_STRIPPING | IBV_QP_CREATE_PCI_WRITE_END_PADDING;
+  const uint32_t create_flags = (attr->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) ? attr->create_flags : 0;
+  if (create_flags && (attr->qp_type != IBV_QPT_RAW_PACKET || (create_flags & ~kRawCreateFlags))) {
     errno = EOPNOTSUPP;
     return nullptr;
   }
@@ -106,6 +109,7 @@ ibv_qp* create_qp_ex(ibv_context* context, ibv_qp_init_attr_ex* attr) {
   req.cookie = uint64_t(uintptr_t(qp));
   req.qp_type = attr->qp_type;
   req.sq_sig_all = attr->sq_sig_all;
+  req.create_flags = create_flags;
   req.caps = {attr->cap.max_send_wr, attr->cap.max_recv_wr, attr->cap.max_send_sge,
               attr->cap.max_recv_sge, attr->cap.max_inline_data, 0};
   abi::CreateQpReply rep;

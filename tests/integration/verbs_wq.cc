@@ -123,7 +123,11 @@ class WorkQueue : public VerbsTest {
     if (!t) return nullptr;
     ibv_qp_init_attr_ex a = rss_attr(t, fields);
     ibv_qp* qp = rss_qp_on(&a);
-    if (!qp) return nullptr;
+    if (qp) flow_to(qp);
+    return qp;
+  }
+  // A rule giving `qp` every frame to kDstMac.
+  void flow_to(ibv_qp* qp) {
     struct {
       ibv_flow_attr attr;
       ibv_flow_spec_eth eth;
@@ -139,7 +143,6 @@ class WorkQueue : public VerbsTest {
     ibv_flow* f = ibv_create_flow(qp, reinterpret_cast<ibv_flow_attr*>(&rule));
     EXPECT_NE(f, nullptr) << std::strerror(errno);
     if (f) defer([f] { EXPECT_EQ(ibv_destroy_flow(f), 0); });
-    return qp;
   }
   ibv_qp* rss_qp_on(ibv_qp_init_attr_ex* a) {
     ibv_qp* qp = ibv_create_qp_ex(ctx_, a);
@@ -555,6 +558,55 @@ TEST_F(WorkQueue, WithoutDelayDropAFrameWithNoReceiveIsDroppedAndCounted) {
   EXPECT_TRUE(drain_for(cq, 50).empty());
   const std::string out = stats();
   EXPECT_NE(out.find("wq " + std::to_string(w->wq_num) + " received 0 no_wqe 2"), std::string::npos) << out;
+}
+
+// The same receive flags on a plain raw packet QP, as creation flags
+// (IBV_QP_CREATE_CVLAN_STRIPPING, IBV_QP_CREATE_SCATTER_FCS: mlx5 has both).
+TEST_F(WorkQueue, RawQpCreationFlagsShapeItsReceives) {
+  ibv_cq_init_attr_ex ca{};
+  ca.cqe = 16;
+  ca.wc_flags = uint64_t(IBV_WC_STANDARD_FLAGS) | IBV_WC_EX_WITH_CVLAN;
+  ibv_cq_ex* cqx = make_cq_ex(&ca);
+  ASSERT_NE(cqx, nullptr) << std::strerror(errno);
+  ibv_cq* cq = ibv_cq_ex_to_cq(cqx);
+  ibv_qp_init_attr_ex ia{};
+  ia.qp_type = IBV_QPT_RAW_PACKET;
+  ia.send_cq = ia.recv_cq = cq;
+  ia.cap = {8, 8, 1, 1, 0};
+  ia.pd = pd_;
+  ia.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS;
+  ia.create_flags = IBV_QP_CREATE_SCATTER_FCS | IBV_QP_CREATE_CVLAN_STRIPPING;
+  ibv_qp* qp = ibv_create_qp_ex(ctx_, &ia);
+  ASSERT_NE(qp, nullptr) << std::strerror(errno);
+  defer([qp] { EXPECT_EQ(ibv_destroy_qp(qp), 0); });
+  ibv_qp_attr a{};
+  a.qp_state = IBV_QPS_INIT;
+  a.port_num = 1;
+  ASSERT_EQ(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PORT), 0);
+  a.qp_state = IBV_QPS_RTR;
+  ASSERT_EQ(ibv_modify_qp(qp, &a, IBV_QP_STATE), 0);
+  flow_to(qp);
+  ibv_mr* mr = reg_buffer(kBuf, IBV_ACCESS_LOCAL_WRITE);
+  ASSERT_EQ(post_recv_mr(qp, 0, mr, 0, kBuf), 0);
+  const uint8_t ip[4] = {10, 3, 3, 3};
+  const uint16_t tci = 0x2064;
+  const auto tagged = udp_frame(ip, 9, 9, 50, tci), plain = udp_frame(ip, 9, 9, 50);
+  send(tagged);
+  ibv_poll_cq_attr pa{};
+  int rc;
+  for (auto until = deadline_after(kWaitSeconds); (rc = ibv_start_poll(cqx, &pa)) == ENOENT && Clock::now() < until;)
+    std::this_thread::yield();
+  ASSERT_EQ(rc, 0);
+  EXPECT_EQ(cqx->status, IBV_WC_SUCCESS);
+  EXPECT_EQ(ibv_wc_read_byte_len(cqx), plain.size() + 4);
+  EXPECT_EQ(ibv_wc_read_cvlan(cqx), tci);
+  ibv_end_poll(cqx);
+  const uint8_t* got = slot(mr, 0);
+  EXPECT_EQ(std::memcmp(got, plain.data(), plain.size()), 0);
+  // The FCS is the one the frame had on the wire, tag included.
+  const uint32_t crc = uint32_t(crc32(0, tagged.data(), uInt(tagged.size())));
+  const uint8_t want[4] = {uint8_t(crc), uint8_t(crc >> 8), uint8_t(crc >> 16), uint8_t(crc >> 24)};
+  EXPECT_EQ(std::memcmp(got + plain.size(), want, 4), 0);
 }
 
 }  // namespace
