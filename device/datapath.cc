@@ -175,6 +175,8 @@ std::string Device::stats_text() const {
 #undef UROCE_ARP_LINE
   }
   os << "  packet_buffers " << pool_.allocated() << "    # frame buffers allocated\n";
+  os << "  delay_drop_timeout_us " << delay_drop_timeout_ns_ / 1000
+     << "    # how long a delay-drop WQ holds a frame with no receive posted\n";
   steering_.for_each([&](uint32_t handle, const Flow& f) {
     os << "  flow " << handle << " qp " << f.target.id << " priority " << f.priority << " frames "
        << f.hits << " dropped " << f.dropped << "    # a steering rule: frames it took, discarded\n";

@@ -33,6 +33,7 @@ CompChannel::~CompChannel() {
 
 Device::Device(const DeviceConfig& config) : config_(config) {
   init_info();
+  set_delay_drop_timeout_ns(uint64_t(config_.delay_drop_timeout_us) * 1000);
   loopback_route_.src_mac = loopback_route_.dst_mac = config_.mac;
   loopback_route_.src_ip = loopback_route_.dst_ip = config_.ip;
 }

@@ -46,6 +46,9 @@ struct DeviceConfig {
   // vm.max_map_count of the host: bounds the queues the device advertises
   // (device/params.h, queue_limits).
   uint64_t max_map_count = kDefaultMaxMapCount;
+  // How long delay drop holds a frame that finds no receive posted
+  // (mlx5's debugfs delay_drop/timeout: 100 ms by default and at most).
+  uint32_t delay_drop_timeout_us = kDelayDropTimeoutNs / 1000;
 };
 
 enum class PortId : uint8_t { kLoopback, kWire };
