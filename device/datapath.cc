@@ -138,7 +138,8 @@ std::string Device::status_text() const {
      << int(config_.ip[2]) << '.' << int(config_.ip[3]) << "  port 1 "
      << (port_active() ? "ACTIVE" : "DOWN") << " (loopback)\n";
   os << "objects: pds " << pds_.count() << ", mrs " << mrs_.count() << ", cqs " << cqs_.count()
-     << ", qps " << qps_.count() << ", channels " << channels_.count() << '\n';
+     << ", qps " << qps_.count() << ", channels " << channels_.count() << ", dms " << dms_.count()
+     << " (" << dm_used_ << " of " << config_.max_dm_size << " bytes)\n";
   os << "cm: ids " << cm_.id_count() << ", events dropped " << cm_.events_dropped() << '\n';
   static const char* kStates[] = {"RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR", "UNKNOWN"};
   static const char* kTypes[] = {"", "", "RC", "UC", "UD", "", "", "", "RAW_PACKET"};

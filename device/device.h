@@ -46,6 +46,8 @@ struct DeviceConfig {
   // vm.max_map_count of the host: bounds the queues the device advertises
   // (device/params.h, queue_limits).
   uint64_t max_map_count = kDefaultMaxMapCount;
+  // Device memory all clients may hold at once (0: no device memory).
+  uint64_t max_dm_size = kDefaultMaxDmSize;
   // How long delay drop holds a frame that finds no receive posted
   // (mlx5's debugfs delay_drop/timeout: 100 ms by default and at most).
   uint32_t delay_drop_timeout_us = kDelayDropTimeoutNs / 1000;
@@ -77,6 +79,12 @@ class Device {
   // Memory windows (device/mw.cc). alloc_mw returns the window's index.
   Result<uint32_t> alloc_mw(Owner* o, uint32_t pd, uint32_t type, uint32_t* rkey);
   int dealloc_mw(Owner* o, uint32_t index);
+  // Device memory (device/device_memory.cc). alloc_dm returns the index and
+  // the memfd (the device's: the caller passes it without closing it).
+  Result<uint32_t> alloc_dm(Owner* o, const abi::AllocDmRequest& req, int* fd, uint64_t* map_length);
+  int free_dm(Owner* o, uint32_t index);
+  Result<uint32_t> reg_dm_mr(Owner* o, const abi::RegDmMrRequest& req);  // returns key
+  uint64_t dm_used() const { return dm_used_; }
   Result<uint32_t> create_ah(Owner* o, uint32_t pd);
   int destroy_ah(Owner* o, uint32_t handle);
   Result<uint32_t> create_comp_channel(Owner* o, int fd);
@@ -277,6 +285,8 @@ class Device {
   Table<Pd> pds_;
   Table<Mr> mrs_;
   Table<Mw> mws_;  // index = R_Key >> 8 - kMwIndexBase
+  Table<Dm> dms_;
+  uint64_t dm_used_ = 0;  // bytes of dms_ (whole pages), at most config_.max_dm_size
   Table<Ah> ahs_;
   Table<CompChannel> channels_;
   Table<Cq> cqs_;

@@ -203,7 +203,7 @@ ibv_qp* create_rss_qp(ibv_context* context, ibv_qp_init_attr_ex* attr) {
     errno = EINVAL;
     return nullptr;
   }
-  auto* qp = new (std::nothrow) UQp{};
+  auto* qp = new_queue_object<UQp>(nullptr, kResourceTypeQp);  // ibv_destroy_qp frees it so
   if (!qp) {
     errno = ENOMEM;
     return nullptr;
@@ -222,7 +222,7 @@ ibv_qp* create_rss_qp(ibv_context* context, ibv_qp_init_attr_ex* attr) {
   req.send_side = attr->cap.max_send_wr || attr->cap.max_send_sge || attr->cap.max_inline_data;
   abi::CreateRssQpReply rep;
   if (int err = to_uctx(context)->conn.call(abi::CtlOp::kCreateRssQp, &req, sizeof(req), &rep, sizeof(rep))) {
-    delete qp;
+    delete_queue_object(qp, kResourceTypeQp);
     errno = err;
     return nullptr;
   }

@@ -18,14 +18,16 @@
 namespace uroce::abi {
 
 constexpr uint32_t kMagic = 0x434f5255;  // "UROC"
-constexpr uint32_t kVersion = 9;  // 2: MRs on shared pages; 3: session handles, AHs in the engine;
+constexpr uint32_t kVersion = 10;  // 2: MRs on shared pages; 3: session handles, AHs in the engine;
                                   // 4: tag matching (DeviceInfo::tm, CreateSrqRequest, kPostSrqOps)
                                   // 5: memory windows (SendWqe::bind, kAllocMw, DeviceInfo::max_mw)
                                   // 6: raw packet QPs and flow steering (DeviceInfo::raw,
                                   //    CreateQpRequest::create_flags, kCreateFlow, Cqe::flow_tag)
                                   // 7: the connection manager (kCmCreateChannel ... kCmMigrate)
                                   // 8: TM list operations through TmOpsHeader's ring, not kPostSrqOps
-                                  // 9: receive WQs, indirection tables, RSS QPs (kCreateWq ...
+                                  // 9: device memory (DeviceInfo::max_dm_size, kAllocDm, kFreeDm,
+                                  //    kRegDmMr)
+                                  // 10: receive WQs, indirection tables, RSS QPs (kCreateWq ...
                                   //    kCreateRssQp, DeviceInfo::rss, Cqe::cvlan)
 constexpr size_t kCacheLine = 64;
 constexpr size_t kMaxDeviceName = 64;
@@ -275,6 +277,10 @@ enum class CtlOp : uint32_t {
   kCmEstablish,      // CmHandleRequest (RTU)
   kCmDisconnect,     // CmHandleRequest (DREQ)
   kCmMigrate,        // CmMigrateRequest: the id's events go to another channel
+  // Device memory (device/device_memory.cc).
+  kAllocDm,   // AllocDmRequest; reply AllocDmReply, fds: [the memory's memfd]
+  kFreeDm,    // HandleRequest
+  kRegDmMr,   // RegDmMrRequest; reply RegMrReply
   // Receive work queues and RSS (device/work_queue.h).
   kCreateWq,           // CreateWqRequest; reply CreateWqReply, fds: [ring memfd]
   kModifyWq,           // ModifyWqRequest
@@ -370,6 +376,8 @@ struct DeviceInfo {
     uint32_t pacing_qpts;            // 1 << IBV_QPT_RAW_PACKET
     uint32_t reserved;
   } raw;
+  // Device memory (ibv_alloc_dm): bytes all clients may hold at once; 0: none.
+  uint64_t max_dm_size;
   // Receive WQs and RSS (struct ibv_rss_caps, max_wq_type_rq); all 0: none.
   struct RssCaps {
     uint32_t supported_qpts;  // 1 << IBV_QPT_RAW_PACKET
@@ -382,6 +390,8 @@ struct DeviceInfo {
   } rss;
 };
 static_assert(sizeof(DeviceInfo::RssCaps) == 32);
+static_assert(offsetof(DeviceInfo, max_dm_size) % 8 == 0 &&
+              sizeof(DeviceInfo) == offsetof(DeviceInfo, rss) + sizeof(DeviceInfo::RssCaps));
 
 // kHello. Request fds: [async event pipe write end].
 // Reply fds: [EngineShared memfd (read-only), doorbell eventfd].
@@ -462,6 +472,35 @@ struct AllocMwReply {
   uint32_t rkey;
   uint32_t reserved;
 };
+
+// kAllocDm: device memory (ibv_alloc_dm) on a memfd of the engine, sealed
+// against resizing, which the client maps read-write: ibv_memcpy_to_dm and
+// ibv_memcpy_from_dm are the client's loads and stores, as mlx5's on its
+// MEMIC BAR. `map_length` is the memfd's size (whole pages).
+struct AllocDmRequest {
+  uint64_t length;
+  uint32_t log_align_req;
+  uint32_t reserved;
+};
+static_assert(sizeof(AllocDmRequest) == 16);
+struct AllocDmReply {
+  uint64_t handle;
+  uint64_t map_length;
+};
+static_assert(sizeof(AllocDmReply) == 16);
+
+// kRegDmMr: a zero-based MR over [offset, offset + length) of a device
+// memory; `client_addr` is where the client mapped it (the MR's addr).
+struct RegDmMrRequest {
+  uint64_t pd;
+  uint64_t dm;
+  uint64_t offset;
+  uint64_t length;
+  uint64_t client_addr;
+  uint32_t access;  // enum ibv_access_flags
+  uint32_t reserved;
+};
+static_assert(sizeof(RegDmMrRequest) == 48);
 
 // kCreateCompChannel. Request fds: [pipe write end].
 struct CreateCompChannelReply {
