@@ -25,6 +25,10 @@ void Device::dispatch(net::Packet* p, bool check_icrc) {
     ++counters_.rx_parse_errors;
     return;
   }
+  if (p->bth()->qpn() == kMulticastQpn) [[unlikely]] {
+    const net::Ipv6Addr dgid = net::roce_dst_gid(*p);
+    if (is_multicast_gid(dgid.data())) return deliver_multicast(*p, dgid.data());
+  }
   if (check_icrc && !is_local_gid(net::roce_dst_gid(*p).data())) {  // from the wire: ours only
     ++counters_.rx_not_for_us;
     return;

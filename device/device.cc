@@ -612,6 +612,7 @@ int Device::destroy_qp(Owner* o, uint64_t handle) {
   // flushed, their tags free (the SRQ outlives the QP).
   tm_internal_drop(*this, *qp);
   unbind_windows_of(*qp);
+  multicast_.detach_all(qpn);  // as uverbs does on destroy (ib_uverbs_detach_umcast)
   if (Pd* pd = pds_.get(qp->pd)) --pd->refs;
   if (Cq* c = cqs_.get(qp->send_cq)) --c->refs;
   if (Cq* c = cqs_.get(qp->recv_cq)) --c->refs;

@@ -16,6 +16,7 @@
 #include "device/cm_agent.h"
 #include "device/counters.h"
 #include "device/flow_steering.h"
+#include "device/multicast.h"
 #include "device/objects.h"
 #include "device/qp.h"
 #include "net/af_packet_wakeup.h"
@@ -117,6 +118,10 @@ class Device {
   Result<uint32_t> create_flow(Owner* o, uint32_t qpn, const abi::CreateFlowRequest& req);
   int destroy_flow(Owner* o, uint32_t handle);
   const FlowSteering& steering() const { return steering_; }
+  // ---- UD multicast (device/multicast.cc) ----
+  int attach_mcast(Owner* o, uint32_t qpn, const Gid& gid);
+  int detach_mcast(Owner* o, uint32_t qpn, const Gid& gid);
+  const MulticastGroups& multicast() const { return multicast_; }
   // ---- receive work queues and RSS (device/work_queue.cc, device/rss.cc) ----
   Result<uint32_t> create_wq(Owner* o, const abi::CreateWqRequest& req);  // returns a handle
   int modify_wq(Owner* o, uint32_t handle, const abi::ModifyWqRequest& req);
@@ -239,6 +244,10 @@ class Device {
   void sniff_sent(const net::Packet& p);
   void deliver_raw(const Flow& rule, const net::Packet& p, const net::FrameFields& f);
   bool poll_wire_rx();
+  // A datagram to a multicast GID: to every attached QP of this engine (the
+  // loopback) and out of the wire port (device/multicast.cc).
+  void send_multicast(net::Packet* p, net::Route& route, const uint8_t* dgid);
+  void deliver_multicast(net::Packet& p, const uint8_t* dgid);
   bool poll_port_timers();
   bool poll_tm_ops();  // device/srq.cc
   // Receive WQs (device/work_queue.cc, device/wq_receive.cc, device/rss.cc).
@@ -296,6 +305,7 @@ class Device {
   Table<Xrcd> xrcds_;
   Table<XrcdHandle> xrcd_handles_;
   FlowSteering steering_;
+  MulticastGroups multicast_{abi::kMaxMcastGroups, abi::kMaxMcastQpAttach};
   Table<Wq> wqs_;  // wq_num = kWqnBase + index
   Table<RwqIndTable> ind_tables_;
   std::vector<uint32_t> busy_wqs_;  // in ERR or holding frames: poll() visits them

@@ -168,6 +168,12 @@ constexpr Table make_table() {
                                   einval(UROCE_HANDLE(CreateFlowRequest, qp, kQp)));
   at(CtlOp::kDestroyFlow) = method("destroy_flow", destroy_flow, exact<HandleRequest>(), kNoFds,
                                    destroyed(einval(UROCE_HANDLE(HandleRequest, handle, kFlow))));
+  // UD multicast groups (methods_mcast.cc); uverbs looks the QP up as a
+  // write() command does: EINVAL when it is not there.
+  at(CtlOp::kAttachMcast) = method("attach_mcast", attach_mcast, exact<McastRequest>(), kNoFds,
+                                   einval(UROCE_HANDLE(McastRequest, qp, kQp)));
+  at(CtlOp::kDetachMcast) = method("detach_mcast", detach_mcast, exact<McastRequest>(), kNoFds,
+                                   einval(UROCE_HANDLE(McastRequest, qp, kQp)));
   // Receive WQs, indirection tables and RSS QPs (methods_wq.cc). The
   // table's WQ handles are resolved by its handler (a variable list). An
   // RSS QP is a QP: kDestroyQp and kCreateFlow take its handle.

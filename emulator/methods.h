@@ -169,6 +169,9 @@ int open_qp(Call& c);
 // methods_flow.cc: flow steering rules
 int create_flow(Call& c);
 int destroy_flow(Call& c);
+// methods_mcast.cc
+int attach_mcast(Call& c);
+int detach_mcast(Call& c);
 // methods_wq.cc: receive WQs, indirection tables, RSS QPs
 int create_wq(Call& c);
 int modify_wq(Call& c);

@@ -94,6 +94,9 @@ void fill_device_attr(const abi::DeviceInfo& d, ibv_device_attr* a) {
   a->max_srq_wr = int(d.max_srq_wr);
   a->max_srq_sge = int(d.max_srq_sge);
   a->max_raw_ethy_qp = int(d.raw.max_raw_ethy_qp);
+  a->max_mcast_grp = int(abi::kMaxMcastGroups);
+  a->max_mcast_qp_attach = int(abi::kMaxMcastQpAttach);
+  a->max_total_mcast_qp_attach = int(abi::kMaxTotalMcastQpAttach);
   a->max_pkeys = 1;
   a->local_ca_ack_delay = 15;
   a->phys_port_cnt = uint8_t(d.num_ports);

@@ -18,7 +18,7 @@
 namespace uroce::abi {
 
 constexpr uint32_t kMagic = 0x434f5255;  // "UROC"
-constexpr uint32_t kVersion = 10;  // 2: MRs on shared pages; 3: session handles, AHs in the engine;
+constexpr uint32_t kVersion = 11;  // 2: MRs on shared pages; 3: session handles, AHs in the engine;
                                   // 4: tag matching (DeviceInfo::tm, CreateSrqRequest, kPostSrqOps)
                                   // 5: memory windows (SendWqe::bind, kAllocMw, DeviceInfo::max_mw)
                                   // 6: raw packet QPs and flow steering (DeviceInfo::raw,
@@ -27,7 +27,8 @@ constexpr uint32_t kVersion = 10;  // 2: MRs on shared pages; 3: session handles
                                   // 8: TM list operations through TmOpsHeader's ring, not kPostSrqOps
                                   // 9: device memory (DeviceInfo::max_dm_size, kAllocDm, kFreeDm,
                                   //    kRegDmMr)
-                                  // 10: receive WQs, indirection tables, RSS QPs (kCreateWq ...
+                                  // 10: UD multicast (kAttachMcast, kDetachMcast)
+                                  // 11: receive WQs, indirection tables, RSS QPs (kCreateWq ...
                                   //    kCreateRssQp, DeviceInfo::rss, Cqe::cvlan)
 constexpr size_t kCacheLine = 64;
 constexpr size_t kMaxDeviceName = 64;
@@ -281,6 +282,9 @@ enum class CtlOp : uint32_t {
   kAllocDm,   // AllocDmRequest; reply AllocDmReply, fds: [the memory's memfd]
   kFreeDm,    // HandleRequest
   kRegDmMr,   // RegDmMrRequest; reply RegMrReply
+  // UD multicast groups (device/multicast.cc).
+  kAttachMcast,      // McastRequest: a UD QP joins a multicast group (ibv_attach_mcast)
+  kDetachMcast,      // McastRequest
   // Receive work queues and RSS (device/work_queue.h).
   kCreateWq,           // CreateWqRequest; reply CreateWqReply, fds: [ring memfd]
   kModifyWq,           // ModifyWqRequest
@@ -838,6 +842,19 @@ static_assert(sizeof(CreateFlowRequest) == 40 + 2 * sizeof(FlowKey));
 struct CreateFlowReply {
   uint64_t handle;
 };
+
+// kAttachMcast / kDetachMcast. The group limits are rxe's
+// (RXE_MAX_MCAST_GRP, RXE_MAX_MCAST_QP_ATTACH, RXE_MAX_TOT_MCAST_QP_ATTACH).
+constexpr uint32_t kMaxMcastGroups = 8192;
+constexpr uint32_t kMaxMcastQpAttach = 56;
+constexpr uint32_t kMaxTotalMcastQpAttach = kMaxMcastGroups * kMaxMcastQpAttach;
+struct McastRequest {
+  uint64_t qp;      // the QP's handle
+  uint8_t gid[16];  // the group's MGID
+  uint16_t lid;     // MLID: unused on RoCE
+  uint8_t reserved[6];
+};
+static_assert(sizeof(McastRequest) == 32);
 
 // kStatus / kStats: reply body is UTF-8 text (not NUL terminated).
 
