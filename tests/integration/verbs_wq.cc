@@ -169,10 +169,17 @@ class WorkQueue : public VerbsTest {
     ASSERT_EQ(wc.status, IBV_WC_SUCCESS) << describe(wc);
   }
   static const uint8_t* slot(ibv_mr* mr, uint64_t i) { return static_cast<const uint8_t*>(mr->addr) + i * kBuf; }
-  std::string stats() {
-    std::string out;
-    EXPECT_EQ(run_command("timeout 10 " + uroce_command() + " stats --name uroce0", &out), 0) << out;
-    return out;
+  // The WQ's object in `uroce stats --json` (the text form is cut at a
+  // control message's size), whitespace removed: {"delay_drop_expired":N,...}.
+  std::string wq_report(const ibv_wq* w) {
+    std::string out, flat;
+    EXPECT_EQ(run_command("timeout 10 " + uroce_command() + " stats --json --name uroce0", &out), 0) << out;
+    for (char ch : out)
+      if (ch != ' ' && ch != '\n') flat += ch;
+    const size_t end = flat.find("\"wqn\":" + std::to_string(w->wq_num) + "}");
+    if (end == std::string::npos) return "(no WQ " + std::to_string(w->wq_num) + ")";
+    const size_t start = flat.rfind('{', end);
+    return flat.substr(start, end - start);
   }
 
   ibv_mr* tx_mr_ = nullptr;
@@ -540,10 +547,9 @@ TEST_F(WorkQueue, DelayDropHoldsABurstUntilReceivesArePosted) {
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   post(w, mr, 2, 3);
   EXPECT_TRUE(drain_for(cq, 100).empty());
-  const std::string out = stats();
-  EXPECT_NE(out.find("wq " + std::to_string(w->wq_num) + " received 3 no_wqe 0 not_ready 0 delay_drop_expired 2"),
-            std::string::npos)
-      << out;
+  const std::string r = wq_report(w);
+  for (const char* want : {"\"delay_drop_expired\":2,", "\"received\":3,", "\"no_wqe_drops\":0,", "\"delay_drop_held\":0,"})
+    EXPECT_NE(r.find(want), std::string::npos) << want << " in " << r;
   (void)plain;
 }
 
@@ -556,8 +562,9 @@ TEST_F(WorkQueue, WithoutDelayDropAFrameWithNoReceiveIsDroppedAndCounted) {
   send(udp_frame(ip, 1, 2, 30));
   send(udp_frame(ip, 1, 2, 30));
   EXPECT_TRUE(drain_for(cq, 50).empty());
-  const std::string out = stats();
-  EXPECT_NE(out.find("wq " + std::to_string(w->wq_num) + " received 0 no_wqe 2"), std::string::npos) << out;
+  const std::string r = wq_report(w);
+  for (const char* want : {"\"no_wqe_drops\":2,", "\"received\":0,"})
+    EXPECT_NE(r.find(want), std::string::npos) << want << " in " << r;
 }
 
 // The same receive flags on a plain raw packet QP, as creation flags
