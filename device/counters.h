@@ -50,7 +50,11 @@ namespace uroce::device {
   X(raw_rx_bad_state, "raw frames dropped: target QP not in RTR or RTS")        \
   X(raw_rx_too_long, "raw frames completed with LOC_LEN_ERR: buffer too short") \
   X(flow_trapped, "frames flow steering rules took from the engine or wire")    \
-  X(flow_dropped, "frames an IBV_FLOW_SPEC_ACTION_DROP rule discarded")
+  X(flow_dropped, "frames an IBV_FLOW_SPEC_ACTION_DROP rule discarded")         \
+  X(wq_rx_frames, "frames placed in receive WQs' receives (RSS)")               \
+  X(wq_rx_no_recv, "frames receive WQs dropped: no receive WQE posted")         \
+  X(wq_rx_not_ready, "frames receive WQs dropped: WQ not in RDY")               \
+  X(wq_delay_drop_expired, "frames delay drop held past its timeout, dropped")
 
 struct Counters {
 #define UROCE_COUNTER_FIELD(name, desc) uint64_t name = 0;

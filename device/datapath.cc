@@ -90,6 +90,7 @@ bool Device::poll(uint64_t now_ns) {
   // in, as the control message that carried it was (else the answer would
   // find no tag and go unexpected).
   bool work = !tm_srqs_.empty() && poll_tm_ops();
+  if (!busy_wqs_.empty()) work |= poll_wqs();
   work |= poll_rx();
   work |= poll_requesters();
   // Frames still queued on the loopback may hold the very ACKs a timer would
@@ -116,6 +117,7 @@ uint64_t Device::next_deadline_ns() const {
   take(arp_pending_.next_deadline_ns());
   take(ndp_pending_.next_deadline_ns());
   take(cm_.next_deadline_ns());
+  if (!busy_wqs_.empty()) take(next_wq_deadline_ns());
   return next;
 }
 
@@ -187,9 +189,17 @@ std::string Device::stats_text() const {
 #undef UROCE_ARP_LINE
   }
   os << "  packet_buffers " << pool_.allocated() << "    # frame buffers allocated\n";
+  os << "  delay_drop_timeout_us " << delay_drop_timeout_ns_ / 1000
+     << "    # how long a delay-drop WQ holds a frame with no receive posted\n";
   steering_.for_each([&](uint32_t handle, const Flow& f) {
     os << "  flow " << handle << " qp " << f.target.id << " priority " << f.priority << " frames "
        << f.hits << " dropped " << f.dropped << "    # a steering rule: frames it took, discarded\n";
+  });
+  wqs_.for_each([&](uint32_t, const Wq& w) {
+    os << "  wq " << w.wqn << " received " << w.received << " no_wqe " << w.no_wqe_drops << " not_ready "
+       << w.not_ready_drops << " delay_drop_expired " << w.delay_drop_expired << " flushed " << w.flushed
+       << "    # a receive WQ: frames placed; dropped: no receive posted, not RDY, held past the"
+          " delay-drop timeout; receives flushed\n";
   });
   return os.str();
 }

@@ -33,6 +33,7 @@ CompChannel::~CompChannel() {
 
 Device::Device(const DeviceConfig& config) : config_(config) {
   init_info();
+  set_delay_drop_timeout_ns(uint64_t(config_.delay_drop_timeout_us) * 1000);
   loopback_route_.src_mac = loopback_route_.dst_mac = config_.mac;
   loopback_route_.src_ip = loopback_route_.dst_ip = config_.ip;
   CmWire wire;
@@ -96,8 +97,21 @@ void Device::init_info() {
   // IBV_SEND_IP_CSUM. The WQ flags (CVLAN stripping, scatter FCS, delay
   // drop, end padding) come with WQs.
   d.device_cap_flags |= IBV_DEVICE_MANAGED_FLOW_STEERING | IBV_DEVICE_RAW_IP_CSUM;
-  d.raw = {queues.max_qp, IBV_RAW_PACKET_CAP_IP_CSUM, 0, kMinRateLimitKbps, kMaxRateLimitKbps,
-           1u << IBV_QPT_RAW_PACKET, 0};
+  // The four WQ receive flags (device/wq_receive.cc), advertised where
+  // mlx5 advertises them: raw_packet_caps, and device_cap_flags_ex for
+  // scatter FCS and end padding (RC:tests/utils.py reads those).
+  d.raw = {queues.max_qp,
+           IBV_RAW_PACKET_CAP_IP_CSUM | IBV_RAW_PACKET_CAP_CVLAN_STRIPPING | IBV_RAW_PACKET_CAP_SCATTER_FCS |
+               IBV_RAW_PACKET_CAP_DELAY_DROP,
+           IBV_DEVICE_RAW_SCATTER_FCS | IBV_DEVICE_PCI_WRITE_END_PADDING,
+           kMinRateLimitKbps, kMaxRateLimitKbps, 1u << IBV_QPT_RAW_PACKET, 0};
+  // RSS over receive WQs (device/rss.cc): Toeplitz over IPv4/IPv6 addresses
+  // and TCP/UDP ports, as mlx5 offers to generic verbs.
+  d.rss = {1u << IBV_QPT_RAW_PACKET, kMaxRwqIndTables, kMaxRwqIndTableSize, queues.max_qp,
+           IBV_RX_HASH_SRC_IPV4 | IBV_RX_HASH_DST_IPV4 | IBV_RX_HASH_SRC_IPV6 | IBV_RX_HASH_DST_IPV6 |
+               IBV_RX_HASH_SRC_PORT_TCP | IBV_RX_HASH_DST_PORT_TCP | IBV_RX_HASH_SRC_PORT_UDP |
+               IBV_RX_HASH_DST_PORT_UDP,
+           IBV_RX_HASH_FUNC_TOEPLITZ, {}};
   d.tm = {kTmMaxRndvHdrSize, kTmMaxNumTags, 0 /* IBV_TM_CAP_RC: see kTmAdvertised */, kTmMaxOps, kTmMaxSge, 0};
   if (kTmAdvertised) d.tm.flags = IBV_TM_CAP_RC;
   std::memcpy(d.mac, m.data(), 6);
@@ -467,9 +481,12 @@ Result<uint32_t> Device::create_qp(Owner* o, const abi::CreateQpRequest& req) {
       raw_type != IBV_QPT_RAW_PACKET)
     return {EOPNOTSUPP};
   const ibv_qp_type type = ibv_qp_type(raw_type);
-  // No creation flag is implemented yet (scatter FCS, CVLAN stripping, end
-  // padding come with WQs): refused as mlx5 refuses one it lacks.
-  if (req.create_flags) return {EOPNOTSUPP};
+  // A raw packet QP's receive flags are a WQ's (mlx5 create_raw_packet_qp);
+  // any other flag, or a flag on another type, is refused as mlx5 refuses
+  // one it lacks.
+  uint32_t raw_rx_flags = 0;
+  if (req.create_flags && (type != IBV_QPT_RAW_PACKET || !raw_qp_rx_flags(req.create_flags, &raw_rx_flags)))
+    return {EOPNOTSUPP};
   // A raw packet QP receives what steering rules give its own RQ.
   if (type == IBV_QPT_RAW_PACKET && req.srq) return {EINVAL};
   Pd* pd = pds_.get(req.pd);
@@ -516,6 +533,7 @@ Result<uint32_t> Device::create_qp(Owner* o, const abi::CreateQpRequest& req) {
     qp->xrcd_handle = uint32_t(req.xrcd);
   }
   qp->sq_sig_all = req.sq_sig_all;
+  qp->raw_rx_flags = raw_rx_flags;
 
   const uint32_t sq_log2 = log2_ceil(std::max(caps.max_send_wr, 1u));
   const uint32_t sq_body = std::max(caps.max_send_sge * uint32_t(sizeof(abi::Sge)),
@@ -593,7 +611,11 @@ int Device::destroy_qp(Owner* o, uint64_t handle) {
     return 0;
   }
   // Each flow holds its QP (ib_set_flow takes a use count): destroy them first.
-  if (qp->type == IBV_QPT_RAW_PACKET && steering_.rules_on({FlowTarget::Kind::kQp, qpn})) return EBUSY;
+  if (qp->type == IBV_QPT_RAW_PACKET &&
+      steering_.rules_on({qp->rss ? FlowTarget::Kind::kRss : FlowTarget::Kind::kQp, qpn}))
+    return EBUSY;
+  if (qp->rss)
+    if (RwqIndTable* t = ind_tables_.get(qp->rss->ind_table)) --t->refs;
   // Rendezvous the device still owed on a TM-SRQ: their buffers come back
   // flushed, their tags free (the SRQ outlives the QP).
   tm_internal_drop(*this, *qp);
@@ -654,6 +676,12 @@ void Device::release_owner(Owner* o) {
     if (q.owner == o) handles.push_back((uint64_t(q.owner_open_id) << 32) | q.qpn);
   });
   for (uint64_t h : handles) destroy_qp(o, h);
+  ind_tables_.for_each([&](uint32_t i, RwqIndTable& t) { if (t.owner == o) ids.push_back(i); });
+  for (uint32_t i : ids) destroy_rwq_ind_table(o, i);
+  ids.clear();
+  wqs_.for_each([&](uint32_t i, Wq& w) { if (w.owner == o) ids.push_back(i); });
+  for (uint32_t i : ids) destroy_wq(o, i);
+  ids.clear();
   srqs_.for_each([&](uint32_t i, Srq& s) { if (s.owner == o) ids.push_back(i); });
   for (uint32_t i : ids) {
     srqs_.get(i)->refs = 0;  // its QPs are gone with the owner

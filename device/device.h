@@ -3,6 +3,7 @@
 // timers). Single-threaded: everything here runs on the engine thread.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <functional>
@@ -48,6 +49,9 @@ struct DeviceConfig {
   uint64_t max_map_count = kDefaultMaxMapCount;
   // Device memory all clients may hold at once (0: no device memory).
   uint64_t max_dm_size = kDefaultMaxDmSize;
+  // How long delay drop holds a frame that finds no receive posted
+  // (mlx5's debugfs delay_drop/timeout: 100 ms by default and at most).
+  uint32_t delay_drop_timeout_us = kDelayDropTimeoutNs / 1000;
 };
 
 enum class PortId : uint8_t { kLoopback, kWire };
@@ -118,6 +122,17 @@ class Device {
   int attach_mcast(Owner* o, uint32_t qpn, const Gid& gid);
   int detach_mcast(Owner* o, uint32_t qpn, const Gid& gid);
   const MulticastGroups& multicast() const { return multicast_; }
+  // ---- receive work queues and RSS (device/work_queue.cc, device/rss.cc) ----
+  Result<uint32_t> create_wq(Owner* o, const abi::CreateWqRequest& req);  // returns a handle
+  int modify_wq(Owner* o, uint32_t handle, const abi::ModifyWqRequest& req);
+  int destroy_wq(Owner* o, uint32_t handle);
+  Wq* wq(uint32_t handle) const { return wqs_.get(handle); }
+  // wqs: 2^log_size WQ handles.
+  Result<uint32_t> create_rwq_ind_table(Owner* o, uint32_t log_size, const uint32_t* wqs);
+  int destroy_rwq_ind_table(Owner* o, uint32_t handle);
+  Result<uint32_t> create_rss_qp(Owner* o, const abi::CreateRssQpRequest& req);  // returns the QPN
+  // Delay drop's timeout (mlx5: 100 ms, the default and the maximum).
+  void set_delay_drop_timeout_ns(uint64_t ns) { delay_drop_timeout_ns_ = std::min(ns, kDelayDropTimeoutNs); }
   // Events of a QP reach every process holding a handle on it.
   void post_qp_event(Qp& qp, ibv_event_type type);
   // ---- ports (device/ports.cc) ----
@@ -241,6 +256,16 @@ class Device {
   void deliver_multicast(net::Packet& p, const uint8_t* dgid);
   bool poll_port_timers();
   bool poll_tm_ops();  // device/srq.cc
+  // Receive WQs (device/work_queue.cc, device/wq_receive.cc, device/rss.cc).
+  void rss_deliver(Qp& qp, const net::Packet& p, const net::FrameFields& f, const Flow& rule);
+  void wq_receive(Wq& w, const uint8_t* frame, uint32_t len, bool has_tag, uint32_t tag);
+  void place_in_wq(Wq& w, const uint8_t* frame, uint32_t len, bool has_tag, uint32_t tag);
+  bool release_held(Wq& w);
+  void drop_held(Wq& w, bool count);
+  void flush_wq(Wq& w);
+  void mark_busy(uint32_t wq_handle);
+  bool poll_wqs();
+  uint64_t next_wq_deadline_ns() const;
   void transmit(net::Packet* p, PortId port);
   void emit(net::Packet* p, PortId port);
   void send_arp_request(const net::Ipv4Addr& ip);
@@ -287,6 +312,10 @@ class Device {
   Table<XrcdHandle> xrcd_handles_;
   FlowSteering steering_;
   MulticastGroups multicast_{abi::kMaxMcastGroups, abi::kMaxMcastQpAttach};
+  Table<Wq> wqs_;  // wq_num = kWqnBase + index
+  Table<RwqIndTable> ind_tables_;
+  std::vector<uint32_t> busy_wqs_;  // in ERR or holding frames: poll() visits them
+  uint64_t delay_drop_timeout_ns_ = kDelayDropTimeoutNs;
   size_t qp_count_ = 0;
   // QPs out of RESET: the datapath polls them. A QP in RESET has no work, so
   // thousands of fresh QPs cost the poll loop nothing.

@@ -52,7 +52,7 @@ Result<uint32_t> Device::create_flow(Owner* o, uint32_t qpn, const abi::CreateFl
   if (steering_.count() >= kMaxFlowsPerDevice) return {ENOMEM};
   auto f = std::make_unique<Flow>();
   f->owner = o;
-  f->target = {FlowTarget::Kind::kQp, qpn};
+  f->target = {q->rss ? FlowTarget::Kind::kRss : FlowTarget::Kind::kQp, qpn};
   f->type = ibv_flow_attr_type(req.type);
   f->priority = req.type == IBV_FLOW_ATTR_NORMAL ? req.priority : 0;
   f->dont_trap = req.flags & IBV_FLOW_ATTR_FLAGS_DONT_TRAP;

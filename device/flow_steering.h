@@ -27,9 +27,9 @@ constexpr uint32_t kFlowTagMask = 0x00ffffff;  // mlx5 reports 24 bits
 // (device/raw_packet.cc) takes a target, not a QP, so that WQs and RSS
 // indirection tables can become targets beside it.
 struct FlowTarget {
-  enum class Kind : uint8_t { kQp };
+  enum class Kind : uint8_t { kQp, kRss };
   Kind kind = Kind::kQp;
-  uint32_t id = 0;  // kQp: the QPN
+  uint32_t id = 0;  // the QPN (kRss: of an RSS QP, which hashes to a WQ)
   bool operator==(const FlowTarget&) const = default;
 };
 

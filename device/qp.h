@@ -6,10 +6,12 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "device/objects.h"
 #include "device/params.h"
+#include "device/work_queue.h"
 #include "uroce/abi.h"
 
 namespace uroce::device {
@@ -193,6 +195,12 @@ struct Qp {
   bool last_wqe_reached_sent = false;
   bool sqd_notify_pending = false;  // SQ_DRAINED owed once the SQ is quiet
   uint64_t tx_packets = 0, rx_packets = 0, retransmits = 0, rnr_naks = 0;
+  // An RSS QP (device/rss.cc): no queues, no state machine; what its flows
+  // take goes to the WQs of its indirection table.
+  std::unique_ptr<RssHash> rss;
+  // A raw packet QP's receive flags (IBV_QP_CREATE_SCATTER_FCS, ...), as
+  // enum ibv_wq_flags bits.
+  uint32_t raw_rx_flags = 0;
 };
 
 }  // namespace uroce::device

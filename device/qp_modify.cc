@@ -132,6 +132,7 @@ bool holds(const Qp& qp, const Owner* o) {
 int Device::modify_qp(Owner* o, uint32_t qpn, uint32_t mask, const abi::QpAttr& a) {
   Qp* qp = this->qp(qpn);
   if (!qp || !holds(*qp, o)) return EINVAL;
+  if (qp->rss) return EOPNOTSUPP;  // mlx5_modify_qp: an RSS QP has no state machine
   // The client's integers are checked before they become enums (out of the
   // enum's range they are no ibv_qp_state).
   const uint32_t cur_raw = (mask & IBV_QP_CUR_STATE) ? a.cur_qp_state : uint32_t(qp->state);
@@ -252,6 +253,7 @@ int Device::modify_qp(Owner* o, uint32_t qpn, uint32_t mask, const abi::QpAttr& 
 int Device::query_qp(Owner* o, uint32_t qpn, abi::QpAttr* attr) {
   Qp* qp = this->qp(qpn);
   if (!qp || !holds(*qp, o)) return EINVAL;
+  if (qp->rss) return EOPNOTSUPP;  // mlx5_query_qp
   export_attr(*qp, attr);
   return 0;
 }

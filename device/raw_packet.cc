@@ -129,6 +129,9 @@ void Device::deliver_raw(const Flow& rule, const net::Packet& p, const net::Fram
     case FlowTarget::Kind::kQp:
       if (Qp* q = qp(rule.target.id)) raw_receive(*this, *q, p.data, p.len, f, rule);
       break;
+    case FlowTarget::Kind::kRss:
+      if (Qp* q = qp(rule.target.id); q && q->rss) rss_deliver(*q, p, f, rule);
+      break;
   }
 }
 
@@ -173,20 +176,31 @@ void raw_receive(Device& dev, Qp& qp, const uint8_t* frame, uint32_t len,
     std::memcpy(r.sge.data(), slot + sizeof(abi::RecvWqe), hdr.num_sge * sizeof(abi::Sge));
     status = translate_recv_sges(dev, r, qp.pd);
   }
+  // The QP's receive flags shape the frame as a WQ's do (device/wq_receive.cc).
+  alignas(64) uint8_t shaped[net::kFrameCapacity + 4];
+  ShapedFrame placed{len, 0};
+  const uint8_t* data = frame;
+  if (qp.raw_rx_flags && status == IBV_WC_SUCCESS) {
+    placed = shape_received_frame(qp.raw_rx_flags, frame, std::min<uint32_t>(len, net::kFrameCapacity), shaped);
+    data = shaped;
+  }
   if (status == IBV_WC_SUCCESS) {
     uint64_t room = 0;
     for (uint32_t i = 0; i < r.num_sge; ++i) room += r.sge[i].length;
-    if (len > room) {
+    if (placed.len > room) {
       ++c.raw_rx_too_long;
-      status = r.mr_limited && len <= r.declared_len ? IBV_WC_LOC_PROT_ERR : IBV_WC_LOC_LEN_ERR;
-    } else if (!scatter_sges(dev, *r.owner, r.sge.data(), r.num_sge, 0, frame, len)) {
-      dev.memory_fault("raw receive", r.owner, r.sge[0].addr, len);
+      status = r.mr_limited && placed.len <= r.declared_len ? IBV_WC_LOC_PROT_ERR : IBV_WC_LOC_LEN_ERR;
+    } else if (!scatter_sges(dev, *r.owner, r.sge.data(), r.num_sge, 0, data, placed.len)) {
+      dev.memory_fault("raw receive", r.owner, r.sge[0].addr, placed.len);
       status = IBV_WC_LOC_PROT_ERR;
+    } else if (qp.raw_rx_flags & IBV_WQ_FLAGS_PCI_WRITE_END_PADDING) {
+      pad_receive_end(dev, *r.owner, r.sge.data(), r.num_sge, placed.len);
     }
   }
   cqe.status = status;
   if (status == IBV_WC_SUCCESS) {
-    cqe.byte_len = len;
+    cqe.byte_len = placed.len;
+    cqe.cvlan = placed.cvlan;
     cqe.flow_tag = rule.has_tag ? rule.tag : 0;
     if (net::ipv4_l4_checksums_ok(frame, len, f)) cqe.wc_flags |= IBV_WC_IP_CSUM_OK;
     ++qp.rx_packets;

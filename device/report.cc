@@ -120,6 +120,22 @@ void Device::report(nlohmann::json& out) const {
                      {"dropped", f.dropped}});
   });
   out["flows"] = flows;
+
+  // Receive WQs: what each placed and why it dropped what it did not.
+  json wqs = json::array();
+  wqs_.for_each([&](uint32_t, const Wq& w) {
+    if (wqs.size() >= kMaxQpsReported) return;
+    wqs.push_back({{"wqn", w.wqn},
+                   {"state", w.state == IBV_WQS_RDY ? "RDY" : w.state == IBV_WQS_ERR ? "ERR" : "RESET"},
+                   {"flags", w.flags},
+                   {"received", w.received},
+                   {"no_wqe_drops", w.no_wqe_drops},
+                   {"not_ready_drops", w.not_ready_drops},
+                   {"delay_drop_expired", w.delay_drop_expired},
+                   {"delay_drop_held", w.held_count},
+                   {"flushed", w.flushed}});
+  });
+  out["wqs"] = wqs;
 }
 
 }  // namespace uroce::device

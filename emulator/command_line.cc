@@ -114,6 +114,10 @@ std::optional<EngineConfig> parse_command_line(int argc, const char* const* argv
   app.add_option("--vlan", dev.vlan, "an 802.1Q VLAN on the wire port")
       ->type_name("VID")
       ->check(CLI::Range(0, 4094));
+  app.add_option("--delay-drop-timeout", dev.delay_drop_timeout_us,
+                 "how long a delay-drop WQ holds a frame with no receive posted, in us (mlx5: 100000, the most)")
+      ->type_name("US")
+      ->check(CLI::Range(1, 100000));
   app.add_flag("--hugepages,!--no-hugepages", dev.use_hugepages,
                "DPDK memory in huge pages when the host has free ones (the default), or never");
   app.add_option_function<std::string>(

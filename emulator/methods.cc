@@ -174,6 +174,23 @@ constexpr Table make_table() {
                                    einval(UROCE_HANDLE(McastRequest, qp, kQp)));
   at(CtlOp::kDetachMcast) = method("detach_mcast", detach_mcast, exact<McastRequest>(), kNoFds,
                                    einval(UROCE_HANDLE(McastRequest, qp, kQp)));
+  // Receive WQs, indirection tables and RSS QPs (methods_wq.cc). The
+  // table's WQ handles are resolved by its handler (a variable list). An
+  // RSS QP is a QP: kDestroyQp and kCreateFlow take its handle.
+  at(CtlOp::kCreateWq) = method("create_wq", create_wq, exact<CreateWqRequest>(), kNoFds,
+                                UROCE_HANDLE(CreateWqRequest, pd, kPd), UROCE_HANDLE(CreateWqRequest, cq, kCq));
+  at(CtlOp::kModifyWq) = method("modify_wq", modify_wq, exact<ModifyWqRequest>(), kNoFds,
+                                einval(UROCE_HANDLE(ModifyWqRequest, handle, kWq)));
+  at(CtlOp::kDestroyWq) = method("destroy_wq", destroy_wq, exact<HandleRequest>(), kNoFds,
+                                 destroyed(UROCE_HANDLE(HandleRequest, handle, kWq)));
+  at(CtlOp::kCreateRwqIndTable) =
+      method("create_rwq_ind_table", create_rwq_ind_table, up_to<CreateRwqIndTableRequest>(), kNoFds);
+  at(CtlOp::kDestroyRwqIndTable) = method("destroy_rwq_ind_table", destroy_rwq_ind_table, exact<HandleRequest>(),
+                                          kNoFds, destroyed(UROCE_HANDLE(HandleRequest, handle, kRwqIndTable)));
+  at(CtlOp::kCreateRssQp) = method("create_rss_qp", create_rss_qp, exact<CreateRssQpRequest>(), kNoFds,
+                                   UROCE_HANDLE(CreateRssQpRequest, pd, kPd),
+                                   UROCE_HANDLE(CreateRssQpRequest, ind_table, kRwqIndTable));
+
   // The connection manager (methods_cm.cc). Its ids and channels are the
   // CM agent's, which checks each is the caller's (device/cm_agent.h).
   at(CtlOp::kCmCreateChannel) =

@@ -28,7 +28,7 @@ class Engine;
 class ObjectTable;
 
 // The object types a handle may name (the kernel's UVERBS_OBJECT_*).
-enum class ObjType : uint8_t { kNone, kPd, kMr, kCompChannel, kCq, kQp, kSrq, kXrcd, kAh, kMw, kFlow, kDm, kCount };
+enum class ObjType : uint8_t { kNone, kPd, kMr, kCompChannel, kCq, kQp, kSrq, kXrcd, kAh, kMw, kFlow, kDm, kWq, kRwqIndTable, kCount };
 
 // One request handed to a handler: its body (already checked against the
 // table, handles already resolved to device ids), its fds, and the reply the
@@ -172,6 +172,13 @@ int destroy_flow(Call& c);
 // methods_mcast.cc
 int attach_mcast(Call& c);
 int detach_mcast(Call& c);
+// methods_wq.cc: receive WQs, indirection tables, RSS QPs
+int create_wq(Call& c);
+int modify_wq(Call& c);
+int destroy_wq(Call& c);
+int create_rwq_ind_table(Call& c);
+int destroy_rwq_ind_table(Call& c);
+int create_rss_qp(Call& c);
 // methods_ah.cc
 int create_ah(Call& c);
 int destroy_ah(Call& c);

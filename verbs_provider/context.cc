@@ -116,6 +116,10 @@ int query_device_ex(ibv_context* ctx, const ibv_query_device_ex_input* input,
   full.raw_packet_caps = to_uctx(ctx)->info.raw.raw_packet_caps;
   const abi::DeviceInfo::RawCaps& raw = to_uctx(ctx)->info.raw;
   full.packet_pacing_caps = {raw.qp_rate_limit_min, raw.qp_rate_limit_max, raw.pacing_qpts};
+  const abi::DeviceInfo::RssCaps& rss = to_uctx(ctx)->info.rss;
+  full.rss_caps = {rss.supported_qpts, rss.max_rwq_indirection_tables, rss.max_rwq_indirection_table_size,
+                   rss.rx_hash_fields_mask, rss.rx_hash_function};
+  full.max_wq_type_rq = rss.max_wq_type_rq;
   full.phys_port_cnt_ex = full.orig_attr.phys_port_cnt;
   full.hca_core_clock = abi::kHcaCoreClockKhz;
   full.completion_timestamp_mask = abi::kCompletionTimestampMask;
@@ -267,6 +271,7 @@ UROCE_EXPORT ibv_context* ibv_open_device(ibv_device* device) {
   v.alloc_parent_domain = alloc_parent_domain;
   fill_dm_ops(&v);
   fill_flow_ops(&v);
+  fill_wq_ops(&v);
   register_context(c);
   return &ctx;
 }

@@ -26,7 +26,7 @@ constexpr uint64_t kSupportedWcFlags =
     IBV_WC_EX_WITH_BYTE_LEN | IBV_WC_EX_WITH_IMM | IBV_WC_EX_WITH_QP_NUM | IBV_WC_EX_WITH_SRC_QP |
     IBV_WC_EX_WITH_SLID | IBV_WC_EX_WITH_SL | IBV_WC_EX_WITH_DLID_PATH_BITS |
     IBV_WC_EX_WITH_COMPLETION_TIMESTAMP | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK |
-    IBV_WC_EX_WITH_TM_INFO | IBV_WC_EX_WITH_FLOW_TAG;
+    IBV_WC_EX_WITH_TM_INFO | IBV_WC_EX_WITH_FLOW_TAG | IBV_WC_EX_WITH_CVLAN;
 // The engine stamps entries only of CQs that ask (abi::kCqTimestamps).
 constexpr uint64_t kTimestampWcFlags =
     IBV_WC_EX_WITH_COMPLETION_TIMESTAMP | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK;
@@ -152,6 +152,9 @@ uint32_t read_flow_tag(ibv_cq_ex* ex) {
   const abi::Cqe& e = to_ucq(ex)->cur;
   return e.opcode == IBV_WC_RECV && !(e.wc_flags & IBV_WC_WITH_IMM) ? e.flow_tag : 0;
 }
+// The TCI a WQ with CVLAN stripping removed, 0 for an untagged frame
+// (mlx5_cq_read_wc_cvlan; SEMANTICS 4.5).
+uint16_t read_cvlan(ibv_cq_ex* ex) { return to_ucq(ex)->cur.cvlan; }
 uint32_t read_src_qp(ibv_cq_ex* ex) { return to_ucq(ex)->cur.src_qp; }
 unsigned int read_wc_flags(ibv_cq_ex* ex) { return to_ucq(ex)->cur.wc_flags; }
 uint32_t read_slid(ibv_cq_ex* ex) { return to_ucq(ex)->cur.slid; }
@@ -241,6 +244,7 @@ void fill_cq_ex_ops(UCq* cq) {
   ex.read_completion_wallclock_ns = read_completion_wallclock_ns;
   ex.read_tm_info = read_tm_info;
   ex.read_flow_tag = read_flow_tag;
+  ex.read_cvlan = read_cvlan;
 }
 
 void cq_clean(ibv_cq* ibcq, uint32_t qpn) {

@@ -244,6 +244,7 @@ struct UQp {
   bool has_srq;  // receives come from an SRQ: ibv_post_recv is refused
   bool opened;   // from ibv_open_qp: no queues of its own
   QueueMemory qmem;
+  bool rss;      // an RSS QP (wq.cc): no queues, no state machine
 };
 
 inline UQp* to_uqp(ibv_qp* qp) { return reinterpret_cast<UQp*>(qp); }
@@ -315,6 +316,10 @@ ibv_qp* open_qp(ibv_context* ctx, ibv_qp_open_attr* attr);
 ibv_mw* alloc_mw(ibv_pd* pd, ibv_mw_type type);
 int dealloc_mw(ibv_mw* mw);
 int bind_mw(ibv_qp* qp, ibv_mw* mw, ibv_mw_bind* mw_bind);
+// Receive WQs, indirection tables (wq.cc): the context's ops; an RSS QP
+// for create_qp_ex when it has an indirection table.
+void fill_wq_ops(verbs_context* v);
+ibv_qp* create_rss_qp(ibv_context* ctx, ibv_qp_init_attr_ex* attr);
 // Flow steering (flow.cc): ibv_create_flow / ibv_destroy_flow.
 void fill_flow_ops(verbs_context* v);
 // Thread and parent domains (domains.cc): the context's alloc_td,

@@ -46,15 +46,25 @@ constexpr uint64_t kSupportedSendOps =
 ibv_qp* create_qp_ex(ibv_context* context, ibv_qp_init_attr_ex* attr) {
   UContext* c = to_uctx(context);
   const uint32_t known = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_XRCD |
-                         IBV_QP_INIT_ATTR_CREATE_FLAGS | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+                         IBV_QP_INIT_ATTR_CREATE_FLAGS | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS |
+                         IBV_QP_INIT_ATTR_IND_TABLE | IBV_QP_INIT_ATTR_RX_HASH;
   if (attr->comp_mask & ~known) {
     errno = EOPNOTSUPP;
     return nullptr;
   }
-  // No creation flag is implemented: the mask with no flags in it is an
-  // ordinary QP; a flag is refused as mlx5's process_create_flags refuses
-  // one it lacks (EOPNOTSUPP).
-  if ((attr->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) && attr->create_flags) {
+  // An indirection table makes an RSS QP (wq.cc); a hash without one is EINVAL.
+  if (attr->comp_mask & IBV_QP_INIT_ATTR_IND_TABLE) return create_rss_qp(context, attr);
+  if (attr->comp_mask & IBV_QP_INIT_ATTR_RX_HASH) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  // The creation flags implemented are a raw packet QP's receive flags
+  // (the engine checks them); any other is refused as mlx5's
+  // process_create_flags refuses one it lacks (EOPNOTSUPP).
+  constexpr uint32_t kRawCreateFlags =
+      IBV_QP_CREATE_SCATTER_FCS | IBV_QP_CREATE_CVLAN_STRIPPING | IBV_QP_CREATE_PCI_WRITE_END_PADDING;
+  const uint32_t create_flags = (attr->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) ? attr->create_flags : 0;
+  if (create_flags && (attr->qp_type != IBV_QPT_RAW_PACKET || (create_flags & ~kRawCreateFlags))) {
     errno = EOPNOTSUPP;
     return nullptr;
   }
@@ -97,6 +107,7 @@ ibv_qp* create_qp_ex(ibv_context* context, ibv_qp_init_attr_ex* attr) {
   req.cookie = uint64_t(uintptr_t(qp));
   req.qp_type = attr->qp_type;
   req.sq_sig_all = attr->sq_sig_all;
+  req.create_flags = create_flags;
   req.caps = {attr->cap.max_send_wr, attr->cap.max_recv_wr, attr->cap.max_send_sge,
               attr->cap.max_recv_sge, attr->cap.max_inline_data, 0};
   abi::CreateQpReply rep;
@@ -215,6 +226,7 @@ UROCE_EXPORT ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* init) {
 UROCE_EXPORT ibv_qp_ex* ibv_qp_to_qp_ex(ibv_qp* qp) { return &to_uqp(qp)->qpx; }
 
 UROCE_EXPORT int ibv_modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask) {
+  if (to_uqp(qp)->rss) return EOPNOTSUPP;  // mlx5_modify_qp: an RSS QP has no states
   abi::ModifyQpRequest req{};
   req.handle = qp->handle;
   req.attr_mask = uint32_t(attr_mask);
@@ -251,6 +263,7 @@ UROCE_EXPORT int ibv_modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask) {
 
 UROCE_EXPORT int ibv_query_qp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask, ibv_qp_init_attr* init) {
   UQp* u = to_uqp(qp);
+  if (u->rss) return EOPNOTSUPP;  // mlx5_query_qp
   abi::HandleRequest req{qp->handle};
   abi::QueryQpReply rep;
   if (int err = to_uctx(qp->context)->conn.call(abi::CtlOp::kQueryQp, &req, sizeof(req), &rep, sizeof(rep)))
@@ -302,7 +315,7 @@ UROCE_EXPORT int ibv_destroy_qp(ibv_qp* qp) {
   abi::HandleRequest req{qp->handle};
   int err = to_uctx(qp->context)->conn.call(abi::CtlOp::kDestroyQp, &req, sizeof(req), nullptr, 0);
   if (err && err != EIO) return err;
-  unmap_queue(u->map, u->map_size);
+  if (u->map) unmap_queue(u->map, u->map_size);
   pthread_cond_destroy(&qp->cond);
   pthread_mutex_destroy(&qp->mutex);
   delete_queue_object(u, kResourceTypeQp);

@@ -18,7 +18,7 @@
 namespace uroce::abi {
 
 constexpr uint32_t kMagic = 0x434f5255;  // "UROC"
-constexpr uint32_t kVersion = 10;  // 2: MRs on shared pages; 3: session handles, AHs in the engine;
+constexpr uint32_t kVersion = 11;  // 2: MRs on shared pages; 3: session handles, AHs in the engine;
                                   // 4: tag matching (DeviceInfo::tm, CreateSrqRequest, kPostSrqOps)
                                   // 5: memory windows (SendWqe::bind, kAllocMw, DeviceInfo::max_mw)
                                   // 6: raw packet QPs and flow steering (DeviceInfo::raw,
@@ -28,6 +28,8 @@ constexpr uint32_t kVersion = 10;  // 2: MRs on shared pages; 3: session handles
                                   // 9: device memory (DeviceInfo::max_dm_size, kAllocDm, kFreeDm,
                                   //    kRegDmMr)
                                   // 10: UD multicast (kAttachMcast, kDetachMcast)
+                                  // 11: receive WQs, indirection tables, RSS QPs (kCreateWq ...
+                                  //    kCreateRssQp, DeviceInfo::rss, Cqe::cvlan)
 constexpr size_t kCacheLine = 64;
 constexpr size_t kMaxDeviceName = 64;
 constexpr size_t kMaxGids = 16;
@@ -162,7 +164,8 @@ struct Cqe {
   uint16_t slid;
   uint8_t sl;
   uint8_t dlid_path_bits;
-  uint8_t reserved0[2];
+  uint16_t cvlan;       // a WQ with CVLAN stripping: the removed 802.1Q TCI, 0 untagged
+
   // CQs created with kCqTimestamps only (else 0): the device clock when the
   // engine wrote the entry (kDeviceClock, in kHcaCoreClockKhz units) and the
   // wall clock (CLOCK_REALTIME ns), each monotonic within the CQ.
@@ -176,6 +179,7 @@ struct Cqe {
   };
 };
 static_assert(sizeof(Cqe) == 64);
+static_assert(offsetof(Cqe, cvlan) == 46);
 static_assert(std::is_standard_layout_v<Cqe>);
 
 // The device clock, as mlx5's free-running HCA counter: a counter of
@@ -281,6 +285,13 @@ enum class CtlOp : uint32_t {
   // UD multicast groups (device/multicast.cc).
   kAttachMcast,      // McastRequest: a UD QP joins a multicast group (ibv_attach_mcast)
   kDetachMcast,      // McastRequest
+  // Receive work queues and RSS (device/work_queue.h).
+  kCreateWq,           // CreateWqRequest; reply CreateWqReply, fds: [ring memfd]
+  kModifyWq,           // ModifyWqRequest
+  kDestroyWq,          // HandleRequest
+  kCreateRwqIndTable,  // CreateRwqIndTableRequest; reply CreateRwqIndTableReply
+  kDestroyRwqIndTable, // HandleRequest
+  kCreateRssQp,        // CreateRssQpRequest; reply CreateRssQpReply (destroyed by kDestroyQp)
   kCount,
 };
 
@@ -371,9 +382,20 @@ struct DeviceInfo {
   } raw;
   // Device memory (ibv_alloc_dm): bytes all clients may hold at once; 0: none.
   uint64_t max_dm_size;
+  // Receive WQs and RSS (struct ibv_rss_caps, max_wq_type_rq); all 0: none.
+  struct RssCaps {
+    uint32_t supported_qpts;  // 1 << IBV_QPT_RAW_PACKET
+    uint32_t max_rwq_indirection_tables;
+    uint32_t max_rwq_indirection_table_size;
+    uint32_t max_wq_type_rq;
+    uint64_t rx_hash_fields_mask;  // enum ibv_rx_hash_fields
+    uint8_t rx_hash_function;      // enum ibv_rx_hash_function_flags
+    uint8_t reserved[7];
+  } rss;
 };
+static_assert(sizeof(DeviceInfo::RssCaps) == 32);
 static_assert(offsetof(DeviceInfo, max_dm_size) % 8 == 0 &&
-              sizeof(DeviceInfo) == offsetof(DeviceInfo, max_dm_size) + 8);
+              sizeof(DeviceInfo) == offsetof(DeviceInfo, rss) + sizeof(DeviceInfo::RssCaps));
 
 // kHello. Request fds: [async event pipe write end].
 // Reply fds: [EngineShared memfd (read-only), doorbell eventfd].
@@ -835,6 +857,77 @@ struct McastRequest {
 static_assert(sizeof(McastRequest) == 32);
 
 // kStatus / kStats: reply body is UTF-8 text (not NUL terminated).
+
+// Receive work queues (ibv_create_wq): a ring of RecvWqe like an SRQ's,
+// posted to without a message; its receives complete on `cq` with qp_num =
+// wqn (SEMANTICS 4.4).
+struct CreateWqRequest {
+  uint64_t pd;
+  uint64_t cq;
+  uint64_t cookie;
+  uint32_t wq_type;  // enum ibv_wq_type
+  uint32_t max_wr;
+  uint32_t max_sge;
+  uint32_t flags;    // enum ibv_wq_flags (comp_mask IBV_WQ_INIT_ATTR_FLAGS), else 0
+};
+static_assert(sizeof(CreateWqRequest) == 40);
+struct CreateWqReply {
+  uint64_t handle;
+  uint32_t wqn;
+  uint32_t max_wr;   // as asked (mlx5 echoes the request)
+  uint32_t max_sge;
+  uint32_t log2;
+  uint32_t stride;
+  uint32_t reserved;
+  uint64_t shm_size;
+};
+static_assert(sizeof(CreateWqReply) == 40);
+struct ModifyWqRequest {
+  uint64_t handle;
+  uint32_t attr_mask;  // enum ibv_wq_attr_mask
+  uint32_t wq_state;
+  uint32_t curr_wq_state;
+  uint32_t flags;
+  uint32_t flags_mask;
+  uint32_t reserved;
+};
+static_assert(sizeof(ModifyWqRequest) == 32);
+
+// ibv_create_rwq_ind_table: 2^log_size WQ handles follow the header (the
+// engine resolves each one itself: the method table's handles are fixed).
+constexpr uint32_t kMaxLogIndTableSize = 8;
+struct CreateRwqIndTableRequest {
+  uint32_t log_size;
+  uint32_t reserved;
+  uint64_t wqs[1u << kMaxLogIndTableSize];
+};
+static_assert(sizeof(CreateRwqIndTableRequest) == 8 + 8 * 256);
+struct CreateRwqIndTableReply {
+  uint64_t handle;
+  uint32_t ind_tbl_num;
+  uint32_t reserved;
+};
+
+// ibv_create_qp_ex with IBV_QP_INIT_ATTR_IND_TABLE | RX_HASH: a receive-only
+// raw packet QP that spreads what its flows take over the table's WQs.
+constexpr uint32_t kRxHashKeyMax = 128;
+struct CreateRssQpRequest {
+  uint64_t pd;
+  uint64_t ind_table;
+  uint64_t cookie;
+  uint64_t rx_hash_fields_mask;  // enum ibv_rx_hash_fields
+  uint32_t rx_hash_function;     // enum ibv_rx_hash_function_flags
+  uint32_t rx_hash_key_len;      // as the application gave it (the engine checks it)
+  uint32_t create_flags;
+  uint32_t send_side;            // the application asked for send WRs or a send CQ
+  uint8_t rx_hash_key[kRxHashKeyMax];
+};
+static_assert(sizeof(CreateRssQpRequest) == 48 + kRxHashKeyMax);
+struct CreateRssQpReply {
+  uint64_t handle;
+  uint32_t qpn;  // the engine's number; the application sees 0, as on mlx5
+  uint32_t reserved;
+};
 
 // ---------------------------------------------------------------------------
 // Connection manager (librdmacm). The engine keeps the ids, their addresses

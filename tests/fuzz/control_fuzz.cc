@@ -134,6 +134,9 @@ ObjType created_type(uint32_t op) {
     case CtlOp::kCreateAh: return ObjType::kAh;
     case CtlOp::kAllocMw: return ObjType::kMw;
     case CtlOp::kCreateFlow: return ObjType::kFlow;
+    case CtlOp::kCreateWq: return ObjType::kWq;
+    case CtlOp::kCreateRwqIndTable: return ObjType::kRwqIndTable;
+    case CtlOp::kCreateRssQp: return ObjType::kQp;
     default: return ObjType::kNone;
   }
 }

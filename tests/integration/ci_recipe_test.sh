@@ -25,9 +25,6 @@ project="$UROCE_TEST_DIR/project"  # "the project": pyverbs' tests
 mkdir -p "$project"
 cp -r "$src/." "$project/tests/"
 find "$project" -name '*.gz' -exec gunzip -f {} +
-# As in pyverbs_test.sh: test_rss_traffic errors until WQs exist (issue 11's
-# second slice: it creates a raw packet QP, then WQs with no skip for EOPNOTSUPP).
-rm -f "$project/tests/test_rss_traffic.py"
 prefix="$UROCE_TEST_DIR/prefix"
 
 log="$UROCE_LOG_DIR/recipe.log"

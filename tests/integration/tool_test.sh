@@ -123,7 +123,7 @@ for command in "${!command_options[@]}"; do
 done
 if have_engine; then
   expect 0 "uroced --help" "$UROCE_ENGINE_BIN" --help
-  for option in --name --runtime-dir --ip --ip6 --mac --port --mtu --vlan --hugepages --no-hugepages --fault --cpu; do
+  for option in --name --runtime-dir --ip --ip6 --mac --port --mtu --vlan --hugepages --no-hugepages --fault --cpu --delay-drop-timeout; do
     expect_out "(^|[ ,])$option([ ,{:]|$)" "uroced --help names $option"
   done
 fi
@@ -168,6 +168,7 @@ if have_engine; then
     flunk "uroced: the same one-line form"
   fi
   expect 2 "uroced --mtu out of range" "$UROCE_ENGINE_BIN" --mtu 100
+  expect 2 "uroced --delay-drop-timeout past mlx5's 100 ms" "$UROCE_ENGINE_BIN" --delay-drop-timeout 200000
   expect 2 "uroced --ip without a value" "$UROCE_ENGINE_BIN" --ip
 fi
 
@@ -362,6 +363,12 @@ if have_engine; then
   if [[ $engine_cpus == "$own_cpus" ]]; then pass "--cpu none leaves the engine unpinned"; else flunk "--cpu none: engine on '$engine_cpus'"; fi
   expect 0 "status with an unpinned engine" uroce status
   expect_out '^engine: polling on any CPU$' "status says the engine is not pinned"
+  expect 0 "stats" uroce stats
+  expect_out '^ *delay_drop_timeout_us 100000 ' "stats shows mlx5's delay-drop timeout by default"
+  expect 0 "stop" uroce stop
+  expect 0 "start --delay-drop-timeout 2500" uroce start --delay-drop-timeout 2500
+  expect 0 "stats" uroce stats
+  expect_out '^ *delay_drop_timeout_us 2500 ' "the engine takes --delay-drop-timeout"
   expect 0 "stop" uroce stop
   expect 2 "uroced --cpu with a bad value" "$UROCE_ENGINE_BIN" --cpu many
   expect_out 'takes a CPU number, auto or none' "uroced says what --cpu takes"
