@@ -216,7 +216,7 @@ void Engine::close_session(Session* s) {
   // Defer destruction: we may be inside one of the session's own handlers.
   auto it = sessions_.find(s);
   if (it == sessions_.end()) return;
-  report_snapshots_.erase(s->owner().id);
+  snapshots_.erase(s->owner().id);
   std::shared_ptr<Session> doomed(std::move(it->second));
   sessions_.erase(it);
   boost::asio::post(io_, [doomed] {});
@@ -249,8 +249,8 @@ std::string Engine::status_text() const {
 }
 
 std::string Engine::stats_text() const {
-  // Right under the device's first line: a long report (a wire port, fault
-  // counters) is cut to fit one reply at its end.
+  // Right under the device's first line (an ABI 10 tool, which reads one
+  // message of it, still sees them).
   std::string text = device_.stats_text();
   std::ostringstream os;
 #define UROCE_ENGINE_COUNTER_LINE(name, desc) \
@@ -278,9 +278,16 @@ std::string Engine::report_json() const {
   return j.dump();
 }
 
-const std::string& Engine::report_snapshot(const device::Owner& client, bool fresh) {
-  std::string& snap = report_snapshots_[client.id];
-  if (fresh) snap = report_json();
+const std::string& Engine::snapshot(const device::Owner& client, Snapshot kind, bool fresh) {
+  std::string& snap = snapshots_[client.id][size_t(kind)];
+  if (fresh) {
+    switch (kind) {
+      case Snapshot::kReport: snap = report_json(); break;
+      case Snapshot::kStatus: snap = status_text(); break;
+      case Snapshot::kStats: snap = stats_text(); break;
+      case Snapshot::kCount: break;
+    }
+  }
   return snap;
 }
 

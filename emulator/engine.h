@@ -84,9 +84,11 @@ class Engine {
   std::string stats_text() const;
   const AccessPolicy& access() const { return config_.access; }
   EngineCounters& counters() { return counters_; }
-  // The JSON report of a connection (kReport): a new snapshot when `fresh`,
-  // else the one taken at its offset 0, so its pieces agree.
-  const std::string& report_snapshot(const device::Owner& client, bool fresh);
+  // A document a connection reads in pieces (kReport's JSON, kStatus's and
+  // kStats's text): a new snapshot when `fresh`, else the one taken at its
+  // offset 0, so its pieces agree.
+  enum class Snapshot : uint8_t { kReport, kStatus, kStats, kCount };
+  const std::string& snapshot(const device::Owner& client, Snapshot kind, bool fresh);
 
  private:
   std::string report_json() const;
@@ -111,7 +113,8 @@ class Engine {
   abi::EngineShared* shared_ = nullptr;
   bool stopping_ = false;
   uint64_t next_owner_id_ = 1;
-  std::unordered_map<uint64_t, std::string> report_snapshots_;  // by Owner::id
+  // By Owner::id, one of each kind.
+  std::unordered_map<uint64_t, std::array<std::string, size_t(Snapshot::kCount)>> snapshots_;
   IdlePolicy idle_;
   EngineCounters counters_;
 };

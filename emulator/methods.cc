@@ -215,8 +215,8 @@ constexpr Table make_table() {
   // writes a file as the engine's user: engine-wide.
   at(CtlOp::kSetFault) = engine_wide(method("set_fault", set_fault, exact<SetFaultRequest>(), kNoFds));
   at(CtlOp::kCapture) = engine_wide(method("capture", capture, exact<CaptureRequest>(), kNoFds));
-  at(CtlOp::kStatus) = method("status", status, kNoBody, kNoFds);
-  at(CtlOp::kStats) = method("stats", stats, kNoBody, kNoFds);
+  at(CtlOp::kStatus) = method("status", status, up_to<ReportRequest>(), kNoFds);
+  at(CtlOp::kStats) = method("stats", stats, up_to<ReportRequest>(), kNoFds);
   at(CtlOp::kReport) = method("report", report, exact<ReportRequest>(), kNoFds);
   return t;
 }

@@ -45,14 +45,11 @@ int capture(Call& c) {
   return c.reply(abi::CaptureReply{c.dev.captured_frames(), c.dev.capturing() ? 1u : 0u, 0});
 }
 
-int status(Call& c) {
-  c.reply_text(c.engine.status_text());
-  return 0;
-}
-
-int report(Call& c) {
+// One piece of a document read as kReport's: ReportReply, then its bytes
+// from the request's offset, as many as fit.
+static int reply_piece(Call& c, Engine::Snapshot kind) {
   const auto req = c.request<abi::ReportRequest>();
-  const std::string& doc = c.engine.report_snapshot(c.owner, req.offset == 0);
+  const std::string& doc = c.engine.snapshot(c.owner, kind, req.offset == 0);
   if (req.offset > doc.size()) return EINVAL;
   const abi::ReportReply head{doc.size()};
   std::memcpy(c.rep, &head, sizeof(head));
@@ -62,7 +59,18 @@ int report(Call& c) {
   return 0;
 }
 
+int report(Call& c) { return reply_piece(c, Engine::Snapshot::kReport); }
+
+// status and stats: with a ReportRequest, in pieces as the report; without a
+// body (a tool of ABI version 10 or older), the text cut to one message.
+int status(Call& c) {
+  if (c.len) return reply_piece(c, Engine::Snapshot::kStatus);
+  c.reply_text(c.engine.status_text());
+  return 0;
+}
+
 int stats(Call& c) {
+  if (c.len) return reply_piece(c, Engine::Snapshot::kStats);
   c.reply_text(c.engine.stats_text());
   return 0;
 }

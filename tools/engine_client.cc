@@ -187,7 +187,7 @@ std::optional<CtlReply> control_request(const std::string& socket_path, abi::Ctl
 }
 
 std::optional<std::string> fetch_report(const std::string& socket_path, int timeout_ms,
-                                        std::string* error) {
+                                        std::string* error, abi::CtlOp op) {
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   int err = 0;
   UniqueFd fd = connect_seqpacket(socket_path, &err);
@@ -199,7 +199,7 @@ std::optional<std::string> fetch_report(const std::string& socket_path, int time
   std::string doc;
   for (;;) {
     abi::ReportRequest req{doc.size()};
-    auto reply = exchange(fd.get(), abi::CtlOp::kReport,
+    auto reply = exchange(fd.get(), op,
                           std::string_view(reinterpret_cast<const char*>(&req), sizeof(req)),
                           deadline, timeout_ms, error);
     if (!reply) return std::nullopt;

@@ -69,9 +69,10 @@ std::optional<CtlReply> control_request(const std::string& socket_path, abi::Ctl
                                         int timeout_ms, std::string* error,
                                         std::string_view body = {});
 
-// The engine's report (kReport): its state and counters as one JSON
-// document, fetched in pieces over one connection.
+// A document of the engine fetched in pieces over one connection: its
+// report (kReport, JSON: state and counters), or the text of `uroce status`
+// (kStatus) or `uroce stats` (kStats), which outgrow one control message.
 std::optional<std::string> fetch_report(const std::string& socket_path, int timeout_ms,
-                                        std::string* error);
+                                        std::string* error, abi::CtlOp op = abi::CtlOp::kReport);
 
 }  // namespace uroce::tool

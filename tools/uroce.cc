@@ -132,20 +132,16 @@ bool show_engine(const Context& ctx, const std::string& name, abi::CtlOp op) {
     return false;
   }
   std::string error;
-  auto reply = control_request(sock, op, kRequestTimeoutMs, &error);
+  auto text = fetch_report(sock, kRequestTimeoutMs, &error, op);
   std::cout << "== " << name;
   if (probe.pid) std::cout << " (pid " << probe.pid << ")";
   std::cout << '\n';
-  if (!reply) {
+  if (!text) {
     std::cout << "  error: " << error << '\n';
     return false;
   }
-  if (reply->status != 0) {
-    std::cout << "  error: " << (reply->body.empty() ? std::strerror(reply->status) : reply->body) << '\n';
-    return false;
-  }
-  std::cout << reply->body;
-  if (!reply->body.empty() && reply->body.back() != '\n') std::cout << '\n';
+  std::cout << *text;
+  if (!text->empty() && text->back() != '\n') std::cout << '\n';
   return true;
 }
 
