@@ -17,7 +17,8 @@
  * Flow control: the server has W receives posted and W write slots; the
  * client keeps at most W messages beyond the last credit, so neither RNR
  * nor a slot overwritten before it was checked can happen. Message k's
- * write slot is k % W.
+ * write slot is k % W. With -r R < W the server posts only R receives, so
+ * the client runs into RNR NAKs (IBA 9.7.5.2.8) and their retries as well.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -45,7 +46,7 @@ enum {
 struct options {
   const char* dev;
   const char* server; /* NULL: we are the server (receiver) */
-  int port, gid_index, window, timeout_s;
+  int port, gid_index, window, recvs, timeout_s;
   uint64_t messages;
   uint32_t max_size;
   enum ibv_mtu mtu;
@@ -191,7 +192,7 @@ static void send_credit(struct side* s) {
 
 static void run_server(struct side* s) {
   const uint64_t w = (uint64_t)s->o.window, credit_every = w / 4 ? w / 4 : 1;
-  for (uint64_t i = 0; i < w; ++i) post_recv(s, i, recv_slot(s, i), (uint32_t)s->slot, s->data_mr->lkey);
+  for (uint64_t i = 0; i < (uint64_t)s->o.recvs; ++i) post_recv(s, i, recv_slot(s, i), (uint32_t)s->slot, s->data_mr->lkey);
   struct ibv_wc wc;
   while (s->next_expected < s->o.messages) {
     poll_one(s, s->recv_cq, &wc, 1);
@@ -419,9 +420,9 @@ static void connect_qp(struct side* s, const struct peer* me) {
 static void usage(void) {
   fprintf(stderr,
           "usage: rc_sequence_checker [-d DEV] [-p PORT] [-g GID_INDEX] [-n MESSAGES] [-s MAX_SIZE]\n"
-          "                           [-w WINDOW] [-m MTU] [-t TIMEOUT_S] [SERVER]\n"
+          "                           [-w WINDOW] [-r RECVS] [-m MTU] [-t TIMEOUT_S] [SERVER]\n"
           "Without SERVER it receives and checks (default: 2000 messages of 1..16384 bytes,\n"
-          "window 32, MTU 1024, port 18700, 60 s).\n");
+          "window 32, receives posted: the window, MTU 1024, port 18700, 60 s).\n");
   exit(2);
 }
 
@@ -435,7 +436,7 @@ int main(int argc, char** argv) {
   s.o.mtu = IBV_MTU_1024;
   s.o.timeout_s = 60;
   int c;
-  while ((c = getopt(argc, argv, "d:p:g:n:s:w:m:t:h")) != -1) {
+  while ((c = getopt(argc, argv, "d:p:g:n:s:w:r:m:t:h")) != -1) {
     switch (c) {
       case 'd': s.o.dev = optarg; break;
       case 'p': s.o.port = atoi(optarg); break;
@@ -443,6 +444,7 @@ int main(int argc, char** argv) {
       case 'n': s.o.messages = strtoull(optarg, NULL, 0); break;
       case 's': s.o.max_size = (uint32_t)strtoul(optarg, NULL, 0); break;
       case 'w': s.o.window = atoi(optarg); break;
+      case 'r': s.o.recvs = atoi(optarg); break;
       case 't': s.o.timeout_s = atoi(optarg); break;
       case 'm': {
         const int m = atoi(optarg);
@@ -454,7 +456,8 @@ int main(int argc, char** argv) {
     }
   }
   if (optind < argc) s.o.server = argv[optind];
-  if (s.o.window < 1 || s.o.window > kMaxWindow || s.o.messages < 1 || s.o.max_size < 1 || s.o.timeout_s < 1)
+  if (!s.o.recvs) s.o.recvs = s.o.window;
+  if (s.o.window < 1 || s.o.window > kMaxWindow || s.o.recvs < 1 || s.o.recvs > s.o.window || s.o.messages < 1 || s.o.max_size < 1 || s.o.timeout_s < 1)
     usage();
   setvbuf(stdout, NULL, _IOLBF, 0);
   clock_gettime(CLOCK_MONOTONIC, &s.deadline);

@@ -13,7 +13,9 @@
 #   wire_faults.sh [--runs N] [--tools LIST] [--faults LIST] [--timeout S] [--no-netem]
 #
 # LIST of tools, comma-separated: write_bw read_bw send_bw atomic_bw
-# rc_pingpong srq_pingpong xsrq_pingpong sequence (default: all).
+# rc_pingpong srq_pingpong xsrq_pingpong sequence sequence_rnr (default: all;
+# sequence_rnr: the checker with 2 receives posted for a window of 32, so
+# RNR NAKs and their retries mix with the faults).
 # LIST of faults: drop duplicate reorder corrupt delay all (default: all six).
 # By hand: --runs 20. Exit status 0 only if every run passed, 77 if no
 # namespaces can be made here.
@@ -21,7 +23,7 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../integration/lib.sh"
 
 runs=1 limit=60 netem_wanted=1
-tools=write_bw,read_bw,send_bw,atomic_bw,rc_pingpong,srq_pingpong,xsrq_pingpong,sequence
+tools=write_bw,read_bw,send_bw,atomic_bw,rc_pingpong,srq_pingpong,xsrq_pingpong,sequence,sequence_rnr
 faults=drop,duplicate,reorder,corrupt,delay,all
 while (($#)); do
   case $1 in
@@ -64,6 +66,7 @@ tool_args() {
     srq_pingpong) echo "ibv_srq_pingpong -g 0 -c -s 4096 -n 300" ;;
     xsrq_pingpong) echo "ibv_xsrq_pingpong -g 0 -n 300" ;;
     sequence) echo "$checker -g 0 -n 2000 -s 16384 -t $limit" ;;
+    sequence_rnr) echo "$checker -g 0 -n 1000 -s 16384 -r 2 -t $limit" ;;
     *) echo "unknown tool $1" >&2; return 1 ;;
   esac
 }
