@@ -27,6 +27,7 @@
 # preloads the ASan runtime for them (tools/uroce.cc).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+tools/install-deps.sh  # as tests/run_all.sh: the packages first
 
 subset=ci
 if [[ ${1:-} == --subset ]]; then
