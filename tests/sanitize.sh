@@ -60,6 +60,8 @@ supp="$PWD/tests/sanitize.supp"
 # findings fail like ASan's (the build has -fno-sanitize-recover too).
 export ASAN_OPTIONS="detect_leaks=1:log_path=$reports/asan:check_initialization_order=1:strict_string_checks=1:detect_stack_use_after_return=0"
 export LSAN_OPTIONS="suppressions=$supp"
+# Tests that check how the build links allow the sanitizers' runtimes.
+export UROCE_SANITIZE=address,undefined
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:log_path=$reports/ubsan"
 
 rc=0
