@@ -34,7 +34,7 @@ if [[ ${1:-} == --subset ]]; then
   subset=$2
   shift 2
 fi
-ci_tests='\.|^(tool_cli|verbs_semantics|ibverbs_utils|perftest|hostile_client|wire_faults|wire_faults_xrc)$'
+ci_tests='\.|^(tool_cli|verbs_semantics|ibverbs_utils|perftest|hostile_client|wire_faults)$'
 declare -a select
 if (($#)); then
   select=("$@")
