@@ -57,6 +57,10 @@ bool is_any(const abi::CmAddr& a) {
   return true;
 }
 
+bool is_multicast(const abi::CmAddr& a) {
+  return a.family == AF_INET ? (a.addr[0] & 0xf0) == 0xe0 : a.family == AF_INET6 && a.addr[0] == 0xff;
+}
+
 // ::ffff:a.b.c.d as a.b.c.d, so both spellings of one IPv4 address match.
 abi::CmAddr unmapped(abi::CmAddr a) {
   static const uint8_t kMapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
@@ -206,6 +210,20 @@ bool CmAgent::is_local(const abi::CmAddr& addr) const {
   return std::memcmp(a.addr, kLoop6, 16) == 0 || (has_ip6 && std::memcmp(a.addr, ip6_.data(), 16) == 0);
 }
 
+// The engine's address of a family: its --ip6 (else ::1), its --ip.
+abi::CmAddr CmAgent::own_address(uint16_t family) const {
+  abi::CmAddr a{};
+  a.family = family;
+  if (family == AF_INET) {
+    std::memcpy(a.addr, ip_.data(), 4);
+  } else if (std::any_of(ip6_.begin(), ip6_.end(), [](uint8_t b) { return b != 0; })) {
+    std::memcpy(a.addr, ip6_.data(), 16);
+  } else {
+    a.addr[15] = 1;
+  }
+  return a;
+}
+
 // An IPv6 address of the engine's own uses its IPv6 GID (index 2); every
 // other address, loopback included, the IPv4 one (index 0): on one engine
 // both ends reach each other through either.
@@ -277,7 +295,10 @@ int CmAgent::resolve_addr(Owner* o, const abi::CmResolveAddrRequest& r, abi::CmB
   if (r.dst.family != AF_INET && r.dst.family != AF_INET6) return EAFNOSUPPORT;
   const uint64_t h = r.id;
   id->dst = r.dst;
-  if (!is_local(r.dst)) {
+  // A multicast group is reached through this engine's own address (mckey
+  // resolves its group before rdma_join_multicast).
+  const bool group = is_multicast(unmapped(r.dst));
+  if (!group && !is_local(r.dst)) {
     // No route off this engine yet: the address cannot be resolved.
     abi::CmEventRecord ev{};
     ev.event = kAddrError;
@@ -293,7 +314,7 @@ int CmAgent::resolve_addr(Owner* o, const abi::CmResolveAddrRequest& r, abi::CmB
     else id->dst.addr[15] = 1;
   }
   if (id->state == State::kIdle) {
-    abi::CmAddr src = r.src.family ? r.src : id->dst;
+    abi::CmAddr src = r.src.family ? r.src : group ? own_address(r.dst.family) : id->dst;
     if (!r.src.family) src.port = 0;
     id->reuseaddr = r.reuseaddr;
     id->afonly = r.afonly;
@@ -301,7 +322,7 @@ int CmAgent::resolve_addr(Owner* o, const abi::CmResolveAddrRequest& r, abi::CmB
   }
   if (is_any(id->src)) {  // bound to a wildcard: the source is the destination's
     const uint16_t port = id->src.port;
-    id->src = id->dst;
+    id->src = group ? own_address(id->src.family) : id->dst;
     id->src.port = port;
   }
   id->state = State::kAddrResolved;

@@ -79,6 +79,7 @@ class CmAgent {
 
   Id* find_id(Owner* o, uint64_t h);
   bool is_local(const abi::CmAddr& a) const;
+  abi::CmAddr own_address(uint16_t family) const;
   int port_conflict(const Id& self, const abi::CmAddr& a) const;
   int bind_to(Id& id, abi::CmAddr a);
   uint8_t gid_index_for(const abi::CmAddr& a) const;

@@ -19,6 +19,7 @@ namespace uroce::device {
   X(rx_bad_qkey, "UD datagrams dropped: Q_Key mismatch")                         \
   X(rx_ud_no_recv, "UD/UC messages dropped: no receive WQE posted")              \
   X(rx_ud_too_long, "UD datagrams dropped: longer than the receive buffer")      \
+  X(rx_mcast_no_group, "multicast datagrams dropped: no QP of ours in the group") \
   X(rx_duplicate, "RC duplicate requests answered again")                        \
   X(rx_out_of_seq, "RC requests dropped: PSN ahead of expected (NAK sent)")      \
   X(rx_stale_response, "responses dropped: PSN outside the outstanding window")  \

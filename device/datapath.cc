@@ -25,6 +25,10 @@ void Device::dispatch(net::Packet* p, bool check_icrc) {
     ++counters_.rx_parse_errors;
     return;
   }
+  if (p->bth()->qpn() == kMulticastQpn) [[unlikely]] {
+    const net::Ipv6Addr dgid = net::roce_dst_gid(*p);
+    if (is_multicast_gid(dgid.data())) return deliver_multicast(*p, dgid.data());
+  }
   if (check_icrc && !is_local_gid(net::roce_dst_gid(*p).data())) {  // from the wire: ours only
     ++counters_.rx_not_for_us;
     return;
@@ -136,7 +140,8 @@ std::string Device::status_text() const {
      << int(config_.ip[2]) << '.' << int(config_.ip[3]) << "  port 1 "
      << (port_active() ? "ACTIVE" : "DOWN") << " (loopback)\n";
   os << "objects: pds " << pds_.count() << ", mrs " << mrs_.count() << ", cqs " << cqs_.count()
-     << ", qps " << qps_.count() << ", channels " << channels_.count() << '\n';
+     << ", qps " << qps_.count() << ", channels " << channels_.count() << ", dms " << dms_.count()
+     << " (" << dm_used_ << " of " << config_.max_dm_size << " bytes)\n";
   os << "cm: ids " << cm_.id_count() << ", events dropped " << cm_.events_dropped() << '\n';
   static const char* kStates[] = {"RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR", "UNKNOWN"};
   static const char* kTypes[] = {"", "", "RC", "UC", "UD", "", "", "", "RAW_PACKET"};

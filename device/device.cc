@@ -71,6 +71,7 @@ void Device::init_info() {
   d.max_mr = kMaxMr;
   d.max_pd = kMaxPd;
   d.max_mw = kMaxMw;
+  d.max_dm_size = config_.max_dm_size;
   d.max_qp_rd_atom = kMaxQpRdAtomic;
   d.max_qp_init_rd_atom = kMaxQpRdAtomic;
   d.max_res_rd_atom = kMaxQpRdAtomic * queues.max_qp;
@@ -218,6 +219,8 @@ Result<uint32_t> Device::reg_mr(Owner* o, const abi::RegMrRequest& req, int shar
 int Device::rereg_mr(Owner* o, const abi::ReregMrRequest& req, uint32_t* new_key, int shared_fd) {
   Mr* mr = mrs_.get(req.handle >> 8);
   if (!mr || mr->owner != o || mr->key != uint32_t(req.handle)) return EINVAL;
+  // mlx5_ib_rereg_user_mr re-registers user memory only, not device memory.
+  if (mr->dm) return EOPNOTSUPP;
   // Everything is checked before anything changes.
   uint32_t pd = mr->pd;
   if (req.flags & IBV_REREG_MR_CHANGE_PD) {
@@ -269,6 +272,7 @@ int Device::dereg_mr(Owner* o, uint32_t key) {
   if (!mr || mr->owner != o || mr->key != key) return EINVAL;
   detach_windows_of(*mr);  // allowed with windows bound, as on mlx5 (device/mw.cc)
   --pds_.get(mr->pd)->refs;
+  if (mr->dm) --dms_.get(mr->dm)->mrs;
   mrs_.erase(key >> 8);
   return 0;
 }
@@ -586,6 +590,7 @@ int Device::destroy_qp(Owner* o, uint64_t handle) {
   // flushed, their tags free (the SRQ outlives the QP).
   tm_internal_drop(*this, *qp);
   unbind_windows_of(*qp);
+  multicast_.detach_all(qpn);  // as uverbs does on destroy (ib_uverbs_detach_umcast)
   if (Pd* pd = pds_.get(qp->pd)) --pd->refs;
   if (Cq* c = cqs_.get(qp->send_cq)) --c->refs;
   if (Cq* c = cqs_.get(qp->recv_cq)) --c->refs;
@@ -655,6 +660,9 @@ void Device::release_owner(Owner* o) {
   ids.clear();
   mrs_.for_each([&](uint32_t, Mr& m) { if (m.owner == o) ids.push_back(m.key); });
   for (uint32_t k : ids) dereg_mr(o, k);
+  ids.clear();
+  dms_.for_each([&](uint32_t i, Dm& d) { if (d.owner == o) ids.push_back(i); });
+  for (uint32_t i : ids) free_dm(o, i);  // after its MRs
   ids.clear();
   pds_.for_each([&](uint32_t i, Pd& p) { if (p.owner == o) ids.push_back(i); });
   for (uint32_t i : ids) dealloc_pd(o, i);

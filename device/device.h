@@ -15,6 +15,7 @@
 #include "device/cm_agent.h"
 #include "device/counters.h"
 #include "device/flow_steering.h"
+#include "device/multicast.h"
 #include "device/objects.h"
 #include "device/qp.h"
 #include "net/af_packet_wakeup.h"
@@ -45,6 +46,8 @@ struct DeviceConfig {
   // vm.max_map_count of the host: bounds the queues the device advertises
   // (device/params.h, queue_limits).
   uint64_t max_map_count = kDefaultMaxMapCount;
+  // Device memory all clients may hold at once (0: no device memory).
+  uint64_t max_dm_size = kDefaultMaxDmSize;
 };
 
 enum class PortId : uint8_t { kLoopback, kWire };
@@ -73,6 +76,12 @@ class Device {
   // Memory windows (device/mw.cc). alloc_mw returns the window's index.
   Result<uint32_t> alloc_mw(Owner* o, uint32_t pd, uint32_t type, uint32_t* rkey);
   int dealloc_mw(Owner* o, uint32_t index);
+  // Device memory (device/device_memory.cc). alloc_dm returns the index and
+  // the memfd (the device's: the caller passes it without closing it).
+  Result<uint32_t> alloc_dm(Owner* o, const abi::AllocDmRequest& req, int* fd, uint64_t* map_length);
+  int free_dm(Owner* o, uint32_t index);
+  Result<uint32_t> reg_dm_mr(Owner* o, const abi::RegDmMrRequest& req);  // returns key
+  uint64_t dm_used() const { return dm_used_; }
   Result<uint32_t> create_ah(Owner* o, uint32_t pd);
   int destroy_ah(Owner* o, uint32_t handle);
   Result<uint32_t> create_comp_channel(Owner* o, int fd);
@@ -105,6 +114,10 @@ class Device {
   Result<uint32_t> create_flow(Owner* o, uint32_t qpn, const abi::CreateFlowRequest& req);
   int destroy_flow(Owner* o, uint32_t handle);
   const FlowSteering& steering() const { return steering_; }
+  // ---- UD multicast (device/multicast.cc) ----
+  int attach_mcast(Owner* o, uint32_t qpn, const Gid& gid);
+  int detach_mcast(Owner* o, uint32_t qpn, const Gid& gid);
+  const MulticastGroups& multicast() const { return multicast_; }
   // Events of a QP reach every process holding a handle on it.
   void post_qp_event(Qp& qp, ibv_event_type type);
   // ---- ports (device/ports.cc) ----
@@ -216,6 +229,10 @@ class Device {
   void sniff_sent(const net::Packet& p);
   void deliver_raw(const Flow& rule, const net::Packet& p, const net::FrameFields& f);
   bool poll_wire_rx();
+  // A datagram to a multicast GID: to every attached QP of this engine (the
+  // loopback) and out of the wire port (device/multicast.cc).
+  void send_multicast(net::Packet* p, net::Route& route, const uint8_t* dgid);
+  void deliver_multicast(net::Packet& p, const uint8_t* dgid);
   bool poll_port_timers();
   bool poll_tm_ops();  // device/srq.cc
   void transmit(net::Packet* p, PortId port);
@@ -252,6 +269,8 @@ class Device {
   Table<Pd> pds_;
   Table<Mr> mrs_;
   Table<Mw> mws_;  // index = R_Key >> 8 - kMwIndexBase
+  Table<Dm> dms_;
+  uint64_t dm_used_ = 0;  // bytes of dms_ (whole pages), at most config_.max_dm_size
   Table<Ah> ahs_;
   Table<CompChannel> channels_;
   Table<Cq> cqs_;
@@ -261,6 +280,7 @@ class Device {
   Table<Xrcd> xrcds_;
   Table<XrcdHandle> xrcd_handles_;
   FlowSteering steering_;
+  MulticastGroups multicast_{abi::kMaxMcastGroups, abi::kMaxMcastQpAttach};
   size_t qp_count_ = 0;
   // QPs out of RESET: the datapath polls them. A QP in RESET has no work, so
   // thousands of fresh QPs cost the poll loop nothing.

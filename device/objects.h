@@ -73,6 +73,16 @@ struct Pd {
   uint32_t refs = 0;  // MRs and QPs using it
 };
 
+// Device memory (ibv_alloc_dm; device/device_memory.cc): a sealed memfd the
+// engine owns and the client maps; its MRs map it too (Mr::pages).
+struct Dm {
+  Owner* owner = nullptr;
+  int fd = -1;
+  uint64_t length = 0;      // what the client asked for: the bounds of its MRs
+  uint64_t map_length = 0;  // the memfd's size, whole pages
+  uint32_t mrs = 0;         // MRs on it: ibv_free_dm is EBUSY until they are gone
+};
+
 struct Mr {
   Owner* owner = nullptr;
   uint32_t pd = 0;
@@ -82,6 +92,7 @@ struct Mr {
   uint64_t length = 0;
   uint32_t access = 0;  // enum ibv_access_flags
   uint32_t windows = 0;  // memory windows bound to it
+  uint32_t dm = 0;       // the device memory it covers (ibv_reg_dm_mr), 0: none
   std::unique_ptr<SharedPages> pages;  // its pages the engine maps, if any
 
   // Owner bytes [owner_addr, owner_addr + len) reached through this MR.

@@ -31,6 +31,11 @@ constexpr bool is_mw_key(uint32_t key) { return key >> 31; }
 static_assert(!is_mw_key(kMaxMr << 8 | 0xff) && is_mw_key(kMwIndexBase << 8));
 static_assert(kMwIndexBase + kMaxMw < (1u << 24));
 constexpr uint32_t kMaxAh = 1u << 16;
+// Device memory (ibv_alloc_dm): the bytes all clients may hold at once,
+// mlx5's MEMIC size on ConnectX-5/6 (256 KiB) unless uroced --max-dm-size
+// says otherwise; each allocation counts as the whole pages of its memfd.
+constexpr uint64_t kDefaultMaxDmSize = 256u << 10;
+constexpr uint64_t kMaxDmSizeCeiling = 1ull << 30;
 constexpr uint32_t kMaxSrqCeiling = 1u << 14;
 constexpr uint32_t kMaxSrqWr = 1u << 14;
 constexpr uint32_t kMaxSrqSge = 32;

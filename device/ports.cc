@@ -96,6 +96,14 @@ void Device::send_packet(Qp& qp, net::Packet* p, const abi::AddressVector* av) {
     return;
   }
   route.flow_label = path.flow_label;
+  if (is_multicast_gid(path.dgid)) [[unlikely]] {
+    if (config_.vlan >= 0) {
+      route.vlan = true;
+      route.vlan_id = uint16_t(config_.vlan);
+      route.vlan_pcp = uint8_t(path.sl & 7);
+    }
+    return send_multicast(p, route, path.dgid);
+  }
   if (is_local_gid(path.dgid)) {
     route.vlan = false;  // the loopback is no VLAN's member
     // A loopback frame never leaves the engine: no checksums, unless a
@@ -246,8 +254,11 @@ bool Device::poll_wire_rx() {
       continue;
     }
     const auto* eth = reinterpret_cast<const net::EthHdr*>(p->data);
-    if (p->len < sizeof(net::EthHdr) + sizeof(net::Ipv4Hdr) ||
-        std::memcmp(eth->dst, config_.mac.data(), 6) != 0) {
+    // Group addresses too while a QP of ours is in a multicast group (the
+    // datagram's GID decides which, in dispatch).
+    const bool to_us = std::memcmp(eth->dst, config_.mac.data(), 6) == 0 ||
+                       ((eth->dst[0] & 1) && !multicast_.empty());
+    if (p->len < sizeof(net::EthHdr) + sizeof(net::Ipv4Hdr) || !to_us) {
       ++counters_.rx_not_for_us;
       pool_.put(p);
       continue;

@@ -152,6 +152,12 @@ std::optional<EngineConfig> parse_command_line(int argc, const char* const* argv
             return parse_group(name, &scratch);
           },
           "", ""));
+  app.add_option("--max-dm-size", dev.max_dm_size,
+                 "device memory (ibv_alloc_dm) all clients may hold at once, in bytes (K, M "
+                 "suffixes; default 256K as mlx5's MEMIC; 0: none)")
+      ->type_name("BYTES")
+      ->transform(CLI::AsSizeValue(false))
+      ->check(CLI::Range(uint64_t(0), device::kMaxDmSizeCeiling));
   app.add_option_function<std::string>(
          "--cpu",
          [&config](const std::string& v) {

@@ -97,6 +97,15 @@ constexpr Table make_table() {
   at(CtlOp::kDeallocMw) = method("dealloc_mw", dealloc_mw, exact<HandleRequest>(), kNoFds,
                                  destroyed(UROCE_HANDLE(HandleRequest, handle, kMw)));
 
+  // Device memory (methods_dm.cc). ib_uverbs_reg_dm_mr's PD and DM are
+  // write()-style arguments: a failed lookup is EINVAL.
+  at(CtlOp::kAllocDm) = method("alloc_dm", alloc_dm, exact<AllocDmRequest>(), kNoFds);
+  at(CtlOp::kFreeDm) = method("free_dm", free_dm, exact<HandleRequest>(), kNoFds,
+                              destroyed(UROCE_HANDLE(HandleRequest, handle, kDm)));
+  at(CtlOp::kRegDmMr) = method("reg_dm_mr", reg_dm_mr, exact<RegDmMrRequest>(), kNoFds,
+                               einval(UROCE_HANDLE(RegDmMrRequest, pd, kPd)),
+                               einval(UROCE_HANDLE(RegDmMrRequest, dm, kDm)));
+
   // Completion channels and CQs (methods_cq.cc).
   at(CtlOp::kCreateCompChannel) =
       method("create_comp_channel", create_comp_channel, kNoBody, fds_exactly(1, FdKind::kPipe));  // pipe
@@ -159,6 +168,12 @@ constexpr Table make_table() {
                                   einval(UROCE_HANDLE(CreateFlowRequest, qp, kQp)));
   at(CtlOp::kDestroyFlow) = method("destroy_flow", destroy_flow, exact<HandleRequest>(), kNoFds,
                                    destroyed(einval(UROCE_HANDLE(HandleRequest, handle, kFlow))));
+  // UD multicast groups (methods_mcast.cc); uverbs looks the QP up as a
+  // write() command does: EINVAL when it is not there.
+  at(CtlOp::kAttachMcast) = method("attach_mcast", attach_mcast, exact<McastRequest>(), kNoFds,
+                                   einval(UROCE_HANDLE(McastRequest, qp, kQp)));
+  at(CtlOp::kDetachMcast) = method("detach_mcast", detach_mcast, exact<McastRequest>(), kNoFds,
+                                   einval(UROCE_HANDLE(McastRequest, qp, kQp)));
   // The connection manager (methods_cm.cc). Its ids and channels are the
   // CM agent's, which checks each is the caller's (device/cm_agent.h).
   at(CtlOp::kCmCreateChannel) =

@@ -28,7 +28,7 @@ class Engine;
 class ObjectTable;
 
 // The object types a handle may name (the kernel's UVERBS_OBJECT_*).
-enum class ObjType : uint8_t { kNone, kPd, kMr, kCompChannel, kCq, kQp, kSrq, kXrcd, kAh, kMw, kFlow, kCount };
+enum class ObjType : uint8_t { kNone, kPd, kMr, kCompChannel, kCq, kQp, kSrq, kXrcd, kAh, kMw, kFlow, kDm, kCount };
 
 // One request handed to a handler: its body (already checked against the
 // table, handles already resolved to device ids), its fds, and the reply the
@@ -143,6 +143,10 @@ int rereg_mr(Call& c);
 int dereg_mr(Call& c);
 int alloc_mw(Call& c);
 int dealloc_mw(Call& c);
+// methods_dm.cc: device memory
+int alloc_dm(Call& c);
+int free_dm(Call& c);
+int reg_dm_mr(Call& c);
 // methods_cq.cc: completion channels and CQs
 int create_comp_channel(Call& c);
 int destroy_comp_channel(Call& c);
@@ -165,6 +169,9 @@ int open_qp(Call& c);
 // methods_flow.cc: flow steering rules
 int create_flow(Call& c);
 int destroy_flow(Call& c);
+// methods_mcast.cc
+int attach_mcast(Call& c);
+int detach_mcast(Call& c);
 // methods_ah.cc
 int create_ah(Call& c);
 int destroy_ah(Call& c);

@@ -21,7 +21,9 @@
  * bytes (eager below the threshold, rendezvous from it) as fast as the
  * server's window of posted tags lets it (the server re-posts tags in
  * batches and grants them with NO_TAG credit messages), and both report
- * messages per second and bandwidth; every byte is still checked.
+ * messages per second and bandwidth; every byte is still checked. Its path
+ * MTU is the port's active MTU unless -m says otherwise, as perftest's is,
+ * so `uroce bench` holds it against ib_send_bw and ib_read_bw like for like.
  *
  * Rules: /work/shared/SEMANTICS.md section 3 (rdma-core's tag_matching.md).
  */
@@ -411,11 +413,24 @@ static void stream_queue_add(struct side* s) {
   op->tm.add.mask = ~0ull;
 }
 
-static void stream_receive(struct side* s) {
-  const int batch = s->o.window >= 8 ? s->o.window / 4 : 1;
+/* The bytes of every slot, written before the clock starts (perftest too
+ * fills its buffers before it times): the sender's messages, the receiver's
+ * reference copy. */
+static void stream_prepare(struct side* s) {
+  const uint32_t n = s->o.max_size;
+  if (s->o.server) {
+    const int rndv = n >= s->o.threshold;
+    for (int j = 0; j < s->o.window; ++j)
+      stream_fill(s->sendbuf + (size_t)j * s->slot + (rndv ? 0 : kTmh), (size_t)j, n);
+    return;
+  }
   s->refbuf = malloc(s->slot * (size_t)s->o.window);
   if (!s->refbuf) die("out of memory");
-  for (int j = 0; j < s->o.window; ++j) stream_fill(s->refbuf + (size_t)j * s->slot, (size_t)j, s->o.max_size);
+  for (int j = 0; j < s->o.window; ++j) stream_fill(s->refbuf + (size_t)j * s->slot, (size_t)j, n);
+}
+
+static void stream_receive(struct side* s) {
+  const int batch = s->o.window >= 8 ? s->o.window / 4 : 1;
   while (s->posted < s->o.stream && s->posted < (uint64_t)s->o.window) stream_queue_add(s);
   stream_flush_adds(s);
   while (s->messages < s->o.stream) {
@@ -429,7 +444,6 @@ static void stream_send(struct side* s) {
   const int w = s->o.window;
   const uint32_t n = s->o.max_size;
   const int rndv = n >= s->o.threshold;
-  for (int j = 0; j < w; ++j) stream_fill(s->sendbuf + (size_t)j * s->slot + (rndv ? 0 : kTmh), (size_t)j, n);
   while (s->sent < s->o.stream || s->sends_done < s->o.stream || (rndv && s->stream_fins < s->o.stream)) {
     while (s->sent < s->o.stream && s->sent < s->credit && !s->busy[s->sent % (uint64_t)w] &&
            s->sent - s->sends_done < (uint64_t)w) {
@@ -623,7 +637,7 @@ int main(int argc, char** argv) {
   s.o.window = 8;
   s.o.threshold = 4096;
   s.o.max_size = 1u << 20;
-  s.o.mtu = IBV_MTU_1024;
+  s.o.mtu = 0; /* -m: IBV_MTU_1024 (ibv_rc_pingpong's), -B: the port's active MTU */
   s.ready_round = -1;
   int c;
   int window_set = 0;
@@ -654,6 +668,11 @@ int main(int argc, char** argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
 
   open_device(&s);
+  if (!s.o.mtu) {
+    struct ibv_port_attr pa;
+    s.o.mtu = IBV_MTU_1024;
+    if (s.o.stream && ibv_query_port(s.ctx, 1, &pa) == 0) s.o.mtu = pa.active_mtu;
+  }
   create_objects(&s);
   struct peer me = {0}, them;
   union ibv_gid gid;
@@ -665,8 +684,9 @@ int main(int argc, char** argv) {
   const int fd = tcp_connect(&s.o);
   exchange(fd, &me, &them, sizeof(me));
   connect_qp(&s, &me, &them);
+  if (s.o.stream) stream_prepare(&s);
   char go = 1, peer_go;
-  exchange(fd, &go, &peer_go, 1); /* both QPs are in RTS */
+  exchange(fd, &go, &peer_go, 1); /* both QPs are in RTS, the stream's buffers filled */
 
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);

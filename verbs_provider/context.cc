@@ -30,8 +30,10 @@ std::vector<UContext*> g_contexts;
 void atfork_child() {
   for (UContext* c : g_contexts) {
     c->engine_gone = true;
+    c->forked_child = true;
     int fd = c->conn.fd();
     if (fd >= 0) close(fd);
+    c->conn.drop_fd_after_fork();
   }
 }
 
@@ -92,6 +94,9 @@ void fill_device_attr(const abi::DeviceInfo& d, ibv_device_attr* a) {
   a->max_srq_wr = int(d.max_srq_wr);
   a->max_srq_sge = int(d.max_srq_sge);
   a->max_raw_ethy_qp = int(d.raw.max_raw_ethy_qp);
+  a->max_mcast_grp = int(abi::kMaxMcastGroups);
+  a->max_mcast_qp_attach = int(abi::kMaxMcastQpAttach);
+  a->max_total_mcast_qp_attach = int(abi::kMaxTotalMcastQpAttach);
   a->max_pkeys = 1;
   a->local_ca_ack_delay = 15;
   a->phys_port_cnt = uint8_t(d.num_ports);
@@ -114,6 +119,7 @@ int query_device_ex(ibv_context* ctx, const ibv_query_device_ex_input* input,
   full.phys_port_cnt_ex = full.orig_attr.phys_port_cnt;
   full.hca_core_clock = abi::kHcaCoreClockKhz;
   full.completion_timestamp_mask = abi::kCompletionTimestampMask;
+  full.max_dm_size = to_uctx(ctx)->info.max_dm_size;
   fill_odp_caps(&full);
   const abi::DeviceInfo::TmCaps& tm = to_uctx(ctx)->info.tm;
   full.tm_caps = {tm.max_rndv_hdr_size, tm.max_num_tags, tm.flags, tm.max_ops, tm.max_sge};
@@ -256,6 +262,10 @@ UROCE_EXPORT ibv_context* ibv_open_device(ibv_device* device) {
   v.open_xrcd = open_xrcd;
   v.close_xrcd = close_xrcd;
   v.open_qp = open_qp;
+  v.alloc_td = alloc_td;
+  v.dealloc_td = dealloc_td;
+  v.alloc_parent_domain = alloc_parent_domain;
+  fill_dm_ops(&v);
   fill_flow_ops(&v);
   register_context(c);
   return &ctx;
@@ -265,6 +275,8 @@ UROCE_EXPORT int ibv_close_device(ibv_context* context) {
   UContext* c = to_uctx(context);
   unregister_context(c);
   c->conn.close_fd();  // the engine reclaims whatever is left
+  if (c->child_session) c->child_session->close_fd();
+  delete c->child_session;
   if (context->async_fd >= 0) close(context->async_fd);
   if (c->doorbell_fd >= 0) close(c->doorbell_fd);
   munmap(const_cast<abi::EngineShared*>(c->shared), 4096);

@@ -75,6 +75,41 @@ bool engine_is_gone(UContext* ctx, uint64_t now_ns) {
   return ctx->engine_gone;
 }
 
+// After a poll (empty: found nothing), through ibv_poll_cq or ibv_start_poll
+// alike. An empty poll yields, so that a client sharing the CPU runs: the two
+// clients of a `uroce run` pair share the CPUs the engine left, and one that
+// spins without yielding keeps its CPU a whole time slice, milliseconds,
+// while its peer waits there to answer. But the engine runs in a session of
+// its own, and sched_yield does not hand the CPU to another session's
+// autogroup: a client that keeps polling an empty CQ on the engine's CPU
+// takes half of that CPU from the device that would fill it. So a thread
+// that has found nothing for a while there naps instead (the engine keeps
+// its own CPU while it works; placed by `uroce run`, clients rarely land
+// there).
+// False when the engine is gone (engine_is_gone).
+bool empty_poll(UContext* ctx, bool empty) {
+  thread_local uint32_t empty_polls = 0;
+  thread_local uint64_t empty_since_ns = 0;
+  if (!empty) {
+    empty_polls = 0;
+    return true;
+  }
+  // The clock and the CPU are read once every kNapCheckPolls empty polls.
+  if (++empty_polls % kNapCheckPolls == 0) {
+    const uint64_t now_ns = monotonic_ns();
+    if (engine_is_gone(ctx, now_ns)) return false;
+    if (empty_polls == kNapCheckPolls) empty_since_ns = now_ns;
+    const int engine_cpu = ctx->shared->polling_cpu.load(std::memory_order_relaxed);
+    if (engine_cpu >= 0 && now_ns - empty_since_ns > kNapAfterNs && sched_getcpu() == engine_cpu) {
+      const timespec nap{0, long(kNapNs)};
+      nanosleep(&nap, nullptr);
+      return true;
+    }
+  }
+  sched_yield();
+  return true;
+}
+
 // ---- ibv_cq_ex reader -----------------------------------------------------
 
 int take_current(UCq* cq) {
@@ -94,9 +129,7 @@ int start_poll(ibv_cq_ex* ex, ibv_poll_cq_attr* attr) {
   cq->mu.lock();
   int err = take_current(cq);
   if (err) cq->mu.unlock();  // the caller does not call end_poll after ENOENT
-  thread_local uint32_t empty_polls = 0;
-  if (err == ENOENT && ++empty_polls % kNapCheckPolls == 0 && engine_is_gone(cq->ctx, monotonic_ns()))
-    err = EIO;
+  if (!empty_poll(cq->ctx, err == ENOENT)) err = EIO;  // nothing will ever come
   return err;
 }
 
@@ -137,18 +170,15 @@ void read_tm_info(ibv_cq_ex* ex, ibv_wc_tm_info* info) {
 }
 
 ibv_cq_ex* create_cq(ibv_context* context, uint32_t cqe, void* cq_context, ibv_comp_channel* channel,
-                     uint32_t comp_vector, uint64_t wc_flags) {
+                     uint32_t comp_vector, uint64_t wc_flags, ibv_pd* parent_domain = nullptr) {
   UContext* c = to_uctx(context);
   if (comp_vector >= uint32_t(context->num_comp_vectors) || cqe == 0 || cqe > c->info.max_cqe) {
     errno = EINVAL;
     return nullptr;
   }
   place_polling_thread(c);  // the thread that makes a CQ usually polls it
-  auto* cq = new (std::nothrow) UCq{};
-  if (!cq) {
-    errno = ENOMEM;
-    return nullptr;
-  }
+  auto* cq = new_queue_object<UCq>(parent_domain, kResourceTypeCq);
+  if (!cq) return nullptr;
   UChannel* ch = reinterpret_cast<UChannel*>(channel);
   const uint32_t flags = wc_flags & kTimestampWcFlags ? uint32_t(abi::kCqTimestamps) : 0u;
   abi::CreateCqRequest req{cqe, flags, ch ? ch->handle : 0, uint64_t(uintptr_t(cq))};
@@ -156,7 +186,7 @@ ibv_cq_ex* create_cq(ibv_context* context, uint32_t cqe, void* cq_context, ibv_c
   int fd = -1;
   if (int err = c->conn.call(abi::CtlOp::kCreateCq, &req, sizeof(req), &rep, sizeof(rep), nullptr, 0,
                              &fd, 1)) {
-    delete cq;
+    delete_queue_object(cq, kResourceTypeCq);
     errno = err;
     return nullptr;
   }
@@ -165,7 +195,7 @@ ibv_cq_ex* create_cq(ibv_context* context, uint32_t cqe, void* cq_context, ibv_c
   if (!cq->map) {
     abi::HandleRequest d{rep.handle};
     c->conn.call(abi::CtlOp::kDestroyCq, &d, sizeof(d), nullptr, 0);
-    delete cq;
+    delete_queue_object(cq, kResourceTypeCq);
     errno = ENOMEM;
     return nullptr;
   }
@@ -234,37 +264,6 @@ void cq_clean(ibv_cq* ibcq, uint32_t qpn) {
   cq->ring.hdr->consumer.store(dst, std::memory_order_release);
 }
 
-// After a poll (empty: found nothing). An empty poll yields, so that a client
-// sharing the CPU runs. But the engine runs in a session of its own, and
-// sched_yield does not hand the CPU to another session's autogroup: a client
-// that keeps polling an empty CQ on the engine's CPU takes half of that CPU
-// from the device that would fill it. So a thread that has found nothing for
-// a while there naps instead (the engine keeps its own CPU while it works;
-// placed by `uroce run`, clients rarely land there).
-// False when the engine is gone (engine_is_gone).
-bool empty_poll(UContext* ctx, bool empty) {
-  thread_local uint32_t empty_polls = 0;
-  thread_local uint64_t empty_since_ns = 0;
-  if (!empty) {
-    empty_polls = 0;
-    return true;
-  }
-  // The clock and the CPU are read once every kNapCheckPolls empty polls.
-  if (++empty_polls % kNapCheckPolls == 0) {
-    const uint64_t now_ns = monotonic_ns();
-    if (engine_is_gone(ctx, now_ns)) return false;
-    if (empty_polls == kNapCheckPolls) empty_since_ns = now_ns;
-    const int engine_cpu = ctx->shared->polling_cpu.load(std::memory_order_relaxed);
-    if (engine_cpu >= 0 && now_ns - empty_since_ns > kNapAfterNs && sched_getcpu() == engine_cpu) {
-      const timespec nap{0, long(kNapNs)};
-      nanosleep(&nap, nullptr);
-      return true;
-    }
-  }
-  sched_yield();
-  return true;
-}
-
 int poll_cq(ibv_cq* ibcq, int num_entries, ibv_wc* wc) {
   UCq* cq = to_ucq(ibcq);
   if (num_entries < 0) return -1;
@@ -307,8 +306,16 @@ int req_notify_cq(ibv_cq* ibcq, int solicited_only) {
 }
 
 ibv_cq_ex* create_cq_ex(ibv_context* context, ibv_cq_init_attr_ex* attr) {
-  if (attr->comp_mask & ~uint32_t(IBV_CQ_INIT_ATTR_MASK_FLAGS)) {
-    errno = attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_PD ? EOPNOTSUPP : EINVAL;
+  if (attr->comp_mask & ~uint32_t(IBV_CQ_INIT_ATTR_MASK_FLAGS | IBV_CQ_INIT_ATTR_MASK_PD)) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  // mlx5_create_cq: the PD of a CQ must be a parent domain (its allocator and
+  // thread domain are what it is for). IBV_CREATE_CQ_ATTR_SINGLE_THREADED and
+  // a thread domain let mlx5 drop the CQ's lock; uroce keeps it.
+  ibv_pd* parent = attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_PD ? attr->parent_domain : nullptr;
+  if ((attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_PD) && !is_parent_domain(parent)) {
+    errno = EINVAL;
     return nullptr;
   }
   if ((attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) &&
@@ -327,7 +334,7 @@ ibv_cq_ex* create_cq_ex(ibv_context* context, ibv_cq_init_attr_ex* attr) {
     return nullptr;
   }
   ibv_cq_ex* cq = create_cq(context, attr->cqe, attr->cq_context, attr->channel, attr->comp_vector,
-                            attr->wc_flags);
+                            attr->wc_flags, parent);
   if (cq) to_ucq(cq)->extended = true;
   return cq;
 }
@@ -414,7 +421,7 @@ UROCE_EXPORT int ibv_destroy_cq(ibv_cq* ibcq) {
   unmap_queue(cq->map, cq->map_size);
   pthread_cond_destroy(&ibcq->cond);
   pthread_mutex_destroy(&ibcq->mutex);
-  delete cq;
+  delete_queue_object(cq, kResourceTypeCq);
   return 0;
 }
 

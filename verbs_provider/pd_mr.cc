@@ -66,7 +66,9 @@ UROCE_EXPORT ibv_pd* ibv_alloc_pd(ibv_context* context) {
 }
 
 UROCE_EXPORT int ibv_dealloc_pd(ibv_pd* pd) {
-  auto* u = reinterpret_cast<UPd*>(pd);
+  UPd* u = to_upd(pd);
+  if (u->protection_domain) return dealloc_parent_domain(u);
+  if (u->refcount.load() > 1) return EBUSY;  // a parent domain uses it (mlx5_free_pd)
   abi::HandleRequest req{pd->handle};
   int err = to_uctx(pd->context)->conn.call(abi::CtlOp::kDeallocPd, &req, sizeof(req), nullptr, 0);
   if (err && err != EIO) return err;

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <deque>
 #include <mutex>
+#include <new>
 #include <string>
 #include <unordered_map>
 
@@ -45,6 +46,9 @@ class Connection {
            const int* fds_in = nullptr, size_t nfds_in = 0, int* fds_out = nullptr,
            size_t nfds_out = 0);
   void close_fd();
+  // In a forked child, before anything else runs: the parent's socket is
+  // closed and must never be written again, even if its number is reused.
+  void drop_fd_after_fork() { fd_ = -1; }
   // The text the engine sent with the last failed call's status, if any
   // (e.g. why it refuses this user).
   const std::string& error_text() const { return error_text_; }
@@ -76,6 +80,11 @@ struct UContext {
   int doorbell_fd;
   std::atomic<bool> engine_gone;
   std::atomic<bool> fatal_reported;
+  // In a forked child: the child's own session for device memory
+  // (device_memory.cc), opened on first use.
+  bool forked_child = false;
+  std::mutex child_mu;
+  Connection* child_session = nullptr;
   // Its MRs by lkey, for ibv_advise_mr (pd_mr.cc, odp.cc).
   std::mutex mrs_mu;
   std::unordered_map<uint32_t, UMr*> mrs;
@@ -100,9 +109,72 @@ inline UContext* to_uctx(ibv_context* c) {
 
 // Objects send the `handle` of their ibv_* struct (as the kernel providers
 // do) and their `context` says which connection.
+struct UTd;
+
+// A protection domain, or a parent domain (ibv_alloc_parent_domain) over
+// one: it carries its PD's handle, so everything created on it is the PD's
+// in the engine (libibverbs' ibv_initialize_parent_domain does the same),
+// and adds the application's allocator and thread domain (domains.cc).
 struct UPd {
   ibv_pd pd;
+  // 1 + what holds it, as mlx5_pd's refcount: a PD's parent domains, a
+  // parent domain's QPs, CQs and SRQs; ibv_dealloc_pd is EBUSY above 1.
+  std::atomic<int> refcount{1};
+  UPd* protection_domain = nullptr;  // set: this is a parent domain over it
+  UTd* td = nullptr;
+  void* (*alloc)(ibv_pd*, void*, size_t, size_t, uint64_t) = nullptr;
+  void (*free)(ibv_pd*, void*, void*, uint64_t) = nullptr;
+  void* pd_context = nullptr;
 };
+inline UPd* to_upd(ibv_pd* pd) { return reinterpret_cast<UPd*>(pd); }
+
+// A thread domain: the promise that one thread at a time uses the QPs and
+// CQs of its parent domains. mlx5 gives such a QP a doorbell register of its
+// own and drops its locks; uroce has no per-thread doorbell resource and
+// keeps its locks (uncontended, they cost little), so a TD changes nothing
+// but the reference counts (domains.cc).
+struct UTd {
+  ibv_td td;
+  std::atomic<int> refcount{1};  // 1 + parent domains on it
+};
+
+// Where a queue's provider-side state (UQp, UCq, USrq: ring cursors, locks,
+// batch state) came from: a parent domain's allocator, as mlx5 takes its
+// queue buffers from it, or operator new (domains.cc).
+struct QueueMemory {
+  UPd* parent = nullptr;  // the parent domain it was made on, held
+  bool from_app = false;  // its alloc callback gave the memory
+};
+// Resource types passed to the allocator: mlx5dv's values (mlx5dv.h
+// MLX5DV_RES_TYPE_*), so an allocator written for mlx5 sees the kinds it knows.
+constexpr uint64_t kResourceTypeQp = uint64_t(1) << 32 | 1;
+constexpr uint64_t kResourceTypeSrq = uint64_t(1) << 32 | 4;
+constexpr uint64_t kResourceTypeCq = uint64_t(1) << 32 | 5;
+// Memory for one T, from pd's allocator when pd is a parent domain with one
+// (holding the parent domain), else from operator new; nullptr when the
+// allocator refuses (errno ENOMEM). The object is value-initialised.
+// Aligned to a cache line, its locks and cursors apart from other objects'.
+constexpr size_t kQueueObjectAlign = 64;
+void* alloc_queue_memory(ibv_pd* pd, size_t size, uint64_t type, QueueMemory* out);
+void free_queue_memory(void* p, const QueueMemory& m, uint64_t type);
+template <typename T>
+T* new_queue_object(ibv_pd* pd, uint64_t type) {
+  static_assert(alignof(T) <= kQueueObjectAlign);
+  QueueMemory m;
+  void* p = alloc_queue_memory(pd, sizeof(T), type, &m);
+  if (!p) return nullptr;
+  T* obj = new (p) T{};
+  obj->qmem = m;
+  return obj;
+}
+template <typename T>
+void delete_queue_object(T* obj, uint64_t type) {
+  const QueueMemory m = obj->qmem;
+  obj->~T();
+  free_queue_memory(obj, m, type);
+}
+// The parent domain a CQ is created on (IBV_CQ_INIT_ATTR_MASK_PD).
+bool is_parent_domain(ibv_pd* pd);
 
 struct UMr {
   ibv_mr mr;
@@ -144,6 +216,7 @@ struct UCq {
   uint64_t wc_flags;  // ibv_create_cq_ex: fields the reader may ask for
   abi::Cqe cur;       // the entry start_poll/next_poll stand on
   bool extended = false;  // made by ibv_create_cq_ex (a TM-SRQ needs one, as on mlx5)
+  QueueMemory qmem;
 };
 
 inline UCq* to_ucq(ibv_cq* cq) { return reinterpret_cast<UCq*>(cq); }
@@ -170,6 +243,7 @@ struct UQp {
   int batch_err;
   bool has_srq;  // receives come from an SRQ: ibv_post_recv is refused
   bool opened;   // from ibv_open_qp: no queues of its own
+  QueueMemory qmem;
 };
 
 inline UQp* to_uqp(ibv_qp* qp) { return reinterpret_cast<UQp*>(qp); }
@@ -201,6 +275,7 @@ struct USrq {
   std::mutex mu;
   uint32_t max_wr, max_sge;
   UTmRing tm;
+  QueueMemory qmem;
 };
 int post_srq_ops(ibv_srq* srq, ibv_ops_wr* op, ibv_ops_wr** bad_op);
 
@@ -242,6 +317,14 @@ int dealloc_mw(ibv_mw* mw);
 int bind_mw(ibv_qp* qp, ibv_mw* mw, ibv_mw_bind* mw_bind);
 // Flow steering (flow.cc): ibv_create_flow / ibv_destroy_flow.
 void fill_flow_ops(verbs_context* v);
+// Thread and parent domains (domains.cc): the context's alloc_td,
+// dealloc_td, alloc_parent_domain; ibv_dealloc_pd of a parent domain.
+ibv_td* alloc_td(ibv_context* ctx, ibv_td_init_attr* attr);
+int dealloc_td(ibv_td* td);
+ibv_pd* alloc_parent_domain(ibv_context* ctx, ibv_parent_domain_init_attr* attr);
+int dealloc_parent_domain(UPd* pd);
+// Device memory (device_memory.cc): alloc_dm, free_dm, reg_dm_mr.
+void fill_dm_ops(verbs_context* v);
 // On-demand paging (odp.cc).
 void fill_odp_caps(ibv_device_attr_ex* attr);
 int advise_mr(ibv_pd* pd, ibv_advise_mr_advice advice, uint32_t flags, ibv_sge* sg_list,

@@ -80,12 +80,10 @@ ibv_qp* create_qp_ex(ibv_context* context, ibv_qp_init_attr_ex* attr) {
     errno = EOPNOTSUPP;
     return nullptr;
   }
-  auto* qp = new (std::nothrow) UQp{};
-  if (!qp) {
-    errno = ENOMEM;
-    return nullptr;
-  }
   const bool target = type == IBV_QPT_XRC_RECV;
+  // On a parent domain: its allocator gives the QP's provider-side state.
+  auto* qp = new_queue_object<UQp>(target ? nullptr : attr->pd, kResourceTypeQp);
+  if (!qp) return nullptr;
   const bool uses_srq = !target && type != IBV_QPT_XRC_SEND && attr->srq;
   abi::CreateQpRequest req{};
   if (target) {
@@ -105,7 +103,7 @@ ibv_qp* create_qp_ex(ibv_context* context, ibv_qp_init_attr_ex* attr) {
   int fd = -1;
   if (int err = c->conn.call(abi::CtlOp::kCreateQp, &req, sizeof(req), &rep, sizeof(rep), nullptr, 0,
                              &fd, 1)) {
-    delete qp;
+    delete_queue_object(qp, kResourceTypeQp);
     errno = err;
     return nullptr;
   }
@@ -114,7 +112,7 @@ ibv_qp* create_qp_ex(ibv_context* context, ibv_qp_init_attr_ex* attr) {
   if (!qp->map) {
     abi::HandleRequest d{rep.handle};
     c->conn.call(abi::CtlOp::kDestroyQp, &d, sizeof(d), nullptr, 0);
-    delete qp;
+    delete_queue_object(qp, kResourceTypeQp);
     errno = ENOMEM;
     return nullptr;
   }
@@ -167,16 +165,13 @@ ibv_qp* open_qp(ibv_context* context, ibv_qp_open_attr* attr) {
     errno = EINVAL;
     return nullptr;
   }
-  auto* qp = new (std::nothrow) UQp{};
-  if (!qp) {
-    errno = ENOMEM;
-    return nullptr;
-  }
+  auto* qp = new_queue_object<UQp>(nullptr, kResourceTypeQp);
+  if (!qp) return nullptr;
   abi::OpenQpRequest req{reinterpret_cast<UXrcd*>(attr->xrcd)->handle, uint64_t(uintptr_t(qp)),
                          attr->qp_num, uint32_t(attr->qp_type)};
   abi::OpenQpReply rep;
   if (int err = to_uctx(context)->conn.call(abi::CtlOp::kOpenQp, &req, sizeof(req), &rep, sizeof(rep))) {
-    delete qp;
+    delete_queue_object(qp, kResourceTypeQp);
     errno = err;
     return nullptr;
   }
@@ -310,7 +305,7 @@ UROCE_EXPORT int ibv_destroy_qp(ibv_qp* qp) {
   unmap_queue(u->map, u->map_size);
   pthread_cond_destroy(&qp->cond);
   pthread_mutex_destroy(&qp->mutex);
-  delete u;
+  delete_queue_object(u, kResourceTypeQp);
   return 0;
 }
 

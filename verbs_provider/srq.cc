@@ -142,11 +142,8 @@ ibv_srq* create_srq_ex(ibv_context* context, ibv_srq_init_attr_ex* attr) {
     errno = EOPNOTSUPP;
     return nullptr;
   }
-  auto* s = new (std::nothrow) USrq{};
-  if (!s) {
-    errno = ENOMEM;
-    return nullptr;
-  }
+  auto* s = new_queue_object<USrq>(attr->pd, kResourceTypeSrq);
+  if (!s) return nullptr;
   req.pd = attr->pd->handle;
   req.cookie = uint64_t(uintptr_t(s));
   req.srq_type = type;
@@ -157,7 +154,7 @@ ibv_srq* create_srq_ex(ibv_context* context, ibv_srq_init_attr_ex* attr) {
   int fds[2] = {-1, -1};
   if (int err = c->conn.call(abi::CtlOp::kCreateSrq, &req, sizeof(req), &rep, sizeof(rep), nullptr, 0,
                              fds, type == IBV_SRQT_TM ? 2 : 1)) {
-    delete s;
+    delete_queue_object(s, kResourceTypeSrq);
     errno = err;
     return nullptr;
   }
@@ -170,7 +167,7 @@ ibv_srq* create_srq_ex(ibv_context* context, ibv_srq_init_attr_ex* attr) {
     if (s->tm.map) unmap_queue(s->tm.map, s->tm.map_size);
     abi::HandleRequest d{rep.handle};
     c->conn.call(abi::CtlOp::kDestroySrq, &d, sizeof(d), nullptr, 0);
-    delete s;
+    delete_queue_object(s, kResourceTypeSrq);
     errno = ENOMEM;
     return nullptr;
   }
@@ -379,6 +376,6 @@ UROCE_EXPORT int ibv_destroy_srq(ibv_srq* ibsrq) {
   if (s->tm.map) unmap_queue(s->tm.map, s->tm.map_size);
   pthread_cond_destroy(&ibsrq->cond);
   pthread_mutex_destroy(&ibsrq->mutex);
-  delete s;
+  delete_queue_object(s, kResourceTypeSrq);
   return 0;
 }

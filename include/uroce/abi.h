@@ -18,13 +18,16 @@
 namespace uroce::abi {
 
 constexpr uint32_t kMagic = 0x434f5255;  // "UROC"
-constexpr uint32_t kVersion = 8;  // 2: MRs on shared pages; 3: session handles, AHs in the engine;
+constexpr uint32_t kVersion = 10;  // 2: MRs on shared pages; 3: session handles, AHs in the engine;
                                   // 4: tag matching (DeviceInfo::tm, CreateSrqRequest, kPostSrqOps)
                                   // 5: memory windows (SendWqe::bind, kAllocMw, DeviceInfo::max_mw)
                                   // 6: raw packet QPs and flow steering (DeviceInfo::raw,
                                   //    CreateQpRequest::create_flags, kCreateFlow, Cqe::flow_tag)
                                   // 7: the connection manager (kCmCreateChannel ... kCmMigrate)
                                   // 8: TM list operations through TmOpsHeader's ring, not kPostSrqOps
+                                  // 9: device memory (DeviceInfo::max_dm_size, kAllocDm, kFreeDm,
+                                  //    kRegDmMr)
+                                  // 10: UD multicast (kAttachMcast, kDetachMcast)
 constexpr size_t kCacheLine = 64;
 constexpr size_t kMaxDeviceName = 64;
 constexpr size_t kMaxGids = 16;
@@ -271,6 +274,13 @@ enum class CtlOp : uint32_t {
   kCmEstablish,      // CmHandleRequest (RTU)
   kCmDisconnect,     // CmHandleRequest (DREQ)
   kCmMigrate,        // CmMigrateRequest: the id's events go to another channel
+  // Device memory (device/device_memory.cc).
+  kAllocDm,   // AllocDmRequest; reply AllocDmReply, fds: [the memory's memfd]
+  kFreeDm,    // HandleRequest
+  kRegDmMr,   // RegDmMrRequest; reply RegMrReply
+  // UD multicast groups (device/multicast.cc).
+  kAttachMcast,      // McastRequest: a UD QP joins a multicast group (ibv_attach_mcast)
+  kDetachMcast,      // McastRequest
   kCount,
 };
 
@@ -359,7 +369,11 @@ struct DeviceInfo {
     uint32_t pacing_qpts;            // 1 << IBV_QPT_RAW_PACKET
     uint32_t reserved;
   } raw;
+  // Device memory (ibv_alloc_dm): bytes all clients may hold at once; 0: none.
+  uint64_t max_dm_size;
 };
+static_assert(offsetof(DeviceInfo, max_dm_size) % 8 == 0 &&
+              sizeof(DeviceInfo) == offsetof(DeviceInfo, max_dm_size) + 8);
 
 // kHello. Request fds: [async event pipe write end].
 // Reply fds: [EngineShared memfd (read-only), doorbell eventfd].
@@ -440,6 +454,35 @@ struct AllocMwReply {
   uint32_t rkey;
   uint32_t reserved;
 };
+
+// kAllocDm: device memory (ibv_alloc_dm) on a memfd of the engine, sealed
+// against resizing, which the client maps read-write: ibv_memcpy_to_dm and
+// ibv_memcpy_from_dm are the client's loads and stores, as mlx5's on its
+// MEMIC BAR. `map_length` is the memfd's size (whole pages).
+struct AllocDmRequest {
+  uint64_t length;
+  uint32_t log_align_req;
+  uint32_t reserved;
+};
+static_assert(sizeof(AllocDmRequest) == 16);
+struct AllocDmReply {
+  uint64_t handle;
+  uint64_t map_length;
+};
+static_assert(sizeof(AllocDmReply) == 16);
+
+// kRegDmMr: a zero-based MR over [offset, offset + length) of a device
+// memory; `client_addr` is where the client mapped it (the MR's addr).
+struct RegDmMrRequest {
+  uint64_t pd;
+  uint64_t dm;
+  uint64_t offset;
+  uint64_t length;
+  uint64_t client_addr;
+  uint32_t access;  // enum ibv_access_flags
+  uint32_t reserved;
+};
+static_assert(sizeof(RegDmMrRequest) == 48);
 
 // kCreateCompChannel. Request fds: [pipe write end].
 struct CreateCompChannelReply {
@@ -777,6 +820,19 @@ static_assert(sizeof(CreateFlowRequest) == 40 + 2 * sizeof(FlowKey));
 struct CreateFlowReply {
   uint64_t handle;
 };
+
+// kAttachMcast / kDetachMcast. The group limits are rxe's
+// (RXE_MAX_MCAST_GRP, RXE_MAX_MCAST_QP_ATTACH, RXE_MAX_TOT_MCAST_QP_ATTACH).
+constexpr uint32_t kMaxMcastGroups = 8192;
+constexpr uint32_t kMaxMcastQpAttach = 56;
+constexpr uint32_t kMaxTotalMcastQpAttach = kMaxMcastGroups * kMaxMcastQpAttach;
+struct McastRequest {
+  uint64_t qp;      // the QP's handle
+  uint8_t gid[16];  // the group's MGID
+  uint16_t lid;     // MLID: unused on RoCE
+  uint8_t reserved[6];
+};
+static_assert(sizeof(McastRequest) == 32);
 
 // kStatus / kStats: reply body is UTF-8 text (not NUL terminated).
 

@@ -43,11 +43,14 @@ provider_is_light() {
 check "provider links only libc/libstdc++" provider_is_light "$UROCE_BUILD_DIR/provider/libibverbs.so.1"
 
 # Several engines at once: each is its own device, listed by ibv_devices.
-start_engine uroce1 --ip 127.0.0.2
+# uroce1 also has a device memory size of its own (uroced --max-dm-size).
+start_engine uroce1 --ip 127.0.0.2 --max-dm-size 64K
 check "two engines listed" expect_output 'uroce0[[:space:]]+[0-9a-f]{16}.*uroce1[[:space:]]+[0-9a-f]{16}' \
   bash -c '"$0" run -- ibv_devices | tr "\n" " "' "$UROCE_BIN"
 check "second engine's GID" expect_output '::ffff:127\.0\.0\.2, RoCE v2' \
   "$UROCE_BIN" run -- ibv_devinfo -v -d uroce1
+check "device memory sizes" expect_output 'uroce0 .*device memory:[[:space:]]+262144Bytes uroce1 .*device memory:[[:space:]]+65536Bytes' \
+  bash -c 'for d in uroce0 uroce1; do echo "$d $("$0" run -- ibv_devinfo -v -d $d | grep "device memory" | tr -s "\t" " ")"; done | tr "\n" " "' "$UROCE_BIN"
 "$UROCE_BIN" stop --name uroce1 >/dev/null
 
 port=18600

@@ -295,3 +295,30 @@ closing_ack_ending() {  # ITERS DONE_LOG FAILED_LOG
     ! grep -qE 'invalid data|[Cc]ouldn.t|Unable' "$2" "$3"
 }
 
+# mckey (rdmacm-utils): UD multicast through rdma_join_multicast, 20
+# datagrams from a sender to a receiver, each joined to GROUP from its own
+# address, optionally in a network namespace each. The sender starts once
+# the receiver has joined and posted its receives (a datagram to a group
+# nobody joined yet is gone, as on a fabric).
+#   mckey_pair LABEL GROUP RECEIVER_ADDR SENDER_ADDR [RECEIVER_NS SENDER_NS]
+mckey_pair() {
+  local label=$1 group=$2 raddr=$3 saddr=$4
+  local -a rns=() sns=()
+  [[ -n ${5:-} ]] && rns=(ip netns exec "$5")
+  [[ -n ${6:-} ]] && sns=(ip netns exec "$6")
+  local rlog="$UROCE_LOG_DIR/$label.receiver.log" slog="$UROCE_LOG_DIR/$label.sender.log"
+  timeout -k 5 30 "${rns[@]}" "$UROCE_BIN" run -- mckey -m "$group" -b "$raddr" -C 20 >"$rlog" 2>&1 &
+  local receiver=$! waited=0
+  while ! grep -q 'joined dgid' "$rlog" && ((waited < 100)); do
+    sleep 0.1
+    waited=$((waited + 1))
+  done
+  if timeout -k 5 30 "${sns[@]}" "$UROCE_BIN" run -- mckey -m "$group" -b "$saddr" -C 20 -s >"$slog" 2>&1 &&
+     wait "$receiver" && grep -q 'data transfers complete' "$rlog"; then
+    return 0
+  fi
+  kill "$receiver" 2>/dev/null || true
+  wait "$receiver" 2>/dev/null || true
+  cat "$rlog" "$slog"
+  return 1
+}

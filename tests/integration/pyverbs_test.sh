@@ -31,24 +31,44 @@ if ((rc != 0)) || ! grep -qE '^OK( |$)' "$log"; then
   exit 1
 fi
 # Capabilities uroce has (issue 13: on-demand paging, completion timestamps,
-# the real-time clock, memory windows; issue 10: tag matching; issue 11: raw
+# the real-time clock, memory windows, parent domains, device memory; issue
+# 10: tag matching; issue 11: raw
 # packet QPs and flow steering, test_flow and test_qp's raw cases): their
 # tests must run, not skip as on a device without them.
-if grep -E "skipped '(ODP is not supported|ODP is unavailable|ODP implicit is not supported|Create Extended CQ is not supported|Query device real time is not supported|Tag matching is not supported|Create MW is not supported|Reg MR with MW access is not supported|Create memory window of type|Memory Window allocation is not supported|Create player with rc_bind_mw is not supported|Flow creation is not supported|Must be run by root on Ethernet link layer|To Create RAW QP must be done by root)" "$log"; then
+if grep -E "skipped '(ODP is not supported|ODP is unavailable|ODP implicit is not supported|Create Extended CQ is not supported|Query device real time is not supported|Tag matching is not supported|Create MW is not supported|Reg MR with MW access is not supported|Create memory window of type|Memory Window allocation is not supported|Create player with rc_bind_mw is not supported|Flow creation is not supported|Must be run by root on Ethernet link layer|To Create RAW QP must be done by root|Parent Domain is not supported|Extended CQ with Parent Domain is not supported|Device memory is not supported)" "$log"; then
   echo "pyverbs: tests of capabilities uroce advertises skipped for a missing capability"
   exit 1
 fi
+# Tests that must run and pass, not skip (unittest -v: the test's name line,
+# maybe its docstring's first line and a warning or two, then "ok" at the
+# end of a line before the next test's name line).
+require_pass() {  # FILE TEST...
+  local file=$1 t
+  shift
+  for t in "$@"; do
+    if ! awk -v t="$t" 'index($0, t " (") == 1 { inside = 1 }
+                        inside && index($0, t " (") != 1 && /^test_[A-Za-z0-9_]+ \(/ { inside = 0 }
+                        inside && /(^| )ok$/ { found = 1; inside = 0 }
+                        END { exit !found }' "$log"; then
+      echo "pyverbs: $file $t did not pass:"
+      grep -A1 "^$t (" "$log" || echo "  (not run)"
+      exit 1
+    fi
+  done
+}
 # Tag matching (issue 10): uroce advertises IBV_TM_CAP_RC with rendezvous
 # offload, so rdma-core's four test_tag_matching tests must run and pass.
-for t in test_tm_traffic test_tm_unexpected_tag test_tm_no_tag test_tm_rndv; do
-  # unittest -v: the test's name line, then its docstring's first line
-  # ending in the result.
-  if ! awk -v t="$t" 'index($0, t " (") == 1 { getline; if ($0 ~ / ok$/) found = 1 } END { exit !found }' "$log"; then
-    echo "pyverbs: test_tag_matching $t did not pass:"
-    grep -A1 "^$t (" "$log" || echo "  (not run)"
-    exit 1
-  fi
-done
+require_pass test_tag_matching test_tm_traffic test_tm_unexpected_tag test_tm_no_tag test_tm_rndv
+# Parent domains (issue 13): QPs, CQs and SRQs on a parent domain with and
+# without the application's allocators (test_huge_page_traffic skips on a
+# host without huge pages, as on any device).
+require_pass test_parent_domain test_without_allocators_rc_traffic test_default_allocators_rc_traffic \
+  test_mem_align_rc_traffic test_mem_align_ud_traffic test_mem_align_srq_excq_rc_traffic
+# Device memory (issue 13): max_dm_size is reported, so DMTest and
+# DeviceMemoryAPITest run (test_import_dm skips: uroce has no context import).
+require_pass test_device test_create_dm test_destroy_dm test_create_dm_bad_flow test_destroy_dm_bad_flow \
+  test_dm_write test_dm_write_bad_flow test_dm_read test_multi_process_alloc_dm
+require_pass test_mr test_create_dm_mr test_dm_bad_access test_dm_bad_registration
 # Their traffic shows in the tag-matching counters of `uroce stats`.
 stats=$("$UROCE_BIN" stats --name uroce0)
 for c in tm_matched tm_unexpected tm_no_tag tm_rndv_reads; do

@@ -49,6 +49,12 @@ pair ib_send_bw_R ib_send_bw -R -d uroce0 -x 0 -p 18806 -n 200 -- ib_send_bw -R 
 pair ib_send_bw_R_UD ib_send_bw -R -c UD -d uroce0 -x 0 -p 18809 -n 200 -- ib_send_bw -R -c UD -d uroce0 -x 0 -p 18809 -n 200 127.0.0.1
 pair ib_read_lat_R ib_read_lat -R -d uroce0 -x 0 -p 18807 -n 200 -- ib_read_lat -R -d uroce0 -x 0 -p 18807 -n 200 127.0.0.1
 
+# mckey: UD multicast through rdma_join_multicast (lib.sh's mckey_pair).
+for args in "mckey_ipv4 239.1.2.3 127.0.0.1 127.0.0.1" "mckey_ipv6 ff0e::1:2:3 ::1 ::1"; do
+  # shellcheck disable=SC2086
+  if mckey_pair $args; then ok "${args%% *}"; else bad "${args%% *}"; fi
+done
+
 # cmtime: 50 connections set up and torn down at once (its server serves
 # until it is stopped).
 timeout 60 "$UROCE_BIN" run -- cmtime -p 18808 -c 50 >"$UROCE_LOG_DIR/cmtime.server.log" 2>&1 &

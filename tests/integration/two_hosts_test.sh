@@ -155,6 +155,17 @@ else
   echo "skip pyverbs test_tag_matching: python3-pyverbs is not installed"
 fi
 
+# UD multicast across the wire: mckey's receiver on B joins the group, the
+# sender on A sends to the group's Ethernet address.
+if ! command -v mckey >/dev/null; then
+  echo "skip mckey: rdmacm-utils is not installed"
+elif mckey_pair mckey_wire 239.77.1.2 "$eng_b" "$eng_a" "$ns_b" "$ns_a"; then
+  echo "ok   mckey across the wire: 20 datagrams received"
+else
+  echo "FAIL mckey across the wire"
+  failures=$((failures + 1))
+fi
+
 # RC under loss: every byte right (-c), nothing duplicated, a few thousand messages.
 netem="netem loss 5% duplicate 1% reorder 10% delay 1ms"
 if in_a tc qdisc add dev "$veth_a" root $netem 2>/dev/null &&

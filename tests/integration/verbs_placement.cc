@@ -7,6 +7,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -104,6 +106,64 @@ TEST_F(Placement, StaysBesideAnotherSessionsProcessOnTheOneCpuLeft) {
   std::vector<int> before, after;
   cq_in_new_thread(&before, &after);
   EXPECT_EQ(after, before) << "the poller moved onto the CPU of another session's process";
+}
+
+// An empty poll hands the CPU to a thread that shares it, through the
+// extended ibv_start_poll as through ibv_poll_cq. The two clients of a
+// `uroce run` pair share the CPUs the engine left: uroce-tag-pingpong -B,
+// which polls with ibv_start_poll, kept its CPU whole time slices while its
+// peer waited there to answer, about 8 ms per credit round (issue 10).
+class EmptyPoll : public VerbsTest {
+ protected:
+  // Of `polls` empty polls made on one CPU beside a thread pinned there that
+  // counts as fast as it can, how many let that thread run.
+  template <class Poll>
+  int polls_handing_over(int polls, Poll poll) {
+    poll();  // a first poll places the thread (placement.cc); then pin it where it is
+    cpu_set_t saved;
+    EXPECT_EQ(sched_getaffinity(0, sizeof(saved), &saved), 0);
+    const int cpu = sched_getcpu();
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    EXPECT_EQ(sched_setaffinity(0, sizeof(one), &one), 0);
+    std::atomic<uint64_t> ticks{0};
+    std::atomic<bool> stop{false};
+    std::thread spinner([&] {
+      sched_setaffinity(0, sizeof(one), &one);
+      while (!stop.load(std::memory_order_relaxed)) ticks.fetch_add(1, std::memory_order_relaxed);
+    });
+    for (int i = 0; i < 1000 && ticks.load() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    int handed = 0;
+    for (int i = 0; i < polls; ++i) {
+      const uint64_t before = ticks.load();
+      poll();
+      if (ticks.load() != before) ++handed;
+    }
+    stop = true;
+    spinner.join();
+    sched_setaffinity(0, sizeof(saved), &saved);
+    return handed;
+  }
+};
+
+TEST_F(EmptyPoll, ExtendedPollYieldsToAThreadSharingTheCpuAsPollCqDoes) {
+  ibv_cq_init_attr_ex attr{};
+  attr.cqe = 16;
+  attr.wc_flags = IBV_WC_EX_WITH_BYTE_LEN;
+  ibv_cq_ex* cq = ibv_create_cq_ex(ctx_, &attr);
+  ASSERT_NE(cq, nullptr);
+  defer([cq] { ibv_destroy_cq(ibv_cq_ex_to_cq(cq)); });
+  constexpr int kPolls = 40;
+  ibv_wc wc;
+  const int legacy = polls_handing_over(kPolls, [&] { EXPECT_EQ(ibv_poll_cq(ibv_cq_ex_to_cq(cq), 1, &wc), 0); });
+  if (legacy < kPolls / 4) GTEST_SKIP() << "a yield handed the CPU over in " << legacy << " of " << kPolls << " polls here";
+  ibv_poll_cq_attr pattr{};
+  const int extended = polls_handing_over(kPolls, [&] { EXPECT_EQ(ibv_start_poll(cq, &pattr), ENOENT); });
+  // Half the bar ibv_poll_cq had to clear: the two runs see the same CPU a
+  // moment apart, and a poll that never yields hands over in 0 or 1.
+  EXPECT_GE(extended, kPolls / 8) << "ibv_start_poll let the thread beside it run in " << extended << " of "
+                                  << kPolls << " empty polls (ibv_poll_cq: " << legacy << ")";
 }
 
 }  // namespace

@@ -12,7 +12,6 @@
 
 #include "verbs_provider/rdmacm/rdmacm.h"
 
-#define RDMACM_EXPORT extern "C" __attribute__((visibility("default")))
 
 namespace uroce::rdmacm {
 
@@ -233,6 +232,7 @@ RDMACM_EXPORT int rdma_destroy_id(rdma_cm_id* cm_id) {
   Library& lib = library();
   {
     std::lock_guard<std::mutex> lock(lib.mu);
+    leave_all_groups(id);
     if (id->engine) {
       abi::CmHandleRequest req{id->handle};
       call(id->engine, abi::CtlOp::kCmDestroyId, &req, sizeof(req));
@@ -475,10 +475,6 @@ RDMACM_EXPORT int rdma_get_remote_ece(rdma_cm_id* cm_id, ibv_ece* ece) {
   return 0;
 }
 
-RDMACM_EXPORT int rdma_join_multicast(rdma_cm_id*, sockaddr*, void*) { return fail(ENOSYS); }
-RDMACM_EXPORT int rdma_join_multicast_ex(rdma_cm_id*, rdma_cm_join_mc_attr_ex*, void*) { return fail(ENOSYS); }
-RDMACM_EXPORT int rdma_leave_multicast(rdma_cm_id*, sockaddr*) { return fail(ENOSYS); }
-
 // ---- events ----
 
 namespace {
@@ -576,6 +572,14 @@ RDMACM_EXPORT int rdma_get_cm_event(rdma_event_channel* channel, rdma_cm_event**
       }
     }
     ev.id = &id->id;
+    if (rec.event == RDMA_CM_EVENT_MULTICAST_JOIN) {
+      {
+        std::lock_guard<std::mutex> lock(lib.mu);
+        multicast_joined(id, rec, &ev);
+      }
+      *out = &ev;
+      return 0;
+    }
     if (rec.event == RDMA_CM_EVENT_CONNECT_RESPONSE && id->id.qp) {
       // A QP of the id: connect it and send the RTU; the application sees
       // the connection up (ucma_process_conn_resp).

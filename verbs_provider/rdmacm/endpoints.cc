@@ -9,7 +9,6 @@
 
 #include "verbs_provider/rdmacm/rdmacm.h"
 
-#define RDMACM_EXPORT extern "C" __attribute__((visibility("default")))
 
 using namespace uroce::rdmacm;
 

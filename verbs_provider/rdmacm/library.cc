@@ -11,7 +11,6 @@
 #include "uroce/runtime_dir.h"
 #include "verbs_provider/rdmacm/rdmacm.h"
 
-#define RDMACM_EXPORT extern "C" __attribute__((visibility("default")))
 
 namespace uroce::rdmacm {
 

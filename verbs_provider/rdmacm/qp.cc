@@ -7,7 +7,6 @@
 
 #include "verbs_provider/rdmacm/rdmacm.h"
 
-#define RDMACM_EXPORT extern "C" __attribute__((visibility("default")))
 
 namespace uroce::rdmacm {
 

@@ -20,6 +20,9 @@
 #include "uroce/abi.h"
 #include "verbs_provider/provider.h"
 
+// librdmacm's exported functions (librdmacm.map gives their versions).
+#define RDMACM_EXPORT extern "C" __attribute__((visibility("default")))
+
 namespace uroce::rdmacm {
 
 // An event channel: the read end of the pipe the engine writes records to.
@@ -75,6 +78,15 @@ struct Id {
   bool own_send_cq = false, own_recv_cq = false;
   ibv_sa_path_rec path{};
   ibv_ece local_ece{}, remote_ece{};
+  // Multicast groups joined (verbs_provider/rdmacm/multicast.cc).
+  struct Group {
+    sockaddr_storage addr;
+    ibv_gid mgid;
+    void* context;
+    bool send_only;
+    bool attached;  // its QP is in the group
+  };
+  std::vector<Group> groups;
 };
 
 inline Id* to_id(rdma_cm_id* id) { return reinterpret_cast<Id*>(id); }
@@ -128,5 +140,10 @@ int modify_qp_err(Id* id);
 Channel* create_channel();
 // Waits for the next event of a synchronous id (ucma_complete).
 int complete(Id* id);
+// A MULTICAST_JOIN record into the application's event: the QP attached to
+// the group now (ucma_process_join), MULTICAST_ERROR if that failed.
+void multicast_joined(Id* id, const abi::CmEventRecord& rec, rdma_cm_event* ev);
+// rdma_destroy_id: the id's QP leaves its groups.
+void leave_all_groups(Id* id);
 
 }  // namespace uroce::rdmacm

@@ -5,7 +5,7 @@
 
 #include <cerrno>
 
-#define RDMACM_EXPORT extern "C" __attribute__((visibility("default")))
+#include "verbs_provider/rdmacm/rdmacm.h"
 
 namespace {
 template <typename R = int>

@@ -52,6 +52,18 @@ class MwTest : public PairFixture {
     EXPECT_TRUE(run());
     return one_cqe(a_scq_).status;
   }
+  // B's send queue: a 3-packet WRITE (wr_id 1), a bind of `mw` over B's
+  // first page (2), a 1-packet WRITE (3).
+  void post_bind_between_writes(uint32_t mw) {
+    abi::SendWqe w1 = wqe(IBV_WR_RDMA_WRITE, 1);
+    w1.rkey = a_key_;
+    w1.remote_addr = a_addr(32768);
+    post_send(B(), w1, {sge(b(0), 3000, b_key_)});
+    post_send(B(), bind_wqe(mw, bmw_key_, b_addr(0), 4096, IBV_ACCESS_REMOTE_WRITE, 2));
+    abi::SendWqe w3 = w1;
+    w3.wr_id = 3;
+    post_send(B(), w3, {sge(b(0), 100, b_key_)});
+  }
   uint32_t bmw_key_ = 0;
   uint32_t mw_index_ = 0;
 };
@@ -349,14 +361,7 @@ TEST_F(MwTest, RegionReregisteredUnderAWindow) {
 TEST_F(MwTest, BindCompletesInOrderBetweenRequests) {
   make_pair(IBV_QPT_RC);
   const uint32_t mw = alloc(IBV_MW_TYPE_2);
-  abi::SendWqe w1 = wqe(IBV_WR_RDMA_WRITE, 1);
-  w1.rkey = a_key_;
-  w1.remote_addr = a_addr(32768);
-  post_send(B(), w1, {sge(b(0), 3000, b_key_)});
-  post_send(B(), bind_wqe(mw, bmw_key_, b_addr(0), 4096, IBV_ACCESS_REMOTE_WRITE, 2));
-  abi::SendWqe w3 = w1;
-  w3.wr_id = 3;
-  post_send(B(), w3, {sge(b(0), 100, b_key_)});
+  post_bind_between_writes(mw);
   ASSERT_TRUE(run());
   auto cqes = drain_cq(dev_, b_scq_);
   ASSERT_EQ(cqes.size(), 3u);
@@ -373,14 +378,7 @@ TEST_F(MwTest, BindCompletesInOrderBetweenRequests) {
 TEST_F(MwTest, RetransmissionDoesNotBindTwice) {
   make_pair(IBV_QPT_RC);
   const uint32_t mw = alloc(IBV_MW_TYPE_2);
-  abi::SendWqe w1 = wqe(IBV_WR_RDMA_WRITE, 1);
-  w1.rkey = a_key_;
-  w1.remote_addr = a_addr(32768);
-  post_send(B(), w1, {sge(b(0), 3000, b_key_)});
-  post_send(B(), bind_wqe(mw, bmw_key_, b_addr(0), 4096, IBV_ACCESS_REMOTE_WRITE, 2));
-  abi::SendWqe w3 = w1;
-  w3.wr_id = 3;
-  post_send(B(), w3, {sge(b(0), 100, b_key_)});
+  post_bind_between_writes(mw);
   dev_.poll(now_);  // B sends everything; drop it all on the floor
   const auto dropped = DeviceTestPeer::take_in_flight(dev_);
   EXPECT_EQ(dropped.size(), 4u);  // the first WRITE's 3 packets and the last one

@@ -1,0 +1,30 @@
+// The responder's receive-WQE helpers shared by its two receive paths:
+// plain RQ/SRQ receives (device/responder.cc) and the tag-matching SRQ's
+// (device/tm_receive.cc). Like rxe's rxe_loc.h: internal to device/.
+#pragma once
+#include <cstdint>
+
+#include "device/device.h"
+
+namespace uroce::device {
+
+// A NAK that ends the connection; `raise_event` when no receive completion
+// reports the error (IBA C9-222.1.1).
+void nak_and_fail(Device& dev, Qp& qp, uint32_t psn, uint8_t syndrome, bool raise_event = true);
+// Holds a receive WQE for the message `p` starts, or handles why there is
+// none (RNR NAK, a dropped UC message, an error). True if one is held.
+bool acquire_recv_wqe(Device& dev, Qp& qp, const net::Packet& p, uint32_t wc_opcode);
+// Bytes the receive being filled can take (the sum of its SGEs).
+uint64_t recv_capacity(const RecvInProgress& r);
+// The status of a message of `need` bytes that does not fit its receive.
+uint32_t overflow_status(const RecvInProgress& r, uint64_t need);
+// Completes the receive WQE being filled and frees its RQ slot.
+void complete_recv(Device& dev, Qp& qp, uint32_t status, uint32_t opcode, uint32_t byte_len,
+                   const net::Packet* p, bool solicited);
+
+// Tag matching (device/tm_receive.cc): the first packet of a SEND reaching a
+// QP on a TM-SRQ takes a tagged buffer or a plain WQE of the SRQ. True if a
+// target is held.
+bool acquire_tm_target(Device& dev, Qp& qp, Srq& srq, const net::Packet& p);
+
+}  // namespace uroce::device
