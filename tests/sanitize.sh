@@ -3,9 +3,10 @@
 # (issue 14): configures a build directory of its own with
 # -DUROCE_SANITIZE=address,undefined (gcc), builds engine, provider, tools
 # and tests there, and runs ctest with the sanitizers' options set. Any
-# sanitizer report fails the run, also one from a process whose exit status
-# no test looks at (an engine's leak report when it stops): reports go to
-# files, which are printed at the end.
+# sanitizer report fails the run, also an ASan or LSan report from a process
+# whose exit status no test looks at (an engine's leak report when it
+# stops): those go to files, printed at the end. UBSan's, on stderr, stop
+# the process (halt_on_error), which fails its test.
 #
 #   tests/sanitize.sh [--subset ci|all] [CTEST-ARGS...]
 #       e.g. tests/sanitize.sh                        the CI subset (default)
@@ -62,7 +63,9 @@ export ASAN_OPTIONS="detect_leaks=1:log_path=$reports/asan:check_initialization_
 export LSAN_OPTIONS="suppressions=$supp"
 # Tests that check how the build links allow the sanitizers' runtimes.
 export UROCE_SANITIZE=address,undefined
-export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:log_path=$reports/ubsan"
+# UBSan (gcc's libubsan beside libasan) writes to stderr whatever log_path
+# says: its reports are in the failing test's output.
+export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
 
 rc=0
 ctest --test-dir "$build_dir" --output-on-failure -j1 "${select[@]}" || rc=$?
