@@ -16,39 +16,15 @@
 
 namespace uroce::device {
 
+using namespace cm_events;
+
 namespace {
-
-// <rdma/rdma_cma.h>'s values (enum rdma_cm_event_type, rdma_port_space),
-// spelled here so the engine does not need librdmacm's headers.
-enum CmEvent : uint32_t {
-  kAddrResolved = 0,
-  kAddrError = 1,
-  kRouteResolved = 2,
-  kConnectRequest = 4,
-  kConnectResponse = 5,
-  kUnreachable = 7,
-  kRejected = 8,
-  kEstablished = 9,
-  kDisconnected = 10,
-};
-constexpr uint32_t kPsUdp = 0x0111;
-
-// REJ reasons (IBA table 112) and SIDR REP statuses (IBA table 119) that
-// rdma_cm reports as the event's status.
-constexpr int32_t kRejTimeout = 1;
-constexpr int32_t kRejInvalidServiceId = 8;
-constexpr int32_t kRejConsumerDefined = 28;
-constexpr int32_t kSidrUnsupported = 1;
-constexpr int32_t kSidrReject = 2;
 
 // The kernel's ephemeral range (net.ipv4.ip_local_port_range defaults),
 // which rdma_cm takes its ports from (cma_alloc_any_port).
 constexpr uint32_t kEphemeralLow = 32768, kEphemeralHigh = 60999;
 
 constexpr int kChannelPipeBytes = 256 << 10;
-// Ids of all clients together: each costs the engine memory, and a client
-// that makes them in a loop must run out before the engine does.
-constexpr size_t kMaxIds = 1 << 16;
 
 bool is_any(const abi::CmAddr& a) {
   const size_t n = a.family == AF_INET ? 4 : 16;
@@ -149,6 +125,7 @@ int CmAgent::destroy_id(Owner* o, uint64_t h) {
 
 void CmAgent::abandon(uint64_t h) {
   Id& id = ids_.at(h);
+  if (id.remote) return abandon_remote(id, h);
   auto peer_it = ids_.find(id.peer);
   if (id.peer && peer_it != ids_.end() && peer_it->second.peer == h) {
     Id& peer = peer_it->second;
@@ -298,8 +275,9 @@ int CmAgent::resolve_addr(Owner* o, const abi::CmResolveAddrRequest& r, abi::CmB
   // A multicast group is reached through this engine's own address (mckey
   // resolves its group before rdma_join_multicast).
   const bool group = is_multicast(unmapped(r.dst));
+  if (!group && !is_local(r.dst) && wire_up()) return resolve_remote(*id, h, r, rep);
   if (!group && !is_local(r.dst)) {
-    // No route off this engine yet: the address cannot be resolved.
+    // No route off this engine (no wire port): the address cannot be resolved.
     abi::CmEventRecord ev{};
     ev.event = kAddrError;
     ev.status = -EHOSTUNREACH;
@@ -381,6 +359,7 @@ int CmAgent::connect(Owner* o, const abi::CmConnectRequest& r) {
   if (!id) return ENOENT;
   if (id->state != State::kRouteResolved) return EINVAL;
   if (r.param.private_data_len > abi::kCmMaxPrivateData) return EINVAL;
+  if (id->remote) return connect_remote(*id, r.id, r);
   const bool ud = id->ps == kPsUdp;
   const uint64_t lh = find_listener(id->ps, id->dst);
   if (!lh) {
@@ -431,6 +410,7 @@ int CmAgent::accept(Owner* o, const abi::CmConnectRequest& r) {
   if (!id) return ENOENT;
   if (id->state != State::kRequested) return EINVAL;
   if (r.param.private_data_len > abi::kCmMaxPrivateData) return EINVAL;
+  if (id->remote) return accept_remote(*id, r.id, r);
   auto peer_it = ids_.find(id->peer);
   if (!id->peer || peer_it == ids_.end()) return ECONNRESET;  // its REJECTED event is queued
   Id& active = peer_it->second;
@@ -463,6 +443,7 @@ int CmAgent::reject(Owner* o, const abi::CmRejectRequest& r) {
   if (!id) return ENOENT;
   if (r.private_data_len > abi::kCmMaxRejPrivateData) return EINVAL;
   if (id->state != State::kRequested && id->state != State::kRepReceived) return EINVAL;
+  if (id->remote) return reject_remote(*id, r.id, r);
   auto peer_it = ids_.find(id->peer);
   if (id->peer && peer_it != ids_.end()) {
     Id& peer = peer_it->second;
@@ -485,6 +466,7 @@ int CmAgent::establish(Owner* o, uint64_t h) {
   Id* id = find_id(o, h);
   if (!id) return ENOENT;
   if (id->state != State::kRepReceived) return EINVAL;
+  if (id->remote) return establish_remote(*id, h);
   auto peer_it = ids_.find(id->peer);
   if (!id->peer || peer_it == ids_.end()) return ECONNRESET;
   id->state = State::kEstablished;
@@ -500,7 +482,8 @@ int CmAgent::establish(Owner* o, uint64_t h) {
 int CmAgent::disconnect(Owner* o, uint64_t h) {
   Id* id = find_id(o, h);
   if (!id) return ENOENT;
-  if (id->state == State::kDisconnected) return 0;
+  if (id->state == State::kDisconnected || id->state == State::kDreqSent) return 0;
+  if (id->remote) return disconnect_remote(*id, h);
   if (id->state != State::kEstablished && id->state != State::kRepSent && id->state != State::kRepReceived)
     return EINVAL;
   auto peer_it = ids_.find(id->peer);

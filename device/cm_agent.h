@@ -4,20 +4,78 @@
 // messages between the two ids as the kernel's rdma_cm and IB CM do (REQ,
 // REP, RTU, REJ, DREQ/DREP; SIDR REQ/REP for RDMA_PS_UDP: IBA 12.6, 12.11),
 // delivering each step as an event record on the receiving id's channel.
-// This slice serves ids of one engine: both ends of a connection are its
-// clients (loopback, 127.0.0.0/8, ::1 and its configured addresses).
+// Both ends in this engine (loopback, 127.0.0.0/8, ::1, its addresses): the
+// steps go from id to id here (cm_agent.cc). A peer beyond the engine: they
+// are IB CM MADs on QP1 over RoCEv2 (cm_wire.cc), so any RoCE device's CM
+// (Linux's cm.c and cma.c, another engine) is the other end.
 #pragma once
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <netinet/in.h>
+#include <vector>
 
+#include "net/cm_mad.h"
 #include "uroce/abi.h"
 
 namespace uroce::device {
 
 struct Owner;
+
+// <rdma/rdma_cma.h>'s values (enum rdma_cm_event_type, rdma_port_space),
+// spelled here so the engine does not need librdmacm's headers, and the REJ
+// reasons and SIDR REP statuses rdma_cm reports as an event's status.
+namespace cm_events {
+enum CmEvent : uint32_t {
+  kAddrResolved = 0,
+  kAddrError = 1,
+  kRouteResolved = 2,
+  kConnectRequest = 4,
+  kConnectResponse = 5,
+  kUnreachable = 7,
+  kRejected = 8,
+  kEstablished = 9,
+  kDisconnected = 10,
+};
+constexpr uint32_t kPsTcp = 0x0106;
+constexpr uint32_t kPsUdp = 0x0111;
+constexpr int32_t kRejTimeout = net::cm::kRejTimeout;
+constexpr int32_t kRejInvalidServiceId = net::cm::kRejInvalidServiceId;
+constexpr int32_t kRejConsumerDefined = net::cm::kRejConsumerDefined;
+constexpr int32_t kSidrUnsupported = net::cm::kSidrUnsupported;
+constexpr int32_t kSidrReject = net::cm::kSidrReject;
+}  // namespace cm_events
+
+// How the agent reaches the wire: the device gives it (device/gsi.cc), unit
+// tests a fake. Without it every address beyond the engine is ADDR_ERROR.
+struct CmWire {
+  // Sends a MAD to the GSI (QPN 1) of the port whose GID is dgid, from our
+  // GID sgid_index, as a UD send through the device's ports.
+  std::function<void(const uint8_t* dgid, uint8_t sgid_index, const net::cm::Mad&)> send;
+  // The engine reaches addresses beyond its own (it has a wire port).
+  std::function<bool()> has_route;
+  // Is the neighbour of dgid known (the ARP/NDP cache)? If not and solicit,
+  // an ARP request or neighbour solicitation goes out. Unset: always known.
+  std::function<bool(const uint8_t* dgid, bool solicit)> neighbour_known;
+  std::function<uint64_t()> now_ns;
+  // rdma_cm's CM response timeout, packet life time and retries
+  // (CMA_CM_RESPONSE_TIMEOUT, CMA_IBOE_PACKET_LIFETIME, CMA_MAX_CM_RETRIES):
+  // a MAD unanswered after 2 * 2^18 + 2^20 times 4.096 us (6.4 s, as cm.c's
+  // timeout_ms) is sent again, 15 times, then its exchange fails.
+  uint8_t cm_response_timeout = 20;
+  uint8_t packet_life_time = 18;
+  uint8_t max_cm_retries = 15;
+};
+
+// What crossed the wire (`uroce status`).
+struct CmWireCounters {
+  uint64_t mads_sent = 0, mads_received = 0, mads_retransmitted = 0;
+  uint64_t mads_dropped = 0;     // malformed, or for no id of ours
+  uint64_t mads_duplicate = 0;   // a retransmission answered again or ignored
+  uint64_t timeouts = 0;         // exchanges that ran out of retries
+};
 
 class CmAgent {
  public:
@@ -50,6 +108,17 @@ class CmAgent {
   size_t id_count() const { return ids_.size(); }
   uint64_t events_dropped() const { return events_dropped_; }
 
+  // ---- the remote half (cm_wire.cc) ----
+  void attach_wire(CmWire wire) { wire_ = std::move(wire); }
+  // A CM MAD that reached the GSI: sgid is the sender's port GID (its IP
+  // source), dgid ours that it was sent to.
+  void receive_mad(const uint8_t* sgid, const uint8_t* dgid, const net::cm::Mad& mad);
+  // Retransmits what is due and fails exchanges out of retries; true if it
+  // did anything.
+  bool poll_timers(uint64_t now_ns);
+  uint64_t next_deadline_ns() const;  // 0: no MAD awaits an answer
+  const CmWireCounters& wire_counters() const { return wire_counters_; }
+
  private:
   // The states of rdma_cm's ids that the agent needs (cma.c enum rdma_cm_state).
   enum class State : uint8_t {
@@ -59,6 +128,7 @@ class CmAgent {
     kRepSent,      // passive: REP sent, RTU awaited
     kRepReceived,  // active: REP received, RTU not yet sent
     kEstablished,
+    kDreqSent,     // remote: DREQ sent, DREP awaited
     kDisconnected,
   };
   struct Id {
@@ -71,6 +141,34 @@ class CmAgent {
     bool reuseaddr = false, afonly = false;
     bool child = false;  // made for a CONNECT_REQUEST: shares its listener's port
     uint64_t peer = 0;   // the other end while a connection is being set up or is up
+    // A peer beyond the engine (cm_wire.cc): the CM's ids on both sides
+    // (ours is comm_id(handle)), where the peer's MADs come from and go.
+    bool remote = false;
+    uint32_t remote_comm_id = 0;
+    uint32_t remote_qpn = 0;
+    uint8_t remote_gid[16] = {};
+    uint8_t sgid_index = 0;
+    uint64_t tid = 0;  // the transaction of the REQ (or SIDR REQ) that began it
+  };
+  // A MAD that awaits its answer (REQ, REP, DREQ, SIDR REQ): sent again at
+  // its deadline until the retries run out. handle 0: its id is gone (a
+  // destroyed id's DREQ still ends the peer's connection).
+  // An address being resolved: its neighbour is asked for until it answers
+  // or resolve_deadline passes (ADDR_ERROR), as rdma_resolve_addr waits for
+  // the kernel's neighbour subsystem.
+  struct Resolving {
+    uint64_t handle = 0;
+    uint64_t next_check_ns = 0, next_solicit_ns = 0, deadline_ns = 0;
+  };
+  struct Outstanding {
+    uint64_t handle = 0;
+    uint32_t comm_id = 0;
+    net::cm::Attr attr{};
+    net::cm::Mad mad{};
+    uint8_t dgid[16] = {};
+    uint8_t sgid_index = 0;
+    uint64_t deadline_ns = 0;
+    uint8_t retries_left = 0;
   };
   struct Channel {
     Owner* owner = nullptr;
@@ -87,8 +185,59 @@ class CmAgent {
   uint64_t find_listener(uint32_t ps, const abi::CmAddr& dst) const;
   void post(const Id& to, uint64_t to_handle, abi::CmEventRecord ev);
   void post_simple(uint64_t h, uint32_t event, int32_t status);
+  // Ids of all clients together: each costs the engine memory, and a client
+  // that makes them in a loop must run out before the engine does.
+  static constexpr size_t kMaxIds = 1 << 16;
   // Ends id's side of a connection as destroying it does.
   void abandon(uint64_t h);
+
+  // ---- the remote half (cm_wire.cc) ----
+  bool wire_up() const { return wire_.send && wire_.has_route && wire_.has_route(); }
+  int resolve_remote(Id& id, uint64_t h, const abi::CmResolveAddrRequest& r, abi::CmBindReply* rep);
+  int connect_remote(Id& id, uint64_t h, const abi::CmConnectRequest& r);
+  int accept_remote(Id& id, uint64_t h, const abi::CmConnectRequest& r);
+  int reject_remote(Id& id, uint64_t h, const abi::CmRejectRequest& r);
+  int establish_remote(Id& id, uint64_t h);
+  int disconnect_remote(Id& id, uint64_t h);
+  void abandon_remote(Id& id, uint64_t h);
+  uint32_t comm_id(uint64_t h) const { return uint32_t(h) ^ comm_id_operand_; }
+  uint64_t handle_of(uint32_t comm) const { return handle_base_ | (comm ^ comm_id_operand_); }
+  // The remote id a message names by our communication ID, or nullptr.
+  Id* find_remote(uint32_t our_comm_id, uint64_t* h);
+  net::cm::Mad new_mad(net::cm::Attr attr, uint64_t tid) const;
+  void send(const Id& id, const net::cm::Mad& m);
+  void send_tracked(uint64_t h, const Id& id, const net::cm::Mad& m);
+  void cancel(uint64_t h);
+  void give_up(const Outstanding& o);
+  bool poll_resolving(uint64_t now);
+  void address_resolved(Id& id, uint64_t h);
+  uint64_t retry_interval_ns() const;
+  void send_rej(const uint8_t* dgid, uint8_t sgid_index, uint64_t tid, uint32_t local_comm, uint32_t remote_comm,
+                uint8_t msg, uint16_t reason, const uint8_t* priv = nullptr, size_t len = 0);
+  void send_sidr_rep(const Id& id, uint8_t status, uint32_t qpn, uint32_t qkey, const uint8_t* priv, size_t len);
+  void send_sidr_status(const uint8_t* dgid, uint8_t sgid_index, uint64_t tid, uint32_t request_id,
+                        uint64_t sid, uint8_t status);
+  uint8_t sgid_index_of(const uint8_t* gid) const;
+  // One handler per message (IBA 12.6), by attribute ID.
+  using MadHandler = void (CmAgent::*)(const uint8_t* sgid, const uint8_t* dgid, const net::cm::Mad& m);
+  struct MadRoute {
+    net::cm::Attr attr;
+    MadHandler handler;
+  };
+  static const MadRoute kMadRoutes[];
+  void on_req(const uint8_t* sgid, const uint8_t* dgid, const net::cm::Mad& m);
+  void on_sidr_req(const uint8_t* sgid, const uint8_t* dgid, const net::cm::Mad& m);
+  void on_mra(const uint8_t* sgid, const uint8_t* dgid, const net::cm::Mad& m);
+  void on_rej(const uint8_t* sgid, const uint8_t* dgid, const net::cm::Mad& m);
+  void on_rep(const uint8_t* sgid, const uint8_t* dgid, const net::cm::Mad& m);
+  void on_rtu(const uint8_t* sgid, const uint8_t* dgid, const net::cm::Mad& m);
+  void on_dreq(const uint8_t* sgid, const uint8_t* dgid, const net::cm::Mad& m);
+  void on_drep(const uint8_t* sgid, const uint8_t* dgid, const net::cm::Mad& m);
+  void on_sidr_rep(const uint8_t* sgid, const uint8_t* dgid, const net::cm::Mad& m);
+  // A new passive id for a request from the wire, and its CONNECT_REQUEST.
+  uint64_t request_from_wire(uint64_t listener, const uint8_t* sgid, const uint8_t* dgid,
+                             const net::cm::Mad& m, const abi::CmAddr& local, const abi::CmAddr& peer,
+                             uint32_t remote_comm_id, bool ud);
 
   const std::array<uint8_t, 4>& ip_;
   const std::array<uint8_t, 16>& ip6_;
@@ -99,8 +248,18 @@ class CmAgent {
   // a client of several engines tells their ids apart by handle alone.
   uint64_t next_handle_ = first_handle();
   static uint64_t first_handle();
+  const uint64_t handle_base_ = next_handle_ & ~uint64_t(0xffffffff);
+  // Communication IDs are the handles' low halves scrambled (as cm.c's
+  // random_id_operand), and TIDs start at a random point: an engine that
+  // restarts does not reuse its predecessor's.
+  const uint32_t comm_id_operand_ = uint32_t(first_handle() >> 32);
+  const uint32_t tid_high_ = uint32_t(first_handle() >> 32);
   uint32_t next_port_ = 0;
   uint64_t events_dropped_ = 0;
+  CmWire wire_;
+  CmWireCounters wire_counters_;
+  std::vector<Outstanding> outstanding_;
+  std::vector<Resolving> resolving_;
 };
 
 }  // namespace uroce::device

@@ -14,6 +14,7 @@ namespace uroce::device {
   X(rx_not_for_us, "wire frames dropped: not to our MAC and IP")                 \
   X(rx_parse_errors, "frames dropped: malformed Ethernet/IP/UDP/BTH or bad ICRC")\
   X(rx_no_qp, "requests dropped: destination QP does not exist")                 \
+  X(rx_gsi_dropped, "QP1 packets dropped: not a UD SEND of one MAD with the GSI Q_Key") \
   X(rx_bad_state, "packets dropped: QP not in a state that receives")            \
   X(rx_bad_transport, "packets dropped: opcode not of the QP's transport")       \
   X(rx_bad_qkey, "UD datagrams dropped: Q_Key mismatch")                         \

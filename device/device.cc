@@ -35,6 +35,14 @@ Device::Device(const DeviceConfig& config) : config_(config) {
   init_info();
   loopback_route_.src_mac = loopback_route_.dst_mac = config_.mac;
   loopback_route_.src_ip = loopback_route_.dst_ip = config_.ip;
+  CmWire wire;
+  wire.send = [this](const uint8_t* dgid, uint8_t sgid_index, const net::cm::Mad& mad) {
+    gsi_send(dgid, sgid_index, mad);
+  };
+  wire.has_route = [this] { return wire_ != nullptr; };
+  wire.neighbour_known = [this](const uint8_t* dgid, bool solicit) { return gsi_neighbour_known(dgid, solicit); };
+  wire.now_ns = [this] { return now_ns_; };
+  cm_.attach_wire(std::move(wire));
 }
 
 Device::~Device() = default;

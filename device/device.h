@@ -192,6 +192,8 @@ class Device {
   // Frames the packet for the QP's path (or, for UD, the work request's
   // address vector) and hands it to the port that reaches the destination.
   void send_packet(Qp& qp, net::Packet* p, const abi::AddressVector* av = nullptr);
+  // The same for a packet of no client QP (the GSI's): src_qpn spreads flows.
+  void route_packet(net::Packet* p, const abi::AddressVector& path, uint32_t src_qpn);
   void free_packet(net::Packet* p) { pool_.put(p); }
   net::Packet* alloc_packet() { return pool_.get(); }
   // Raw packet QPs (device/raw_packet.cc): a frame a raw QP sent goes to the
@@ -224,6 +226,10 @@ class Device {
   bool poll_rx();
   bool poll_timers();
   void dispatch(net::Packet* p, bool check_icrc);
+  // QP1, the GSI (device/gsi.cc): CM MADs to and from the CM agent.
+  void gsi_receive(const net::Packet& p);
+  void gsi_send(const uint8_t* dgid, uint8_t sgid_index, const net::cm::Mad& mad);
+  bool gsi_neighbour_known(const uint8_t* dgid, bool solicit);
   // A received frame through the steering rules (device/raw_packet.cc).
   FlowSteering::Steered steer_received(const net::Packet& p);
   void sniff_sent(const net::Packet& p);

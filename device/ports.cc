@@ -76,7 +76,11 @@ bool Device::is_local_gid(const uint8_t* gid) const {
 }
 
 void Device::send_packet(Qp& qp, net::Packet* p, const abi::AddressVector* av) {
-  const abi::AddressVector& path = av ? *av : qp.av;
+  if (port_active()) ++qp.tx_packets;  // (a frame the port drops is not the QP's)
+  route_packet(p, av ? *av : qp.av, qp.qpn);
+}
+
+void Device::route_packet(net::Packet* p, const abi::AddressVector& path, uint32_t src_qpn) {
   if (!port_active()) {
     ++counters_.tx_port_down;
     pool_.put(p);
@@ -84,10 +88,9 @@ void Device::send_packet(Qp& qp, net::Packet* p, const abi::AddressVector* av) {
   }
   net::Route route = loopback_route_;
   // RoCEv2 source port: a hash of the flow so ECMP spreads QPs (A17.3.1).
-  route.src_port = uint16_t(0xc000 | ((qp.qpn * 2654435761u) >> 18));
+  route.src_port = uint16_t(0xc000 | ((src_qpn * 2654435761u) >> 18));
   route.ttl = path.hop_limit ? path.hop_limit : 64;
   route.tos = path.traffic_class;
-  ++qp.tx_packets;
   // IPv4 or IPv6 from the GIDs: both IPv4-mapped, or neither (RoCEv2, A17.4.5.2).
   const uint8_t* sgid = info_.gids[path.sgid_index < kGidTableLen ? path.sgid_index : 0].gid;
   if (!net::route_set_gids(route, sgid, path.dgid)) {

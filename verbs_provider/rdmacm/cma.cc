@@ -26,10 +26,12 @@ uint32_t random_psn() {
 }
 
 // What rdma_cm reports as the private data of each message: the whole
-// field, less the IP header rdma_cm puts in a REQ (cma_user_data_offset).
+// field, less the IP header rdma_cm puts in a REQ (cma_user_data_offset):
+// REQ 92 - 36, SIDR REQ 216 - 36.
+constexpr size_t kReqUserPrivateData = 56, kSidrReqUserPrivateData = 180;
 size_t reported_private_len(uint32_t event, uint32_t ps) {
   switch (event) {
-    case RDMA_CM_EVENT_CONNECT_REQUEST: return ps == RDMA_PS_UDP ? 180 : 160;
+    case RDMA_CM_EVENT_CONNECT_REQUEST: return ps == RDMA_PS_UDP ? kSidrReqUserPrivateData : kReqUserPrivateData;
     case RDMA_CM_EVENT_REJECTED: return abi::kCmMaxRejPrivateData;
     case RDMA_CM_EVENT_CONNECT_RESPONSE:
     case RDMA_CM_EVENT_ESTABLISHED: return ps == RDMA_PS_UDP ? 136 : abi::kCmMaxPrivateData;
@@ -313,7 +315,7 @@ RDMACM_EXPORT int rdma_connect(rdma_cm_id* cm_id, rdma_conn_param* param) {
   Id* id = to_id(cm_id);
   const int max_rd = device_max_rd_atom(id->id.verbs);
   if (param) {
-    const size_t max_private = id->id.ps == RDMA_PS_UDP ? 180 : 160;
+    const size_t max_private = id->id.ps == RDMA_PS_UDP ? kSidrReqUserPrivateData : kReqUserPrivateData;
     if (param->private_data_len > max_private) return fail(EINVAL);
     id->responder_resources = capped(param->responder_resources, max_rd);
     id->initiator_depth = capped(param->initiator_depth, max_rd);

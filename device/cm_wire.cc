@@ -1,0 +1,783 @@
+// The CM agent's remote half: connections whose peer is beyond this engine
+// are IB CM MADs on QP1 (IBA 12.6 connection, 12.11 SIDR), as Linux's
+// cm.c and cma.c send them over RoCEv2: the REQ's service ID is rdma_cm's
+// port space and port, its private data starts with rdma_cm's IP header
+// (net/cm_mad.h), and every request (REQ, REP, DREQ, SIDR REQ) is sent
+// again until answered, max_cm_retries times. Setup path: runs on the
+// engine thread, from control requests, received MADs and the poll loop's
+// timers.
+#include <arpa/inet.h>
+#include <infiniband/verbs.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "device/cm_agent.h"
+
+namespace uroce::device {
+
+using namespace cm_events;
+namespace cm = net::cm;
+
+namespace {
+
+// Address resolution's pace (resolve_remote): the cache looked at every
+// 5 ms, a request every 200 ms, ADDR_ERROR after one second unanswered.
+constexpr uint64_t kNeighbourCheckNs = 5'000'000;
+constexpr uint64_t kNeighbourSolicitNs = 200'000'000;
+constexpr uint64_t kNeighbourTimeoutNs = 1'000'000'000;
+
+constexpr uint8_t kMapped4[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+
+// The GID of an IP address: IPv6 as is, IPv4 as ::ffff:a.b.c.d (RoCEv2, A17.4.5.2).
+void gid_of(const abi::CmAddr& a, uint8_t gid[16]) {
+  if (a.family == AF_INET6) {
+    std::memcpy(gid, a.addr, 16);
+    return;
+  }
+  std::memcpy(gid, kMapped4, 12);
+  std::memcpy(gid + 12, a.addr, 4);
+}
+
+// cma_hdr's addresses: IPv4 in the last four bytes (union cma_ip_addr).
+void to_cma_addr(const abi::CmAddr& a, uint8_t out[16]) {
+  std::memset(out, 0, 16);
+  if (a.family == AF_INET6) std::memcpy(out, a.addr, 16);
+  else std::memcpy(out + 12, a.addr, 4);
+}
+
+abi::CmAddr from_cma_addr(uint8_t ip_version, const uint8_t in[16], uint16_t port_host) {
+  abi::CmAddr a{};
+  a.port = htons(port_host);
+  if (ip_version == 6) {
+    a.family = AF_INET6;
+    std::memcpy(a.addr, in, 16);
+  } else {
+    a.family = AF_INET;
+    std::memcpy(a.addr, in + 12, 4);
+  }
+  return a;
+}
+
+// ::ffff:a.b.c.d as a.b.c.d.
+abi::CmAddr unmapped_addr(abi::CmAddr a) {
+  if (a.family == AF_INET6 && std::memcmp(a.addr, kMapped4, 12) == 0) {
+    a.family = AF_INET;
+    std::memmove(a.addr, a.addr + 12, 4);
+    std::memset(a.addr + 4, 0, 12);
+  }
+  return a;
+}
+
+bool is_zero(const uint8_t* p, size_t n) {
+  return std::all_of(p, p + n, [](uint8_t b) { return b == 0; });
+}
+
+void copy_private(abi::CmConnParam& param, const uint8_t* data, size_t len) {
+  len = std::min(len, sizeof(param.private_data));
+  std::memcpy(param.private_data, data, len);
+  param.private_data_len = uint8_t(len);
+}
+
+}  // namespace
+
+const CmAgent::MadRoute CmAgent::kMadRoutes[] = {
+    {cm::Attr::kReq, &CmAgent::on_req},          {cm::Attr::kMra, &CmAgent::on_mra},
+    {cm::Attr::kRej, &CmAgent::on_rej},          {cm::Attr::kRep, &CmAgent::on_rep},
+    {cm::Attr::kRtu, &CmAgent::on_rtu},          {cm::Attr::kDreq, &CmAgent::on_dreq},
+    {cm::Attr::kDrep, &CmAgent::on_drep},        {cm::Attr::kSidrReq, &CmAgent::on_sidr_req},
+    {cm::Attr::kSidrRep, &CmAgent::on_sidr_rep},
+};
+
+// ---- the active and passive calls for remote ids ----
+
+// The source the kernel's routing would pick toward a remote address: the
+// engine's own address of that family (its --ip/--ip6 on the wire port);
+// the neighbour is resolved as for any send (ARP/NDP in net/), when the
+// first MAD goes out.
+int CmAgent::resolve_remote(Id& id, uint64_t h, const abi::CmResolveAddrRequest& r, abi::CmBindReply* rep) {
+  const abi::CmAddr dst = unmapped_addr(r.dst);
+  abi::CmAddr ours{};
+  ours.family = dst.family;
+  if (dst.family == AF_INET) {
+    std::memcpy(ours.addr, ip_.data(), 4);
+  } else {
+    if (is_zero(ip6_.data(), 16)) {  // no IPv6 address: no route
+      abi::CmEventRecord ev{};
+      ev.event = kAddrError;
+      ev.status = -EHOSTUNREACH;
+      post(id, h, ev);
+      return 0;
+    }
+    std::memcpy(ours.addr, ip6_.data(), 16);
+  }
+  id.dst = dst;
+  if (id.state == State::kIdle) {
+    abi::CmAddr src = r.src.family ? unmapped_addr(r.src) : ours;
+    if (!r.src.family) src.port = 0;
+    id.reuseaddr = r.reuseaddr;
+    id.afonly = r.afonly;
+    if (int err = bind_to(id, src)) return err;
+  }
+  if (is_zero(id.src.addr, 16) || id.src.addr[0] == 127) {  // wildcard or loopback: ours
+    const uint16_t port = id.src.port;
+    id.src = ours;
+    id.src.port = port;
+  }
+  id.remote = true;
+  gid_of(id.dst, id.remote_gid);
+  id.sgid_index = gid_index_for(id.src);
+  fill_local(id, rep);
+  if (!wire_.neighbour_known || wire_.neighbour_known(id.remote_gid, true)) {
+    address_resolved(id, h);
+    return 0;
+  }
+  const uint64_t now = wire_.now_ns();
+  resolving_.push_back({h, now + kNeighbourCheckNs, now + kNeighbourSolicitNs, now + kNeighbourTimeoutNs});
+  return 0;
+}
+
+void CmAgent::address_resolved(Id& id, uint64_t h) {
+  id.state = State::kAddrResolved;
+  abi::CmEventRecord ev{};
+  ev.event = kAddrResolved;
+  post(id, h, ev);
+}
+
+// Each pending address: its neighbour looked up every few milliseconds,
+// asked for again every 200 ms, given up on after a second (EHOSTUNREACH,
+// as the kernel's neighbour table fails an address).
+bool CmAgent::poll_resolving(uint64_t now) {
+  bool work = false;
+  for (size_t i = 0; i < resolving_.size();) {
+    Resolving& r = resolving_[i];
+    auto it = ids_.find(r.handle);
+    if (it == ids_.end() || it->second.state != State::kBound) {  // destroyed meanwhile
+      resolving_.erase(resolving_.begin() + ptrdiff_t(i));
+      continue;
+    }
+    if (r.next_check_ns > now) {
+      ++i;
+      continue;
+    }
+    work = true;
+    const bool solicit = r.next_solicit_ns <= now;
+    if (solicit) r.next_solicit_ns = now + kNeighbourSolicitNs;
+    r.next_check_ns = now + kNeighbourCheckNs;
+    if (wire_.neighbour_known(it->second.remote_gid, solicit && now < r.deadline_ns)) {
+      address_resolved(it->second, r.handle);
+    } else if (now >= r.deadline_ns) {
+      post_simple(r.handle, kAddrError, -EHOSTUNREACH);
+    } else {
+      ++i;
+      continue;
+    }
+    resolving_.erase(resolving_.begin() + ptrdiff_t(i));
+  }
+  return work;
+}
+
+// REQ (IBA 12.6.5), or SIDR REQ (12.11.1) for RDMA_PS_UDP, as cm_format_req
+// and cma_connect_ib / cma_resolve_ib_udp fill them for RoCE.
+int CmAgent::connect_remote(Id& id, uint64_t h, const abi::CmConnectRequest& r) {
+  const bool ud = id.ps == kPsUdp;
+  const size_t user_max = ud ? cm::kSidrReqUserPrivateData : cm::kReqUserPrivateData;
+  if (r.param.private_data_len > user_max) return EINVAL;
+  id.tid = uint64_t(tid_high_) << 32 | comm_id(h);
+  cm::Mad m = new_mad(ud ? cm::Attr::kSidrReq : cm::Attr::kReq, id.tid);
+  cm::CmaHdr hdr{};
+  hdr.cma_version = cm::kCmaVersion;
+  hdr.ip_version = uint8_t((id.src.family == AF_INET6 ? 6 : 4) << 4);
+  hdr.port = ntohs(id.src.port);
+  to_cma_addr(id.src, hdr.src_addr);
+  to_cma_addr(id.dst, hdr.dst_addr);
+  const cm::Bytes priv = ud ? cm::sidr_req::kPrivateData : cm::req::kPrivateData;
+  std::memcpy(cm::at(m, priv), &hdr, sizeof(hdr));
+  std::memcpy(cm::at(m, priv) + sizeof(hdr), r.param.private_data, r.param.private_data_len);
+  const uint64_t sid = cm::service_id(ud ? cm::kPsUdp : cm::kPsTcp, ntohs(id.dst.port));
+  if (ud) {
+    cm::set(m, cm::sidr_req::kRequestId, comm_id(h));
+    cm::set(m, cm::sidr_req::kPartitionKey, cm::kGsiPkey);
+    cm::set(m, cm::sidr_req::kServiceId, sid);
+  } else {
+    using namespace cm::req;
+    cm::set(m, kLocalCommId, comm_id(h));
+    cm::set(m, kServiceId, sid);
+    cm::set(m, kLocalCaGuid, be64toh(info_.node_guid));
+    cm::set(m, kLocalQpn, r.param.qp_num);
+    cm::set(m, kResponderResources, r.param.responder_resources);
+    cm::set(m, kInitiatorDepth, r.param.initiator_depth);
+    cm::set(m, kRemoteCmResponseTimeout, wire_.cm_response_timeout);
+    cm::set(m, kTransportServiceType, id.qp_type == IBV_QPT_UC ? 1 : 0);
+    cm::set(m, kEndToEndFlowControl, r.param.flow_control ? 1 : 0);
+    cm::set(m, kStartingPsn, r.param.psn);
+    cm::set(m, kLocalCmResponseTimeout, wire_.cm_response_timeout);
+    cm::set(m, kRetryCount, r.param.retry_count);
+    cm::set(m, kPartitionKey, cm::kGsiPkey);
+    cm::set(m, kPathMtu, info_.port.active_mtu);
+    cm::set(m, kRnrRetryCount, r.param.rnr_retry_count);
+    cm::set(m, kMaxCmRetries, wire_.max_cm_retries);
+    cm::set(m, kSrq, r.param.srq ? 1 : 0);
+    // Routed RoCE: permissive LIDs, hop limit 64, not subnet-local
+    // (cm_format_req's "work-around until there's a way to obtain remote LID").
+    cm::set(m, kPrimaryLocalLid, 0xffff);
+    cm::set(m, kPrimaryRemoteLid, 0xffff);
+    std::memcpy(cm::at(m, kPrimaryLocalGid), info_.gids[id.sgid_index].gid, 16);
+    std::memcpy(cm::at(m, kPrimaryRemoteGid), id.remote_gid, 16);
+    cm::set(m, kPrimaryPacketRate, 3);  // 10 Gb/s, as the path rdma_resolve_route reports
+    cm::set(m, kPrimaryHopLimit, 64);
+    cm::set(m, kPrimaryLocalAckTimeout, wire_.packet_life_time + 1);
+  }
+  id.state = State::kConnecting;
+  send_tracked(h, id, m);
+  return 0;
+}
+
+// REP (12.6.8), or SIDR REP (12.11.2) with the QP and Q_Key.
+int CmAgent::accept_remote(Id& id, uint64_t h, const abi::CmConnectRequest& r) {
+  if (id.ps == kPsUdp) {
+    if (r.param.private_data_len > cm::sidr_rep::kPrivateData.len) return EINVAL;
+    send_sidr_rep(id, cm::kSidrSuccess, r.param.qp_num, r.param.qkey, r.param.private_data,
+                  r.param.private_data_len);
+    id.state = State::kEstablished;  // the passive side keeps no connection (cma_sidr_rep_handler)
+    return 0;
+  }
+  cm::Mad m = new_mad(cm::Attr::kRep, id.tid);
+  using namespace cm::rep;
+  cm::set(m, kLocalCommId, comm_id(h));
+  cm::set(m, kRemoteCommId, id.remote_comm_id);
+  cm::set(m, kLocalQpn, r.param.qp_num);
+  cm::set(m, kStartingPsn, r.param.psn);
+  cm::set(m, kResponderResources, r.param.responder_resources);
+  cm::set(m, kInitiatorDepth, r.param.initiator_depth);
+  cm::set(m, kEndToEndFlowControl, r.param.flow_control ? 1 : 0);
+  cm::set(m, kRnrRetryCount, r.param.rnr_retry_count);
+  cm::set(m, kSrq, r.param.srq ? 1 : 0);
+  cm::set(m, kLocalCaGuid, be64toh(info_.node_guid));
+  std::memcpy(cm::at(m, kPrivateData), r.param.private_data, r.param.private_data_len);
+  id.state = State::kRepSent;
+  send_tracked(h, id, m);
+  return 0;
+}
+
+// REJ of the REQ (passive, unanswered) or of the REP (active, its QP could
+// not be connected); SIDR REP "rejected" for RDMA_PS_UDP.
+int CmAgent::reject_remote(Id& id, uint64_t h, const abi::CmRejectRequest& r) {
+  cancel(h);
+  if (id.ps == kPsUdp) {
+    if (id.state == State::kRequested)
+      send_sidr_rep(id, cm::kSidrReject, 0, 0, r.private_data,
+                    std::min<size_t>(r.private_data_len, cm::sidr_rep::kPrivateData.len));
+  } else {
+    const uint8_t msg = id.state == State::kRequested ? cm::kRejMsgReq : cm::kRejMsgRep;
+    send_rej(id.remote_gid, id.sgid_index, id.tid, comm_id(h), id.remote_comm_id, msg, cm::kRejConsumerDefined,
+             r.private_data, r.private_data_len);
+  }
+  id.state = id.child ? State::kDisconnected : State::kRouteResolved;
+  return 0;
+}
+
+// RTU (12.6.9): the active side's QP is ready.
+int CmAgent::establish_remote(Id& id, uint64_t h) {
+  cm::Mad m = new_mad(cm::Attr::kRtu, id.tid);
+  cm::set(m, cm::rtu::kLocalCommId, comm_id(h));
+  cm::set(m, cm::rtu::kRemoteCommId, id.remote_comm_id);
+  send(id, m);
+  id.state = State::kEstablished;
+  return 0;
+}
+
+// DREQ (12.6.10); DISCONNECTED comes with the DREP, or when it never does.
+int CmAgent::disconnect_remote(Id& id, uint64_t h) {
+  if (id.state != State::kEstablished && id.state != State::kRepSent && id.state != State::kRepReceived)
+    return EINVAL;
+  cancel(h);
+  cm::Mad m = new_mad(cm::Attr::kDreq, uint64_t(tid_high_) << 32 | comm_id(h));
+  cm::set(m, cm::dreq::kLocalCommId, comm_id(h));
+  cm::set(m, cm::dreq::kRemoteCommId, id.remote_comm_id);
+  cm::set(m, cm::dreq::kRemoteQpn, id.remote_qpn);
+  id.state = State::kDreqSent;
+  send_tracked(h, id, m);
+  return 0;
+}
+
+// The id goes (destroyed, or its process died): the peer learns it as from
+// cm_destroy_id: a REQ sent is withdrawn with REJ "timeout", an unanswered
+// or half-made connection is rejected, a connection up is ended by a DREQ
+// that outlives the id (its retries keep going without it).
+void CmAgent::abandon_remote(Id& id, uint64_t h) {
+  const bool ud = id.ps == kPsUdp;
+  switch (id.state) {
+    case State::kConnecting:
+      cancel(h);
+      if (!ud) send_rej(id.remote_gid, id.sgid_index, id.tid, comm_id(h), 0, cm::kRejMsgReq, cm::kRejTimeout);
+      break;
+    case State::kRequested:
+      if (ud) send_sidr_rep(id, cm::kSidrReject, 0, 0, nullptr, 0);
+      else send_rej(id.remote_gid, id.sgid_index, id.tid, comm_id(h), id.remote_comm_id, cm::kRejMsgReq,
+                    cm::kRejConsumerDefined);
+      break;
+    case State::kRepSent:
+    case State::kRepReceived:
+      cancel(h);
+      send_rej(id.remote_gid, id.sgid_index, id.tid, comm_id(h), id.remote_comm_id,
+               id.state == State::kRepSent ? cm::kRejMsgOther : cm::kRejMsgRep, cm::kRejConsumerDefined);
+      break;
+    case State::kEstablished:
+      disconnect_remote(id, h);
+      break;
+    default:
+      break;
+  }
+  for (Outstanding& o : outstanding_)
+    if (o.handle == h) o.handle = 0;  // a DREQ goes on alone
+}
+
+// ---- sending ----
+
+cm::Mad CmAgent::new_mad(cm::Attr attr, uint64_t tid) const {
+  cm::Mad m{};
+  m.hdr.base_version = cm::kBaseVersion;
+  m.hdr.mgmt_class = cm::kMgmtClassCm;
+  m.hdr.class_version = cm::kCmClassVersion;
+  m.hdr.method = cm::kMethodSend;
+  m.hdr.tid = tid;
+  m.hdr.attr_id = uint16_t(attr);
+  return m;
+}
+
+void CmAgent::send(const Id& id, const cm::Mad& m) {
+  ++wire_counters_.mads_sent;
+  wire_.send(id.remote_gid, id.sgid_index, m);
+}
+
+uint64_t CmAgent::retry_interval_ns() const {
+  return 2 * cm::timeout_ns(wire_.packet_life_time) + cm::timeout_ns(wire_.cm_response_timeout);
+}
+
+void CmAgent::send_tracked(uint64_t h, const Id& id, const cm::Mad& m) {
+  send(id, m);
+  Outstanding o;
+  o.handle = h;
+  o.comm_id = comm_id(h);
+  o.attr = cm::Attr(uint16_t(m.hdr.attr_id));
+  o.mad = m;
+  std::memcpy(o.dgid, id.remote_gid, 16);
+  o.sgid_index = id.sgid_index;
+  o.deadline_ns = wire_.now_ns() + retry_interval_ns();
+  o.retries_left = wire_.max_cm_retries;
+  outstanding_.push_back(o);
+}
+
+void CmAgent::cancel(uint64_t h) {
+  std::erase_if(outstanding_, [h](const Outstanding& o) { return o.handle == h; });
+}
+
+void CmAgent::send_rej(const uint8_t* dgid, uint8_t sgid_index, uint64_t tid, uint32_t local_comm,
+                       uint32_t remote_comm, uint8_t msg, uint16_t reason, const uint8_t* priv, size_t len) {
+  cm::Mad m = new_mad(cm::Attr::kRej, tid);
+  cm::set(m, cm::rej::kLocalCommId, local_comm);
+  cm::set(m, cm::rej::kRemoteCommId, remote_comm);
+  cm::set(m, cm::rej::kMessageRejected, msg);
+  cm::set(m, cm::rej::kReason, reason);
+  if (reason == cm::kRejTimeout) {  // the ARI of a timeout REJ is our CA GUID (12.6.7.2)
+    cm::set(m, cm::rej::kRejectedInfoLength, 8);
+    std::memcpy(cm::at(m, cm::rej::kAri), &info_.node_guid, 8);
+  }
+  if (priv && len) std::memcpy(cm::at(m, cm::rej::kPrivateData), priv, std::min<size_t>(len, cm::rej::kPrivateData.len));
+  ++wire_counters_.mads_sent;
+  wire_.send(dgid, sgid_index, m);
+}
+
+void CmAgent::send_sidr_status(const uint8_t* dgid, uint8_t sgid_index, uint64_t tid, uint32_t request_id,
+                               uint64_t sid, uint8_t status) {
+  cm::Mad m = new_mad(cm::Attr::kSidrRep, tid);
+  cm::set(m, cm::sidr_rep::kRequestId, request_id);
+  cm::set(m, cm::sidr_rep::kStatus, status);
+  cm::set(m, cm::sidr_rep::kServiceId, sid);
+  ++wire_counters_.mads_sent;
+  wire_.send(dgid, sgid_index, m);
+}
+
+void CmAgent::send_sidr_rep(const Id& id, uint8_t status, uint32_t qpn, uint32_t qkey, const uint8_t* priv,
+                            size_t len) {
+  cm::Mad m = new_mad(cm::Attr::kSidrRep, id.tid);
+  cm::set(m, cm::sidr_rep::kRequestId, id.remote_comm_id);
+  cm::set(m, cm::sidr_rep::kStatus, status);
+  cm::set(m, cm::sidr_rep::kQpn, qpn);
+  cm::set(m, cm::sidr_rep::kServiceId, cm::service_id(cm::kPsUdp, ntohs(id.src.port)));
+  cm::set(m, cm::sidr_rep::kQkey, qkey);
+  if (priv && len) std::memcpy(cm::at(m, cm::sidr_rep::kPrivateData), priv, len);
+  send(id, m);
+}
+
+// ---- timers ----
+
+bool CmAgent::poll_timers(uint64_t now) {
+  bool work = !resolving_.empty() && poll_resolving(now);
+  if (outstanding_.empty()) return work;
+  std::vector<Outstanding> expired;
+  for (Outstanding& o : outstanding_) {
+    if (o.deadline_ns > now) continue;
+    work = true;
+    if (o.retries_left == 0) {
+      expired.push_back(o);
+      continue;
+    }
+    --o.retries_left;
+    o.deadline_ns = now + retry_interval_ns();
+    ++wire_counters_.mads_retransmitted;
+    ++wire_counters_.mads_sent;
+    wire_.send(o.dgid, o.sgid_index, o.mad);
+  }
+  if (expired.empty()) return work;
+  std::erase_if(outstanding_, [now](const Outstanding& o) { return o.deadline_ns <= now && o.retries_left == 0; });
+  for (const Outstanding& o : expired) give_up(o);
+  return work;
+}
+
+uint64_t CmAgent::next_deadline_ns() const {
+  uint64_t next = 0;
+  for (const Outstanding& o : outstanding_)
+    if (!next || o.deadline_ns < next) next = o.deadline_ns;
+  for (const Resolving& r : resolving_)
+    if (!next || r.next_check_ns < next) next = r.next_check_ns;
+  return next;
+}
+
+// A request out of retries: cma.c reports a REQ's or a REP's as
+// UNREACHABLE (-ETIMEDOUT), a DREQ's as DISCONNECTED.
+void CmAgent::give_up(const Outstanding& o) {
+  ++wire_counters_.timeouts;
+  auto it = ids_.find(o.handle);
+  if (!o.handle || it == ids_.end()) return;
+  Id& id = it->second;
+  switch (o.attr) {
+    case cm::Attr::kReq:
+    case cm::Attr::kSidrReq:
+      id.state = State::kRouteResolved;
+      post_simple(o.handle, kUnreachable, -ETIMEDOUT);
+      break;
+    case cm::Attr::kRep:
+      id.state = State::kDisconnected;
+      post_simple(o.handle, kUnreachable, -ETIMEDOUT);
+      break;
+    case cm::Attr::kDreq:
+      id.state = State::kDisconnected;
+      post_simple(o.handle, kDisconnected, 0);
+      break;
+    default:
+      break;
+  }
+}
+
+// ---- receiving ----
+
+void CmAgent::receive_mad(const uint8_t* sgid, const uint8_t* dgid, const cm::Mad& m) {
+  ++wire_counters_.mads_received;
+  // A CM Send of class version 2 (IBA 12.6.1, 13.4.2); anything else is
+  // not for this agent.
+  if (m.hdr.base_version != cm::kBaseVersion || m.hdr.mgmt_class != cm::kMgmtClassCm ||
+      m.hdr.class_version != cm::kCmClassVersion || m.hdr.method != cm::kMethodSend) {
+    ++wire_counters_.mads_dropped;
+    return;
+  }
+  const uint16_t attr = m.hdr.attr_id;
+  for (const MadRoute& r : kMadRoutes) {
+    if (uint16_t(r.attr) == attr) return (this->*r.handler)(sgid, dgid, m);
+  }
+  ++wire_counters_.mads_dropped;  // LAP, APR, ClassPortInfo: not served
+}
+
+CmAgent::Id* CmAgent::find_remote(uint32_t our_comm_id, uint64_t* h) {
+  *h = handle_of(our_comm_id);
+  auto it = ids_.find(*h);
+  if (it == ids_.end() || !it->second.remote) {
+    ++wire_counters_.mads_dropped;
+    return nullptr;
+  }
+  return &it->second;
+}
+
+uint8_t CmAgent::sgid_index_of(const uint8_t* gid) const {
+  for (uint8_t i = 0; i < std::size(info_.gids); ++i)
+    if (info_.gids[i].valid && std::memcmp(info_.gids[i].gid, gid, 16) == 0) return i;
+  return 0;
+}
+
+uint64_t CmAgent::request_from_wire(uint64_t lh, const uint8_t* sgid, const uint8_t* dgid, const cm::Mad& m,
+                                    const abi::CmAddr& local, const abi::CmAddr& peer, uint32_t remote_comm_id,
+                                    bool ud) {
+  const Id& listener = ids_.at(lh);
+  Id child;
+  child.owner = listener.owner;
+  child.channel = listener.channel;
+  child.ps = listener.ps;
+  child.qp_type = ud ? IBV_QPT_UD : IBV_QPT_RC;
+  child.child = true;
+  child.state = State::kRequested;
+  child.src = local;
+  child.dst = peer;
+  child.remote = true;
+  child.remote_comm_id = remote_comm_id;
+  std::memcpy(child.remote_gid, sgid, 16);
+  child.sgid_index = sgid_index_of(dgid);
+  child.tid = m.hdr.tid;
+  abi::CmEventRecord ev{};
+  ev.event = kConnectRequest;
+  ev.listen_id = lh;
+  ev.src = local;
+  ev.dst = peer;
+  std::memcpy(ev.peer_gid, sgid, 16);
+  ev.local_gid_index = child.sgid_index;
+  if (ud) {
+    copy_private(ev.param, cm::at(m, cm::sidr_req::kPrivateData) + sizeof(cm::CmaHdr), cm::kSidrReqUserPrivateData);
+  } else {
+    using namespace cm::req;
+    child.remote_qpn = uint32_t(cm::get(m, kLocalQpn));
+    ev.param.qp_num = child.remote_qpn;
+    ev.param.psn = uint32_t(cm::get(m, kStartingPsn));
+    // The receiver's view, as cm_format_req_event: what the peer may read
+    // from us is what we may answer with, and the other way.
+    ev.param.responder_resources = uint8_t(cm::get(m, kInitiatorDepth));
+    ev.param.initiator_depth = uint8_t(cm::get(m, kResponderResources));
+    ev.param.flow_control = uint8_t(cm::get(m, kEndToEndFlowControl));
+    ev.param.retry_count = uint8_t(cm::get(m, kRetryCount));
+    ev.param.rnr_retry_count = uint8_t(cm::get(m, kRnrRetryCount));
+    ev.param.srq = uint8_t(cm::get(m, kSrq));
+    copy_private(ev.param, cm::at(m, kPrivateData) + sizeof(cm::CmaHdr), cm::kReqUserPrivateData);
+  }
+  const uint64_t ch = next_handle_++;
+  Id& made = ids_.emplace(ch, child).first->second;
+  post(made, ch, ev);
+  return ch;
+}
+
+// A REQ: a retransmission of one we hold is answered again (the REP) or
+// ignored (not yet accepted); a new one goes to the listener of its
+// service ID and cma_hdr address (cm_match_req, cma_find_listener), or is
+// rejected: invalid service ID.
+void CmAgent::on_req(const uint8_t* sgid, const uint8_t* dgid, const cm::Mad& m) {
+  using namespace cm::req;
+  const uint32_t remote_comm = uint32_t(cm::get(m, kLocalCommId));
+  for (auto& [h, id] : ids_) {
+    // (A connection that ended does not hold its IDs: a peer may reuse them.)
+    const bool live = id.state == State::kRequested || id.state == State::kRepSent ||
+                      id.state == State::kEstablished;
+    if (!live || !id.remote || !id.child || id.ps == kPsUdp || id.remote_comm_id != remote_comm ||
+        std::memcmp(id.remote_gid, sgid, 16) != 0)
+      continue;
+    ++wire_counters_.mads_duplicate;
+    for (const Outstanding& o : outstanding_) {
+      if (o.handle != h || o.attr != cm::Attr::kRep) continue;
+      ++wire_counters_.mads_sent;
+      wire_.send(o.dgid, o.sgid_index, o.mad);
+    }
+    return;
+  }
+  const uint8_t sgid_index = sgid_index_of(dgid);
+  auto refuse = [&](uint16_t reason) {
+    send_rej(sgid, sgid_index, m.hdr.tid, 0, remote_comm, cm::kRejMsgReq, reason);
+  };
+  const uint64_t sid = cm::get(m, kServiceId);
+  cm::CmaHdr hdr;
+  std::memcpy(&hdr, cm::at(m, kPrivateData), sizeof(hdr));
+  const uint8_t ipv = hdr.ip_version >> 4;
+  if ((sid & cm::kServiceIdPsMask) != cm::service_id(cm::kPsTcp, 0) || hdr.cma_version != cm::kCmaVersion ||
+      (ipv != 4 && ipv != 6))
+    return refuse(cm::kRejInvalidServiceId);
+  const abi::CmAddr local = from_cma_addr(ipv, hdr.dst_addr, uint16_t(sid));
+  const abi::CmAddr peer = from_cma_addr(ipv, hdr.src_addr, hdr.port);
+  const uint64_t lh = find_listener(kPsTcp, local);
+  if (!lh || !is_local(local)) return refuse(cm::kRejInvalidServiceId);
+  if (ids_.size() >= kMaxIds) return refuse(cm::kRejConsumerDefined);
+  request_from_wire(lh, sgid, dgid, m, local, peer, remote_comm, false);
+}
+
+void CmAgent::on_sidr_req(const uint8_t* sgid, const uint8_t* dgid, const cm::Mad& m) {
+  using namespace cm::sidr_req;
+  const uint32_t request_id = uint32_t(cm::get(m, kRequestId));
+  for (auto& [h, id] : ids_) {
+    if (id.remote && id.child && id.ps == kPsUdp && id.state == State::kRequested &&
+        id.remote_comm_id == request_id && std::memcmp(id.remote_gid, sgid, 16) == 0) {
+      ++wire_counters_.mads_duplicate;  // not answered yet: the answer will do for both
+      return;
+    }
+  }
+  const uint8_t sgid_index = sgid_index_of(dgid);
+  const uint64_t sid = cm::get(m, kServiceId);
+  cm::CmaHdr hdr;
+  std::memcpy(&hdr, cm::at(m, kPrivateData), sizeof(hdr));
+  const uint8_t ipv = hdr.ip_version >> 4;
+  const abi::CmAddr local = from_cma_addr(ipv, hdr.dst_addr, uint16_t(sid));
+  const uint64_t lh = (sid & cm::kServiceIdPsMask) == cm::service_id(cm::kPsUdp, 0) &&
+                              hdr.cma_version == cm::kCmaVersion && (ipv == 4 || ipv == 6) && is_local(local)
+                          ? find_listener(kPsUdp, local)
+                          : 0;
+  if (!lh || ids_.size() >= kMaxIds) {
+    // cm_sidr_req_handler: no listener is "unsupported" (IBA table 121).
+    send_sidr_status(sgid, sgid_index, m.hdr.tid, request_id, sid, lh ? cm::kSidrReject : cm::kSidrUnsupported);
+    return;
+  }
+  const abi::CmAddr peer = from_cma_addr(ipv, hdr.src_addr, hdr.port);
+  request_from_wire(lh, sgid, dgid, m, local, peer, request_id, true);
+}
+
+// An MRA: the peer needs longer; the request waits its service timeout
+// more before it is sent again (12.6.6).
+void CmAgent::on_mra(const uint8_t*, const uint8_t*, const cm::Mad& m) {
+  uint64_t h;
+  if (!find_remote(uint32_t(cm::get(m, cm::mra::kRemoteCommId)), &h)) return;
+  const uint64_t wait = cm::timeout_ns(uint8_t(cm::get(m, cm::mra::kServiceTimeout))) + retry_interval_ns();
+  for (Outstanding& o : outstanding_)
+    if (o.handle == h) {
+      o.deadline_ns = wire_.now_ns() + wait;
+      o.retries_left = wire_.max_cm_retries;
+    }
+}
+
+// A REP to our REQ: CONNECT_RESPONSE (librdmacm then connects its QP and
+// establishes: the RTU). A repeated REP means our RTU was lost: again.
+void CmAgent::on_rep(const uint8_t* sgid, const uint8_t*, const cm::Mad& m) {
+  using namespace cm::rep;
+  uint64_t h;
+  Id* id = find_remote(uint32_t(cm::get(m, kRemoteCommId)), &h);
+  if (!id) return;
+  if (id->state == State::kEstablished) {
+    ++wire_counters_.mads_duplicate;
+    establish_remote(*id, h);
+    return;
+  }
+  if (id->state != State::kConnecting || id->ps == kPsUdp) {
+    ++wire_counters_.mads_duplicate;
+    return;
+  }
+  cancel(h);
+  id->remote_comm_id = uint32_t(cm::get(m, kLocalCommId));
+  id->remote_qpn = uint32_t(cm::get(m, kLocalQpn));
+  std::memcpy(id->remote_gid, sgid, 16);
+  id->state = State::kRepReceived;
+  abi::CmEventRecord ev{};
+  ev.event = kConnectResponse;
+  ev.param.qp_num = id->remote_qpn;
+  ev.param.psn = uint32_t(cm::get(m, kStartingPsn));
+  ev.param.responder_resources = uint8_t(cm::get(m, kInitiatorDepth));  // cm_format_rep_event
+  ev.param.initiator_depth = uint8_t(cm::get(m, kResponderResources));
+  ev.param.flow_control = uint8_t(cm::get(m, kEndToEndFlowControl));
+  ev.param.rnr_retry_count = uint8_t(cm::get(m, kRnrRetryCount));
+  ev.param.srq = uint8_t(cm::get(m, kSrq));
+  copy_private(ev.param, cm::at(m, kPrivateData), kPrivateData.len);
+  std::memcpy(ev.peer_gid, sgid, 16);
+  ev.local_gid_index = id->sgid_index;
+  post(*id, h, ev);
+}
+
+void CmAgent::on_rtu(const uint8_t*, const uint8_t*, const cm::Mad& m) {
+  uint64_t h;
+  Id* id = find_remote(uint32_t(cm::get(m, cm::rtu::kRemoteCommId)), &h);
+  if (!id) return;
+  if (id->state != State::kRepSent) {
+    ++wire_counters_.mads_duplicate;
+    return;
+  }
+  cancel(h);
+  id->state = State::kEstablished;
+  post_simple(h, kEstablished, 0);
+}
+
+// A REJ names us by our communication ID, except the "timeout" REJ of a
+// REQ withdrawn before any REP (it knows only its own): then by theirs.
+void CmAgent::on_rej(const uint8_t* sgid, const uint8_t*, const cm::Mad& m) {
+  using namespace cm::rej;
+  const uint32_t ours = uint32_t(cm::get(m, kRemoteCommId));
+  const uint32_t theirs = uint32_t(cm::get(m, kLocalCommId));
+  uint64_t h = 0;
+  Id* id = nullptr;
+  if (ours) {
+    id = find_remote(ours, &h);
+  } else {
+    for (auto& [ih, i] : ids_)
+      if (i.remote && i.child && i.remote_comm_id == theirs && std::memcmp(i.remote_gid, sgid, 16) == 0) {
+        h = ih;
+        id = &i;
+      }
+    if (!id) ++wire_counters_.mads_dropped;
+  }
+  if (!id) return;
+  if (id->state != State::kConnecting && id->state != State::kRequested && id->state != State::kRepSent &&
+      id->state != State::kRepReceived) {
+    ++wire_counters_.mads_duplicate;
+    return;
+  }
+  cancel(h);
+  id->state = id->child ? State::kDisconnected : State::kRouteResolved;
+  abi::CmEventRecord ev{};
+  ev.event = kRejected;
+  ev.status = int32_t(cm::get(m, kReason));
+  copy_private(ev.param, cm::at(m, kPrivateData), abi::kCmMaxRejPrivateData);
+  post(*id, h, ev);
+}
+
+// A DREQ is always answered (a repeated one too: our DREP was lost); the
+// connection it ends sees DISCONNECTED once.
+void CmAgent::on_dreq(const uint8_t* sgid, const uint8_t* dgid, const cm::Mad& m) {
+  using namespace cm::dreq;
+  const uint32_t ours = uint32_t(cm::get(m, kRemoteCommId));
+  cm::Mad drep = new_mad(cm::Attr::kDrep, m.hdr.tid);
+  cm::set(drep, cm::drep::kLocalCommId, ours);
+  cm::set(drep, cm::drep::kRemoteCommId, uint32_t(cm::get(m, kLocalCommId)));
+  ++wire_counters_.mads_sent;
+  wire_.send(sgid, sgid_index_of(dgid), drep);
+  const uint64_t h = handle_of(ours);
+  auto it = ids_.find(h);
+  if (it == ids_.end() || !it->second.remote) return;
+  Id& id = it->second;
+  if (id.state != State::kEstablished && id.state != State::kRepSent && id.state != State::kRepReceived &&
+      id.state != State::kDreqSent) {
+    ++wire_counters_.mads_duplicate;
+    return;
+  }
+  cancel(h);
+  id.state = State::kDisconnected;
+  post_simple(h, kDisconnected, 0);
+}
+
+void CmAgent::on_drep(const uint8_t*, const uint8_t*, const cm::Mad& m) {
+  const uint32_t ours = uint32_t(cm::get(m, cm::drep::kRemoteCommId));
+  // The DREQ of an id already gone is done.
+  std::erase_if(outstanding_, [ours](const Outstanding& o) { return !o.handle && o.comm_id == ours; });
+  const uint64_t h = handle_of(ours);
+  auto it = ids_.find(h);
+  if (it == ids_.end() || !it->second.remote || it->second.state != State::kDreqSent) return;
+  cancel(h);
+  it->second.state = State::kDisconnected;
+  post_simple(h, kDisconnected, 0);
+}
+
+// A SIDR REP: the peer's QP and Q_Key (ESTABLISHED), or its refusal
+// (UNREACHABLE with the status, as cma_sidr_rep_handler).
+void CmAgent::on_sidr_rep(const uint8_t* sgid, const uint8_t*, const cm::Mad& m) {
+  using namespace cm::sidr_rep;
+  uint64_t h;
+  Id* id = find_remote(uint32_t(cm::get(m, kRequestId)), &h);
+  if (!id) return;
+  if (id->state != State::kConnecting || id->ps != kPsUdp) {
+    ++wire_counters_.mads_duplicate;
+    return;
+  }
+  cancel(h);
+  id->state = State::kRouteResolved;
+  abi::CmEventRecord ev{};
+  const uint8_t status = uint8_t(cm::get(m, kStatus));
+  ev.event = status == cm::kSidrSuccess ? kEstablished : kUnreachable;
+  ev.status = status;
+  ev.param.qp_num = uint32_t(cm::get(m, kQpn));
+  ev.param.qkey = uint32_t(cm::get(m, kQkey));
+  copy_private(ev.param, cm::at(m, kPrivateData), kPrivateData.len);
+  std::memcpy(ev.peer_gid, sgid, 16);
+  ev.local_gid_index = id->sgid_index;
+  post(*id, h, ev);
+}
+
+}  // namespace uroce::device

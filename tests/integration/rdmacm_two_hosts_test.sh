@@ -1,0 +1,196 @@
+#!/usr/bin/env bash
+# rdma_cm across two engines: network namespaces joined by a veth pair, one
+# engine in each on a DPDK net_af_packet port with --ip, each host's clients
+# seeing only their own engine (a runtime directory each, as two machines).
+# Connections go as IB CM MADs on QP1 over RoCEv2 (device/cm_wire.cc).
+# Debian's unmodified rdmacm-utils and perftest -R under `uroce run`, a
+# refused connect, a killed client whose peer sees DISCONNECTED, and a
+# capture that tshark decodes as REQ, REP, RTU, DREQ, DREP with nothing
+# malformed, and an address no neighbour answers for (ADDR_ERROR). Every run is bounded in time.
+#
+#   rdmacm_two_hosts_test.sh
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+if ! command -v rping >/dev/null; then
+  echo "SKIP: rdmacm-utils not installed"
+  exit 77
+fi
+
+two_hosts_or_skip ucm 234
+run_a="$UROCE_RUNTIME_DIR/a" run_b="$UROCE_RUNTIME_DIR/b"
+mkdir -p "$run_a" "$run_b"
+chmod 700 "$run_a" "$run_b"
+add_cleanup "UROCE_RUNTIME_DIR=$run_a '$UROCE_BIN' stop --all >/dev/null 2>&1 || true"
+add_cleanup "UROCE_RUNTIME_DIR=$run_b '$UROCE_BIN' stop --all >/dev/null 2>&1 || true"
+# on_a / on_b: a command on that host, with that host's engine only.
+on_a() { UROCE_RUNTIME_DIR=$run_a ip netns exec "$ns_a" "$@"; }
+on_b() { UROCE_RUNTIME_DIR=$run_b ip netns exec "$ns_b" "$@"; }
+v6=fd00:234:$(printf '%x' $(($$ % 65536)))
+eng6_a=$v6::11 eng6_b=$v6::12  # RoCEv2 over IPv6 (GID 2)
+on_a "$UROCE_BIN" start --name hostA --port "net_af_packet0,iface=$veth_a" --ip "$eng_a" --ip6 "$eng6_a"
+on_b "$UROCE_BIN" start --name hostB --port "net_af_packet0,iface=$veth_b" --ip "$eng_b" --ip6 "$eng6_b"
+
+failures=0
+ok() { echo "ok   $1"; }
+bad() {
+  echo "FAIL $1"
+  failures=$((failures + 1))
+}
+
+# The CM ids in hostB's engine; wait_for_listener BEFORE waits (up to 30 s)
+# until a server made one more, i.e. it is binding or listening: a loaded
+# machine may take seconds to start a client (a connect before the listen
+# is REJECTED, a SIDR REQ UNREACHABLE).
+cm_ids_b() { UROCE_RUNTIME_DIR=$run_b "$UROCE_BIN" status 2>/dev/null | awk '/^cm: ids/ {print $3 + 0}'; }
+wait_for_listener() {
+  local i
+  for ((i = 0; i < 300; i++)); do
+    (($(cm_ids_b) > $1)) && break
+    sleep 0.1
+  done
+  sleep 0.5  # from its bind to its listen
+}
+
+# LABEL SERVER... -- CLIENT...: the server on B, the client on A.
+pair() {
+  local label=$1 server=() client=()
+  shift
+  while [[ $1 != -- ]]; do server+=("$1"); shift; done
+  shift
+  client=("$@")
+  local slog="$UROCE_LOG_DIR/$label.server.log" clog="$UROCE_LOG_DIR/$label.client.log"
+  local before attempt crc src spid
+  for attempt in 1 2 3; do
+    before=$(cm_ids_b)
+    on_b timeout -k 5 60 "$UROCE_BIN" run -- "${server[@]}" </dev/null >"$slog" 2>&1 &
+    spid=$! crc=0 src=0
+    wait_for_listener "$before"
+    on_a timeout -k 5 60 "$UROCE_BIN" run -- "${client[@]}" </dev/null >"$clog" 2>&1 || crc=$?
+    if ((crc != 0)); then  # the server's `timeout` (our child's child) stops it
+      pkill -TERM -P "$spid" 2>/dev/null || true
+    fi
+    wait "$spid" || src=$?
+    # perftest -R races itself: after its control connection's handshake
+    # the client connects at once while the server is still making its
+    # data listener (a REQ before the listen is REJECTED 8, a SIDR REQ
+    # UNREACHABLE 1, as with the kernel's CM). That one ending is run again.
+    if ((crc != 0)) && grep -qE 'Event: RDMA_CM_EVENT_(REJECTED; error: 8|UNREACHABLE; error: 1)' "$clog" &&
+       grep -q 'ib_' <<<"${client[0]}"; then
+      echo "     $label: perftest's own listen race (attempt $attempt), again"
+      continue
+    fi
+    break
+  done
+  if ((crc == 0 && src == 0)) && ! grep -qE 'error|[Ff]ail|invalid data' "$clog" "$slog"; then
+    ok "$label"
+  else
+    bad "$label (client $crc, server $src)"
+    tail -n 15 "$clog" "$slog"
+  fi
+  PAIR_CLIENT_LOG=$clog
+}
+
+cap="$UROCE_LOG_DIR/cm.pcap"
+if command -v tshark >/dev/null; then
+  sleep 1  # past start-up (EAL, the kernel's own IPv6 chatter on a new link)
+  UROCE_RUNTIME_DIR=$run_a "$UROCE_BIN" capture --name hostA -w "$cap" --count 400 --seconds 30 \
+    >"$UROCE_LOG_DIR/capture.log" 2>&1 &
+  cap_pid=$!
+  sleep 0.5
+fi
+pair rping rping -s -a "$eng_b" -p 18901 -C 10 -v -- rping -c -a "$eng_b" -p 18901 -C 10 -v
+grep -q 'ping data: rdma-ping-9' "$PAIR_CLIENT_LOG" || bad "rping: 10 pings with their data"
+if command -v tshark >/dev/null; then
+  wait "$cap_pid" || cat "$UROCE_LOG_DIR/capture.log"
+  # CM MADs by attribute ID (IBA table 105): REQ, REP, RTU, DREQ, DREP.
+  attrs=$(tshark -r "$cap" -Y infiniband.mad -T fields -e infiniband.mad.attributeid 2>/dev/null | sort | uniq -c | tr -s ' ' | tr '\n' ';' || true)
+  malformed=$(tshark -r "$cap" -Y "_ws.malformed || _ws.expert.severity == error" 2>/dev/null | wc -l || true)
+  missing=""
+  for a in 0x0010 0x0013 0x0014 0x0015 0x0016; do
+    grep -q " $a" <<<"$attrs" || missing+=" $a"
+  done
+  reqs=$(tshark -r "$cap" -Y "infiniband.cm.req.serviceid.dport == 18901" 2>/dev/null | wc -l || true)
+  if [[ -z $missing ]] && ((malformed == 0 && reqs > 0)); then
+    ok "capture: CM MADs by attribute:$attrs none malformed"
+  else
+    bad "capture: attributes$attrs missing$missing, $malformed malformed, $reqs REQs to port 18901"
+  fi
+else
+  echo "skip capture: tshark not installed"
+fi
+
+pair rping_ipv6 rping -s -a "$eng6_b" -p 18906 -C 5 -v -- rping -c -a "$eng6_b" -p 18906 -C 5 -v
+grep -q 'ping data: rdma-ping-4' "$PAIR_CLIENT_LOG" || bad "rping_ipv6: 5 pings with their data"
+pair ucmatose ucmatose -p 18902 -c 2 -- ucmatose -p 18902 -c 2 -s "$eng_b"
+# udaddy has no port option (its -p is the port space): 7174.
+pair udaddy udaddy -c 2 -- udaddy -c 2 -s "$eng_b"
+pair rdma_server_client rdma_server -p 18903 -- rdma_client -s "$eng_b" -p 18903
+pair ib_send_bw_R_UD ib_send_bw -R -c UD -d hostB -x 0 -p 18907 -n 200 -- ib_send_bw -R -c UD -d hostA -x 0 -p 18907 -n 200 "$eng_b"
+pair ib_send_bw_R ib_send_bw -R -d hostB -x 0 -p 18904 -n 200 -- ib_send_bw -R -d hostA -x 0 -p 18904 -n 200 "$eng_b"
+
+# A connect to a port nobody listens on is REJECTED (invalid service ID) by
+# the other engine at once, never a hang.
+start=$SECONDS
+if on_a timeout 10 "$UROCE_BIN" run -- rping -c -a "$eng_b" -p 18999 -C 1 >"$UROCE_LOG_DIR/nolistener.log" 2>&1; then
+  bad "rping to no listener succeeded"
+elif grep -q 'RDMA_CM_EVENT_REJECTED, error 8' "$UROCE_LOG_DIR/nolistener.log" && ((SECONDS - start < 5)); then
+  ok "no listener on the other host: REJECTED (error 8)"
+else
+  cat "$UROCE_LOG_DIR/nolistener.log"
+  bad "no listener"
+fi
+
+# An address nobody answers ARP for: ADDR_ERROR after a second of asking.
+start=$SECONDS
+if on_a timeout 10 "$UROCE_BIN" run -- rping -c -a "${net%.0}.99" -p 18998 -C 1 >"$UROCE_LOG_DIR/noneighbour.log" 2>&1; then
+  bad "rping to an absent host succeeded"
+elif grep -q 'RDMA_CM_EVENT_ADDR_ERROR, error -113' "$UROCE_LOG_DIR/noneighbour.log" && ((SECONDS - start < 6)); then
+  ok "absent host: ADDR_ERROR (EHOSTUNREACH) in $((SECONDS - start)) s"
+else
+  cat "$UROCE_LOG_DIR/noneighbour.log"
+  bad "absent host"
+fi
+
+# A client killed with its connection up: the server on the other host sees
+# DISCONNECTED (the engine's DREQ) and ends on its own. The client is
+# stopped first, so the server is idle, waiting for its next SEND, when the
+# client goes (else the server's RDMA to a vanishing client may fail first,
+# as between two NICs).
+before=$(cm_ids_b)
+on_b timeout -k 5 30 "$UROCE_BIN" run -- rping -s -a "$eng_b" -p 18905 -v >"$UROCE_LOG_DIR/killed.server.log" 2>&1 &
+server_pid=$!
+wait_for_listener "$before"
+on_a timeout -k 5 30 "$UROCE_BIN" run -- rping -c -a "$eng_b" -p 18905 -C 1000000 -S 64 >"$UROCE_LOG_DIR/killed.client.log" 2>&1 &
+client_pid=$!
+for ((i = 0; i < 300; i++)); do  # until the server's engine holds the connection's id too
+  (($(cm_ids_b) > before + 1)) && break
+  sleep 0.1
+done
+sleep 1
+# The client is this script's own rping, named by its unique arguments.
+client_rping=$(pgrep -f -- "-a $eng_b -p 18905 -C 1000000" || true)
+if [[ -n $client_rping ]]; then
+  kill -STOP $client_rping
+  sleep 1
+  kill -KILL $client_rping
+fi
+wait "$client_pid" 2>/dev/null || true
+server_rc=0
+wait "$server_pid" || server_rc=$?
+if ((server_rc != 124)) && grep -q 'DISCONNECT EVENT' "$UROCE_LOG_DIR/killed.server.log"; then
+  ok "killed client: the server on the other host saw DISCONNECTED and ended"
+else
+  grep -v 'ping data' "$UROCE_LOG_DIR/killed.server.log" | tail -n 5
+  bad "killed client: server rc $server_rc"
+fi
+
+for h in a b; do
+  dir=run_$h
+  UROCE_RUNTIME_DIR=${!dir} "$UROCE_BIN" status 2>/dev/null | grep '^cm' | sed "s/^/host$h /" || true
+done
+if ((failures)); then
+  tail -n 30 "$run_a"/*.log "$run_b"/*.log 2>/dev/null || true
+  echo "rdmacm_two_hosts: $failures failed"
+  exit 1
+fi
+echo "rdmacm_two_hosts: all passed"

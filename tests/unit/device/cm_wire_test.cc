@@ -1,0 +1,513 @@
+// The CM agent's remote half (device/cm_wire.cc): two agents, as two
+// engines, whose MADs the test carries by hand (or loses), with a clock of
+// its own. The REQ of a Linux peer is built byte by byte from IBA table 106
+// and cma.c's struct cma_hdr, not with net/cm_mad.h, so the table is
+// checked against the spec as well as against itself.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <deque>
+#include <optional>
+
+#include "device/cm_agent.h"
+#include "device/objects.h"
+
+namespace uroce::device {
+namespace {
+
+namespace cm = net::cm;
+
+constexpr uint32_t kPsTcp = 0x0106, kPsUdp = 0x0111;
+enum : uint32_t { kAddrResolved = 0, kRouteResolved = 2, kConnectRequest = 4, kConnectResponse = 5,
+                  kUnreachable = 7, kRejected = 8, kEstablished = 9, kDisconnected = 10 };
+
+abi::CmAddr v4(const char* ip, uint16_t port) {
+  abi::CmAddr a{};
+  a.family = AF_INET;
+  a.port = htons(port);
+  inet_pton(AF_INET, ip, a.addr);
+  return a;
+}
+
+struct SentMad {
+  uint8_t dgid[16];
+  uint8_t sgid_index;
+  cm::Mad mad;
+  uint16_t attr() const { return mad.hdr.attr_id; }
+};
+
+// One engine: its agent, its GID, one client with one channel, and the
+// MADs its agent sent.
+struct Engine {
+  Engine(const char* ip, uint64_t* clock) {
+    inet_pton(AF_INET, ip, ip4.data());
+    info.gids[0].valid = 1;
+    std::memcpy(info.gids[0].gid, kMapped, 12);
+    std::memcpy(info.gids[0].gid + 12, ip4.data(), 4);
+    info.node_guid = htobe64(0x0275720000000001ull + ip4[3]);
+    info.port.active_mtu = IBV_MTU_1024;
+    CmWire w;
+    w.send = [this](const uint8_t* dgid, uint8_t sgid_index, const cm::Mad& m) {
+      SentMad s;
+      std::memcpy(s.dgid, dgid, 16);
+      s.sgid_index = sgid_index;
+      s.mad = m;
+      out.push_back(s);
+    };
+    w.has_route = [] { return true; };
+    w.neighbour_known = [this](const uint8_t*, bool solicit) {
+      solicits += solicit;
+      return neighbour_up;
+    };
+    w.now_ns = [clock] { return *clock; };
+    agent.attach_wire(w);
+    int fds[2];
+    EXPECT_EQ(pipe2(fds, O_NONBLOCK), 0);
+    read_fd = fds[0];
+    EXPECT_EQ(agent.create_channel(&owner, fds[1], &channel), 0);
+  }
+  ~Engine() { close(read_fd); }
+  const uint8_t* gid() const { return info.gids[0].gid; }
+
+  uint64_t new_id(uint32_t ps = kPsTcp) {
+    uint64_t h = 0;
+    EXPECT_EQ(agent.create_id(&owner, {channel, ps, ps == kPsUdp ? IBV_QPT_UD : IBV_QPT_RC}, &h), 0);
+    return h;
+  }
+  uint64_t listen(uint16_t port, uint32_t ps = kPsTcp) {
+    const uint64_t l = new_id(ps);
+    abi::CmBindReply rep{};
+    EXPECT_EQ(agent.bind(&owner, {l, v4("0.0.0.0", port), 0, 0, {}}, &rep), 0);
+    EXPECT_EQ(agent.listen(&owner, l, 1), 0);
+    return l;
+  }
+  std::optional<abi::CmEventRecord> event() {
+    abi::CmEventRecord r;
+    if (read(read_fd, &r, sizeof(r)) != ssize_t(sizeof(r))) return std::nullopt;
+    return r;
+  }
+  uint32_t next_type() {
+    auto e = event();
+    return e ? e->event : ~0u;
+  }
+  // An id resolved to ip:port beyond the engine, its two events read.
+  uint64_t resolved(const char* ip, uint16_t port, uint32_t ps = kPsTcp) {
+    const uint64_t id = new_id(ps);
+    abi::CmResolveAddrRequest r{};
+    r.id = id;
+    r.dst = v4(ip, port);
+    abi::CmBindReply rep{};
+    EXPECT_EQ(agent.resolve_addr(&owner, r, &rep), 0);
+    EXPECT_EQ(next_type(), kAddrResolved);
+    EXPECT_EQ(std::memcmp(rep.addr.addr, ip4.data(), 4), 0);  // the source is our --ip
+    EXPECT_EQ(agent.resolve_route(&owner, id), 0);
+    EXPECT_EQ(next_type(), kRouteResolved);
+    return id;
+  }
+  SentMad take() {
+    EXPECT_FALSE(out.empty());
+    if (out.empty()) return {};
+    SentMad s = out.front();
+    out.pop_front();
+    return s;
+  }
+
+  static constexpr uint8_t kMapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+  std::array<uint8_t, 4> ip4{};
+  std::array<uint8_t, 16> ip6{};
+  abi::DeviceInfo info{};
+  CmAgent agent{ip4, ip6, info};
+  Owner owner;
+  int read_fd = -1;
+  uint64_t channel = 0;
+  std::deque<SentMad> out;
+  bool neighbour_up = true;  // the ARP/NDP cache knows every peer
+  int solicits = 0;
+};
+
+class CmWireTest : public ::testing::Test {
+ protected:
+  // The next MAD `from` sent, delivered to `to` as the GSI would (the
+  // sender's GID from the IP source); returns it.
+  SentMad carry(Engine& from, Engine& to) {
+    SentMad s = from.take();
+    EXPECT_EQ(std::memcmp(s.dgid, to.gid(), 16), 0);
+    to.agent.receive_mad(from.gid(), to.gid(), s.mad);
+    return s;
+  }
+  abi::CmConnectRequest conn(uint64_t id, uint32_t qpn, uint32_t psn, const char* priv = nullptr) {
+    abi::CmConnectRequest r{};
+    r.id = id;
+    r.param.qp_num = qpn;
+    r.param.psn = psn;
+    r.param.responder_resources = 4;
+    r.param.initiator_depth = 2;
+    r.param.retry_count = 7;
+    r.param.rnr_retry_count = 6;
+    r.param.qkey = 0x01234567;
+    if (priv) {
+      r.param.private_data_len = uint8_t(std::strlen(priv) + 1);
+      std::memcpy(r.param.private_data, priv, r.param.private_data_len);
+    }
+    return r;
+  }
+  // a's id connected to b's listener on port through REQ, REP, RTU; returns
+  // b's id.
+  uint64_t connected(uint64_t active, uint16_t port) {
+    EXPECT_EQ(a_.agent.connect(&a_.owner, conn(active, 0x11, 0x100)), 0);
+    EXPECT_EQ(carry(a_, b_).attr(), uint16_t(cm::Attr::kReq));
+    auto req = b_.event();
+    EXPECT_TRUE(req && req->event == kConnectRequest);
+    if (!req) return 0;
+    EXPECT_EQ(b_.agent.accept(&b_.owner, conn(req->id, 0x22, 0x200)), 0);
+    EXPECT_EQ(carry(b_, a_).attr(), uint16_t(cm::Attr::kRep));
+    EXPECT_EQ(a_.next_type(), kConnectResponse);
+    EXPECT_EQ(a_.agent.establish(&a_.owner, active), 0);
+    EXPECT_EQ(carry(a_, b_).attr(), uint16_t(cm::Attr::kRtu));
+    EXPECT_EQ(b_.next_type(), kEstablished);
+    (void)port;
+    return req->id;
+  }
+
+  uint64_t now_ = 1'000'000;
+  Engine a_{"10.9.0.1", &now_}, b_{"10.9.0.2", &now_};
+};
+
+TEST_F(CmWireTest, TheReqCarriesRdmaCmsServiceIdAndIpHeaderAtIbaOffsets) {
+  const uint64_t id = a_.resolved("10.9.0.2", 7471);
+  ASSERT_EQ(a_.agent.connect(&a_.owner, conn(id, 0xabcdef, 0x123456, "hi")), 0);
+  const SentMad s = a_.take();
+  const auto* b = reinterpret_cast<const uint8_t*>(&s.mad);
+  EXPECT_EQ(std::memcmp(s.dgid, b_.gid(), 16), 0);
+  // MAD header (IBA 13.4.2): version 1, class CM 7, class version 2, Send.
+  EXPECT_EQ(b[0], 1);
+  EXPECT_EQ(b[1], 7);
+  EXPECT_EQ(b[2], 2);
+  EXPECT_EQ(b[3], 3);
+  EXPECT_EQ(b[16] << 8 | b[17], 0x0010);  // REQ
+  // Service ID RDMA_IB_IP_PS_TCP | port at MAD byte 32 (table 106: 8 + 24).
+  const uint8_t sid[8] = {0, 0, 0, 0, 0x01, 0x06, 7471 >> 8, 7471 & 0xff};
+  EXPECT_EQ(std::memcmp(b + 32, sid, 8), 0);
+  EXPECT_EQ(b[56] << 16 | b[57] << 8 | b[58], 0xabcdef);  // local QPN
+  EXPECT_EQ(b[59], 4);                                    // responder resources
+  EXPECT_EQ(b[63], 2);                                    // initiator depth
+  EXPECT_EQ(b[68] << 16 | b[69] << 8 | b[70], 0x123456);  // starting PSN
+  EXPECT_EQ(b[71] & 7, 7);                                // retry count
+  EXPECT_EQ(b[72] << 8 | b[73], 0xffff);                  // P_Key
+  EXPECT_EQ(b[74] >> 4, IBV_MTU_1024);                    // path MTU
+  EXPECT_EQ(b[74] & 7, 6);                                // RNR retry count
+  EXPECT_EQ(b[75] >> 4, 15);                              // max CM retries
+  EXPECT_EQ(std::memcmp(b + 80, a_.gid(), 16), 0);        // primary local port GID
+  EXPECT_EQ(std::memcmp(b + 96, b_.gid(), 16), 0);        // primary remote port GID
+  // Private data at MAD byte 164: cma_hdr (version 0, IPv4, source port,
+  // source and destination addresses in the last 4 of 16 bytes), then ours.
+  EXPECT_EQ(b[164], 0);
+  EXPECT_EQ(b[165], 0x40);
+  EXPECT_GE(b[166] << 8 | b[167], 32768);  // the ephemeral port resolve_addr bound
+  EXPECT_EQ(std::memcmp(b + 168 + 12, a_.ip4.data(), 4), 0);
+  EXPECT_EQ(std::memcmp(b + 184 + 12, b_.ip4.data(), 4), 0);
+  EXPECT_STREQ(reinterpret_cast<const char*>(b + 200), "hi");
+}
+
+// A REQ as Linux's cm_format_req and cma_format_hdr lay it out, byte by
+// byte: the listener sees CONNECT_REQUEST with the peer's parameters, and
+// accepting answers a REP to the REQ's communication ID and TID.
+TEST_F(CmWireTest, ALinuxReqReachesTheListenerAndIsAnsweredWithARep) {
+  const uint64_t l = b_.listen(18515);
+  uint8_t mad[256] = {1, 7, 2, 3};
+  const uint8_t tid[8] = {0x11, 0x22, 0x33, 0x44, 0, 0, 0, 0x05};
+  std::memcpy(mad + 8, tid, 8);
+  mad[17] = 0x10;                                                        // REQ
+  const uint8_t comm[4] = {0xde, 0xad, 0xbe, 0xef};
+  std::memcpy(mad + 24, comm, 4);                                        // local comm ID
+  const uint8_t sid[8] = {0, 0, 0, 0, 0x01, 0x06, 0x48, 0x53};           // TCP port 18515
+  std::memcpy(mad + 32, sid, 8);
+  mad[56] = 0x00, mad[57] = 0x01, mad[58] = 0x07, mad[59] = 16;          // QPN 0x107, resp res 16
+  mad[63] = 8;                                                           // initiator depth 8
+  mad[67] = 20 << 3;                                                     // remote CM timeout, RC
+  mad[68] = 0x0a, mad[69] = 0xbc, mad[70] = 0xde, mad[71] = 20 << 3 | 7; // PSN, timeout, retry 7
+  mad[72] = mad[73] = 0xff;                                              // P_Key
+  mad[74] = 3 << 4 | 7;                                                  // MTU 1024, RNR retry 7
+  mad[75] = 15 << 4;                                                     // max CM retries 15
+  std::memcpy(mad + 80, a_.gid(), 16);
+  std::memcpy(mad + 96, b_.gid(), 16);
+  mad[117] = 64;                                                         // hop limit
+  mad[164] = 0, mad[165] = 0x40, mad[166] = 0xc3, mad[167] = 0x50;       // cma_hdr: v0, IPv4, port 50000
+  std::memcpy(mad + 168 + 12, a_.ip4.data(), 4);
+  std::memcpy(mad + 184 + 12, b_.ip4.data(), 4);
+  std::memcpy(mad + 200, "linux", 6);
+  cm::Mad req;
+  std::memcpy(&req, mad, sizeof(req));
+  b_.agent.receive_mad(a_.gid(), b_.gid(), req);
+
+  auto e = b_.event();
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->event, kConnectRequest);
+  EXPECT_EQ(e->listen_id, l);
+  EXPECT_EQ(e->param.qp_num, 0x107u);
+  EXPECT_EQ(e->param.psn, 0x0abcdeu);
+  EXPECT_EQ(e->param.responder_resources, 8);  // the REQ's initiator depth (cm_format_req_event)
+  EXPECT_EQ(e->param.initiator_depth, 16);
+  EXPECT_EQ(e->param.rnr_retry_count, 7);
+  EXPECT_EQ(e->param.private_data_len, 56);  // 92 - sizeof(cma_hdr)
+  EXPECT_STREQ(reinterpret_cast<const char*>(e->param.private_data), "linux");
+  EXPECT_EQ(std::memcmp(e->peer_gid, a_.gid(), 16), 0);
+  EXPECT_EQ(ntohs(e->src.port), 18515);
+  EXPECT_EQ(ntohs(e->dst.port), 50000);
+  EXPECT_EQ(std::memcmp(e->dst.addr, a_.ip4.data(), 4), 0);
+
+  ASSERT_EQ(b_.agent.accept(&b_.owner, conn(e->id, 0x33, 0x777, "ok")), 0);
+  const SentMad rep = b_.take();
+  const auto* r = reinterpret_cast<const uint8_t*>(&rep.mad);
+  EXPECT_EQ(r[17], 0x13);  // REP
+  EXPECT_EQ(std::memcmp(r + 8, tid, 8), 0);
+  EXPECT_EQ(std::memcmp(r + 28, comm, 4), 0);  // remote comm ID: the REQ's local one
+  EXPECT_EQ(r[36] << 16 | r[37] << 8 | r[38], 0x33);
+  EXPECT_EQ(r[44] << 16 | r[45] << 8 | r[46], 0x777);
+  EXPECT_STREQ(reinterpret_cast<const char*>(r + 60), "ok");
+  // A repeated REQ (the REP was lost) is answered with the REP again, and
+  // makes no second request.
+  b_.agent.receive_mad(a_.gid(), b_.gid(), req);
+  EXPECT_EQ(b_.take().attr(), uint16_t(cm::Attr::kRep));
+  EXPECT_FALSE(b_.event());
+}
+
+TEST_F(CmWireTest, ConnectAndDisconnectBetweenTwoEngines) {
+  b_.listen(7000);
+  const uint64_t active = a_.resolved("10.9.0.2", 7000);
+  const uint64_t passive = connected(active, 7000);
+  EXPECT_EQ(a_.agent.next_deadline_ns(), 0u);  // nothing awaits an answer
+  EXPECT_EQ(b_.agent.next_deadline_ns(), 0u);
+  ASSERT_EQ(a_.agent.disconnect(&a_.owner, active), 0);
+  EXPECT_EQ(carry(a_, b_).attr(), uint16_t(cm::Attr::kDreq));
+  EXPECT_EQ(b_.next_type(), kDisconnected);
+  EXPECT_FALSE(a_.event());  // the initiator waits for the DREP
+  EXPECT_EQ(carry(b_, a_).attr(), uint16_t(cm::Attr::kDrep));
+  EXPECT_EQ(a_.next_type(), kDisconnected);
+  EXPECT_EQ(b_.agent.disconnect(&b_.owner, passive), 0);  // already down: nothing more
+  EXPECT_TRUE(b_.out.empty());
+  EXPECT_EQ(a_.agent.next_deadline_ns(), 0u);
+}
+
+TEST_F(CmWireTest, APortNobodyListensOnIsRejectedInvalidServiceId) {
+  const uint64_t id = a_.resolved("10.9.0.2", 7001);
+  ASSERT_EQ(a_.agent.connect(&a_.owner, conn(id, 0x11, 1)), 0);
+  carry(a_, b_);
+  EXPECT_EQ(carry(b_, a_).attr(), uint16_t(cm::Attr::kRej));
+  auto e = a_.event();
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->event, kRejected);
+  EXPECT_EQ(e->status, 8);  // IB_CM_REJ_INVALID_SERVICE_ID
+  EXPECT_EQ(a_.agent.next_deadline_ns(), 0u);
+}
+
+TEST_F(CmWireTest, ARejectCarriesItsPrivateData) {
+  b_.listen(7002);
+  const uint64_t id = a_.resolved("10.9.0.2", 7002);
+  ASSERT_EQ(a_.agent.connect(&a_.owner, conn(id, 0x11, 1)), 0);
+  carry(a_, b_);
+  auto req = b_.event();
+  ASSERT_TRUE(req);
+  abi::CmRejectRequest rej{};
+  rej.id = req->id;
+  rej.private_data_len = 3;
+  std::memcpy(rej.private_data, "no", 3);
+  ASSERT_EQ(b_.agent.reject(&b_.owner, rej), 0);
+  carry(b_, a_);
+  auto e = a_.event();
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->event, kRejected);
+  EXPECT_EQ(e->status, 28);  // IB_CM_REJ_CONSUMER_DEFINED
+  EXPECT_STREQ(reinterpret_cast<const char*>(e->param.private_data), "no");
+}
+
+// A REQ nobody answers is sent again at each CM response timeout,
+// max_cm_retries times, then the connect is UNREACHABLE (-ETIMEDOUT).
+TEST_F(CmWireTest, AnUnansweredReqIsRetriedThenUnreachable) {
+  const uint64_t id = a_.resolved("10.9.0.3", 7003);
+  ASSERT_EQ(a_.agent.connect(&a_.owner, conn(id, 0x11, 1)), 0);
+  const SentMad first = a_.take();
+  const uint64_t interval = a_.agent.next_deadline_ns() - now_;
+  EXPECT_EQ(interval, 2 * cm::timeout_ns(18) + cm::timeout_ns(20));  // 6.4 s, as cm.c's timeout_ms
+  EXPECT_FALSE(a_.agent.poll_timers(now_ + interval - 1));
+  EXPECT_TRUE(a_.out.empty());
+  for (int i = 0; i < 15; ++i) {
+    now_ = a_.agent.next_deadline_ns();
+    EXPECT_TRUE(a_.agent.poll_timers(now_));
+    ASSERT_EQ(a_.out.size(), 1u);
+    const SentMad again = a_.take();
+    EXPECT_EQ(std::memcmp(&again.mad, &first.mad, sizeof(first.mad)), 0);
+    EXPECT_FALSE(a_.event());
+  }
+  now_ = a_.agent.next_deadline_ns();
+  EXPECT_TRUE(a_.agent.poll_timers(now_));
+  EXPECT_TRUE(a_.out.empty());
+  auto e = a_.event();
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->event, kUnreachable);
+  EXPECT_EQ(e->status, -ETIMEDOUT);
+  EXPECT_EQ(a_.agent.next_deadline_ns(), 0u);
+  EXPECT_EQ(a_.agent.wire_counters().mads_retransmitted, 15u);
+  EXPECT_EQ(a_.agent.wire_counters().timeouts, 1u);
+}
+
+// An MRA (the peer needs longer) holds the REQ's retries back.
+TEST_F(CmWireTest, AnMraPostponesTheRetry) {
+  const uint64_t id = a_.resolved("10.9.0.2", 7004);
+  ASSERT_EQ(a_.agent.connect(&a_.owner, conn(id, 0x11, 1)), 0);
+  const SentMad req = a_.take();
+  const uint64_t before = a_.agent.next_deadline_ns();
+  cm::Mad mra = req.mad;
+  std::memset(mra.data, 0, sizeof(mra.data));
+  mra.hdr.attr_id = uint16_t(cm::Attr::kMra);
+  cm::set(mra, cm::mra::kRemoteCommId, cm::get(req.mad, cm::req::kLocalCommId));
+  cm::set(mra, cm::mra::kServiceTimeout, 24);
+  a_.agent.receive_mad(b_.gid(), a_.gid(), mra);
+  EXPECT_EQ(a_.agent.next_deadline_ns(), before + cm::timeout_ns(24));
+}
+
+// The RTU was lost: the passive side sends its REP again, and the active
+// side, already established, answers with the RTU again.
+TEST_F(CmWireTest, ALostRtuIsRecoveredByTheRepRetry) {
+  b_.listen(7005);
+  const uint64_t active = a_.resolved("10.9.0.2", 7005);
+  ASSERT_EQ(a_.agent.connect(&a_.owner, conn(active, 0x11, 1)), 0);
+  carry(a_, b_);
+  auto req = b_.event();
+  ASSERT_TRUE(req);
+  ASSERT_EQ(b_.agent.accept(&b_.owner, conn(req->id, 0x22, 2)), 0);
+  carry(b_, a_);
+  EXPECT_EQ(a_.next_type(), kConnectResponse);
+  ASSERT_EQ(a_.agent.establish(&a_.owner, active), 0);
+  a_.take();  // the RTU, lost
+  now_ = b_.agent.next_deadline_ns();
+  EXPECT_TRUE(b_.agent.poll_timers(now_));
+  EXPECT_EQ(carry(b_, a_).attr(), uint16_t(cm::Attr::kRep));
+  EXPECT_FALSE(a_.event());  // no second CONNECT_RESPONSE
+  EXPECT_EQ(carry(a_, b_).attr(), uint16_t(cm::Attr::kRtu));
+  EXPECT_EQ(b_.next_type(), kEstablished);
+  EXPECT_EQ(b_.agent.next_deadline_ns(), 0u);
+}
+
+// A client that dies disconnects: its DREQ reaches the peer, and keeps
+// being sent after its id is gone until the DREP comes.
+TEST_F(CmWireTest, AClientThatDiesDisconnectsItsRemotePeer) {
+  b_.listen(7006);
+  const uint64_t active = a_.resolved("10.9.0.2", 7006);
+  connected(active, 7006);
+  a_.agent.release_owner(&a_.owner);
+  EXPECT_EQ(a_.agent.id_count(), 0u);
+  const SentMad dreq = a_.take();
+  EXPECT_EQ(dreq.attr(), uint16_t(cm::Attr::kDreq));
+  now_ = a_.agent.next_deadline_ns();  // lost once
+  EXPECT_TRUE(a_.agent.poll_timers(now_));
+  EXPECT_EQ(carry(a_, b_).attr(), uint16_t(cm::Attr::kDreq));
+  EXPECT_EQ(b_.next_type(), kDisconnected);
+  carry(b_, a_);  // the DREP
+  EXPECT_EQ(a_.agent.next_deadline_ns(), 0u);
+}
+
+// A connect still unanswered when its client dies is withdrawn: REJ
+// "timeout" naming only the REQ's communication ID, which the passive
+// side matches against the request it holds.
+TEST_F(CmWireTest, AWithdrawnReqRejectsThePendingRequest) {
+  b_.listen(7007);
+  const uint64_t active = a_.resolved("10.9.0.2", 7007);
+  ASSERT_EQ(a_.agent.connect(&a_.owner, conn(active, 0x11, 1)), 0);
+  carry(a_, b_);
+  EXPECT_EQ(b_.next_type(), kConnectRequest);
+  ASSERT_EQ(a_.agent.destroy_id(&a_.owner, active), 0);
+  EXPECT_EQ(carry(a_, b_).attr(), uint16_t(cm::Attr::kRej));
+  auto e = b_.event();
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->event, kRejected);
+  EXPECT_EQ(e->status, 1);  // IB_CM_REJ_TIMEOUT
+  EXPECT_EQ(a_.agent.next_deadline_ns(), 0u);
+}
+
+TEST_F(CmWireTest, SidrResolvesAUdServiceAndRefusesAnUnknownOne) {
+  b_.listen(7008, kPsUdp);
+  const uint64_t id = a_.resolved("10.9.0.2", 7008, kPsUdp);
+  ASSERT_EQ(a_.agent.connect(&a_.owner, conn(id, 0x11, 0)), 0);
+  EXPECT_EQ(carry(a_, b_).attr(), uint16_t(cm::Attr::kSidrReq));
+  auto req = b_.event();
+  ASSERT_TRUE(req);
+  EXPECT_EQ(req->event, kConnectRequest);
+  EXPECT_EQ(req->param.private_data_len, 180);  // 216 - sizeof(cma_hdr)
+  ASSERT_EQ(b_.agent.accept(&b_.owner, conn(req->id, 0x44, 0)), 0);
+  EXPECT_EQ(carry(b_, a_).attr(), uint16_t(cm::Attr::kSidrRep));
+  auto e = a_.event();
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->event, kEstablished);
+  EXPECT_EQ(e->param.qp_num, 0x44u);
+  EXPECT_EQ(e->param.qkey, 0x01234567u);
+  EXPECT_EQ(std::memcmp(e->peer_gid, b_.gid(), 16), 0);
+
+  const uint64_t other = a_.resolved("10.9.0.2", 7009, kPsUdp);
+  ASSERT_EQ(a_.agent.connect(&a_.owner, conn(other, 0x11, 0)), 0);
+  carry(a_, b_);
+  carry(b_, a_);
+  e = a_.event();
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->event, kUnreachable);
+  EXPECT_EQ(e->status, 1);  // IB_SIDR_UNSUPPORTED
+}
+
+TEST_F(CmWireTest, MadsOfAnotherClassOrForNoIdAreDropped) {
+  cm::Mad m{};
+  m.hdr.base_version = 1;
+  m.hdr.mgmt_class = 0x03;  // subnet administration
+  m.hdr.class_version = 2;
+  m.hdr.method = 3;
+  a_.agent.receive_mad(b_.gid(), a_.gid(), m);
+  m.hdr.mgmt_class = cm::kMgmtClassCm;
+  m.hdr.attr_id = uint16_t(cm::Attr::kRtu);
+  a_.agent.receive_mad(b_.gid(), a_.gid(), m);  // names no id of ours
+  EXPECT_EQ(a_.agent.wire_counters().mads_dropped, 2u);
+  EXPECT_FALSE(a_.event());
+  EXPECT_TRUE(a_.out.empty());
+}
+
+// rdma_resolve_addr to a neighbour not yet known: ARP asks for it, and
+// ADDR_RESOLVED comes when the cache has it; one that never answers is
+// ADDR_ERROR (EHOSTUNREACH) after a second.
+TEST_F(CmWireTest, AddressResolutionWaitsForTheNeighbour) {
+  a_.neighbour_up = false;
+  abi::CmBindReply rep{};
+  abi::CmResolveAddrRequest r{};
+  r.id = a_.new_id();
+  r.dst = v4("10.9.0.2", 7010);
+  ASSERT_EQ(a_.agent.resolve_addr(&a_.owner, r, &rep), 0);
+  EXPECT_EQ(a_.solicits, 1);
+  EXPECT_FALSE(a_.event());
+  now_ = a_.agent.next_deadline_ns();
+  a_.agent.poll_timers(now_);
+  EXPECT_FALSE(a_.event());
+  a_.neighbour_up = true;  // the ARP reply came
+  now_ = a_.agent.next_deadline_ns();
+  a_.agent.poll_timers(now_);
+  EXPECT_EQ(a_.next_type(), kAddrResolved);
+
+  a_.neighbour_up = false;
+  r.id = a_.new_id();
+  ASSERT_EQ(a_.agent.resolve_addr(&a_.owner, r, &rep), 0);
+  const uint64_t start = now_;
+  std::optional<abi::CmEventRecord> e;
+  while (!e && now_ - start < 2'000'000'000) {
+    now_ = a_.agent.next_deadline_ns();
+    a_.agent.poll_timers(now_);
+    e = a_.event();
+  }
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->event, 1u);  // RDMA_CM_EVENT_ADDR_ERROR
+  EXPECT_EQ(e->status, -EHOSTUNREACH);
+  EXPECT_GE(now_ - start, 1'000'000'000u);
+  EXPECT_GE(a_.solicits, 5);  // one at once, then every 200 ms
+  EXPECT_EQ(a_.agent.next_deadline_ns(), 0u);
+}
+
+}  // namespace
+}  // namespace uroce::device
