@@ -223,9 +223,17 @@ constexpr Table make_table() {
 
 constexpr Table kMethods = make_table();
 
+// GCC with -fsanitize=address does not fold a function's address compared
+// with null in a constant expression, so a sanitizer build checks the names
+// only; Methods.EveryOperationHasOneAndUnknownOnesNone checks the handlers at
+// run time in every build.
 constexpr bool every_op_has_a_method() {
-  for (size_t op = 1; op < kMethods.size(); ++op)
-    if (!kMethods[op].name || !kMethods[op].handler) return false;
+  for (size_t op = 1; op < kMethods.size(); ++op) {
+    if (!kMethods[op].name) return false;
+#ifndef __SANITIZE_ADDRESS__
+    if (!kMethods[op].handler) return false;
+#endif
+  }
   return !kMethods[0].name;
 }
 static_assert(every_op_has_a_method(), "a CtlOp without a method table entry");

@@ -251,6 +251,20 @@ std::pair<std::string, std::string> provider_environment(const Context& ctx) {
   return {ld_path, ctx.runtime_dir};
 }
 
+// A sanitizer build (-DUROCE_SANITIZE) gives an ASan-built provider, which
+// programs not built with ASan (perftest, ibverbs-utils, python3) can load
+// only if the ASan runtime comes first: it is preloaded for them. Their own
+// leaks at exit are not ours to report (LSan cannot tell them apart), so
+// leak checking is left to the engine, the tools and the unit tests.
+void preload_sanitizer_runtime() {
+#ifdef UROCE_SANITIZER_RUNTIME
+  ::setenv("LD_PRELOAD", prepend_path(UROCE_SANITIZER_RUNTIME, std::getenv("LD_PRELOAD")).c_str(), 1);
+  const char* options = std::getenv("ASAN_OPTIONS");
+  std::string asan = options && *options ? std::string(options) + ":" : std::string();
+  ::setenv("ASAN_OPTIONS", (asan + "detect_leaks=0").c_str(), 1);
+#endif
+}
+
 int cmd_run(const Context& ctx, const RunArgs& args) {
   // Its polling threads off the CPU their engine polls on
   // (verbs_provider/placement.cc), unless told not to.
@@ -258,6 +272,7 @@ int cmd_run(const Context& ctx, const RunArgs& args) {
   else ::setenv("UROCE_POLL_PLACEMENT", "1", 1);
   auto [ld_path, runtime_dir] = provider_environment(ctx);
   ::setenv("LD_LIBRARY_PATH", ld_path.c_str(), 1);
+  preload_sanitizer_runtime();
   ::setenv("UROCE_RUNTIME_DIR", runtime_dir.c_str(), 1);
   // UCX lists a device only beside its /dev/infiniband node (device_nodes.h).
   const NodeSetupResult nodes = provide_uverbs_nodes(uverbs_node_names(ctx.runtime_dir, kDefaultName));

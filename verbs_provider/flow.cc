@@ -5,6 +5,7 @@
 // rule as the kernel and mlx5 do (device/flow_control.cc). SEMANTICS 4.13.
 #include <arpa/inet.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <new>
@@ -131,18 +132,24 @@ ibv_flow* create_flow(ibv_qp* qp, ibv_flow_attr* attr) {
   req.num_specs = attr->num_of_specs;
   // The specs follow the attribute in memory, each starting with its type
   // and size; the kernel takes at most 10 (checked by the engine).
+  // They are packed from attr + 1 (a 20-byte attribute), so a spec is only
+  // 4-byte aligned where ibv_flow_spec wants 8: each is copied out before
+  // its fields are read (UBSan: misaligned member access).
   const auto* at = reinterpret_cast<const uint8_t*>(attr + 1);
   for (uint32_t i = 0; i < attr->num_of_specs && i <= 10; ++i) {
-    const auto* s = reinterpret_cast<const ibv_flow_spec*>(at);
-    if (s->hdr.size < sizeof(s->hdr)) {
+    decltype(ibv_flow_spec::hdr) hdr;
+    std::memcpy(&hdr, at, sizeof(hdr));
+    if (hdr.size < sizeof(hdr)) {
       errno = EINVAL;
       return nullptr;
     }
-    if (int err = add_spec(*s, req)) {
+    ibv_flow_spec spec{};
+    std::memcpy(&spec, at, std::min<size_t>(hdr.size, sizeof(spec)));
+    if (int err = add_spec(spec, req)) {
       errno = err;
       return nullptr;
     }
-    at += s->hdr.size;
+    at += hdr.size;
   }
   auto* f = new (std::nothrow) UFlow{};
   if (!f) {

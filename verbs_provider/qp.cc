@@ -231,9 +231,11 @@ UROCE_EXPORT int ibv_modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask) {
   req.handle = qp->handle;
   req.attr_mask = uint32_t(attr_mask);
   abi::QpAttr& a = req.attr;
-  a.qp_state = attr->qp_state;
-  a.cur_qp_state = attr->cur_qp_state;
-  a.path_mtu = attr->path_mtu;
+  // Fields outside attr_mask are the caller's garbage (ibv_xsrq_pingpong
+  // leaves them unset): an enum must not even be loaded then (UBSan).
+  if (attr_mask & IBV_QP_STATE) a.qp_state = attr->qp_state;
+  if (attr_mask & IBV_QP_CUR_STATE) a.cur_qp_state = attr->cur_qp_state;
+  if (attr_mask & IBV_QP_PATH_MTU) a.path_mtu = attr->path_mtu;
   a.qkey = attr->qkey;
   a.rq_psn = attr->rq_psn;
   a.sq_psn = attr->sq_psn;

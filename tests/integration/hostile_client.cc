@@ -284,7 +284,7 @@ class Client {
     uint8_t* slot = qp.sq.slot(prod);
     std::memset(slot, 0, qp.sq.stride);
     std::memcpy(slot, &w, sizeof(w));
-    std::memcpy(slot + sizeof(w), sges, n * sizeof(abi::Sge));
+    if (n) std::memcpy(slot + sizeof(w), sges, n * sizeof(abi::Sge));  // sges may be null then (UBSan)
     qp.sq.hdr->producer.store(prod + 1, std::memory_order_release);
     ring_doorbell();
   }

@@ -31,11 +31,13 @@ check "ibv_devinfo -v tag matching caps" expect_output 'max_rndv_hdr_size:[[:spa
 check "ibv_devinfo link layer" expect_output 'link_layer:[[:space:]]+Ethernet' "$UROCE_BIN" run -- ibv_devinfo -d uroce0
 check "ibv_devinfo port active" expect_output 'state:[[:space:]]+PORT_ACTIVE' "$UROCE_BIN" run -- ibv_devinfo -d uroce0
 
-# The drop-in library stays light: nothing an application would not expect.
+# The drop-in library stays light: nothing an application would not expect
+# (a sanitizer build, tests/sanitize.sh, adds the sanitizers' runtimes).
 provider_is_light() {
   local lib=$1 unexpected
   unexpected=$(ldd "$lib" | awk '{print $1}' |
-    grep -Ev '^(linux-vdso\.so|/lib64/ld-linux|libc\.so|libm\.so|libstdc\+\+\.so|libgcc_s\.so)' || true)
+    grep -Ev '^(linux-vdso\.so|/lib64/ld-linux|libc\.so|libm\.so|libstdc\+\+\.so|libgcc_s\.so)' |
+    { if [[ -n ${UROCE_SANITIZE:-} ]]; then grep -Ev '^lib(asan|ubsan)\.so'; else cat; fi } || true)
   [[ -z "$unexpected" ]] || { echo "unexpected dependencies: $unexpected"; return 1; }
 }
 check "provider links only libc/libstdc++" provider_is_light "$UROCE_BUILD_DIR/provider/libibverbs.so.1"
