@@ -356,6 +356,22 @@ std::string engine_status() {
 
 class Sessions : public VerbsTest {};
 
+// `uroce status` lists every QP, past the 4 KiB of one control message
+// (the text is read in pieces, as the JSON report).
+TEST_F(Sessions, StatusListsEveryQpPastOneControlMessage) {
+  ibv_cq* cq = make_cq();
+  std::vector<uint32_t> qpns;
+  for (int i = 0; i < 100; ++i) {
+    ibv_qp* q = make_qp(IBV_QPT_RC, cq, cq);
+    ASSERT_NE(q, nullptr) << i;
+    qpns.push_back(q->qp_num);
+  }
+  const std::string status = engine_status();
+  EXPECT_GT(status.size(), 4096u);
+  for (uint32_t qpn : qpns)
+    EXPECT_TRUE(std::regex_search(status, std::regex("qp " + std::to_string(qpn) + " RC"))) << qpn;
+}
+
 TEST_F(Sessions, KilledClientIsReclaimedAndItsPeerTimesOut) {
   int to_child[2], to_parent[2];
   ASSERT_EQ(pipe(to_child), 0);
