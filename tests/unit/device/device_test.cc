@@ -233,8 +233,9 @@ TEST_F(DeviceTest, QpCreationChecksItsArguments) {
     EXPECT_EQ(dev_.create_qp(&owner_, r).err, err);
   };
   // Raw packet QPs exist (the engine checks CAP_NET_RAW before the device):
-  // no creation flag is implemented yet, and their receives are their own.
-  bad([](auto& r) { r.qp_type = IBV_QPT_RAW_PACKET, r.create_flags = IBV_QP_CREATE_SCATTER_FCS; }, EOPNOTSUPP);
+  // of the creation flags they take the receive ones (CVLAN stripping,
+  // scatter FCS, end padding), which other QPs do not, and no other.
+  bad([](auto& r) { r.qp_type = IBV_QPT_RAW_PACKET, r.create_flags = IBV_QP_CREATE_SOURCE_QPN; }, EOPNOTSUPP);
   bad([](auto& r) { r.create_flags = IBV_QP_CREATE_CVLAN_STRIPPING; }, EOPNOTSUPP);
   bad([](auto& r) { r.qp_type = IBV_QPT_DRIVER; }, EOPNOTSUPP);
   bad([](auto& r) { r.qp_type = 1000; }, EOPNOTSUPP);
