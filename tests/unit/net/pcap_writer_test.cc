@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <ctime>
 #include <fstream>
 #include <iterator>
 #include <memory>
@@ -164,7 +165,14 @@ TEST(PcapWriter, OpenFailureIsAMessage) {
 TEST(PcapWriter, WriteWithClockStampsNow) {
   TempFile f;
   auto a = raw_frame(60, 5);
-  const time_t before = time(nullptr);
+  // CLOCK_REALTIME itself: time() reads the coarse clock, which may still
+  // say the last second when the writer's stamp already says the next.
+  auto now_sec = [] {
+    timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return uint32_t(ts.tv_sec);
+  };
+  const uint32_t before = now_sec();
   {
     PcapWriter w;
     ASSERT_EQ(w.open(f.path), "");
@@ -172,8 +180,8 @@ TEST(PcapWriter, WriteWithClockStampsNow) {
   }
   const auto recs = read_records(f.read());
   ASSERT_EQ(recs.size(), 1u);
-  EXPECT_GE(recs[0].sec, uint32_t(before));
-  EXPECT_LE(recs[0].sec, uint32_t(time(nullptr)));
+  EXPECT_GE(recs[0].sec, before);
+  EXPECT_LE(recs[0].sec, now_sec());
 }
 
 // ---- Wireshark's view, when tshark is installed ----
