@@ -242,6 +242,21 @@ int VerbsTest::post_atomic(ibv_qp* qp, uint64_t wr_id, ibv_wr_opcode op, ibv_sge
   return ibv_post_send(qp, &wr, &bad);
 }
 
+int VerbsTest::post_ud(ibv_qp* qp, uint64_t wr_id, ibv_sge* sge, ibv_ah* ah, uint32_t remote_qpn,
+                       uint32_t remote_qkey) {
+  ibv_send_wr wr{};
+  wr.wr_id = wr_id;
+  wr.opcode = IBV_WR_SEND;
+  wr.sg_list = sge;
+  wr.num_sge = 1;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.wr.ud.ah = ah;
+  wr.wr.ud.remote_qpn = remote_qpn;
+  wr.wr.ud.remote_qkey = remote_qkey;
+  ibv_send_wr* bad;
+  return ibv_post_send(qp, &wr, &bad);
+}
+
 int VerbsTest::post_recv(ibv_qp* qp, uint64_t wr_id, ibv_sge* sge, int num_sge) {
   ibv_recv_wr wr{};
   wr.wr_id = wr_id;

@@ -133,6 +133,9 @@ class VerbsTest : public ::testing::Test {
   static int post_atomic(ibv_qp* qp, uint64_t wr_id, ibv_wr_opcode op, ibv_sge* sge,
                          uint64_t remote_addr, uint32_t rkey, uint64_t compare_add, uint64_t swap = 0);
   static int post_recv_mr(ibv_qp* qp, uint64_t wr_id, ibv_mr* mr, size_t offset, uint32_t len);
+  // A signaled UD SEND of one SGE to (ah, remote_qpn, remote_qkey).
+  static int post_ud(ibv_qp* qp, uint64_t wr_id, ibv_sge* sge, ibv_ah* ah, uint32_t remote_qpn,
+                     uint32_t remote_qkey);
 
   ibv_context* ctx_ = nullptr;
   ibv_pd* pd_ = nullptr;

@@ -43,17 +43,7 @@ class Multicast : public VerbsTest {
     return make_ah(&av);
   }
   static int send_to(ibv_qp* qp, ibv_ah* ah, ibv_sge* s, uint64_t wr_id, uint32_t qkey = kQkey) {
-    ibv_send_wr wr{};
-    wr.wr_id = wr_id;
-    wr.opcode = IBV_WR_SEND;
-    wr.sg_list = s;
-    wr.num_sge = 1;
-    wr.send_flags = IBV_SEND_SIGNALED;
-    wr.wr.ud.ah = ah;
-    wr.wr.ud.remote_qpn = kMulticastQpn;
-    wr.wr.ud.remote_qkey = qkey;
-    ibv_send_wr* bad;
-    return ibv_post_send(qp, &wr, &bad);
+    return post_ud(qp, wr_id, s, ah, kMulticastQpn, qkey);
   }
 };
 

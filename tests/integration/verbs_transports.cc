@@ -6,23 +6,7 @@ namespace vt {
 namespace {
 
 // UD: two UD QPs of this process; every receive starts with a 40-byte GRH.
-class Ud : public VerbsTest {
- protected:
-  static int post_ud(ibv_qp* qp, uint64_t wr_id, ibv_sge* s, ibv_ah* ah, uint32_t qpn,
-                     uint32_t qkey) {
-    ibv_send_wr wr{};
-    wr.wr_id = wr_id;
-    wr.opcode = IBV_WR_SEND;
-    wr.sg_list = s;
-    wr.num_sge = 1;
-    wr.send_flags = IBV_SEND_SIGNALED;
-    wr.wr.ud.ah = ah;
-    wr.wr.ud.remote_qpn = qpn;
-    wr.wr.ud.remote_qkey = qkey;
-    ibv_send_wr* bad;
-    return ibv_post_send(qp, &wr, &bad);
-  }
-};
+class Ud : public VerbsTest {};
 
 TEST_F(Ud, SendWithGrhAndReplyThroughAhFromWc) {
   ConnectOpts o;
