@@ -180,11 +180,29 @@ void CmAgent::release_owner(Owner* o) {
 bool CmAgent::is_local(const abi::CmAddr& addr) const {
   const abi::CmAddr a = unmapped(addr);
   if (is_any(a)) return true;
-  if (a.family == AF_INET) return a.addr[0] == 127 || std::memcmp(a.addr, ip_.data(), 4) == 0;
-  if (a.family != AF_INET6) return false;
+  if (a.family == AF_INET && (a.addr[0] == 127 || std::memcmp(a.addr, ip_.data(), 4) == 0)) return true;
+  if (a.family != AF_INET && a.family != AF_INET6) return false;
   static const uint8_t kLoop6[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
   const bool has_ip6 = std::any_of(ip6_.begin(), ip6_.end(), [](uint8_t b) { return b != 0; });
-  return std::memcmp(a.addr, kLoop6, 16) == 0 || (has_ip6 && std::memcmp(a.addr, ip6_.data(), 16) == 0);
+  if (a.family == AF_INET6 &&
+      (std::memcmp(a.addr, kLoop6, 16) == 0 || (has_ip6 && std::memcmp(a.addr, ip6_.data(), 16) == 0)))
+    return true;
+  return gid_index_of(a) >= 0;  // any other address of the bound interface
+}
+
+// The GID of an address (IPv4 as ::ffff:a.b.c.d), -1 if none.
+int CmAgent::gid_index_of(const abi::CmAddr& addr) const {
+  const abi::CmAddr a = unmapped(addr);
+  uint8_t gid[16] = {};
+  if (a.family == AF_INET) {
+    gid[10] = gid[11] = 0xff;
+    std::memcpy(gid + 12, a.addr, 4);
+  } else {
+    std::memcpy(gid, a.addr, 16);
+  }
+  for (int i = 0; i < int(abi::kMaxGids); ++i)
+    if (info_.gids[i].valid && std::memcmp(info_.gids[i].gid, gid, 16) == 0) return i;
+  return -1;
 }
 
 // The engine's address of a family: its --ip6 (else ::1), its --ip.
@@ -205,6 +223,7 @@ abi::CmAddr CmAgent::own_address(uint16_t family) const {
 // other address, loopback included, the IPv4 one (index 0): on one engine
 // both ends reach each other through either.
 uint8_t CmAgent::gid_index_for(const abi::CmAddr& addr) const {
+  if (const int i = gid_index_of(addr); i >= 0) return uint8_t(i);
   const abi::CmAddr a = unmapped(addr);
   if (a.family == AF_INET6 && info_.gids[2].valid && std::memcmp(a.addr, info_.gids[2].gid, 16) == 0)
     return 2;

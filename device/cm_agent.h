@@ -181,6 +181,7 @@ class CmAgent {
   int port_conflict(const Id& self, const abi::CmAddr& a) const;
   int bind_to(Id& id, abi::CmAddr a);
   uint8_t gid_index_for(const abi::CmAddr& a) const;
+  int gid_index_of(const abi::CmAddr& a) const;
   void fill_local(const Id& id, abi::CmBindReply* rep) const;
   uint64_t find_listener(uint32_t ps, const abi::CmAddr& dst) const;
   void post(const Id& to, uint64_t to_handle, abi::CmEventRecord ev);

@@ -25,6 +25,7 @@
 #include "net/fault_injector.h"
 #include "net/loopback_port.h"
 #include "net/ndp.h"
+#include "net/netdev.h"
 #include "net/packet.h"
 #include "net/pcap_writer.h"
 #include "uroce/abi.h"
@@ -47,6 +48,11 @@ struct DeviceConfig {
   // vm.max_map_count of the host: bounds the queues the device advertises
   // (device/params.h, queue_limits).
   uint64_t max_map_count = kDefaultMaxMapCount;
+  // The kernel interface the device is bound to (uroced --netdev IF): the
+  // wire port runs on it, its addresses are the GIDs, and the kernel answers
+  // ARP/NDP for them and resolves the device's neighbours. Empty: the
+  // device has addresses of its own (--ip/--ip6, or lo's by default).
+  std::string netdev;
   // Device memory all clients may hold at once (0: no device memory).
   uint64_t max_dm_size = kDefaultMaxDmSize;
   // How long delay drop holds a frame that finds no receive posted
@@ -152,6 +158,29 @@ class Device {
   void stop_capture() { capture_.reset(); }
   bool capturing() const { return capture_ != nullptr; }
   uint64_t captured_frames() const { return captured_; }
+
+  // ---- addresses and neighbours (device/addresses.cc) ----
+  // Rebuilds the GID table from the interface's addresses: IPv4 as
+  // ::ffff:a.b.c.d. An address keeps its index while it stays; a new one
+  // takes its family's usual index (IPv4 0, IPv6 2) if free, else the first
+  // free one from 3, else any. GID 1 is always the link-local GID of the
+  // MAC. True if the table changed.
+  bool set_addresses(const std::vector<net::IfAddress>& addrs);
+  // The index of the interface the GIDs belong to (ibv_gid_entry::ndev_ifindex).
+  void set_ndev_ifindex(uint32_t ifindex) { ndev_ifindex_ = ifindex; }
+  uint32_t ndev_ifindex() const { return ndev_ifindex_; }
+  // Bound to a kernel interface (--netdev): the kernel owns the addresses,
+  // so the device answers no ARP/NDP and leaves frames that are not RoCE to
+  // the kernel; `resolve` asks the kernel to resolve a neighbour (false:
+  // it refused, the device sends its own request).
+  using ResolveFn = std::function<bool(int family, const uint8_t* ip)>;
+  void bind_to_kernel(ResolveFn resolve) {
+    kernel_resolve_ = std::move(resolve);
+    kernel_bound_ = true;
+  }
+  bool kernel_bound() const { return kernel_bound_; }
+  // A kernel neighbour entry of the interface came, changed or went.
+  void neighbour_update(const net::Neighbour& n);
 
   // Administrative link state of port 1. While down, the port drops every
   // frame (peers see timeouts, as on a pulled cable).
@@ -271,6 +300,7 @@ class Device {
   void send_arp_request(const net::Ipv4Addr& ip);
   void send_ndp_solicitation(const net::Ipv6Addr& ip);
   bool has_ip6() const;
+  bool is_roce_frame(const net::Packet& p) const;
   void capture(const net::Packet& p);
   bool is_local_gid(const uint8_t* gid) const;
 
@@ -292,6 +322,9 @@ class Device {
   uint64_t captured_ = 0;
   Counters counters_;
   uint64_t now_ns_ = 0;
+  uint32_t ndev_ifindex_ = 0;
+  bool kernel_bound_ = false;
+  ResolveFn kernel_resolve_;
   uint8_t mr_generation_ = 0;
   uint8_t mw_generation_ = 0;
   uint64_t fault_log_window_ns_ = 0;

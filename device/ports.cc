@@ -4,6 +4,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include <sys/socket.h>
+
 #include "device/device.h"
 
 namespace uroce::device {
@@ -67,6 +69,21 @@ bool Device::has_ip6() const {
   for (uint8_t b : config_.ip6)
     if (b) return true;
   return false;
+}
+
+// UDP to the RoCEv2 port over IPv4 or IPv6 (after an optional 802.1Q tag).
+bool Device::is_roce_frame(const net::Packet& p) const {
+  size_t off = sizeof(net::EthHdr);
+  if (p.len < off) return false;
+  uint16_t type = uint16_t(p.data[12] << 8 | p.data[13]);
+  if (type == 0x8100 && p.len >= off + net::kVlanTagBytes) {
+    type = uint16_t(p.data[16] << 8 | p.data[17]);
+    off += net::kVlanTagBytes;
+  }
+  size_t udp = 0;
+  if (type == 0x0800 && p.len >= off + 20 && p.data[off + 9] == 17) udp = off + size_t(p.data[off] & 0x0f) * 4;
+  else if (type == 0x86dd && p.len >= off + 40 && p.data[off + 6] == 17) udp = off + 40;
+  return udp && p.len >= udp + 8 && uint16_t(p.data[udp + 2] << 8 | p.data[udp + 3]) == net::kRoceV2Port;
 }
 
 bool Device::is_local_gid(const uint8_t* gid) const {
@@ -177,6 +194,9 @@ void Device::emit(net::Packet* p, PortId port) {
 }
 
 void Device::send_arp_request(const net::Ipv4Addr& ip) {
+  // Bound to a kernel interface: the kernel resolves, as for its own
+  // traffic, and its neighbour table tells us (neighbour_update).
+  if (kernel_bound_ && kernel_resolve_ && kernel_resolve_(AF_INET, ip.data())) return;
   net::Packet* p = pool_.get();
   net::build_arp_request(*p, config_.mac, config_.ip, ip);
   if (config_.vlan >= 0) net::add_vlan_tag(*p, uint16_t(config_.vlan));
@@ -186,6 +206,7 @@ void Device::send_arp_request(const net::Ipv4Addr& ip) {
 }
 
 void Device::send_ndp_solicitation(const net::Ipv6Addr& ip) {
+  if (kernel_bound_ && kernel_resolve_ && kernel_resolve_(AF_INET6, ip.data())) return;
   if (!has_ip6()) return;
   net::Packet* p = pool_.get();
   net::build_ndp_solicitation(*p, config_.mac, config_.ip6, ip);
@@ -208,7 +229,8 @@ bool Device::poll_wire_rx() {
     const bool trapped = steering_.active() && steer_received(*p) != FlowSteering::Steered::kPass;
     if (net::is_arp_frame(*p)) {
       net::Packet* reply = pool_.get();
-      if (arp_.handle(*p, config_.mac, config_.ip, now_ns_, reply)) {
+      // Bound to a kernel interface, the kernel answers for the address.
+      if (arp_.handle(*p, config_.mac, config_.ip, now_ns_, kernel_bound_ ? nullptr : reply)) {
         if (config_.vlan >= 0) net::add_vlan_tag(*reply, uint16_t(config_.vlan));
         wire_->tx(reply);
       }
@@ -228,8 +250,9 @@ bool Device::poll_wire_rx() {
     }
     if (net::is_ndp_frame(*p)) {
       net::Packet* reply = pool_.get();
-      const net::NdpHandled h =
-          has_ip6() ? ndp_.handle(*p, config_.mac, config_.ip6, now_ns_, reply) : net::NdpHandled{};
+      const net::NdpHandled h = has_ip6() ? ndp_.handle(*p, config_.mac, config_.ip6, now_ns_,
+                                                        kernel_bound_ ? nullptr : reply)
+                                          : net::NdpHandled{};
       if (h.reply) wire_->tx(reply);
       pool_.put(reply);
       if (h.resolved) {
@@ -253,6 +276,12 @@ bool Device::poll_wire_rx() {
     if ((config_.vlan >= 0) != tci.has_value() ||
         (tci && (*tci & 0x0fff) != uint16_t(config_.vlan))) {
       ++counters_.rx_not_for_us;
+      pool_.put(p);
+      continue;
+    }
+    // The kernel's own traffic on the interface it shares with us.
+    if (kernel_bound_ && !is_roce_frame(*p)) {
+      ++counters_.rx_kernel;
       pool_.put(p);
       continue;
     }

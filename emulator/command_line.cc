@@ -108,6 +108,13 @@ std::optional<EngineConfig> parse_command_line(int argc, const char* const* argv
   app.add_option("--port", dev.port_spec,
                  "a DPDK ethdev for the wire: net_af_packet0,iface=eth0, a PCI address, ...")
       ->type_name("DPDK-SPEC");
+  auto* netdev = app.add_option("--netdev", dev.netdev,
+                 "bind the device to kernel interface IF, as 'rdma link add rxe0 type rxe netdev IF': "
+                 "the wire port runs on it (DPDK net_af_packet) and the interface's MAC and "
+                 "addresses, as they change, are the device's (its GIDs)")
+      ->type_name("IF")
+      ->check(parses([](const std::string& n) { return !n.empty() && n.size() < 16 && n.find('/') == std::string::npos; },
+                     "invalid interface name"));
   app.add_option("--mtu", dev.port_mtu, "the wire port's MTU")
       ->type_name("N")
       ->check(CLI::Range(576, 9600));
@@ -178,6 +185,8 @@ std::optional<EngineConfig> parse_command_line(int argc, const char* const* argv
           },
           "--cpu takes a CPU number, auto or none"));
 
+  // The bound interface's addresses are the device's: none of its own.
+  for (const char* own : {"--ip", "--ip6", "--port", "--mac"}) netdev->excludes(app.get_option(own));
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
@@ -189,6 +198,7 @@ std::optional<EngineConfig> parse_command_line(int argc, const char* const* argv
     *exit_status = kExitUsage;
     return std::nullopt;
   }
+  if (!dev.netdev.empty()) dev.port_spec = "net_af_packet0,iface=" + dev.netdev;
   if (!mac_given && !dev.port_spec.empty()) {
     dev.mac_from_port = true;  // the NIC's own MAC
   } else if (!mac_given) {

@@ -40,6 +40,9 @@ Engine::Engine(EngineConfig config)
       signals_(io_, SIGINT, SIGTERM),
       doorbell_(io_),
       wire_wakeup_(io_),
+      netdev_events_(io_),
+      guard4_(io_),
+      guard6_(io_),
       idle_(config_.spin_ns) {}
 
 Engine::~Engine() {
@@ -53,8 +56,10 @@ Engine::~Engine() {
 void Engine::remove_files() {
   if (!socket_path_.empty()) unlink(socket_path_.c_str());
   if (!pid_path_.empty()) unlink(pid_path_.c_str());
+  if (!netdev_path_.empty()) unlink(netdev_path_.c_str());
   socket_path_.clear();
   pid_path_.clear();
+  netdev_path_.clear();
 }
 
 void Engine::start() {
@@ -64,6 +69,7 @@ void Engine::start() {
       throw std::runtime_error("cannot open port '" + config_.device.port_spec + "': " + err);
     if (device_.wire_wakeup_fd() >= 0) wire_wakeup_.assign(dup(device_.wire_wakeup_fd()));
   }
+  bind_interface();
   if (config_.fault_set) {
     const auto port = device_.has_wire() ? device::PortId::kWire : device::PortId::kLoopback;
     if (std::string err = device_.set_fault(port, config_.fault); !err.empty())
@@ -87,6 +93,7 @@ void Engine::start() {
   shared_->version = abi::kVersion;
   shared_->port_state.store(IBV_PORT_ACTIVE);
   shared_->polling_cpu.store(-1);
+  publish_gids();
   doorbell_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (doorbell_fd_ < 0) throw std::runtime_error(std::string("eventfd: ") + std::strerror(errno));
   doorbell_.assign(dup(doorbell_fd_));
@@ -116,6 +123,15 @@ void Engine::start() {
   if (chmod(sock.c_str(), socket_mode(access)) != 0)
     throw std::runtime_error("cannot chmod " + sock + ": " + std::strerror(errno));
 
+  // The interface whose addresses are the GIDs, for the sysfs view `uroce
+  // run` gives programs (tools/sysfs_view.h).
+  if (!netdev_.name().empty()) {
+    netdev_path_ = dir + "/" + config_.device.name + ".netdev";
+    std::ofstream f(netdev_path_ + ".tmp");
+    f << netdev_.name() << '\n';
+    f.close();
+    rename((netdev_path_ + ".tmp").c_str(), netdev_path_.c_str());
+  }
   pid_path_ = engine_pid_path(dir, config_.device.name);
   {
     std::ofstream pid(pid_path_ + ".tmp");
@@ -224,6 +240,71 @@ void Engine::close_session(Session* s) {
 
 void Engine::announce_polling_cpu(int cpu) {
   if (shared_) shared_->polling_cpu.store(cpu, std::memory_order_release);
+}
+
+// --netdev IF: the kernel interface's addresses are the GIDs and follow it.
+// No port: the device is bound to lo (127.0.0.1 and ::1, as its loopback
+// port reaches them). A port with --ip/--ip6: those addresses, no interface.
+void Engine::bind_interface() {
+  const device::DeviceConfig& dev = config_.device;
+  std::vector<net::IfAddress> addrs;
+  if (!dev.netdev.empty()) {
+    if (std::string err = netdev_.open(dev.netdev); !err.empty())
+      throw std::runtime_error("cannot bind to interface " + dev.netdev + ": " + err);
+    addrs = netdev_.addresses();
+    device_.bind_to_kernel([this](int family, const uint8_t* ip) { return netdev_.resolve(family, ip); });
+    netdev_.dump_neighbours([this](const net::Neighbour& n) { device_.neighbour_update(n); });
+    netdev_events_.assign(dup(netdev_.fd()));
+    arm_netdev_events();
+    if (std::string err = port_guard_.open(dev.netdev); !err.empty())
+      std::fprintf(stderr, "uroced: no UDP socket on the RoCE port of %s (%s): the kernel may answer RoCE "
+                   "datagrams with ICMP port unreachable\n", dev.netdev.c_str(), err.c_str());
+    if (port_guard_.fd4() >= 0) arm_port_guard(guard4_, port_guard_.fd4());
+    if (port_guard_.fd6() >= 0) arm_port_guard(guard6_, port_guard_.fd6());
+  } else {
+    net::IfAddress a4{AF_INET, {}};
+    std::memcpy(a4.addr.data(), dev.ip.data(), 4);
+    addrs.push_back(a4);
+    net::IfAddress a6{AF_INET6, {}};
+    std::memcpy(a6.addr.data(), dev.ip6.data(), 16);
+    if (dev.port_spec.empty() && a6.addr == std::array<uint8_t, 16>{}) a6.addr[15] = 1;  // ::1
+    if (a6.addr != std::array<uint8_t, 16>{}) addrs.push_back(a6);
+    if (dev.port_spec.empty()) netdev_.open_static("lo");  // no lo here: ndev_ifindex 0
+  }
+  device_.set_ndev_ifindex(uint32_t(netdev_.ifindex()));
+  device_.set_addresses(addrs);
+}
+
+void Engine::publish_gids() {
+  if (!shared_) return;
+  const uint32_t seq = shared_->gid_seq.load(std::memory_order_relaxed);
+  shared_->gid_seq.store(seq + 1, std::memory_order_relaxed);  // odd: being written
+  std::atomic_thread_fence(std::memory_order_release);
+  shared_->ndev_ifindex = device_.ndev_ifindex();
+  std::memcpy(shared_->gids, device_.info().gids, sizeof(shared_->gids));
+  shared_->gid_seq.store(seq + 2, std::memory_order_release);
+}
+
+void Engine::arm_netdev_events() {
+  netdev_events_.async_wait(boost::asio::posix::descriptor_base::wait_read, [this](const boost::system::error_code& ec) {
+    if (ec) return;
+    const bool moved = netdev_.read_events([this](const net::Neighbour& n) { device_.neighbour_update(n); });
+    if (moved && device_.set_addresses(netdev_.addresses())) {
+      publish_gids();
+      ++counters_.gid_changes;
+      for (auto& [raw, s] : sessions_) s->post_port_event(IBV_EVENT_GID_CHANGE);
+    }
+    arm_netdev_events();
+  });
+}
+
+void Engine::arm_port_guard(boost::asio::posix::stream_descriptor& sd, int fd) {
+  if (!sd.is_open()) sd.assign(dup(fd));
+  sd.async_wait(boost::asio::posix::descriptor_base::wait_read, [this, &sd, fd](const boost::system::error_code& ec) {
+    if (ec) return;
+    counters_.roce_port_datagrams += net::UdpPortGuard::drain(fd);
+    arm_port_guard(sd, fd);
+  });
 }
 
 void Engine::set_port_state(bool up) {

@@ -17,6 +17,8 @@
 #include "device/device.h"
 #include "emulator/access.h"
 #include "emulator/idle_policy.h"
+#include "net/netdev.h"
+#include "net/udp_port_guard.h"
 #include "uroce/abi.h"
 
 namespace uroce::emulator {
@@ -30,7 +32,9 @@ class Session;
   X(clients_junk, "clients disconnected: malformed control message (size, operation, fds)") \
   X(clients_flooding, "clients disconnected: requests sent without reading the replies") \
   X(engine_ops_refused, "fault/capture/port requests refused: not the owner or root") \
-  X(control_messages, "control messages served (the data path, TM list ops included, sends none)")
+  X(control_messages, "control messages served (the data path, TM list ops included, sends none)") \
+  X(gid_changes, "GID table changes: the bound interface's addresses came or went (IBV_EVENT_GID_CHANGE)") \
+  X(roce_port_datagrams, "RoCE datagrams the kernel also delivered to the engine's UDP 4791 sockets on the bound interface, discarded (--netdev)")
 
 struct EngineCounters {
 #define UROCE_ENGINE_COUNTER_FIELD(name, desc) uint64_t name = 0;
@@ -99,6 +103,12 @@ class Engine {
   void arm_doorbell();
   void arm_wire_wakeup();
   void remove_files();
+  // The interface the device is bound to (device/addresses.cc): its
+  // addresses as GIDs, its netlink news, the UDP sockets on the RoCE port.
+  void bind_interface();
+  void publish_gids();
+  void arm_netdev_events();
+  void arm_port_guard(boost::asio::posix::stream_descriptor& sd, int fd);
 
   EngineConfig config_;
   device::Device device_;
@@ -107,6 +117,10 @@ class Engine {
   boost::asio::signal_set signals_;
   boost::asio::posix::stream_descriptor doorbell_;
   boost::asio::posix::stream_descriptor wire_wakeup_;  // af_packet: a frame arrived
+  net::Netdev netdev_;
+  net::UdpPortGuard port_guard_;
+  boost::asio::posix::stream_descriptor netdev_events_, guard4_, guard6_;
+  std::string netdev_path_;  // <runtime dir>/<name>.netdev: the interface, for `uroce run`
   std::unordered_map<Session*, std::unique_ptr<Session>> sessions_;
   std::string socket_path_, pid_path_;
   int shared_fd_ = -1, doorbell_fd_ = -1;

@@ -16,7 +16,7 @@ namespace {
 constexpr const char* kUsage = R"USAGE(usage: uroce [--runtime-dir DIR] COMMAND [ARGS]
 
 Commands:
-  start [--name NAME] [--ip A.B.C.D] [--mac MAC] [--port SPEC]
+  start [--name NAME] [--ip A.B.C.D] [--mac MAC] [--port SPEC] [--netdev IF]
         [--users LIST] [--group NAME] [FLAGS...]
                       start engine NAME (uroced) in the background; other
                       flags are passed on to uroced. It serves its owner and
@@ -97,6 +97,10 @@ void declare_start(CLI::App& app, CommandLine& cl, std::vector<std::string>& pas
   sub->add_option("--ip", cl.start.ip, "its IPv4 address (uroced --ip)")->type_name("A.B.C.D");
   sub->add_option("--mac", "its MAC address (uroced --mac)")->type_name("MAC");
   sub->add_option("--port", "a DPDK port for the wire (uroced --port)")->type_name("SPEC");
+  sub->add_option("--netdev",
+                  "bind the device to kernel interface IF: the wire on it, its MAC and addresses "
+                  "as the GIDs (uroced --netdev)")
+      ->type_name("IF");
   sub->add_option("--users",
                   "other users who may use the engine: names or uids, comma-separated, or 'all' "
                   "(uroced --users; default: its owner and root only)")
@@ -318,7 +322,7 @@ std::optional<CommandLine> parse_command_line(int argc, const char* const* argv,
     return std::nullopt;
   }
   if (cl.command == "start") {
-    for (const char* flag : {"--ip", "--mac", "--port", "--users", "--group"})
+    for (const char* flag : {"--ip", "--mac", "--port", "--netdev", "--users", "--group"})
       if (const CLI::Option* opt = sub->get_option(flag); opt->count())
         cl.start.engine_args.insert(cl.start.engine_args.end(), {flag, opt->as<std::string>()});
     std::vector<std::string> rest = sub->remaining();

@@ -70,7 +70,7 @@ bool write_file(const std::string& path, const std::string& text) {
 // gid_map requires), so files, SO_PEERCRED and the engine's
 // process_vm_readv (same uid, the engine in the parent namespace holds
 // CAP_SYS_PTRACE over this one) see the same ids as before.
-bool enter_namespaces(std::string* error) {
+bool enter_namespaces_now(std::string* error) {
   if (::geteuid() == 0) {
     if (::unshare(CLONE_NEWNS) == 0) return true;
     *error = errno_text("unshare(CLONE_NEWNS)", errno);
@@ -90,6 +90,26 @@ bool enter_namespaces(std::string* error) {
   }
   return true;
 }
+
+}  // namespace
+
+bool enter_private_namespace(std::string* error) {
+  static bool tried = false, entered = false;
+  static std::string first_error;
+  if (!tried) {
+    tried = true;
+    entered = enter_namespaces_now(&first_error);
+    // Changes stay in this namespace (the host's / is often shared).
+    if (entered && ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) {
+      first_error = errno_text("make / private", errno);
+      entered = false;
+    }
+  }
+  if (!entered) *error = first_error;
+  return entered;
+}
+
+namespace {
 
 // Puts one entry of the original directory (reached through `orig`) back
 // into the tmpfs at `dir`: symlinks are copied, everything else is
@@ -119,32 +139,18 @@ bool restore_entry(const Fd& orig, const std::string& dir, const std::string& na
   return true;
 }
 
-// Covers `dir` with a tmpfs holding its original entries and, in
-// /dev/infiniband, a bind mount of the null device for each missing node.
-bool overlay_with_nodes(const std::string& dir, const std::vector<std::string>& missing,
-                        std::string* error) {
+}  // namespace
+
+bool cover_with_tmpfs(const std::string& dir, std::string* error) {
   Fd orig(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  Fd null_dev(::open(kNullDevice, O_PATH | O_CLOEXEC));
-  struct stat null_st;
-  if (orig.fd < 0 || null_dev.fd < 0) {
-    *error = errno_text("open " + std::string(orig.fd < 0 ? dir : kNullDevice), errno);
-    return false;
-  }
-  if (::fstat(null_dev.fd, &null_st) != 0 || !S_ISCHR(null_st.st_mode)) {
-    *error = std::string(kNullDevice) + " is not a character device";
-    return false;
-  }
-  // Changes stay in this namespace (the host's / is often shared).
-  if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) {
-    *error = errno_text("make / private", errno);
+  if (orig.fd < 0) {
+    *error = errno_text("open " + dir, errno);
     return false;
   }
   if (::mount("tmpfs", dir.c_str(), "tmpfs", MS_NOSUID, "mode=0755") != 0) {
     *error = errno_text("mount tmpfs on " + dir, errno);
     return false;
   }
-  auto undo = [&] { ::umount2(dir.c_str(), MNT_DETACH); };  // back to the original tree
-
   std::vector<std::string> entries;
   if (DIR* d = ::fdopendir(::dup(orig.fd))) {
     while (dirent* e = ::readdir(d))
@@ -153,9 +159,30 @@ bool overlay_with_nodes(const std::string& dir, const std::vector<std::string>& 
   }
   for (const std::string& name : entries)
     if (!restore_entry(orig, dir, name, error)) {
-      undo();
+      ::umount2(dir.c_str(), MNT_DETACH);  // back to the original tree
       return false;
     }
+  return true;
+}
+
+namespace {
+
+// Covers `dir` with a tmpfs holding its original entries and, in
+// /dev/infiniband, a bind mount of the null device for each missing node.
+bool overlay_with_nodes(const std::string& dir, const std::vector<std::string>& missing,
+                        std::string* error) {
+  Fd null_dev(::open(kNullDevice, O_PATH | O_CLOEXEC));
+  struct stat null_st;
+  if (null_dev.fd < 0) {
+    *error = errno_text("open " + std::string(kNullDevice), errno);
+    return false;
+  }
+  if (::fstat(null_dev.fd, &null_st) != 0 || !S_ISCHR(null_st.st_mode)) {
+    *error = std::string(kNullDevice) + " is not a character device";
+    return false;
+  }
+  if (!cover_with_tmpfs(dir, error)) return false;
+  auto undo = [&] { ::umount2(dir.c_str(), MNT_DETACH); };  // back to the original tree
   if (dir != kIbDir && ::mkdir(kIbDir, 0755) != 0) {
     *error = errno_text(std::string("mkdir ") + kIbDir, errno);
     undo();
@@ -249,7 +276,7 @@ NodeSetupResult provide_uverbs_nodes(const std::vector<std::string>& names) {
   struct stat st;
   const std::string dir = ::stat(kIbDir, &st) == 0 && S_ISDIR(st.st_mode) ? kIbDir : kDevDir;
   std::string ns_error;
-  if (enter_namespaces(&ns_error) && overlay_with_nodes(dir, missing, &ns_error) &&
+  if (enter_private_namespace(&ns_error) && overlay_with_nodes(dir, missing, &ns_error) &&
       missing_uverbs_nodes(missing).empty())
     return {NodeSetup::kNamespace, {}};
   if (ns_error.empty()) ns_error = "the nodes made are not usable";

@@ -43,6 +43,15 @@ struct NodeSetupResult {
   std::string message;  // for the user, when how is kCreatedOnHost or kUnavailable
 };
 
+// Enters the private mount namespace (and, when not root, a user namespace
+// mapping the user's ids to themselves) with / made private, once per
+// process: later calls give the first answer. Call it single-threaded.
+bool enter_private_namespace(std::string* error);
+// In that namespace: covers dir with a tmpfs holding its original entries
+// (symlinks copied, everything else bind-mounted back), so entries can be
+// added to it.
+bool cover_with_tmpfs(const std::string& dir, std::string* error);
+
 // Makes /dev/infiniband/<name> a readable and writable character device for
 // this process and the programs it execs, for every name that is missing.
 // Call it single-threaded (unshare(CLONE_NEWUSER) requires that).

@@ -20,6 +20,7 @@
 #include "tools/device_nodes.h"
 #include "tools/engine_client.h"
 #include "tools/engine_report.h"
+#include "tools/sysfs_view.h"
 #include "tools/engine_process.h"
 #include "uroce/abi.h"
 #include "uroce/runtime_dir.h"
@@ -277,6 +278,11 @@ int cmd_run(const Context& ctx, const RunArgs& args) {
   // UCX lists a device only beside its /dev/infiniband node (device_nodes.h).
   const NodeSetupResult nodes = provide_uverbs_nodes(uverbs_node_names(ctx.runtime_dir, kDefaultName));
   if (!nodes.message.empty()) std::cerr << "uroce: " << nodes.message << '\n';
+  // Each bound engine's network interface where rdma-core looks for it (sysfs_view.h).
+  // (Said once: where the nodes could not be given, the reason is the same.)
+  if (const std::string msg = provide_sysfs_view(bound_interfaces(ctx.runtime_dir));
+      !msg.empty() && nodes.how != NodeSetup::kUnavailable)
+    std::cerr << "uroce: " << msg << '\n';
   std::vector<char*> argv;
   for (const auto& a : args.command) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);

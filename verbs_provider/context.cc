@@ -151,6 +151,23 @@ int query_rt_values(ibv_context*, ibv_values_ex* values) {
 
 }  // namespace
 
+GidTable read_gid_table(const UContext* c) {
+  GidTable t{};
+  const abi::EngineShared* sh = c->shared;
+  // The engine rewrites the table rarely (an address came or went): retry
+  // while it is being written; an engine that died mid-write leaves the
+  // sequence odd, and the last copy is taken after a bounded wait.
+  for (int tries = 0; tries < 100000; ++tries) {
+    const uint32_t before = sh->gid_seq.load(std::memory_order_acquire);
+    if (before & 1) continue;
+    std::memcpy(t.gids, sh->gids, sizeof(t.gids));
+    t.ndev_ifindex = sh->ndev_ifindex;
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (sh->gid_seq.load(std::memory_order_relaxed) == before) break;
+  }
+  return t;
+}
+
 int query_port(ibv_context* ctx, uint8_t port, ibv_port_attr* attr, size_t attr_len) {
   UContext* c = to_uctx(ctx);
   if (port != 1) return EINVAL;
@@ -301,7 +318,8 @@ UROCE_EXPORT int ibv_query_port(ibv_context* context, uint8_t port, _compat_ibv_
 UROCE_EXPORT int ibv_query_gid(ibv_context* context, uint8_t port, int index, ibv_gid* gid) {
   UContext* c = to_uctx(context);
   if (port != 1 || index < 0 || index >= int(c->info.port.gid_tbl_len)) return -1;
-  const abi::GidEntry& e = c->info.gids[index];
+  const GidTable t = read_gid_table(c);
+  const abi::GidEntry& e = t.gids[index];
   std::memcpy(gid->raw, e.gid, 16);
   if (!e.valid) std::memset(gid->raw, 0, 16);
   return 0;
@@ -312,14 +330,15 @@ UROCE_EXPORT int _ibv_query_gid_ex(ibv_context* context, uint32_t port, uint32_t
   UContext* c = to_uctx(context);
   if (flags || entry_size < sizeof(ibv_gid_entry)) return EINVAL;
   if (port != 1 || index >= c->info.port.gid_tbl_len) return EINVAL;
-  const abi::GidEntry& e = c->info.gids[index];
+  const GidTable t = read_gid_table(c);
+  const abi::GidEntry& e = t.gids[index];
   if (!e.valid) return ENODATA;
   std::memset(entry, 0, sizeof(*entry));
   std::memcpy(entry->gid.raw, e.gid, 16);
   entry->gid_index = index;
   entry->port_num = port;
   entry->gid_type = e.type;
-  entry->ndev_ifindex = 0;
+  entry->ndev_ifindex = t.ndev_ifindex;  // the bound interface (uroced --netdev; lo by default)
   return 0;
 }
 
@@ -328,11 +347,18 @@ UROCE_EXPORT ssize_t _ibv_query_gid_table(ibv_context* context, ibv_gid_entry* e
   UContext* c = to_uctx(context);
   if (flags || entry_size < sizeof(ibv_gid_entry)) return -EINVAL;
   size_t n = 0;
+  const GidTable t = read_gid_table(c);  // one snapshot for the whole table
   for (uint32_t i = 0; i < c->info.port.gid_tbl_len; ++i) {
-    if (!c->info.gids[i].valid) continue;
+    const abi::GidEntry& g = t.gids[i];
+    if (!g.valid) continue;
     if (n == max_entries) return -EINVAL;
     auto* e = reinterpret_cast<ibv_gid_entry*>(reinterpret_cast<uint8_t*>(entries) + n * entry_size);
-    _ibv_query_gid_ex(context, 1, i, e, 0, sizeof(ibv_gid_entry));
+    std::memset(e, 0, sizeof(ibv_gid_entry));
+    std::memcpy(e->gid.raw, g.gid, 16);
+    e->gid_index = i;
+    e->port_num = 1;
+    e->gid_type = g.type;
+    e->ndev_ifindex = t.ndev_ifindex;
     ++n;
   }
   return ssize_t(n);
@@ -342,11 +368,12 @@ UROCE_EXPORT ssize_t _ibv_query_gid_table(ibv_context* context, ibv_gid_entry* e
 UROCE_EXPORT int ibv_query_gid_type(ibv_context* context, uint8_t port, unsigned int index,
                                     int* type) {
   UContext* c = to_uctx(context);
-  if (port != 1 || index >= c->info.port.gid_tbl_len || !c->info.gids[index].valid) {
+  const GidTable t = read_gid_table(c);
+  if (port != 1 || index >= c->info.port.gid_tbl_len || !t.gids[index].valid) {
     errno = EINVAL;
     return -1;
   }
-  *type = c->info.gids[index].type == IBV_GID_TYPE_ROCE_V2 ? 1 : 0;
+  *type = t.gids[index].type == IBV_GID_TYPE_ROCE_V2 ? 1 : 0;
   return 0;
 }
 

@@ -99,6 +99,14 @@ struct UContext {
   }
 };
 
+// The GID table as the engine has it now: it follows the bound interface's
+// addresses (abi::EngineShared, a seqlock), so every query reads it afresh.
+struct GidTable {
+  abi::GidEntry gids[abi::kMaxGids];
+  uint32_t ndev_ifindex;
+};
+GidTable read_gid_table(const UContext* c);
+
 // Moves the calling thread, once, off the CPU the context's engine polls on
 // when `uroce run` asked for it (verbs_provider/placement.cc).
 void place_polling_thread(const UContext* ctx);

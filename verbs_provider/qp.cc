@@ -330,8 +330,8 @@ UROCE_EXPORT ibv_ah* ibv_create_ah(ibv_pd* pd, ibv_ah_attr* attr) {
   UContext* c = to_uctx(pd->context);
   // RoCE: an address without a GRH cannot be routed (IBA A16.4.1), as every
   // RoCE provider answers.
-  if (!attr->is_global || attr->port_num != 1 ||
-      attr->grh.sgid_index >= c->info.port.gid_tbl_len || !c->info.gids[attr->grh.sgid_index].valid) {
+  if (!attr->is_global || attr->port_num != 1 || attr->grh.sgid_index >= c->info.port.gid_tbl_len ||
+      !read_gid_table(c).gids[attr->grh.sgid_index].valid) {
     errno = EINVAL;
     return nullptr;
   }
@@ -393,8 +393,9 @@ UROCE_EXPORT int ibv_init_ah_from_wc(ibv_context* context, uint8_t port_num, ibv
     ah_attr->grh.traffic_class = uint8_t(vtf >> 20);
   }
   ah_attr->grh.hop_limit = 0xff;
+  const GidTable t = read_gid_table(c);
   for (uint32_t i = 0; i < c->info.port.gid_tbl_len; ++i) {
-    if (c->info.gids[i].valid && std::memcmp(c->info.gids[i].gid, local, 16) == 0) {
+    if (t.gids[i].valid && std::memcmp(t.gids[i].gid, local, 16) == 0) {
       ah_attr->grh.sgid_index = uint8_t(i);
       return 0;
     }

@@ -18,7 +18,7 @@
 namespace uroce::abi {
 
 constexpr uint32_t kMagic = 0x434f5255;  // "UROC"
-constexpr uint32_t kVersion = 11;  // 2: MRs on shared pages; 3: session handles, AHs in the engine;
+constexpr uint32_t kVersion = 12;  // 2: MRs on shared pages; 3: session handles, AHs in the engine;
                                   // 4: tag matching (DeviceInfo::tm, CreateSrqRequest, kPostSrqOps)
                                   // 5: memory windows (SendWqe::bind, kAllocMw, DeviceInfo::max_mw)
                                   // 6: raw packet QPs and flow steering (DeviceInfo::raw,
@@ -30,6 +30,8 @@ constexpr uint32_t kVersion = 11;  // 2: MRs on shared pages; 3: session handles
                                   // 10: UD multicast (kAttachMcast, kDetachMcast)
                                   // 11: receive WQs, indirection tables, RSS QPs (kCreateWq ...
                                   //    kCreateRssQp, DeviceInfo::rss, Cqe::cvlan)
+                                  // 12: the GID table in EngineShared (it follows the bound
+                                  //    interface's addresses), ndev_ifindex
 constexpr size_t kCacheLine = 64;
 constexpr size_t kMaxDeviceName = 64;
 constexpr size_t kMaxGids = 16;
@@ -191,6 +193,12 @@ constexpr clockid_t kDeviceClock = CLOCK_MONOTONIC_RAW;
 constexpr uint64_t kHcaCoreClockKhz = 1'000'000;
 constexpr uint64_t kCompletionTimestampMask = ~uint64_t(0);  // all 64 bits count
 
+struct GidEntry {
+  uint8_t gid[16];
+  uint32_t type;  // enum ibv_gid_type: IBV_GID_TYPE_ROCE_V2 etc.
+  uint32_t valid;
+};
+
 // Engine-wide page shared read-only with every client.
 struct EngineShared {
   uint32_t magic;
@@ -203,8 +211,18 @@ struct EngineShared {
   // A client polling an empty CQ on that CPU backs off to sleep.
   std::atomic<int32_t> polling_cpu;
   uint32_t reserved[14];
+  // The GID table as it is now: it follows the addresses of the interface
+  // the device is bound to (uroced --netdev; lo by default), as a RoCE
+  // NIC's follows its netdev's. A seqlock: the engine makes gid_seq odd,
+  // rewrites the entries, makes it even again (release); a reader copies
+  // the entries between two equal even loads (acquire). ndev_ifindex is
+  // that interface's index (ibv_gid_entry::ndev_ifindex), 0 if none.
+  alignas(kCacheLine) std::atomic<uint32_t> gid_seq;
+  uint32_t ndev_ifindex;
+  GidEntry gids[kMaxGids];
 };
 static_assert(std::is_standard_layout_v<EngineShared>);
+static_assert(offsetof(EngineShared, gid_seq) % kCacheLine == 0);
 static_assert(sizeof(EngineShared) <= 4096);
 
 // Records written by the engine into the client's async event pipe and into
@@ -316,12 +334,6 @@ struct PortInfo {
   uint8_t active_speed;
   uint8_t phys_state;
   uint8_t reserved[5];
-};
-
-struct GidEntry {
-  uint8_t gid[16];
-  uint32_t type;  // enum ibv_gid_type: IBV_GID_TYPE_ROCE_V2 etc.
-  uint32_t valid;
 };
 
 struct DeviceInfo {

@@ -119,6 +119,10 @@ TEST(Abi, EngineSharedLayout) {
   EXPECT_EQ(offsetof(EngineShared, version), 4u);
   EXPECT_EQ(offsetof(EngineShared, sleeping), 64u);
   EXPECT_EQ(offsetof(EngineShared, port_state), 128u);
+  // The GID table (ABI 12) on a cache line of its own, after polling_cpu's.
+  EXPECT_EQ(offsetof(EngineShared, gid_seq), 192u);
+  EXPECT_EQ(offsetof(EngineShared, gids), 200u);
+  EXPECT_TRUE(std::atomic<uint32_t>::is_always_lock_free);
   EXPECT_LE(sizeof(EngineShared), 4096u);
   EXPECT_TRUE(std::is_standard_layout_v<EngineShared>);
 }

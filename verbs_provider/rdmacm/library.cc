@@ -42,13 +42,6 @@ int init(Library** out) {
     auto* e = new Engine;
     e->ctx = c;
     e->socket_path = engine_socket_path(runtime_dir(), ibv_get_device_name(list[i]));
-    ibv_gid gid{};
-    if (ibv_query_gid(c, 1, 0, &gid) == 0) std::memcpy(e->ip4, gid.raw + 12, 4);
-    ibv_gid_entry entry{};
-    if (ibv_query_gid_ex(c, 1, 2, &entry, 0) == 0) {
-      std::memcpy(e->ip6, entry.gid.raw, 16);
-      e->has_ip6 = true;
-    }
     lib.engines.push_back(e);
   }
   ibv_free_device_list(list);
@@ -61,9 +54,20 @@ Engine* engine_for(const sockaddr* sa) {
   if (lib.engines.empty()) return nullptr;
   abi::CmAddr a{};
   if (sa && to_cm_addr(sa, &a) == 0) {
+    // The engine one of whose GIDs is the address (IPv4 as ::ffff:a.b.c.d):
+    // read afresh, as the GIDs follow a bound interface's addresses.
+    uint8_t gid[16] = {};
+    if (a.family == AF_INET) {
+      gid[10] = gid[11] = 0xff;
+      std::memcpy(gid + 12, a.addr, 4);
+    } else {
+      std::memcpy(gid, a.addr, 16);
+    }
     for (Engine* e : lib.engines) {
-      if (a.family == AF_INET && std::memcmp(a.addr, e->ip4, 4) == 0) return e;
-      if (a.family == AF_INET6 && e->has_ip6 && std::memcmp(a.addr, e->ip6, 16) == 0) return e;
+      ibv_gid_entry entries[abi::kMaxGids];
+      const ssize_t n = ibv_query_gid_table(e->ctx, entries, abi::kMaxGids, 0);
+      for (ssize_t i = 0; i < n; ++i)
+        if (std::memcmp(entries[i].gid.raw, gid, 16) == 0) return e;
     }
   }
   return lib.engines.front();

@@ -46,9 +46,6 @@ struct Engine {
   pid_t pid = 0;  // the process conn was opened by (0: not yet)
   std::mutex mu;  // pid and conn's (re)opening
   ibv_pd* default_pd = nullptr;
-  uint8_t ip4[4] = {};  // its --ip (GID 0), and --ip6 (GID 2) if any
-  uint8_t ip6[16] = {};
-  bool has_ip6 = false;
 };
 
 struct Id {

@@ -1,0 +1,179 @@
+#!/usr/bin/env bash
+# Devices bound to kernel interfaces (uroced --netdev IF, as `rdma link add
+# rxe0 type rxe netdev IF`): two network namespaces joined by a veth pair,
+# an engine on each end taking that end's MAC and the kernel's own IPv4 and
+# IPv6 addresses as its GIDs. Checks:
+#  - the GID table is the interface's addresses, each with its ndev_ifindex
+#    (ibv_query_gid_table / ibv_query_gid_ex through pyverbs);
+#  - rping -v over IPv4 and IPv6 and ib_send_bw -R between the kernel's own
+#    addresses, while the kernels keep their own traffic (perftest's TCP
+#    side channel) on the same interfaces and addresses;
+#  - no ICMP port unreachable from the kernels for the RoCE datagrams they
+#    also see (their counters, after a probe that shows the counter counts);
+#  - an address added to the interface later becomes a GID (with
+#    IBV_EVENT_GID_CHANGE counted) and takes a connection; removed, it goes;
+#  - `uroce run` shows /sys/class/infiniband/<dev>/device/net/<IF>.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+for tool in rping ib_send_bw nstat; do
+  if ! command -v $tool >/dev/null; then
+    echo "SKIP: $tool not installed"
+    exit 77
+  fi
+done
+if ! /usr/bin/python3 -c 'import pyverbs' 2>/dev/null; then
+  echo "SKIP: python3-pyverbs is not installed"
+  exit 77
+fi
+
+two_hosts_or_skip ndv 235
+run_a="$UROCE_RUNTIME_DIR/a" run_b="$UROCE_RUNTIME_DIR/b"
+mkdir -p "$run_a" "$run_b"
+chmod 700 "$run_a" "$run_b"
+add_cleanup "UROCE_RUNTIME_DIR=$run_a '$UROCE_BIN' stop --all >/dev/null 2>&1 || true"
+add_cleanup "UROCE_RUNTIME_DIR=$run_b '$UROCE_BIN' stop --all >/dev/null 2>&1 || true"
+on_a() { UROCE_RUNTIME_DIR=$run_a ip netns exec "$ns_a" "$@"; }
+on_b() { UROCE_RUNTIME_DIR=$run_b ip netns exec "$ns_b" "$@"; }
+v6=fd00:235:$(printf '%x' $(($$ % 65536)))
+kern6_a=$v6::1 kern6_b=$v6::2
+ip -n "$ns_a" addr add "$kern6_a/64" dev "$veth_a" nodad
+ip -n "$ns_b" addr add "$kern6_b/64" dev "$veth_b" nodad
+on_a "$UROCE_BIN" start --name hostA --netdev "$veth_a"
+on_b "$UROCE_BIN" start --name hostB --netdev "$veth_b"
+gid_table="$(dirname "${BASH_SOURCE[0]}")/gid_table.py"
+
+failures=0
+ok() { echo "ok   $1"; }
+bad() {
+  echo "FAIL $1"
+  failures=$((failures + 1))
+}
+
+# The kernel's unreachable answers (absolute counters of that namespace).
+unreachables() {  # NS
+  ip netns exec "$1" nstat -az IcmpOutDestUnreachs Icmp6OutDestUnreachs UdpNoPorts Udp6NoPorts 2>/dev/null |
+    awk '/^(Icmp|Udp)/ {n += $2} END {print n + 0}'
+}
+
+# The GID table: kernel addresses, the interface's index on every GID.
+check_gids() {  # HOST NS IF EXPECTED_ADDR...
+  local host=$1 ns=$2 ifname=$3 on=on_a
+  shift 3
+  [[ $host == hostB ]] && on=on_b
+  local ifindex table addr
+  ifindex=$(ip netns exec "$ns" cat "/sys/class/net/$ifname/ifindex")
+  table=$($on "$UROCE_BIN" run -- /usr/bin/python3 "$gid_table" "$host" 2>&1) || {
+    bad "$host: gid_table.py: $table"
+    return
+  }
+  for addr in "$@"; do
+    grep -qE "^[0-9]+ $addr $ifindex\$" <<<"$table" || {
+      bad "$host: no GID $addr with ndev_ifindex $ifindex in:"$'\n'"$table"
+      return
+    }
+  done
+  if awk -v i="$ifindex" '$3 != i {exit 1}' <<<"$table"; then
+    ok "$host GIDs: $(tr '\n' ' ' <<<"$table")(ndev_ifindex $ifindex = $ifname)"
+  else
+    bad "$host: a GID with another ndev_ifindex:"$'\n'"$table"
+  fi
+}
+check_gids hostA "$ns_a" "$veth_a" "$kern_a" "$kern6_a"
+check_gids hostB "$ns_b" "$veth_b" "$kern_b" "$kern6_b"
+
+# rdma-core's tests find a device's interface in sysfs (tests/base.py).
+if view=$(on_a "$UROCE_BIN" run -- ls /sys/class/infiniband/hostA/device/net/ 2>&1) && [[ $view == "$veth_a" ]]; then
+  ok "uroce run: /sys/class/infiniband/hostA/device/net/$veth_a"
+else
+  bad "uroce run: /sys/class/infiniband/hostA/device/net/ lists '$view'"
+fi
+
+# The counter counts: a datagram to a port nobody holds is answered.
+on_a bash -c "echo probe >/dev/udp/$kern_b/4792" || true
+sleep 0.2
+icmp_before=$(unreachables "$ns_b")
+((icmp_before >= 1)) || bad "the kernel did not count an unreachable for UDP 4792 (probe)"
+icmp_before_a=$(unreachables "$ns_a")
+
+# LABEL SERVER... -- CLIENT...: the server on B, the client on A.
+pair() {
+  local label=$1 server=() client=() attempt crc src spid
+  shift
+  while [[ $1 != -- ]]; do server+=("$1"); shift; done
+  shift
+  client=("$@")
+  local slog="$UROCE_LOG_DIR/$label.server.log" clog="$UROCE_LOG_DIR/$label.client.log"
+  for attempt in 1 2 3; do
+    on_b timeout -k 5 30 "$UROCE_BIN" run -- "${server[@]}" </dev/null >"$slog" 2>&1 &
+    spid=$! crc=0 src=0
+    sleep 1
+    on_a timeout -k 5 30 "$UROCE_BIN" run -- "${client[@]}" </dev/null >"$clog" 2>&1 || crc=$?
+    ((crc != 0)) && pkill -TERM -P "$spid" 2>/dev/null || true
+    wait "$spid" || src=$?
+    # perftest -R's own race (its data listener after its handshake), as
+    # in rdmacm_two_hosts: run again.
+    if ((crc != 0)) && [[ ${client[0]} == ib_* ]] && grep -qE 'RDMA_CM_EVENT_REJECTED; error: 8' "$clog"; then
+      continue
+    fi
+    break
+  done
+  if ((crc == 0 && src == 0)) && ! grep -qE 'error|[Ff]ail|invalid data' "$clog" "$slog"; then
+    ok "$label"
+  else
+    bad "$label (client $crc, server $src)"
+    tail -n 15 "$clog" "$slog"
+  fi
+  PAIR_CLIENT_LOG=$clog
+}
+
+pair rping_ipv4 rping -s -a "$kern_b" -p 18911 -C 10 -v -- rping -c -a "$kern_b" -p 18911 -C 10 -v
+grep -q 'ping data: rdma-ping-9' "$PAIR_CLIENT_LOG" || bad "rping_ipv4: 10 pings with their data"
+pair rping_ipv6 rping -s -a "$kern6_b" -p 18912 -C 10 -v -- rping -c -a "$kern6_b" -p 18912 -C 10 -v
+grep -q 'ping data: rdma-ping-9' "$PAIR_CLIENT_LOG" || bad "rping_ipv6: 10 pings with their data"
+pair ib_send_bw_R ib_send_bw -R -d hostB -x 0 -p 18913 -n 500 -- ib_send_bw -R -d hostA -x 0 -p 18913 -n 500 "$kern_b"
+
+icmp_after=$(unreachables "$ns_b") icmp_after_a=$(unreachables "$ns_a")
+guarded=$(UROCE_RUNTIME_DIR=$run_b "$UROCE_BIN" stats --name hostB | awk '$1 == "roce_port_datagrams" {print $2}')
+if ((icmp_after == icmp_before && icmp_after_a == icmp_before_a && ${guarded:-0} > 0)); then
+  ok "no ICMP unreachable for RoCE: the kernel of B delivered $guarded RoCE datagrams to the engine's socket"
+else
+  bad "unreachables: B $icmp_before -> $icmp_after, A $icmp_before_a -> $icmp_after_a; roce_port_datagrams ${guarded:-none}"
+fi
+kernel_frames=$(UROCE_RUNTIME_DIR=$run_a "$UROCE_BIN" stats --name hostA | awk '$1 == "rx_kernel" {print $2}')
+((${kernel_frames:-0} > 0)) && ok "hostA left $kernel_frames frames of the kernel's own traffic to it" ||
+  bad "hostA counted no kernel frame (rx_kernel), though perftest's TCP crossed its interface"
+
+# An address added later is a GID at once; a connection to it works.
+extra=${net%.0}.21 extra6=$v6::21
+ip -n "$ns_a" addr add "$extra/24" dev "$veth_a"
+ip -n "$ns_a" addr add "$extra6/64" dev "$veth_a" nodad
+sleep 0.5
+check_gids hostA "$ns_a" "$veth_a" "$kern_a" "$kern6_a" "$extra" "$extra6"
+changes=$(UROCE_RUNTIME_DIR=$run_a "$UROCE_BIN" stats --name hostA | awk '$1 == "gid_changes" {print $2}')
+((${changes:-0} >= 1)) && ok "hostA: $changes GID changes (IBV_EVENT_GID_CHANGE)" || bad "hostA: no GID change counted"
+# This time the server is on A, on the new address.
+slog="$UROCE_LOG_DIR/rping_new.server.log" clog="$UROCE_LOG_DIR/rping_new.client.log"
+on_a timeout -k 5 30 "$UROCE_BIN" run -- rping -s -a "$extra" -p 18914 -C 5 -v </dev/null >"$slog" 2>&1 &
+spid=$!
+sleep 1
+if on_b timeout -k 5 30 "$UROCE_BIN" run -- rping -c -a "$extra" -p 18914 -C 5 -v </dev/null >"$clog" 2>&1 &&
+   wait "$spid" && grep -q 'ping data: rdma-ping-4' "$clog"; then
+  ok "rping to an address added later ($extra)"
+else
+  bad "rping to an address added later"
+  tail -n 10 "$slog" "$clog"
+fi
+ip -n "$ns_a" addr del "$extra/24" dev "$veth_a"
+sleep 0.5
+if on_a "$UROCE_BIN" run -- /usr/bin/python3 "$gid_table" hostA | grep -q " $extra "; then
+  bad "a removed address is still a GID"
+else
+  ok "a removed address is no GID any more"
+fi
+
+if ((failures)); then
+  tail -n 30 "$run_a"/*.log "$run_b"/*.log 2>/dev/null || true
+  echo "netdev_two_hosts: $failures failed"
+  exit 1
+fi
+echo "netdev_two_hosts: all passed"
