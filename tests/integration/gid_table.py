@@ -9,8 +9,8 @@ import pyverbs.device as d
 
 ctx = d.Context(name=sys.argv[1])
 for e in ctx.query_gid_table(16):
-    gid = ipaddress.IPv6Address(e.gid_str)
+    gid = ipaddress.IPv6Address(e.gid_str())
     print(e.gid_index, gid.ipv4_mapped or gid, e.ndev_ifindex)
     # ibv_query_gid_ex of one index says the same.
     one = ctx.query_gid_ex(1, e.gid_index)
-    assert one.gid_str == e.gid_str and one.ndev_ifindex == e.ndev_ifindex, (one.gid_str, e.gid_str)
+    assert one.gid_str() == e.gid_str() and one.ndev_ifindex == e.ndev_ifindex, (one.gid_str(), e.gid_str())

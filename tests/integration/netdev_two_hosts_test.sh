@@ -165,10 +165,14 @@ else
 fi
 ip -n "$ns_a" addr del "$extra/24" dev "$veth_a"
 sleep 0.5
-if on_a "$UROCE_BIN" run -- /usr/bin/python3 "$gid_table" hostA | grep -q " $extra "; then
+if ! table=$(on_a "$UROCE_BIN" run -- /usr/bin/python3 "$gid_table" hostA 2>&1); then
+  bad "gid_table.py: $table"
+elif grep -q " $extra " <<<"$table"; then
   bad "a removed address is still a GID"
+elif ! grep -q " $extra6 " <<<"$table"; then
+  bad "the other added address went too"
 else
-  ok "a removed address is no GID any more"
+  ok "a removed address is no GID any more, the other stays"
 fi
 
 if ((failures)); then
