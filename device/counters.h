@@ -13,6 +13,8 @@ namespace uroce::device {
   X(tx_no_route, "frames dropped: destination GID is not IPv4 or no wire port")  \
   X(rx_not_for_us, "wire frames dropped: not to our MAC and IP")                 \
   X(rx_kernel, "wire frames left to the kernel: not RoCE, on the interface the device is bound to (--netdev)") \
+  X(neigh_kernel_asked, "neighbours the kernel was asked to resolve (--netdev: RTM_NEWNEIGH, NTF_USE)") \
+  X(neigh_requests_sent, "ARP requests and neighbour solicitations the device sent itself") \
   X(rx_parse_errors, "frames dropped: malformed Ethernet/IP/UDP/BTH or bad ICRC")\
   X(rx_no_qp, "requests dropped: destination QP does not exist")                 \
   X(rx_gsi_dropped, "QP1 packets dropped: not a UD SEND of one MAD with the GSI Q_Key") \

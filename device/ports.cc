@@ -196,7 +196,11 @@ void Device::emit(net::Packet* p, PortId port) {
 void Device::send_arp_request(const net::Ipv4Addr& ip) {
   // Bound to a kernel interface: the kernel resolves, as for its own
   // traffic, and its neighbour table tells us (neighbour_update).
-  if (kernel_bound_ && kernel_resolve_ && kernel_resolve_(AF_INET, ip.data())) return;
+  if (kernel_bound_ && kernel_resolve_ && kernel_resolve_(AF_INET, ip.data())) {
+    ++counters_.neigh_kernel_asked;
+    return;
+  }
+  ++counters_.neigh_requests_sent;
   net::Packet* p = pool_.get();
   net::build_arp_request(*p, config_.mac, config_.ip, ip);
   if (config_.vlan >= 0) net::add_vlan_tag(*p, uint16_t(config_.vlan));
@@ -206,8 +210,12 @@ void Device::send_arp_request(const net::Ipv4Addr& ip) {
 }
 
 void Device::send_ndp_solicitation(const net::Ipv6Addr& ip) {
-  if (kernel_bound_ && kernel_resolve_ && kernel_resolve_(AF_INET6, ip.data())) return;
+  if (kernel_bound_ && kernel_resolve_ && kernel_resolve_(AF_INET6, ip.data())) {
+    ++counters_.neigh_kernel_asked;
+    return;
+  }
   if (!has_ip6()) return;
+  ++counters_.neigh_requests_sent;
   net::Packet* p = pool_.get();
   net::build_ndp_solicitation(*p, config_.mac, config_.ip6, ip);
   if (config_.vlan >= 0) net::add_vlan_tag(*p, uint16_t(config_.vlan));

@@ -126,6 +126,9 @@ pair() {
   PAIR_CLIENT_LOG=$clog
 }
 
+# Nothing known: the first connection makes the engines resolve.
+ip -n "$ns_a" neigh flush dev "$veth_a"
+ip -n "$ns_b" neigh flush dev "$veth_b"
 pair rping_ipv4 rping -s -a "$kern_b" -p 18911 -C 10 -v -- rping -c -a "$kern_b" -p 18911 -C 10 -v
 grep -q 'ping data: rdma-ping-9' "$PAIR_CLIENT_LOG" || bad "rping_ipv4: 10 pings with their data"
 pair rping_ipv6 rping -s -a "$kern6_b" -p 18912 -C 10 -v -- rping -c -a "$kern6_b" -p 18912 -C 10 -v
@@ -142,6 +145,21 @@ fi
 kernel_frames=$(UROCE_RUNTIME_DIR=$run_a "$UROCE_BIN" stats --name hostA | awk '$1 == "rx_kernel" {print $2}')
 ((${kernel_frames:-0} > 0)) && ok "hostA left $kernel_frames frames of the kernel's own traffic to it" ||
   bad "hostA counted no kernel frame (rx_kernel), though perftest's TCP crossed its interface"
+
+# Neighbours as the kernel resolves them: the engines asked their kernels
+# (whose ARP and neighbour discovery answered) and sent no request of their own.
+for h in A B; do
+  dir=run_${h,,}
+  stats=$(UROCE_RUNTIME_DIR=${!dir} "$UROCE_BIN" stats --name "host$h")
+  asked=$(awk '$1 == "neigh_kernel_asked" {print $2}' <<<"$stats")
+  own=$(awk '$1 == "neigh_requests_sent" {print $2}' <<<"$stats")
+  # A, the client, found no entry (flushed) and asked; B's kernel learnt A from its request.
+  if [[ $own == 0 ]] && { [[ $h == B ]] || ((${asked:-0} >= 1)); }; then
+    ok "host$h: neighbours from the kernel's table ($asked asked of the kernel, none resolved itself)"
+  else
+    bad "host$h: neigh_kernel_asked ${asked:-none}, neigh_requests_sent ${own:-none}"
+  fi
+done
 
 # An address added later is a GID at once; a connection to it works.
 extra=${net%.0}.21 extra6=$v6::21
