@@ -120,6 +120,13 @@ void free_id(Id* id) {
   delete id;
 }
 
+// The id now names its device: its context and the device's PD
+// (ucma_get_device), unless it has a PD of its own already (its QP's).
+void bind_device(Id* id) {
+  id->id.verbs = id->engine->ctx;
+  if (!id->id.pd) id->id.pd = device_pd(id->engine);
+}
+
 }  // namespace
 
 Channel* create_channel() {
@@ -262,7 +269,7 @@ RDMACM_EXPORT int rdma_bind_addr(rdma_cm_id* cm_id, sockaddr* addr) {
   // A specific address names its device; a wildcard none yet (cma_acquire_dev).
   bool any = true;
   for (size_t i = 0; i < 16; ++i) any = any && rep.addr.addr[i] == 0;
-  if (!any) id->id.verbs = id->engine->ctx;
+  if (!any) bind_device(id);
   return 0;
 }
 
@@ -285,7 +292,7 @@ RDMACM_EXPORT int rdma_resolve_addr(rdma_cm_id* cm_id, sockaddr* src, sockaddr* 
       return fail(err);
     fill_route_src(id, rep);
     from_cm_addr(req.dst, &id->id.route.addr.dst_storage);
-    id->id.verbs = id->engine->ctx;
+    bind_device(id);
   }
   return complete(id);
 }
@@ -487,7 +494,7 @@ Id* accept_new_id(Library& lib, Id* listener, const abi::CmEventRecord& rec) {
   Id* id = new_id(listener->id.channel, listener->id.context, listener->id.ps, listener->id.qp_type);
   id->engine = listener->engine;
   id->handle = rec.id;
-  id->id.verbs = id->engine->ctx;
+  bind_device(id);
   from_cm_addr(rec.src, &id->id.route.addr.src_storage);
   from_cm_addr(rec.dst, &id->id.route.addr.dst_storage);
   id->gid_index = rec.local_gid_index;

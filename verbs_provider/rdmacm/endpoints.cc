@@ -24,9 +24,31 @@ sockaddr* copy_addr(const sockaddr* sa, socklen_t len) {
 
 RDMACM_EXPORT int rdma_getaddrinfo(const char* node, const char* service, const rdma_addrinfo* hints,
                                    rdma_addrinfo** res) {
-  if (!res || (!node && !service)) return fail(EINVAL);
+  if (!res || (!node && !service && !hints)) return fail(EINVAL);
   const int flags = hints ? hints->ai_flags : 0;
   if (hints && hints->ai_family == AF_IB) return fail(EAFNOSUPPORT);
+  if (!node && !service) {
+    // No name to look up: the hints' addresses as they are (rdma-core's
+    // addrinfo.c does so; pyverbs' AddrInfo(src=...) of a multicast group
+    // asks this way, its source passed in the hints).
+    auto* ai = static_cast<rdma_addrinfo*>(calloc(1, sizeof(rdma_addrinfo)));
+    if (!ai) return fail(ENOMEM);
+    ai->ai_flags = flags;
+    ai->ai_family = hints->ai_family;
+    ai->ai_qp_type = hints->ai_qp_type;
+    ai->ai_port_space = hints->ai_port_space;
+    if (hints->ai_dst_addr && hints->ai_dst_len) {
+      ai->ai_dst_addr = copy_addr(hints->ai_dst_addr, hints->ai_dst_len);
+      ai->ai_dst_len = hints->ai_dst_len;
+    }
+    if (hints->ai_src_addr && hints->ai_src_len) {
+      ai->ai_src_addr = copy_addr(hints->ai_src_addr, hints->ai_src_len);
+      ai->ai_src_len = hints->ai_src_len;
+      if (!ai->ai_family) ai->ai_family = hints->ai_src_addr->sa_family;
+    }
+    *res = ai;
+    return 0;
+  }
   addrinfo h{};
   h.ai_family = hints && (flags & RAI_FAMILY || hints->ai_family) ? hints->ai_family : AF_UNSPEC;
   h.ai_socktype = SOCK_STREAM;

@@ -49,6 +49,12 @@ int init(Library** out) {
   return 0;
 }
 
+ibv_pd* device_pd(Engine* e) {
+  std::lock_guard<std::mutex> lock(e->pd_mu);
+  if (!e->default_pd) e->default_pd = ibv_alloc_pd(e->ctx);
+  return e->default_pd;
+}
+
 Engine* engine_for(const sockaddr* sa) {
   Library& lib = library();
   if (lib.engines.empty()) return nullptr;

@@ -28,9 +28,7 @@ ibv_pd* pd_for(Id* id, ibv_pd* pd) {
     errno = EINVAL;
     return nullptr;
   }
-  std::lock_guard<std::mutex> lock(library().mu);
-  if (!id->engine->default_pd) id->engine->default_pd = ibv_alloc_pd(id->engine->ctx);
-  return id->engine->default_pd;
+  return device_pd(id->engine);
 }
 
 int modify(Id* id, ibv_qp_state state) {

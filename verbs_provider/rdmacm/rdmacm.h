@@ -45,8 +45,14 @@ struct Engine {
   provider::Connection conn;
   pid_t pid = 0;  // the process conn was opened by (0: not yet)
   std::mutex mu;  // pid and conn's (re)opening
-  ibv_pd* default_pd = nullptr;
+  ibv_pd* default_pd = nullptr;  // see device_pd()
+  std::mutex pd_mu;               // default_pd's allocation
 };
+
+// The device's PD of ids that bring none, allocated on first use: an id
+// bound to a device has it as id->pd, as rdma-core's ucma_get_device gives
+// cma_dev->pd (pyverbs makes its CMID's PD, and AHs and QPs on it, from it).
+ibv_pd* device_pd(Engine* e);
 
 struct Id {
   rdma_cm_id id{};  // must be first
