@@ -37,11 +37,19 @@ void atfork_child() {
   }
 }
 
+// The shared page is MADV_DONTFORK: a child reads the GID table as it was
+// at fork() (librdmacm's engine_for asks for it in a forked child too).
+void atfork_prepare() {
+  std::lock_guard<std::mutex> lock(g_ctx_mu);
+  for (UContext* c : g_contexts)
+    if (!c->forked_child) c->gids_at_fork = read_gid_table(c);
+}
+
 void register_context(UContext* c) {
   static std::once_flag once;
   std::call_once(once, [] {
     install_fork_handlers();  // first: the child's moved pages must be in place before ours runs
-    pthread_atfork(nullptr, nullptr, atfork_child);
+    pthread_atfork(atfork_prepare, nullptr, atfork_child);
   });
   std::lock_guard<std::mutex> lock(g_ctx_mu);
   g_contexts.push_back(c);
@@ -152,6 +160,7 @@ int query_rt_values(ibv_context*, ibv_values_ex* values) {
 }  // namespace
 
 GidTable read_gid_table(const UContext* c) {
+  if (c->forked_child) return c->gids_at_fork;
   GidTable t{};
   const abi::EngineShared* sh = c->shared;
   // The engine rewrites the table rarely (an address came or went): retry

@@ -71,6 +71,11 @@ void warn_refused(const std::string& sock, const std::string& engine_text);
 
 struct UMr;
 
+struct GidTable {
+  abi::GidEntry gids[abi::kMaxGids];
+  uint32_t ndev_ifindex;
+};
+
 struct UContext {
   verbs_context vctx;  // ibv_context is its last member
   UDevice* dev;
@@ -83,6 +88,7 @@ struct UContext {
   // In a forked child: the child's own session for device memory
   // (device_memory.cc), opened on first use.
   bool forked_child = false;
+  GidTable gids_at_fork{};  // taken by the parent's fork handler
   std::mutex child_mu;
   Connection* child_session = nullptr;
   // Its MRs by lkey, for ibv_advise_mr (pd_mr.cc, odp.cc).
@@ -100,11 +106,8 @@ struct UContext {
 };
 
 // The GID table as the engine has it now: it follows the bound interface's
-// addresses (abi::EngineShared, a seqlock), so every query reads it afresh.
-struct GidTable {
-  abi::GidEntry gids[abi::kMaxGids];
-  uint32_t ndev_ifindex;
-};
+// addresses (abi::EngineShared, a seqlock), so every query reads it afresh
+// (a forked child, without the shared page: the table at fork()).
 GidTable read_gid_table(const UContext* c);
 
 // Moves the calling thread, once, off the CPU the context's engine polls on
