@@ -263,6 +263,8 @@ class Device {
   bool release_held(Wq& w);
   void drop_held(Wq& w, bool count);
   void flush_wq(Wq& w);
+  void wq_to_error(Wq& w);
+  void wq_fatal(Wq& w);
   void mark_busy(uint32_t wq_handle);
   bool poll_wqs();
   uint64_t next_wq_deadline_ns() const;

@@ -397,6 +397,9 @@ UROCE_EXPORT int ibv_get_async_event(ibv_context* context, ibv_async_event* even
     case IBV_EVENT_GID_CHANGE:
       event->element.port_num = int(rec.cookie);
       break;
+    case IBV_EVENT_WQ_FATAL:
+      event->element.wq = reinterpret_cast<ibv_wq*>(rec.cookie);
+      break;
     case IBV_EVENT_DEVICE_FATAL:
       break;
     default:
@@ -438,6 +441,14 @@ UROCE_EXPORT void ibv_ack_async_event(ibv_async_event* event) {
       ++srq->events_completed;
       pthread_cond_signal(&srq->cond);
       pthread_mutex_unlock(&srq->mutex);
+      break;
+    }
+    case IBV_EVENT_WQ_FATAL: {
+      ibv_wq* wq = event->element.wq;
+      pthread_mutex_lock(&wq->mutex);
+      ++wq->events_completed;
+      pthread_cond_signal(&wq->cond);
+      pthread_mutex_unlock(&wq->mutex);
       break;
     }
     default:
