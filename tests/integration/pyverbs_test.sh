@@ -70,6 +70,12 @@ require_pass test_mr test_create_dm_mr test_dm_bad_access test_dm_bad_registrati
 # advertises CVLAN stripping) must run and pass. (rdma-core has no test_wq.py.)
 require_pass test_rss_traffic test_rss_traffic
 require_pass test_cqex test_create_cq_ex
+# Raw packet QPs and flow steering (issue 11): test_flow's five traffic tests
+# and test_qp's raw packet cases run and pass as root.
+require_pass test_flow test_eth_spec_flow_traffic test_ipv4_spec_flow_traffic test_ipv6_spec_flow_traffic \
+  test_udp_spec_flow_traffic test_tcp_spec_flow_traffic
+require_pass test_qp test_create_raw_qp_no_attr test_create_raw_qp_with_attr test_create_raw_qp_ex_no_attr \
+  test_create_raw_qp_ex_with_attr test_query_raw_qp
 # Their traffic shows in the tag-matching counters of `uroce stats`, and the
 # RSS test's in the receive WQs' (its WQs are gone by now, their own lines too).
 stats=$("$UROCE_BIN" stats --name uroce0)
