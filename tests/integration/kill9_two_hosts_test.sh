@@ -47,8 +47,25 @@ objects() { report "$1" '[.objects, (.clients | length)]'; }
 fds() { ls "/proc/${engine_pid[$1]}/fd" | wc -l; }
 rss() { awk '/^VmRSS:/ { print $2 }' "/proc/${engine_pid[$1]}/status"; }
 
+# tool_pid PID NAME: the process NAME at the bottom of PID's tree (the
+# shell, ip netns exec and uroce run between them may fork), waited for up
+# to 10 s. The engine sees that pid, and it is the one to kill.
+tool_pid() {
+  local p i c
+  for ((i = 0; i < 100; i++)); do
+    p=$1
+    while c=$(cat "/proc/$p/task/$p/children" 2>/dev/null) && [[ -n ${c// /} ]]; do
+      p=${c%% *}
+    done
+    [[ $(cat "/proc/$p/comm" 2>/dev/null) == "${2:0:15}" ]] && { echo "$p"; return 0; }
+    sleep 0.1
+  done
+  return 1
+}
+
 # pair TOOL SECONDS: perftest's server on B, its client on A; sets server
-# and client (their pids: ip netns exec and uroce run exec the tool).
+# and client (the pids of their wrappers, which end with the tool's status)
+# and server_tool and client_tool (the tools' own pids).
 port=$((19300 + $$ % 500))
 pair() {
   local tool=$1 seconds=$2
@@ -60,6 +77,9 @@ pair() {
   in_a "$UROCE_BIN" run -- "$tool" -d k9A -x 0 -D "$seconds" -p "$port" "$kern_b" >"$log.client.log" 2>&1 &
   client=$!
   add_cleanup "kill -9 $server $client 2>/dev/null || true"
+  server_tool=$(tool_pid "$server" "$tool") || server_tool=  # a warm-up run may be over
+  client_tool=$(tool_pid "$client" "$tool") || client_tool=
+  add_cleanup "kill -9 $server_tool $client_tool 2>/dev/null || true"
 }
 
 # wait_for_traffic PID: the QPs of PID on host A send packets.
@@ -134,7 +154,9 @@ in_a "$UROCE_BIN" run -- "$checker" -d k9A -g 0 -p "$bystander_port" -D 150 -t 2
   >"$UROCE_LOG_DIR/bystander.client.log" 2>&1 &
 bystander_client=$!
 add_cleanup "kill -9 $bystander_server $bystander_client 2>/dev/null || true"
-wait_for_traffic "$bystander_client" || fail "the bystander pair passes no traffic"
+bystander_client_tool=$(tool_pid "$bystander_client" rc_sequence_checker) || fail "no bystander client process"
+add_cleanup "kill -9 $bystander_client_tool 2>/dev/null || true"
+wait_for_traffic "$bystander_client_tool" || fail "the bystander pair passes no traffic"
 
 declare -A base_objects base_fds base_rss
 for e in k9A k9B; do
@@ -148,8 +170,9 @@ for tool in ib_write_bw ib_read_bw ib_atomic_bw; do
   # The passive target (on B) dies: the requester (on A) retries, then
   # fails with RETRY_EXC_ERR (status 12).
   pair "$tool" 60
-  wait_for_traffic "$client" || fail "$tool: no traffic"
-  kill -9 "$server"
+  [[ -n $server_tool && -n $client_tool ]] || fail "$tool: no server or client process"
+  wait_for_traffic "$client_tool" || fail "$tool: no traffic"
+  kill -9 "$server_tool"
   killed_at=$SECONDS
   wait_gone "$client" 15 || fail "$tool: the requester still runs 15 s after its target died"
   ((rc != 0)) || fail "$tool: the requester passed although its target died"
@@ -161,10 +184,11 @@ for tool in ib_write_bw ib_read_bw ib_atomic_bw; do
 
   # The requester (on A) dies in the middle of its WRITEs, READs or atomics.
   pair "$tool" 60
-  wait_for_traffic "$client" || fail "$tool: no traffic"
-  kill -9 "$client"
+  [[ -n $server_tool && -n $client_tool ]] || fail "$tool: no server or client process"
+  wait_for_traffic "$client_tool" || fail "$tool: no traffic"
+  kill -9 "$client_tool"
   wait "$client" 2>/dev/null || true
-  wait_gone "$server" 15 || { kill -9 "$server" 2>/dev/null || true; wait "$server" 2>/dev/null || true; }
+  wait_gone "$server" 15 || { kill -9 "$server_tool" "$server" 2>/dev/null || true; wait "$server" 2>/dev/null || true; }
   echo "ok: $tool: requester on A killed"
   back_to_baseline "$tool, requester killed"
 done
@@ -174,7 +198,7 @@ for who in bystander_client bystander_server; do
   kill -0 "${!who}" 2>/dev/null ||
     { cat "$UROCE_LOG_DIR"/bystander.*.log >&2; fail "the bystander ended before the kills were done"; }
 done
-kill -USR1 "$bystander_client"
+kill -USR1 "$bystander_client_tool"
 wait_gone "$bystander_client" 60 || fail "the bystander client still runs"
 ((rc == 0)) || { cat "$UROCE_LOG_DIR"/bystander.*.log >&2; fail "the bystander client failed (exit $rc)"; }
 wait_gone "$bystander_server" 30 || fail "the bystander server still runs"
