@@ -61,7 +61,7 @@ uroce fault --name soak0 --port loopback $faults >/dev/null
 report() { uroce stats --name soak0 --json | jq -c ".engines[0].report | $1"; }
 fds() { ls "/proc/$engine/fd" | wc -l; }
 rss() { awk '/^VmRSS:/ { print $2 }' "/proc/$engine/status"; }
-counter() { uroce stats --name soak0 | awk -v k="$1" '$1 == k { print $2; exit }'; }
+counter() { uroce stats --name soak0 | awk -v k="$1" '$1 == k && !n++ { print $2 }'; }  # reads it all: no SIGPIPE
 
 # ---- the loops; each ends when the stop file appears ----
 stop_file=$UROCE_LOG_DIR/stop
