@@ -61,9 +61,10 @@ require_pass test_tag_matching test_tm_traffic test_tm_unexpected_tag test_tm_no
 require_pass test_parent_domain test_without_allocators_rc_traffic test_default_allocators_rc_traffic \
   test_mem_align_rc_traffic test_mem_align_ud_traffic test_mem_align_srq_excq_rc_traffic
 # Device memory (issue 13): max_dm_size is reported, so DMTest and
-# DeviceMemoryAPITest run (test_import_dm skips: uroce has no context import).
+# DeviceMemoryAPITest run, and SharedDMTest imports the memory through a
+# context imported from a duplicate of ctx.cmd_fd (ibv_import_device).
 require_pass test_device test_create_dm test_destroy_dm test_create_dm_bad_flow test_destroy_dm_bad_flow \
-  test_dm_write test_dm_write_bad_flow test_dm_read test_multi_process_alloc_dm
+  test_dm_write test_dm_write_bad_flow test_dm_read test_multi_process_alloc_dm test_import_dm
 require_pass test_mr test_create_dm_mr test_dm_bad_access test_dm_bad_registration
 # Receive WQs and RSS (issue 11): test_rss_traffic (8 WQs behind an RSS QP)
 # and test_cqex's test_create_cq_ex (IBV_WC_EX_WITH_CVLAN, since uroce
