@@ -215,6 +215,7 @@ class Device {
     const Mr* mr = mrs_.get(key >> 8);
     return mr && mr->key == key ? mr : nullptr;
   }
+  const Dm* find_dm(uint32_t index) const { return dms_.get(index); }
   // Remote access through an R_Key: an MR's, or a memory window's bound to
   // one (a window's key costs an MR's nothing: is_mw_key is one bit). On
   // success *mr holds the bytes and *owner_addr is va in its owner's space.
@@ -292,6 +293,8 @@ class Device {
   bool release_held(Wq& w);
   void drop_held(Wq& w, bool count);
   void flush_wq(Wq& w);
+  void wq_to_error(Wq& w);
+  void wq_fatal(Wq& w);
   void mark_busy(uint32_t wq_handle);
   bool poll_wqs();
   uint64_t next_wq_deadline_ns() const;

@@ -133,7 +133,8 @@ void Device::report(nlohmann::json& out) const {
                    {"not_ready_drops", w.not_ready_drops},
                    {"delay_drop_expired", w.delay_drop_expired},
                    {"delay_drop_held", w.held_count},
-                   {"flushed", w.flushed}});
+                   {"flushed", w.flushed},
+                   {"errors", w.errors}});
   });
   out["wqs"] = wqs;
 }

@@ -86,15 +86,33 @@ int Device::modify_wq(Owner* o, uint32_t handle, const abi::ModifyWqRequest& req
     // RESET (mlx5_modify_wq wipes the ring indices).
     w->head = w->ring.hdr->producer.load(std::memory_order_acquire);
     w->ring.hdr->consumer.store(w->head, std::memory_order_release);
-    drop_held(*w, false);
+    drop_held(*w, true);
   }
-  w->state = to;
   if (to == IBV_WQS_ERR) {
-    drop_held(*w, false);
-    flush_wq(*w);
-    mark_busy(handle);  // keeps flushing what is posted later
+    wq_to_error(*w);
+  } else {
+    w->state = to;
   }
   return 0;
+}
+
+void Device::wq_to_error(Wq& w) {
+  w.state = IBV_WQS_ERR;
+  drop_held(w, true);
+  flush_wq(w);
+  mark_busy(w.wqn - kWqnBase);  // keeps flushing what is posted later
+}
+
+// The device takes a WQ to ERR by itself when one of its receives fails
+// (an SGE whose lkey is not valid or that is out of its MR, a buffer too
+// short, a corrupt ring, a full CQ): mlx5 writes an error CQE and the RQ
+// goes to ERR (DPDK's mlx5 Rx error recovery brings it back through RST),
+// and the RQ's WQ_CATAS_ERROR event reaches the application as
+// IBV_EVENT_WQ_FATAL (K:hw/mlx5/qp.c mlx5_ib_wq_event; SEMANTICS 4.3).
+void Device::wq_fatal(Wq& w) {
+  if (w.state == IBV_WQS_ERR) return;
+  wq_to_error(w);
+  w.owner->post_async(IBV_EVENT_WQ_FATAL, w.cookie);
 }
 
 int Device::destroy_wq(Owner* o, uint32_t handle) {

@@ -58,6 +58,7 @@ struct Wq {
   std::array<HeldFrame, kDelayDropFrames> held{};
   uint32_t held_first = 0, held_count = 0;
   uint64_t received = 0, no_wqe_drops = 0, not_ready_drops = 0, delay_drop_expired = 0, flushed = 0;
+  uint64_t errors = 0;  // receives completed with an error (each took the WQ to ERR)
 };
 
 struct RwqIndTable {

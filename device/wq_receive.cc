@@ -86,7 +86,14 @@ void pad_receive_end(const Device& dev, const Owner& owner, const abi::Sge* sge,
 
 void Device::wq_receive(Wq& w, const uint8_t* frame, uint32_t len, bool has_tag, uint32_t tag) {
   if (w.state != IBV_WQS_RDY) {
-    ++w.not_ready_drops;  // SEMANTICS 4.3: only RDY receives
+    // SEMANTICS 4.3: only RDY receives. A frame steered to a WQ in RESET or
+    // ERR is dropped at once, delay drop or not, as mlx5 does: its delay drop
+    // holds frames only while an RQ's WQEs are depleted (IB/mlx5 "dropless
+    // RQ", kernel commit 03404e8ae652), and the netdev steers traffic to a
+    // drop RQ when it is down, moved to RDY only so that its out_of_buffer
+    // counter counts them (mlx5e_open_drop_rq: "rx_if_down_packets won't be
+    // counted" otherwise): an RQ not in RDY drops them, holding nothing.
+    ++w.not_ready_drops;
     ++counters_.wq_rx_not_ready;
     return;
   }
@@ -113,8 +120,9 @@ void Device::place_in_wq(Wq& w, const uint8_t* frame, uint32_t len, bool has_tag
   const uint32_t prod = w.ring.hdr->producer.load(std::memory_order_acquire);
   if (prod - w.head > w.ring.size()) {  // a corrupt producer: nothing posted to trust
     ++counters_.bad_wqes;
-    ++w.no_wqe_drops;
-    ++counters_.wq_rx_no_recv;
+    ++w.not_ready_drops;
+    ++counters_.wq_rx_not_ready;
+    wq_fatal(w);
     return;
   }
   // Copy the WQE out of shared memory, then check it (untrusted).
@@ -164,10 +172,13 @@ void Device::place_in_wq(Wq& w, const uint8_t* frame, uint32_t len, bool has_tag
   } else {
     cqe.vendor_err = status;
     ++counters_.local_errors;
+    ++w.errors;
   }
   ++w.head;
   w.ring.hdr->consumer.store(w.head, std::memory_order_release);
-  complete_to(w.cq, cqe, false);
+  // A receive that failed (bad SGE, buffer too short) or whose completion
+  // found no room takes the WQ to ERR, as an error CQE does an mlx5 RQ.
+  if (!complete_to(w.cq, cqe, false) || status != IBV_WC_SUCCESS) wq_fatal(w);
 }
 
 // Delay drop: held frames take receives as they are posted, in order; those
@@ -176,34 +187,36 @@ void Device::place_in_wq(Wq& w, const uint8_t* frame, uint32_t len, bool has_tag
 bool Device::release_held(Wq& w) {
   bool work = false;
   while (w.held_count) {
-    HeldFrame& h = w.held[w.held_first];
+    const HeldFrame h = w.held[w.held_first];
     const bool posted = w.state == IBV_WQS_RDY &&
                         w.ring.hdr->producer.load(std::memory_order_acquire) != w.head;
-    if (posted) {
-      place_in_wq(w, h.p->data, h.p->len, h.has_tag, h.tag);
-    } else if (now_ns_ >= h.expires_ns) {
-      ++w.delay_drop_expired;
-      ++counters_.wq_delay_drop_expired;
-    } else {
-      break;
-    }
-    free_packet(h.p);
-    h = HeldFrame{};
+    if (!posted && now_ns_ < h.expires_ns) break;
+    // Off the queue before it is placed: a failed receive empties the rest.
+    w.held[w.held_first] = HeldFrame{};
     w.held_first = (w.held_first + 1) % kDelayDropFrames;
     --w.held_count;
+    if (posted) {
+      place_in_wq(w, h.p->data, h.p->len, h.has_tag, h.tag);
+    } else {
+      ++w.delay_drop_expired;
+      ++counters_.wq_delay_drop_expired;
+    }
+    free_packet(h.p);
     work = true;
   }
   return work;
 }
 
+// Held frames of a WQ leaving RDY (or destroyed): dropped; counted as
+// frames a WQ not in RDY dropped when `count`.
 void Device::drop_held(Wq& w, bool count) {
   for (; w.held_count; --w.held_count) {
     HeldFrame& h = w.held[w.held_first];
     free_packet(h.p);
     h = HeldFrame{};
     if (count) {
-      ++w.delay_drop_expired;
-      ++counters_.wq_delay_drop_expired;
+      ++w.not_ready_drops;
+      ++counters_.wq_rx_not_ready;
     }
     w.held_first = (w.held_first + 1) % kDelayDropFrames;
   }

@@ -106,6 +106,14 @@ constexpr Table make_table() {
                                einval(UROCE_HANDLE(RegDmMrRequest, pd, kPd)),
                                einval(UROCE_HANDLE(RegDmMrRequest, dm, kDm)));
 
+  // Imports (ibv_import_pd/mr/dm): a handle of this session, named again.
+  at(CtlOp::kImportPd) = method("import_pd", import_pd, exact<HandleRequest>(), kNoFds,
+                                UROCE_HANDLE(HandleRequest, handle, kPd));
+  at(CtlOp::kImportMr) = method("import_mr", import_mr, exact<HandleRequest>(), kNoFds,
+                                UROCE_HANDLE(HandleRequest, handle, kMr));
+  at(CtlOp::kImportDm) = method("import_dm", import_dm, exact<HandleRequest>(), kNoFds,
+                                UROCE_HANDLE(HandleRequest, handle, kDm));
+
   // Completion channels and CQs (methods_cq.cc).
   at(CtlOp::kCreateCompChannel) =
       method("create_comp_channel", create_comp_channel, kNoBody, fds_exactly(1, FdKind::kPipe));  // pipe

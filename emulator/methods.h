@@ -143,10 +143,13 @@ int rereg_mr(Call& c);
 int dereg_mr(Call& c);
 int alloc_mw(Call& c);
 int dealloc_mw(Call& c);
+int import_pd(Call& c);
+int import_mr(Call& c);
 // methods_dm.cc: device memory
 int alloc_dm(Call& c);
 int free_dm(Call& c);
 int reg_dm_mr(Call& c);
+int import_dm(Call& c);
 // methods_cq.cc: completion channels and CQs
 int create_comp_channel(Call& c);
 int destroy_comp_channel(Call& c);

@@ -49,4 +49,15 @@ int dealloc_mw(Call& c) {
   return c.dev.dealloc_mw(&c.owner, uint32_t(c.request<abi::HandleRequest>().handle));
 }
 
+// An imported context (ibv_import_device) is the same session, so its
+// handles already name these objects: the lookup (the method table) is the
+// check, and a PD needs nothing more.
+int import_pd(Call&) { return 0; }
+
+int import_mr(Call& c) {
+  const device::Mr* mr = c.dev.find_mr(uint32_t(c.request<abi::HandleRequest>().handle));
+  if (!mr || mr->owner != &c.owner) return ENOENT;
+  return c.reply(abi::ImportMrReply{mr->iova, mr->length, mr->key, mr->key, mr->access, 0});
+}
+
 }  // namespace uroce::emulator

@@ -11,7 +11,7 @@ packages=(
   libboost-dev libgtest-dev libdpdk-dev
   iproute2 python3 python3-pyverbs zlib1g-dev tshark
   debhelper fakeroot lintian clang
-  ucx-utils libucx0 openmpi-bin libopenmpi-dev util-linux
+  ucx-utils libucx0 openmpi-bin libopenmpi-dev util-linux libfabric-bin
 )
 
 missing=()

@@ -58,6 +58,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -83,6 +84,7 @@ struct options {
   int port, gid_index, rounds, window;
   uint64_t stream; /* -B: messages to stream (0: ping-pong) */
   int one_buffer;  /* -P: perftest's buffers (one slot for all), no data check */
+  int events;      /* -e: sleep on a completion channel when nothing is left to poll */
   uint32_t threshold, max_size;
   enum ibv_mtu mtu;
 };
@@ -95,6 +97,9 @@ struct peer {
 struct side {
   struct options o;
   struct ibv_context* ctx;
+  int rd_atomic; /* max_qp_rd_atom: READs in flight each way */
+  struct ibv_comp_channel* channel; /* -e */
+  int armed;                        /* -e: the CQ is armed, its event not yet taken */
   struct ibv_pd* pd;
   struct ibv_cq_ex* cq;
   struct ibv_srq* srq;
@@ -306,10 +311,31 @@ static void on_stream_tagged(struct side* s, uint64_t k, unsigned flags, uint32_
   if (s->posted < s->o.stream) stream_queue_add(s);
 }
 
+/* -e, with the CQ found empty: arm it (the caller polls once more, for what
+ * came before the arming), or, armed, sleep until its event (at most 100 ms:
+ * the callers' time-outs keep counting). */
+static void wait_for_event(struct side* s) {
+  if (!s->armed) {
+    if (ibv_req_notify_cq(ibv_cq_ex_to_cq(s->cq), 0)) die("ibv_req_notify_cq");
+    s->armed = 1;
+    return;
+  }
+  struct pollfd p = {s->channel->fd, POLLIN, 0};
+  if (poll(&p, 1, 100) != 1) return;
+  struct ibv_cq* cq;
+  void* cq_context;
+  if (ibv_get_cq_event(s->channel, &cq, &cq_context)) die("ibv_get_cq_event");
+  ibv_ack_cq_events(cq, 1);
+  s->armed = 0;
+}
+
 static void poll_some(struct side* s) {
   struct ibv_poll_cq_attr attr = {0};
   int rc = ibv_start_poll(s->cq, &attr);
-  if (rc == ENOENT) return;
+  if (rc == ENOENT) {
+    if (s->o.events) wait_for_event(s);
+    return;
+  }
   if (rc) die("ibv_start_poll: %s", strerror(rc));
   do {
     struct ibv_cq_ex* c = s->cq;
@@ -574,6 +600,7 @@ static void open_device(struct side* s) {
   if (ibv_query_device_ex(s->ctx, NULL, &attr)) die("ibv_query_device_ex");
   if (!(attr.tm_caps.flags & IBV_TM_CAP_RC)) die("%s has no tag matching", ibv_get_device_name(dev));
   if ((uint32_t)s->o.window > attr.tm_caps.max_num_tags) die("window above max_num_tags");
+  s->rd_atomic = attr.orig_attr.max_qp_rd_atom;
 }
 
 static void create_objects(struct side* s) {
@@ -583,6 +610,11 @@ static void create_objects(struct side* s) {
   struct ibv_cq_init_attr_ex ca = {0};
   ca.cqe = 4 * (w + kPlainSlots);
   ca.wc_flags = IBV_WC_EX_WITH_TM_INFO | IBV_WC_STANDARD_FLAGS;
+  if (s->o.events) {
+    s->channel = ibv_create_comp_channel(s->ctx);
+    if (!s->channel) die("ibv_create_comp_channel: %s", strerror(errno));
+    ca.channel = s->channel;
+  }
   s->cq = ibv_create_cq_ex(s->ctx, &ca);
   if (!s->cq) die("ibv_create_cq_ex: %s", strerror(errno));
   struct ibv_srq_init_attr_ex sa = {0};
@@ -629,7 +661,9 @@ static void connect_qp(struct side* s, const struct peer* me, const struct peer*
   a.path_mtu = s->o.mtu;
   a.dest_qp_num = ntohl(them->qpn);
   a.rq_psn = ntohl(them->psn);
-  a.max_dest_rd_atomic = 4;
+  /* The device's own rendezvous READs go out on this QP: as many at once as
+   * it allows, as perftest's ib_read_bw asks (its default out_reads). */
+  a.max_dest_rd_atomic = (uint8_t)s->rd_atomic;
   a.min_rnr_timer = 12;
   a.ah_attr.is_global = 1;
   a.ah_attr.port_num = 1;
@@ -646,7 +680,7 @@ static void connect_qp(struct side* s, const struct peer* me, const struct peer*
   a.timeout = 14;
   a.retry_cnt = 7;
   a.rnr_retry = 7;
-  a.max_rd_atomic = 4;
+  a.max_rd_atomic = (uint8_t)s->rd_atomic;
   if (ibv_modify_qp(s->qp, &a,
                     IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
                         IBV_QP_MAX_QP_RD_ATOMIC))
@@ -656,11 +690,12 @@ static void connect_qp(struct side* s, const struct peer* me, const struct peer*
 static void usage(void) {
   fprintf(stderr,
           "usage: uroce-tag-pingpong [-d DEV] [-p PORT] [-g GID_INDEX] [-n ROUNDS] [-w WINDOW]\n"
-          "                          [-t EAGER_THRESHOLD] [-s MAX_SIZE] [-m MTU] [-B COUNT [-P]] [SERVER]\n"
+          "                          [-t EAGER_THRESHOLD] [-s MAX_SIZE] [-m MTU] [-B COUNT [-P]] [-e] [SERVER]\n"
           "Without SERVER it waits for a client on PORT (default 18600). -B streams COUNT\n"
           "messages of MAX_SIZE bytes from the client to the server instead of the ping-pong;\n"
           "-P with it lays the buffers out as perftest does (every tagged buffer and every\n"
-          "rendezvous send buffer the same one) and checks no byte.\n");
+          "rendezvous send buffer the same one) and checks no byte. -e sleeps on a completion\n"
+          "channel when there is nothing to poll, as perftest's -e.\n");
   exit(2);
 }
 
@@ -676,7 +711,7 @@ int main(int argc, char** argv) {
   s.ready_round = -1;
   int c;
   int window_set = 0;
-  while ((c = getopt(argc, argv, "d:p:g:n:w:t:s:m:B:Ph")) != -1) {
+  while ((c = getopt(argc, argv, "d:p:g:n:w:t:s:m:B:Peh")) != -1) {
     switch (c) {
       case 'd': s.o.dev = optarg; break;
       case 'p': s.o.port = atoi(optarg); break;
@@ -685,6 +720,7 @@ int main(int argc, char** argv) {
       case 'w': s.o.window = atoi(optarg); window_set = 1; break;
       case 'B': s.o.stream = strtoull(optarg, NULL, 0); break;
       case 'P': s.o.one_buffer = 1; break;
+      case 'e': s.o.events = 1; break;
       case 't': s.o.threshold = (uint32_t)strtoul(optarg, NULL, 0); break;
       case 's': s.o.max_size = (uint32_t)strtoul(optarg, NULL, 0); break;
       case 'm': {

@@ -29,14 +29,14 @@ int Connection::connect_to(const char* path) {
 }
 
 void Connection::close_fd() {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<std::mutex> lock(*mu_);
   if (fd_ >= 0) close(fd_);
   fd_ = -1;
 }
 
 int Connection::call(abi::CtlOp op, const void* req, size_t req_len, void* rep, size_t rep_len,
                      const int* fds_in, size_t nfds_in, int* fds_out, size_t nfds_out) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<std::mutex> lock(*mu_);
   if (fd_ < 0) return EIO;
   alignas(8) uint8_t buf[abi::kMaxCtlMsg];
   if (sizeof(abi::CtlRequestHeader) + req_len > sizeof(buf)) return EINVAL;

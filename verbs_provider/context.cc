@@ -4,6 +4,7 @@
 #include <pthread.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -58,6 +59,18 @@ void register_context(UContext* c) {
 void unregister_context(UContext* c) {
   std::lock_guard<std::mutex> lock(g_ctx_mu);
   std::erase(g_contexts, c);
+}
+
+// The context of this process whose control socket `fd` is (another
+// descriptor of), or nullptr.
+UContext* context_of_socket(int fd) {
+  struct stat want, st;
+  if (fstat(fd, &want) != 0 || !S_ISSOCK(want.st_mode)) return nullptr;
+  std::lock_guard<std::mutex> lock(g_ctx_mu);
+  for (UContext* c : g_contexts)
+    if (c->conn.fd() >= 0 && fstat(c->conn.fd(), &st) == 0 && st.st_dev == want.st_dev && st.st_ino == want.st_ino)
+      return c;
+  return nullptr;
 }
 
 // Under Yama ptrace_scope=1 the engine may only reach our memory if we say so.
@@ -211,6 +224,49 @@ int compat_query_device(ibv_context* ctx, ibv_device_attr* attr) {
   return 0;
 }
 
+// The ibv_context of a connected UContext: its fds and its ops.
+ibv_context* init_context(UContext* c, int async_fd) {
+  ibv_context& ctx = c->vctx.context;
+  ctx.device = &c->dev->device;
+  ctx.cmd_fd = c->conn.fd();
+  ctx.async_fd = async_fd;
+  ctx.num_comp_vectors = 1;
+  pthread_mutex_init(&ctx.mutex, nullptr);
+  ctx.abi_compat = __VERBS_ABI_IS_EXTENDED;
+  ctx.ops._compat_query_device = compat_query_device;
+  ctx.ops._compat_query_port = compat_query_port;
+  ctx.ops.poll_cq = poll_cq;
+  ctx.ops.req_notify_cq = req_notify_cq;
+  ctx.ops.post_send = post_send;
+  ctx.ops.post_recv = post_recv;
+  ctx.ops.post_srq_recv = post_srq_recv;
+  ctx.ops.alloc_mw = alloc_mw;  // ibv_alloc_mw and the others are inline in verbs.h
+  ctx.ops.dealloc_mw = dealloc_mw;
+  ctx.ops.bind_mw = bind_mw;
+  verbs_context& v = c->vctx;
+  v.sz = sizeof(verbs_context);
+  v.query_port = query_port;
+  v.query_device_ex = query_device_ex;
+  v.query_rt_values = query_rt_values;
+  v.advise_mr = advise_mr;
+  v.create_cq_ex = create_cq_ex;
+  v.create_qp_ex = create_qp_ex;
+  v.create_srq_ex = create_srq_ex;
+  v.get_srq_num = get_srq_num;
+  v.post_srq_ops = post_srq_ops;
+  v.open_xrcd = open_xrcd;
+  v.close_xrcd = close_xrcd;
+  v.open_qp = open_qp;
+  v.alloc_td = alloc_td;
+  v.dealloc_td = dealloc_td;
+  v.alloc_parent_domain = alloc_parent_domain;
+  fill_dm_ops(&v);
+  fill_flow_ops(&v);
+  fill_wq_ops(&v);
+  register_context(c);
+  return &ctx;
+}
+
 }  // namespace
 
 }  // namespace uroce::provider
@@ -260,46 +316,48 @@ UROCE_EXPORT ibv_context* ibv_open_device(ibv_device* device) {
   c->doorbell_fd = fds[1];
   allow_engine_access(pid_t(rep.device.engine_pid));
   place_polling_thread(c);  // the thread that opens a device usually polls it: move it early
+  return init_context(c, async_pipe[0]);
+}
 
-  ibv_context& ctx = c->vctx.context;
-  ctx.device = device;
-  ctx.cmd_fd = c->conn.fd();
-  ctx.async_fd = async_pipe[0];
-  ctx.num_comp_vectors = 1;
-  pthread_mutex_init(&ctx.mutex, nullptr);
-  ctx.abi_compat = __VERBS_ABI_IS_EXTENDED;
-  ctx.ops._compat_query_device = compat_query_device;
-  ctx.ops._compat_query_port = compat_query_port;
-  ctx.ops.poll_cq = poll_cq;
-  ctx.ops.req_notify_cq = req_notify_cq;
-  ctx.ops.post_send = post_send;
-  ctx.ops.post_recv = post_recv;
-  ctx.ops.post_srq_recv = post_srq_recv;
-  ctx.ops.alloc_mw = alloc_mw;  // ibv_alloc_mw and the others are inline in verbs.h
-  ctx.ops.dealloc_mw = dealloc_mw;
-  ctx.ops.bind_mw = bind_mw;
-  verbs_context& v = c->vctx;
-  v.sz = sizeof(verbs_context);
-  v.query_port = query_port;
-  v.query_device_ex = query_device_ex;
-  v.query_rt_values = query_rt_values;
-  v.advise_mr = advise_mr;
-  v.create_cq_ex = create_cq_ex;
-  v.create_qp_ex = create_qp_ex;
-  v.create_srq_ex = create_srq_ex;
-  v.get_srq_num = get_srq_num;
-  v.post_srq_ops = post_srq_ops;
-  v.open_xrcd = open_xrcd;
-  v.close_xrcd = close_xrcd;
-  v.open_qp = open_qp;
-  v.alloc_td = alloc_td;
-  v.dealloc_td = dealloc_td;
-  v.alloc_parent_domain = alloc_parent_domain;
-  fill_dm_ops(&v);
-  fill_flow_ops(&v);
-  fill_wq_ops(&v);
-  register_context(c);
-  return &ctx;
+// A second context on the command fd of a context this process opened
+// (pyverbs' test_import_dm dups ctx.cmd_fd): both are the same session, so
+// each names the other's objects by handle (ibv_import_pd/mr/dm), they share
+// its async events, and the session lasts while either descriptor is open,
+// as the kernel's uverbs file does. The new context owns cmd_fd. A socket
+// this process has no context on (passed from another process) is
+// EOPNOTSUPP: the engine reaches a session's memory through the process
+// that opened it, so a session does not span two processes.
+UROCE_EXPORT ibv_context* ibv_import_device(int cmd_fd) {
+  UContext* base = context_of_socket(cmd_fd);
+  if (!base) {
+    errno = errno == EBADF ? EBADF : EOPNOTSUPP;
+    return nullptr;
+  }
+  auto* c = new (std::nothrow) UContext{};
+  if (!c) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  // The engine's page again: a second mapping of the same shared pages.
+  void* shared = mremap(const_cast<abi::EngineShared*>(base->shared), 0, 4096, MREMAP_MAYMOVE);
+  const int doorbell = fcntl(base->doorbell_fd, F_DUPFD_CLOEXEC, 0);
+  const int async_fd = fcntl(base->vctx.context.async_fd, F_DUPFD_CLOEXEC, 0);
+  if (shared == MAP_FAILED || doorbell < 0 || async_fd < 0) {
+    const int err = errno;
+    if (shared != MAP_FAILED) munmap(shared, 4096);
+    if (doorbell >= 0) close(doorbell);
+    if (async_fd >= 0) close(async_fd);
+    delete c;
+    errno = err;
+    return nullptr;
+  }
+  madvise(shared, 4096, MADV_DONTFORK);
+  c->conn.adopt(cmd_fd, base->conn);
+  c->dev = base->dev;
+  c->info = base->info;
+  c->shared = static_cast<const abi::EngineShared*>(shared);
+  c->doorbell_fd = doorbell;
+  return init_context(c, async_fd);
 }
 
 UROCE_EXPORT int ibv_close_device(ibv_context* context) {
@@ -433,6 +491,9 @@ UROCE_EXPORT int ibv_get_async_event(ibv_context* context, ibv_async_event* even
     case IBV_EVENT_GID_CHANGE:
       event->element.port_num = int(rec.cookie);
       break;
+    case IBV_EVENT_WQ_FATAL:
+      event->element.wq = reinterpret_cast<ibv_wq*>(rec.cookie);
+      break;
     case IBV_EVENT_DEVICE_FATAL:
       break;
     default:
@@ -474,6 +535,14 @@ UROCE_EXPORT void ibv_ack_async_event(ibv_async_event* event) {
       ++srq->events_completed;
       pthread_cond_signal(&srq->cond);
       pthread_mutex_unlock(&srq->mutex);
+      break;
+    }
+    case IBV_EVENT_WQ_FATAL: {
+      ibv_wq* wq = event->element.wq;
+      pthread_mutex_lock(&wq->mutex);
+      ++wq->events_completed;
+      pthread_cond_signal(&wq->cond);
+      pthread_mutex_unlock(&wq->mutex);
       break;
     }
     default:

@@ -96,6 +96,23 @@ Connection* dm_session(UContext* c) {
   return c->child_session = conn;
 }
 
+// Maps the memory's memfd (closing it) and fills in the ibv_dm; false when
+// the mapping failed. Not inherited by a forked child, as mlx5's mapping of
+// the BAR (VM_DONTCOPY).
+bool map_dm(UDm* dm, ibv_context* context, int fd, uint64_t handle, uint64_t length, uint64_t map_length) {
+  dm->map = fd >= 0 ? static_cast<uint8_t*>(map_queue(fd, map_length)) : nullptr;
+  if (fd >= 0) close(fd);
+  if (!dm->map) return false;
+  dm->map_length = map_length;
+  dm->length = length;
+  dm->dm.context = context;
+  dm->dm.memcpy_to_dm = memcpy_to_dm;
+  dm->dm.memcpy_from_dm = memcpy_from_dm;
+  dm->dm.comp_mask = IBV_DM_MASK_HANDLE;
+  dm->dm.handle = uint32_t(handle);
+  return true;
+}
+
 ibv_dm* alloc_dm(ibv_context* context, ibv_alloc_dm_attr* attr) {
   UContext* c = to_uctx(context);
   // mlx5_alloc_dm: no comp_mask bit is known; more than max_dm_size is EINVAL.
@@ -122,23 +139,13 @@ ibv_dm* alloc_dm(ibv_context* context, ibv_alloc_dm_attr* attr) {
     errno = err;
     return nullptr;
   }
-  // Not inherited by a forked child, as mlx5's mapping of the BAR (VM_DONTCOPY).
-  dm->map = fd >= 0 ? static_cast<uint8_t*>(map_queue(fd, rep.map_length)) : nullptr;
-  if (fd >= 0) close(fd);
-  if (!dm->map) {
+  if (!map_dm(dm, context, fd, rep.handle, attr->length, rep.map_length)) {
     abi::HandleRequest d{rep.handle};
     dm->conn->call(abi::CtlOp::kFreeDm, &d, sizeof(d), nullptr, 0);
     delete dm;
     errno = ENOMEM;
     return nullptr;
   }
-  dm->map_length = rep.map_length;
-  dm->length = attr->length;
-  dm->dm.context = context;
-  dm->dm.memcpy_to_dm = memcpy_to_dm;
-  dm->dm.memcpy_from_dm = memcpy_from_dm;
-  dm->dm.comp_mask = IBV_DM_MASK_HANDLE;
-  dm->dm.handle = uint32_t(rep.handle);
   return &dm->dm;
 }
 
@@ -194,3 +201,39 @@ void fill_dm_ops(verbs_context* v) {
 }
 
 }  // namespace uroce::provider
+
+using namespace uroce;
+using namespace uroce::provider;
+
+// The same memory mapped once more, through an imported context's session
+// (context.cc: ibv_import_device); ibv_unimport_dm unmaps it and leaves the
+// memory to the context that allocated it.
+UROCE_EXPORT ibv_dm* ibv_import_dm(ibv_context* context, uint32_t dm_handle) {
+  UContext* c = to_uctx(context);
+  auto* dm = new (std::nothrow) UDm{};
+  if (!dm) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  dm->conn = &c->conn;
+  abi::HandleRequest req{dm_handle};
+  abi::ImportDmReply rep;
+  int fd = -1;
+  if (int err = dm->conn->call(abi::CtlOp::kImportDm, &req, sizeof(req), &rep, sizeof(rep), nullptr, 0, &fd, 1)) {
+    delete dm;
+    errno = err;
+    return nullptr;
+  }
+  if (!map_dm(dm, context, fd, dm_handle, rep.length, rep.map_length)) {
+    delete dm;
+    errno = ENOMEM;
+    return nullptr;
+  }
+  return &dm->dm;
+}
+
+UROCE_EXPORT void ibv_unimport_dm(ibv_dm* ibdm) {
+  UDm* dm = to_udm(ibdm);
+  unmap_queue(dm->map, dm->map_length);
+  delete dm;
+}

@@ -155,6 +155,65 @@ UROCE_EXPORT int ibv_dereg_mr(ibv_mr* mr) {
   return 0;
 }
 
+// ---- imports: objects of the session named by an imported context's
+// handles (context.cc: ibv_import_device). Unimport frees our struct only;
+// the object stays, as ibv_unimport_* leaves the kernel's.
+
+UROCE_EXPORT ibv_pd* ibv_import_pd(ibv_context* context, uint32_t pd_handle) {
+  abi::HandleRequest req{pd_handle};
+  if (int err = to_uctx(context)->conn.call(abi::CtlOp::kImportPd, &req, sizeof(req), nullptr, 0)) {
+    errno = err;
+    return nullptr;
+  }
+  auto* pd = new (std::nothrow) UPd{};
+  if (!pd) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  pd->pd.context = context;
+  pd->pd.handle = pd_handle;
+  return &pd->pd;
+}
+
+UROCE_EXPORT void ibv_unimport_pd(ibv_pd* pd) { delete to_upd(pd); }
+
+UROCE_EXPORT ibv_mr* ibv_import_mr(ibv_pd* pd, uint32_t mr_handle) {
+  UContext* c = to_uctx(pd->context);
+  abi::HandleRequest req{mr_handle};
+  abi::ImportMrReply rep;
+  if (int err = c->conn.call(abi::CtlOp::kImportMr, &req, sizeof(req), &rep, sizeof(rep))) {
+    errno = err;
+    return nullptr;
+  }
+  auto* mr = new (std::nothrow) UMr{};
+  if (!mr) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  mr->shared_lease = 0;  // its pages stay the registering context's
+  mr->iova = rep.iova;
+  mr->access = rep.access;
+  mr->mr.context = pd->context;
+  mr->mr.pd = pd;
+  mr->mr.addr = reinterpret_cast<void*>(uintptr_t(rep.iova));  // the kernel reports the iova only
+  mr->mr.length = rep.length;
+  mr->mr.handle = mr_handle;
+  mr->mr.lkey = rep.lkey;
+  mr->mr.rkey = rep.rkey;
+  std::lock_guard<std::mutex> lock(c->mrs_mu);
+  c->mrs[mr->mr.lkey] = mr;
+  return &mr->mr;
+}
+
+UROCE_EXPORT void ibv_unimport_mr(ibv_mr* mr) {
+  UContext* c = to_uctx(mr->context);
+  {
+    std::lock_guard<std::mutex> lock(c->mrs_mu);
+    c->mrs.erase(mr->lkey);
+  }
+  delete reinterpret_cast<UMr*>(mr);
+}
+
 // ---- memory windows (ibv_alloc_mw, ibv_dealloc_mw, ibv_bind_mw are inline
 // in verbs.h and call these through the context's ops) ----
 

@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <new>
 #include <string>
@@ -52,6 +53,12 @@ class Connection {
   // The text the engine sent with the last failed call's status, if any
   // (e.g. why it refuses this user).
   const std::string& error_text() const { return error_text_; }
+  // Another descriptor of `sibling`'s socket (ibv_import_device): the two
+  // take turns on it, so neither reads the other's reply.
+  void adopt(int fd, const Connection& sibling) {
+    fd_ = fd;
+    mu_ = sibling.mu_;
+  }
 
  private:
   // The reply to a request, or -1 when none is there: a refused client may
@@ -59,7 +66,7 @@ class Connection {
   // request went out.
   ssize_t receive(void* buf, size_t len, void* cbuf, size_t clen, msghdr* msg, int flags);
 
-  std::mutex mu_;
+  std::shared_ptr<std::mutex> mu_ = std::make_shared<std::mutex>();
   int fd_ = -1;
   std::string error_text_;
 };

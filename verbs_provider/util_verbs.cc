@@ -393,29 +393,6 @@ UROCE_EXPORT int ibv_resolve_eth_l2_from_gid(ibv_context* context, ibv_ah_attr* 
   return -EOPNOTSUPP;
 }
 
-// Sharing a context through its command fd needs a kernel uverbs device.
-UROCE_EXPORT ibv_context* ibv_import_device(int cmd_fd) {
-  return null_not_supported<ibv_context>();
-}
-
-UROCE_EXPORT ibv_pd* ibv_import_pd(ibv_context* context, uint32_t pd_handle) {
-  return null_not_supported<ibv_pd>();
-}
-
-UROCE_EXPORT void ibv_unimport_pd(ibv_pd* pd) {}
-
-UROCE_EXPORT ibv_mr* ibv_import_mr(ibv_pd* pd, uint32_t mr_handle) {
-  return null_not_supported<ibv_mr>();
-}
-
-UROCE_EXPORT void ibv_unimport_mr(ibv_mr* mr) {}
-
-UROCE_EXPORT ibv_dm* ibv_import_dm(ibv_context* context, uint32_t dm_handle) {
-  return null_not_supported<ibv_dm>();
-}
-
-UROCE_EXPORT void ibv_unimport_dm(ibv_dm* dm) {}
-
 UROCE_EXPORT ibv_mr* ibv_reg_dmabuf_mr(ibv_pd* pd, uint64_t offset, size_t length, uint64_t iova,
                                        int fd, int access) {
   return null_not_supported<ibv_mr>();

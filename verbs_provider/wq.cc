@@ -119,6 +119,8 @@ ibv_wq* create_wq(ibv_context* context, ibv_wq_init_attr* attr) {
   q.state = IBV_WQS_RESET;
   q.wq_type = attr->wq_type;
   q.post_recv = post_wq_recv;
+  pthread_mutex_init(&q.mutex, nullptr);  // ibv_ack_async_event(IBV_EVENT_WQ_FATAL) takes them
+  pthread_cond_init(&q.cond, nullptr);
   return &q;
 }
 

@@ -30,7 +30,8 @@ constexpr uint32_t kVersion = 12;  // 2: MRs on shared pages; 3: session handles
                                   // 10: UD multicast (kAttachMcast, kDetachMcast)
                                   // 11: receive WQs, indirection tables, RSS QPs (kCreateWq ...
                                   //    kCreateRssQp, DeviceInfo::rss, Cqe::cvlan)
-                                  // 12: the GID table in EngineShared (it follows the bound
+                                  // 12: object imports (kImportPd, kImportMr, kImportDm)
+                                  // 12: also the GID table in EngineShared (it follows the bound
                                   //    interface's addresses), ndev_ifindex
 constexpr size_t kCacheLine = 64;
 constexpr size_t kMaxDeviceName = 64;
@@ -310,6 +311,10 @@ enum class CtlOp : uint32_t {
   kCreateRwqIndTable,  // CreateRwqIndTableRequest; reply CreateRwqIndTableReply
   kDestroyRwqIndTable, // HandleRequest
   kCreateRssQp,        // CreateRssQpRequest; reply CreateRssQpReply (destroyed by kDestroyQp)
+  // Objects of the session named again by an imported context (ibv_import_*).
+  kImportPd,  // HandleRequest
+  kImportMr,  // HandleRequest; reply ImportMrReply
+  kImportDm,  // HandleRequest; reply ImportDmReply, fds: [the memory's memfd]
   kCount,
 };
 
@@ -504,6 +509,23 @@ struct AllocDmReply {
   uint64_t map_length;
 };
 static_assert(sizeof(AllocDmReply) == 16);
+
+// kImportMr: what ibv_import_mr fills in (the kernel's UVERBS_METHOD_QUERY_MR).
+struct ImportMrReply {
+  uint64_t iova;
+  uint64_t length;
+  uint32_t lkey;
+  uint32_t rkey;
+  uint32_t access;  // enum ibv_access_flags
+  uint32_t reserved;
+};
+static_assert(sizeof(ImportMrReply) == 32);
+// kImportDm: the memory's memfd again, to map it once more.
+struct ImportDmReply {
+  uint64_t length;      // what ibv_alloc_dm asked for
+  uint64_t map_length;  // the memfd's size
+};
+static_assert(sizeof(ImportDmReply) == 16);
 
 // kRegDmMr: a zero-based MR over [offset, offset + length) of a device
 // memory; `client_addr` is where the client mapped it (the MR's addr).

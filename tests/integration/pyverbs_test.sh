@@ -61,15 +61,22 @@ require_pass test_tag_matching test_tm_traffic test_tm_unexpected_tag test_tm_no
 require_pass test_parent_domain test_without_allocators_rc_traffic test_default_allocators_rc_traffic \
   test_mem_align_rc_traffic test_mem_align_ud_traffic test_mem_align_srq_excq_rc_traffic
 # Device memory (issue 13): max_dm_size is reported, so DMTest and
-# DeviceMemoryAPITest run (test_import_dm skips: uroce has no context import).
+# DeviceMemoryAPITest run, and SharedDMTest imports the memory through a
+# context imported from a duplicate of ctx.cmd_fd (ibv_import_device).
 require_pass test_device test_create_dm test_destroy_dm test_create_dm_bad_flow test_destroy_dm_bad_flow \
-  test_dm_write test_dm_write_bad_flow test_dm_read test_multi_process_alloc_dm
+  test_dm_write test_dm_write_bad_flow test_dm_read test_multi_process_alloc_dm test_import_dm
 require_pass test_mr test_create_dm_mr test_dm_bad_access test_dm_bad_registration
 # Receive WQs and RSS (issue 11): test_rss_traffic (8 WQs behind an RSS QP)
 # and test_cqex's test_create_cq_ex (IBV_WC_EX_WITH_CVLAN, since uroce
 # advertises CVLAN stripping) must run and pass. (rdma-core has no test_wq.py.)
 require_pass test_rss_traffic test_rss_traffic
 require_pass test_cqex test_create_cq_ex
+# Raw packet QPs and flow steering (issue 11): test_flow's five traffic tests
+# and test_qp's raw packet cases run and pass as root.
+require_pass test_flow test_eth_spec_flow_traffic test_ipv4_spec_flow_traffic test_ipv6_spec_flow_traffic \
+  test_udp_spec_flow_traffic test_tcp_spec_flow_traffic
+require_pass test_qp test_create_raw_qp_no_attr test_create_raw_qp_with_attr test_create_raw_qp_ex_no_attr \
+  test_create_raw_qp_ex_with_attr test_query_raw_qp
 # Their traffic shows in the tag-matching counters of `uroce stats`, and the
 # RSS test's in the receive WQs' (its WQs are gone by now, their own lines too).
 stats=$("$UROCE_BIN" stats --name uroce0)

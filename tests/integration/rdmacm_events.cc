@@ -453,6 +453,50 @@ TEST_F(RdmaCm, GetAddrInfoGivesPassiveAndActiveAddresses) {
   rdma_freeaddrinfo(res);
 }
 
+// With neither a name nor a service, the hints' own addresses are the
+// answer, as rdma-core's (libfabric's verbs provider asks so for a peer
+// whose address it has); a source address in the hints is kept.
+TEST_F(RdmaCm, GetAddrInfoWithoutNameGivesTheHintsAddresses) {
+  sockaddr_in dst{}, src{};
+  dst.sin_family = src.sin_family = AF_INET;
+  dst.sin_port = htons(7471);
+  inet_pton(AF_INET, "10.1.2.3", &dst.sin_addr);
+  inet_pton(AF_INET, "127.0.0.1", &src.sin_addr);
+  rdma_addrinfo hints{}, *res = nullptr;
+  hints.ai_family = AF_INET;
+  hints.ai_port_space = RDMA_PS_TCP;
+  hints.ai_qp_type = IBV_QPT_RC;
+  hints.ai_dst_addr = reinterpret_cast<sockaddr*>(&dst);
+  hints.ai_dst_len = sizeof(dst);
+  hints.ai_src_addr = reinterpret_cast<sockaddr*>(&src);
+  hints.ai_src_len = sizeof(src);
+  ASSERT_EQ(rdma_getaddrinfo(nullptr, nullptr, &hints, &res), 0);
+  ASSERT_NE(res->ai_dst_addr, nullptr);
+  ASSERT_EQ(res->ai_dst_len, socklen_t(sizeof(dst)));
+  EXPECT_EQ(std::memcmp(res->ai_dst_addr, &dst, sizeof(dst)), 0);
+  ASSERT_NE(res->ai_src_addr, nullptr);
+  EXPECT_EQ(std::memcmp(res->ai_src_addr, &src, sizeof(src)), 0);
+  EXPECT_EQ(res->ai_port_space, RDMA_PS_TCP);
+  EXPECT_EQ(res->ai_qp_type, IBV_QPT_RC);
+  rdma_freeaddrinfo(res);
+  EXPECT_EQ(rdma_getaddrinfo(nullptr, nullptr, nullptr, &res), -1);
+  EXPECT_EQ(errno, EINVAL);
+}
+
+// On the loopback engine, 127.0.0.1 is the device's own address (GID 0) and
+// a bind there names it; libfabric's verbs provider then offers that address.
+TEST_F(RdmaCm, LoopbackBindNamesTheLoopbackEngine) {
+  rdma_cm_id* id = nullptr;
+  ASSERT_EQ(rdma_create_id(ch_, &id, nullptr, RDMA_PS_TCP), 0);
+  keep(id);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+  ASSERT_EQ(rdma_bind_addr(id, reinterpret_cast<sockaddr*>(&a)), 0);
+  ASSERT_NE(id->verbs, nullptr);
+  EXPECT_STREQ(ibv_get_device_name(id->verbs->device), "uroce0");
+}
+
 TEST_F(RdmaCm, RsocketsFailCleanly) {
   EXPECT_EQ(rsocket(AF_INET, SOCK_STREAM, 0), -1);
   EXPECT_EQ(errno, ENOSYS);

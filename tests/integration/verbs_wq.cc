@@ -567,6 +567,126 @@ TEST_F(WorkQueue, WithoutDelayDropAFrameWithNoReceiveIsDroppedAndCounted) {
     EXPECT_NE(r.find(want), std::string::npos) << want << " in " << r;
 }
 
+// A frame steered to a WQ in RESET or ERR is dropped at once and counted,
+// delay drop or not (mlx5 holds frames only for an RQ in RDY whose WQEs ran
+// out: device/wq_receive.cc); frames held while it was RDY are dropped when
+// it leaves RDY, and none of them reaches a receive posted afterwards.
+TEST_F(WorkQueue, DelayDropHoldsNothingForAWqNotInRdy) {
+  ibv_cq* cq = make_cq();
+  ibv_mr* mr = reg_buffer(8 * kBuf, IBV_ACCESS_LOCAL_WRITE);
+  ibv_wq* w = wq(cq, IBV_WQ_FLAGS_DELAY_DROP, 64, false);
+  ASSERT_NE(w, nullptr) << std::strerror(errno);
+  ASSERT_NE(rss_qp({w}, 0, 0), nullptr) << std::strerror(errno);
+  const uint8_t ip[4] = {10, 0, 4, 1};
+  const auto f = udp_frame(ip, 1, 2, 40);
+  auto expect = [&](const char* when, std::initializer_list<const char*> wants) {
+    const std::string r = wq_report(w);
+    for (const char* want : wants) EXPECT_NE(r.find(want), std::string::npos) << when << ": " << want << " in " << r;
+  };
+  send(f);  // RESET
+  send(f);
+  expect("in RESET", {"\"not_ready_drops\":2,", "\"delay_drop_held\":0,"});
+  ASSERT_EQ(set_state(w, IBV_WQS_RDY), 0);
+  send(f);  // RDY, no receive posted: held
+  expect("in RDY", {"\"not_ready_drops\":2,", "\"delay_drop_held\":1,"});
+  ASSERT_EQ(set_state(w, IBV_WQS_ERR), 0);  // drops the held frame
+  send(f);                                    // ERR
+  expect("in ERR", {"\"not_ready_drops\":4,", "\"delay_drop_held\":0,"});
+  ASSERT_EQ(set_state(w, IBV_WQS_RESET), 0);
+  ASSERT_EQ(set_state(w, IBV_WQS_RDY), 0);
+  post(w, mr, 4);
+  EXPECT_TRUE(drain_for(cq, 200).empty());  // past the 100 ms: nothing was held for it
+  expect("after", {"\"received\":0,", "\"delay_drop_expired\":0,", "\"no_wqe_drops\":0,"});
+  send(f);  // ready with receives: placed
+  ibv_wc wc;
+  VT_POLL_ONE(cq, &wc);
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << describe(wc);
+  EXPECT_EQ(wc.wr_id, 0u);
+}
+
+// A receive whose SGE the device cannot use (an lkey that names no MR, an
+// SGE past its MR, a buffer too short for the frame) completes in error and
+// takes the WQ to ERR by itself, as an error CQE does an mlx5 RQ: the rest
+// of its receives flush, IBV_EVENT_WQ_FATAL names it, and it receives again
+// once taken back through RESET.
+TEST_F(WorkQueue, BadReceiveSgeTakesTheWqToErrWithWqFatal) {
+  ibv_cq* cq = make_cq();
+  ibv_mr* mr = reg_buffer(8 * kBuf, IBV_ACCESS_LOCAL_WRITE);
+  ibv_wq* w = wq(cq);
+  ASSERT_NE(w, nullptr);
+  ASSERT_NE(rss_qp({w}, 0, 0), nullptr) << std::strerror(errno);
+  const uint8_t ip[4] = {10, 0, 5, 1};
+  const auto f = udp_frame(ip, 1, 2, 100);
+  struct Case {
+    const char* what;
+    uint32_t lkey_xor;
+    uint64_t offset;
+    uint32_t len;
+    ibv_wc_status want;
+  };
+  const Case cases[] = {
+      {"lkey naming no MR", 0x5a5a00, 0, kBuf, IBV_WC_LOC_PROT_ERR},
+      {"SGE past its MR", 0, 8 * kBuf - 16, kBuf, IBV_WC_LOC_PROT_ERR},
+      {"buffer too short", 0, 0, 32, IBV_WC_LOC_LEN_ERR},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    ibv_sge bad = sge_of(mr, c.offset, c.len);
+    bad.lkey ^= c.lkey_xor;
+    ibv_recv_wr wr{}, *bad_wr = nullptr;
+    wr.wr_id = 100;
+    wr.sg_list = &bad;
+    wr.num_sge = 1;
+    ASSERT_EQ(ibv_post_wq_recv(w, &wr, &bad_wr), 0);  // mlx5 checks no key when posting
+    post(w, mr, 2);
+    send(f);
+    std::vector<ibv_wc> wcs = drain_for(cq, 200);
+    ASSERT_EQ(wcs.size(), 3u);
+    EXPECT_EQ(wcs[0].wr_id, 100u);
+    EXPECT_EQ(wcs[0].status, c.want) << describe(wcs[0]);
+    EXPECT_EQ(wcs[0].qp_num, w->wq_num);
+    for (size_t i = 1; i < 3; ++i) {
+      EXPECT_EQ(wcs[i].wr_id, i - 1);
+      EXPECT_EQ(wcs[i].status, IBV_WC_WR_FLUSH_ERR) << describe(wcs[i]);
+    }
+    ibv_async_event ev{};
+    bool got = false;
+    for (auto until = deadline_after(kWaitSeconds); !got && Clock::now() < until;) {
+      if (!fd_readable(ctx_->async_fd, 50)) continue;
+      ASSERT_EQ(ibv_get_async_event(ctx_, &ev), 0);
+      got = ev.event_type == IBV_EVENT_WQ_FATAL;
+      ibv_ack_async_event(&ev);
+    }
+    ASSERT_TRUE(got) << "no IBV_EVENT_WQ_FATAL";
+    EXPECT_EQ(ev.element.wq, w);
+    EXPECT_NE(wq_report(w).find("\"state\":\"ERR\""), std::string::npos) << wq_report(w);
+    // In ERR: a frame is dropped, a receive posted now flushes.
+    send(f);
+    post(w, mr, 1, 7);
+    wcs = drain_for(cq, 100);
+    ASSERT_EQ(wcs.size(), 1u);
+    EXPECT_EQ(wcs[0].wr_id, 7u);
+    EXPECT_EQ(wcs[0].status, IBV_WC_WR_FLUSH_ERR);
+    // RESET, RDY: it receives again.
+    ibv_wq_attr a{};
+    a.attr_mask = IBV_WQ_ATTR_STATE | IBV_WQ_ATTR_CURR_STATE;
+    a.curr_wq_state = IBV_WQS_ERR;  // the device's state, not the one last asked for
+    a.wq_state = IBV_WQS_RESET;
+    ASSERT_EQ(ibv_modify_wq(w, &a), 0);
+    ASSERT_EQ(set_state(w, IBV_WQS_RDY), 0);
+    post(w, mr, 1, 3);
+    send(f);
+    ibv_wc wc;
+    VT_POLL_ONE(cq, &wc);
+    ASSERT_EQ(wc.status, IBV_WC_SUCCESS) << describe(wc);
+    EXPECT_EQ(wc.wr_id, 3u);
+    EXPECT_EQ(std::memcmp(slot(mr, 3), f.data(), f.size()), 0);
+  }
+  const std::string r = wq_report(w);
+  EXPECT_NE(r.find("\"errors\":3,"), std::string::npos) << r;
+  EXPECT_NE(r.find("\"received\":3,"), std::string::npos) << r;
+}
+
 // The same receive flags on a plain raw packet QP, as creation flags
 // (IBV_QP_CREATE_CVLAN_STRIPPING, IBV_QP_CREATE_SCATTER_FCS: mlx5 has both).
 TEST_F(WorkQueue, RawQpCreationFlagsShapeItsReceives) {

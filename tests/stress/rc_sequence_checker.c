@@ -19,11 +19,18 @@
  * nor a slot overwritten before it was checked can happen. Message k's
  * write slot is k % W. With -r R < W the server posts only R receives, so
  * the client runs into RNR NAKs (IBA 9.7.5.2.8) and their retries as well.
+ *
+ * With -D SECONDS on both sides the client streams for that long instead
+ * of N messages (a bystander beside other tests, tests/integration/
+ * kill9_two_hosts_test.sh, or a soak): the last message it sends carries
+ * kLastFlag in its header's length field, and the server expects no more.
+ * SIGUSR1 to a -D client ends its stream early the same way.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
 #include <getopt.h>
+#include <signal.h>
 #include <infiniband/verbs.h>
 #include <netdb.h>
 #include <stdarg.h>
@@ -42,11 +49,13 @@ enum {
   kMaxWindow = 256,
   kCreditFlag = 1 << 30 /* wr_id bit of a credit send or receive */
 };
+/* Header length field: set on the last message of a -D run. */
+static const uint64_t kLastFlag = 1ull << 63;
 
 struct options {
   const char* dev;
   const char* server; /* NULL: we are the server (receiver) */
-  int port, gid_index, window, recvs, timeout_s, qp_timeout;
+  int port, gid_index, window, recvs, timeout_s, qp_timeout, duration_s;
   uint64_t messages;
   uint32_t max_size;
   enum ibv_mtu mtu;
@@ -106,20 +115,22 @@ static uint64_t get64(const uint8_t* p) {
   return v;
 }
 
-static void fill_message(uint8_t* buf, uint64_t k, uint32_t len) {
+static void fill_message(uint8_t* buf, uint64_t k, uint32_t len, int last) {
   put64(buf, k);
-  put64(buf + 8, len);
+  put64(buf + 8, len | (last ? kLastFlag : 0));
   for (size_t i = kHeader; i < len; ++i) buf[i] = pattern(k, i);
 }
 
-static void check_message(const uint8_t* buf, uint64_t k, uint32_t len) {
+/* Returns whether message k says it is the last one (-D). */
+static int check_message(const uint8_t* buf, uint64_t k, uint32_t len) {
   if (get64(buf) != k) fail("message %llu: its buffer holds number %llu", (unsigned long long)k,
                             (unsigned long long)get64(buf));
-  if (get64(buf + 8) != len) fail("message %llu: length field %llu, expected %u", (unsigned long long)k,
+  if ((get64(buf + 8) & ~kLastFlag) != len) fail("message %llu: length field %llu, expected %u", (unsigned long long)k,
                                   (unsigned long long)get64(buf + 8), len);
   for (size_t i = kHeader; i < len; ++i)
     if (buf[i] != pattern(k, i))
       fail("message %llu: byte %zu is 0x%02x, expected 0x%02x", (unsigned long long)k, i, buf[i], pattern(k, i));
+  return (get64(buf + 8) & kLastFlag) != 0;
 }
 
 /* ---- verbs helpers ------------------------------------------------------ */
@@ -198,6 +209,7 @@ static void run_server(struct side* s) {
     poll_one(s, s->recv_cq, &wc, 1);
     const uint64_t k = s->next_expected;
     const uint32_t len = msg_size(s, k);
+    int last = 0;
     if (wc.opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
       if (!(wc.wc_flags & IBV_WC_WITH_IMM)) fail("WRITE_WITH_IMM completion without IBV_WC_WITH_IMM");
       const uint32_t got = ntohl(wc.imm_data);
@@ -205,7 +217,7 @@ static void run_server(struct side* s) {
         fail("expected message %llu, got WRITE_WITH_IMM %u (%s)", (unsigned long long)k, got,
              got < (uint32_t)k ? "a repeat" : "out of order or a gap");
       if (!msg_is_write(k)) fail("message %llu came as a WRITE_WITH_IMM, was sent as a SEND", (unsigned long long)k);
-      check_message(write_slot(s, k), k, len);
+      last = check_message(write_slot(s, k), k, len);
       s->writes++;
     } else if (wc.opcode == IBV_WC_RECV) {
       const uint64_t got = get64(recv_slot(s, wc.wr_id));
@@ -214,13 +226,17 @@ static void run_server(struct side* s) {
              got < k ? "a repeat" : "out of order or a gap");
       if (msg_is_write(k)) fail("message %llu came as a SEND, was sent as a WRITE_WITH_IMM", (unsigned long long)k);
       if (wc.byte_len != len) fail("message %llu: byte_len %u, expected %u", (unsigned long long)k, wc.byte_len, len);
-      check_message(recv_slot(s, wc.wr_id), k, len);
+      last = check_message(recv_slot(s, wc.wr_id), k, len);
       s->sends++;
     } else {
       fail("unexpected receive completion opcode %d", wc.opcode);
     }
     s->bytes += len;
     s->next_expected++;
+    if (last) {
+      if (!s->o.duration_s) fail("message %llu says it is the last one, but this is no -D run", (unsigned long long)k);
+      s->o.messages = s->next_expected;
+    }
     memset(recv_slot(s, wc.wr_id), 0, 16); /* a stale number must not pass next time */
     post_recv(s, wc.wr_id, recv_slot(s, wc.wr_id), (uint32_t)s->slot, s->data_mr->lkey);
     if (s->next_expected % credit_every == 0 || s->next_expected == s->o.messages) send_credit(s);
@@ -251,8 +267,23 @@ static void take_credit(struct side* s, const struct ibv_wc* wc) {
   post_recv(s, wc->wr_id, s->credit + i * kCreditSize, kCreditSize, s->credit_mr->lkey);
 }
 
+static volatile sig_atomic_t stop_requested; /* SIGUSR1 */
+static void on_sigusr1(int sig) {
+  (void)sig;
+  stop_requested = 1;
+}
+
+static int past(const struct timespec* t) {
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  return now.tv_sec > t->tv_sec || (now.tv_sec == t->tv_sec && now.tv_nsec >= t->tv_nsec);
+}
+
 static void run_client(struct side* s) {
   const uint64_t w = (uint64_t)s->o.window;
+  struct timespec stop;
+  clock_gettime(CLOCK_MONOTONIC, &stop);
+  stop.tv_sec += s->o.duration_s;
   for (uint64_t i = 0; i < kCreditSlots; ++i)
     post_recv(s, kCreditFlag | i, s->credit + i * kCreditSize, kCreditSize, s->credit_mr->lkey);
   struct ibv_wc wc;
@@ -272,7 +303,9 @@ static void run_client(struct side* s) {
       const uint64_t k = s->sent;
       const uint32_t len = msg_size(s, k);
       uint8_t* buf = s->data + (k % w) * s->slot;
-      fill_message(buf, k, len);
+      const int last = s->o.duration_s && (stop_requested || past(&stop));
+      if (last) s->o.messages = k + 1;
+      fill_message(buf, k, len, last);
       const uint64_t raddr = s->them.addr + (w + k % w) * s->slot;
       post_send(s, k, msg_is_write(k) ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_SEND, buf, len, s->data_mr->lkey,
                 raddr, (uint32_t)k);
@@ -420,10 +453,11 @@ static void connect_qp(struct side* s, const struct peer* me) {
 static void usage(void) {
   fprintf(stderr,
           "usage: rc_sequence_checker [-d DEV] [-p PORT] [-g GID_INDEX] [-n MESSAGES] [-s MAX_SIZE]\n"
-          "                           [-w WINDOW] [-r RECVS] [-m MTU] [-t TIMEOUT_S] [-T QP_TIMEOUT] [SERVER]\n"
+          "                           [-w WINDOW] [-r RECVS] [-m MTU] [-t TIMEOUT_S] [-T QP_TIMEOUT]\n"
+          "                           [-D SECONDS] [SERVER]\n"
           "Without SERVER it receives and checks (default: 2000 messages of 1..16384 bytes,\n"
           "window 32, receives posted: the window, MTU 1024, port 18700, 60 s, QP timeout 14:\n"
-          "4.096 us << 14 = 67 ms, 7 retries).\n");
+          "4.096 us << 14 = 67 ms, 7 retries). -D (both sides): stream for SECONDS, not -n messages.\n");
   exit(2);
 }
 
@@ -438,7 +472,7 @@ int main(int argc, char** argv) {
   s.o.timeout_s = 60;
   s.o.qp_timeout = 14;
   int c;
-  while ((c = getopt(argc, argv, "d:p:g:n:s:w:r:m:t:T:h")) != -1) {
+  while ((c = getopt(argc, argv, "d:p:g:n:s:w:r:m:t:T:D:h")) != -1) {
     switch (c) {
       case 'd': s.o.dev = optarg; break;
       case 'p': s.o.port = atoi(optarg); break;
@@ -449,6 +483,7 @@ int main(int argc, char** argv) {
       case 'r': s.o.recvs = atoi(optarg); break;
       case 'T': s.o.qp_timeout = atoi(optarg); break;
       case 't': s.o.timeout_s = atoi(optarg); break;
+      case 'D': s.o.duration_s = atoi(optarg); break;
       case 'm': {
         const int m = atoi(optarg);
         s.o.mtu = m == 256 ? IBV_MTU_256 : m == 512 ? IBV_MTU_512 : m == 2048 ? IBV_MTU_2048
@@ -460,9 +495,12 @@ int main(int argc, char** argv) {
   }
   if (optind < argc) s.o.server = argv[optind];
   if (!s.o.recvs) s.o.recvs = s.o.window;
-  if (s.o.window < 1 || s.o.window > kMaxWindow || s.o.recvs < 1 || s.o.recvs > s.o.window || s.o.qp_timeout < 1 || s.o.qp_timeout > 31 || s.o.messages < 1 || s.o.max_size < 1 || s.o.timeout_s < 1)
+  if (s.o.duration_s > 0) s.o.messages = UINT64_MAX; /* until the client's last message */
+  if (s.o.window < 1 || s.o.window > kMaxWindow || s.o.recvs < 1 || s.o.recvs > s.o.window || s.o.qp_timeout < 1 || s.o.qp_timeout > 31 || s.o.messages < 1 || s.o.max_size < 1 || s.o.timeout_s < 1 ||
+      s.o.duration_s < 0 || (s.o.duration_s && s.o.duration_s >= s.o.timeout_s))
     usage();
   setvbuf(stdout, NULL, _IOLBF, 0);
+  if (s.o.duration_s) signal(SIGUSR1, on_sigusr1);
   clock_gettime(CLOCK_MONOTONIC, &s.deadline);
   s.deadline.tv_sec += s.o.timeout_s;
 

@@ -54,12 +54,27 @@ def main():
     for key in ("send_bw_srq_64b", "read_bw_1m", "eager_64b", "rndv_1m"):
         if isinstance(tm.get(key), dict):
             need(tm[key], "tag_matching.%s" % key, ("size", "bw_bytes_per_s", "msgs_per_s"))
+    rw = r.get("raw_ethernet") or {}
+    if "skipped" not in rw:  # raw packet QPs need CAP_NET_RAW: the bench skips them when not root
+        need(rw, "raw_ethernet", ("send_bw_ud_64b", "raw_bw_64b"))
+        for key in ("send_bw_ud_64b", "raw_bw_64b"):
+            if isinstance(rw.get(key), dict):
+                need(rw[key], "raw_ethernet.%s" % key, ("size", "bw_bytes_per_s", "msgs_per_s", "seconds"))
+        if isinstance(rw.get("raw_bw_64b"), dict):
+            need(rw["raw_bw_64b"], "raw_ethernet.raw_bw_64b", ("frame_bytes", "receiver"))
+    th = r.get("two_hosts") or {}
+    if th.get("ib_write_bw"):  # a two-host run (as root): raw frames across it too
+        raws = th.get("raw_ethernet_bw") or [None]
+        need(raws[0], "two_hosts.raw_ethernet_bw[0]", ("frame_bytes", "msgs_per_s", "receiver"))
+        if not any(x.get("frame_bytes") == 1500 for x in th.get("raw_frames") or []):
+            missing.append("two_hosts.raw_frames (no 1500-byte rate)")
     need(r.get("idle_engine"), "idle_engine", ("seconds", "cpu_percent_of_one_core", "rss_kib"))
     need(r.get("scale"), "scale", ("processes", "qps_per_process", "pairs_ok", "engine_kib_per_qp"))
     targets = {t.get("key"): t for t in r.get("targets") or []}
     for key in ("write_bw_64k_vs_memcpy", "send_bw_64b_msg_rate", "send_lat_2b_median", "write_lat_2b_median",
                 "two_hosts_write_bw_64k", "two_hosts_write_bw_64k_vs_raw", "idle_engine_cpu", "scale_16x64",
-                "tm_eager_64b_vs_send_srq", "tm_rndv_1m_vs_read_bw"):
+                "tm_eager_64b_vs_send_srq", "tm_rndv_1m_vs_read_bw", "raw_bw_64b_vs_send_ud",
+                "two_hosts_raw_bw_1500_vs_raw"):
         if key not in targets:
             missing.append("targets[%s]" % key)
         else:
@@ -67,8 +82,11 @@ def main():
             for k in ("measured", "met"):
                 if k not in targets[key]:
                     missing.append("targets[%s].%s" % (key, k))
-    for key in ("write_bw_64k_vs_memcpy", "send_bw_64b_msg_rate", "send_lat_2b_median", "write_lat_2b_median",
-                "tm_eager_64b_vs_send_srq", "tm_rndv_1m_vs_read_bw"):
+    measured = ["write_bw_64k_vs_memcpy", "send_bw_64b_msg_rate", "send_lat_2b_median", "write_lat_2b_median",
+                "tm_eager_64b_vs_send_srq", "tm_rndv_1m_vs_read_bw"]
+    if "skipped" not in rw:
+        measured.append("raw_bw_64b_vs_send_ud")
+    for key in measured:
         if key in targets and targets[key].get("measured") is None:
             missing.append("targets[%s].measured (null)" % key)
     if not r.get("table"):

@@ -16,13 +16,16 @@ build tree or installation). It
      ib_read_lat, ib_atomic_bw, 2 B .. 1 MiB (--quick: a few sizes);
      then hardware tag matching (issue 10): uroce-tag-pingpong streaming
      tagged eager 64 B messages and 1 MiB rendezvous, beside ib_send_bw
-     --use-srq 64 B and ib_read_bw 1 MiB on the same engine;
+     --use-srq 64 B and ib_read_bw 1 MiB on the same engine; and raw
+     Ethernet (issue 11, as root): raw_ethernet_bw 64 B frames beside
+     ib_send_bw -c UD 64 B on the same engine;
   3. full run: one engine serving 16 perftest processes with 64 RC QPs each
      (engine memory per QP), and, when network namespaces can be made (root),
      two engines in two namespaces joined by a veth pair (MTU 9000) on DPDK
      net_af_packet ports: the raw-frame rate of that port (dpdk_port_probe,
-     from the build tree's tests), TCP over the same veth, and perftest
-     across the engines at path MTU 4096;
+     from the build tree's tests), TCP over the same veth, perftest
+     across the engines at path MTU 4096, and raw_ethernet_bw 1500 B frames
+     across them beside the port's raw rate for 1500-byte frames;
   4. prints a table (each figure, its baselines and the ratios), and writes
      results.json, table.md and bench.svg into --out (default
      ./uroce-bench-results).
@@ -68,7 +71,14 @@ TARGETS = [
     # Issue 10, tag matching.
     ("tm_eager_64b_vs_send_srq", "tagged eager 64 B >= 70% of ib_send_bw --use-srq msg/s", ">=", 0.7, "ratio"),
     ("tm_rndv_1m_vs_read_bw", "tag rendezvous 1 MiB >= 70% of ib_read_bw 1 MiB", ">=", 0.7, "ratio"),
+    # Issue 11, raw Ethernet.
+    ("raw_bw_64b_vs_send_ud", "raw_ethernet_bw 64 B >= 70% of ib_send_bw UD 64 B frames/s", ">=", 0.7, "ratio"),
+    ("two_hosts_raw_bw_1500_vs_raw", "2 engines: raw_ethernet_bw 1500 B >= 80% of raw frames/s", ">=", 0.8,
+     "ratio"),
 ]
+
+# raw_ethernet_bw's MACs: the server's flow rule takes the frames to its own.
+RAW_MAC_SERVER, RAW_MAC_CLIENT = "02:00:00:00:00:02", "02:00:00:00:00:01"
 
 
 class BenchError(Exception):
@@ -145,6 +155,7 @@ class Bench:
             "scale": None,
             "two_sessions": None,
             "tag_matching": None,
+            "raw_ethernet": None,
             "two_hosts": None,
             "targets": [],
             "table": [],
@@ -389,10 +400,12 @@ class Bench:
         return max(lo, min(hi, budget // max(size, 1)))
 
     def perftest(self, prog, size, iters, dev="uroce0", server_dev=None, server_ns=None, client_ns=None,
-                 server_addr="127.0.0.1", extra=(), limit=None, new_sessions=False):
-        """Runs one perftest server/client pair; returns the client's parsed figures."""
+                 server_addr="127.0.0.1", extra=(), limit=None, new_sessions=False, seconds=None):
+        """Runs one perftest server/client pair; returns the client's parsed figures.
+        With `seconds`, perftest's duration mode (-D) instead of `iters` messages."""
         limit = limit or (60 if self.quick else 120)
-        args = ["-x", "0", "-F", "-n", str(iters)] + list(extra)
+        count = ["-D", str(seconds)] if seconds else ["-n", str(iters)]
+        args = ["-x", "0", "-F"] + count + list(extra)
         if prog != "ib_atomic_bw":
             args += ["-s", str(size)]
         tag = "%s-%s-%d" % (prog, dev, size)
@@ -426,7 +439,9 @@ class Bench:
             if rc == 0:
                 parsed = self.parse_perftest(prog, out)
                 if parsed:
-                    parsed["iters"] = iters
+                    parsed["iters"] = iters if not seconds else parsed["iters_done"]
+                    if seconds:
+                        parsed["seconds"] = seconds
                     parsed["load_average_1min"] = round(os.getloadavg()[0], 2)
                     parsed["engine_counters"] = self.stats_delta(stats_before, self.engine_stats(dev, client_ns))
                     ec = parsed["engine_counters"]
@@ -463,7 +478,7 @@ class Bench:
                     # ib_send_lat/ib_write_lat report half a round trip; ib_read_lat a whole one.
                     r["kind"] = "round trip" if prog == "ib_read_lat" else "half round trip"
                     return r
-                return {"size": int(v[0]), "bw_peak_bytes_per_s": v[2] * MIB_PER_S,
+                return {"size": int(v[0]), "iters_done": int(v[1]), "bw_peak_bytes_per_s": v[2] * MIB_PER_S,
                         "bw_bytes_per_s": v[3] * MIB_PER_S, "msgs_per_s": v[4] * 1e6}
         return None
 
@@ -549,6 +564,89 @@ class Bench:
                 continue
             self.log("tag matching %-16s %s, %s" % (key, fmt_bw(tm[key]["bw_bytes_per_s"]),
                                                     fmt_rate(tm[key]["msgs_per_s"])))
+
+    def raw_ethernet_bw(self, size, seconds, dev="uroce0", server_dev=None, server_ns=None, client_ns=None,
+                        extra=()):
+        """Debian's raw_ethernet_bw, unmodified: a server receiving on a raw
+        packet QP (its flow rule takes the frames to its MAC) and a client
+        sending size - 4 byte frames (perftest leaves 4 bytes to the FCS the
+        device adds), both in duration mode: a frame that finds no receive
+        posted is dropped, as on a NIC, and a fixed count would leave the
+        server waiting for it. No TCP handshake (no server address): the
+        client starts once the server has attached its MAC. Returns the
+        client's figures (frames it sent per second, as every perftest row
+        of the bench), with the receiving server's beside them."""
+        limit = seconds + (40 if self.quick else 60)
+        common = ["-F", "-s", str(size), "-D", str(seconds)] + list(extra)
+        tag = "raw_ethernet_bw-%s-%d" % (dev, size)
+        stats_before = self.engine_stats(dev, client_ns)
+        for attempt in range(3):
+            port = str(self.next_port())
+            sv_cmd = self.in_ns(server_ns, [self.uroce, "run", "--", "raw_ethernet_bw", "-d", server_dev or dev, "-p",
+                                            port, "--server", "-B", RAW_MAC_SERVER, "-E", RAW_MAC_CLIENT] + common)
+            cl_cmd = self.in_ns(client_ns, [self.uroce, "run", "--", "raw_ethernet_bw", "-d", dev, "-p", port,
+                                            "--client", "-B", RAW_MAC_CLIENT, "-E", RAW_MAC_SERVER] + common)
+            sv_log = os.path.join(self.logs, "%s.%d.server.log" % (tag, attempt))
+            cl_log = os.path.join(self.logs, "%s.%d.client.log" % (tag, attempt))
+            server = self.spawn(sv_cmd, limit, sv_log)
+            for _ in range(100):  # its rule and receives are in place once it prints its MAC
+                with open(sv_log, errors="replace") as f:
+                    if "MAC attached" in f.read():
+                        break
+                if server.poll() is not None:
+                    break
+                time.sleep(0.1)
+            time.sleep(0.2)
+            rc, out = self.run(cl_cmd, limit, cl_log)
+            try:
+                server.wait(seconds + 15)
+            except subprocess.TimeoutExpired:
+                pass
+            self.kill(server)
+            with open(sv_log, errors="replace") as f:
+                sv_out = f.read()
+            parsed = self.parse_perftest("raw_ethernet_bw", out) if rc == 0 else None
+            if parsed:
+                parsed["iters"] = parsed["iters_done"]
+                parsed["seconds"] = seconds
+                parsed["frame_bytes"] = size - 4
+                parsed["receiver"] = self.parse_perftest("raw_ethernet_bw", sv_out)
+                parsed["load_average_1min"] = round(os.getloadavg()[0], 2)
+                parsed["engine_counters"] = self.stats_delta(stats_before, self.engine_stats(dev, client_ns))
+                return parsed
+            why = "timed out after %d s" % limit if rc in (124, 137) else "exit %d" % rc
+            tail = " | ".join(out.strip().splitlines()[-3:])
+            self.log("raw_ethernet_bw %s attempt %d failed (%s): %s" % (fmt_size(size), attempt + 1, why, tail))
+        raise BenchError("raw_ethernet_bw %s on %s failed three times (logs: %s)" % (fmt_size(size), dev, self.logs))
+
+    def raw_ethernet(self):
+        """Raw packet QPs beside UD on the same engine (issue 11): frames per
+        second of raw_ethernet_bw 64 B against ib_send_bw -c UD 64 B, both
+        in perftest's duration mode, alternating, each the best of its runs
+        (another busy process on the machine only ever slows one down)."""
+        rw = self.results["raw_ethernet"] = {}
+        if os.geteuid() != 0:  # raw packet QPs need CAP_NET_RAW, as on a NIC
+            rw["skipped"] = "raw packet QPs need CAP_NET_RAW (run as root)"
+            self.log("raw ethernet skipped: %s" % rw["skipped"])
+            return
+        secs = 2 if self.quick else 4
+        runs = {"send_bw_ud_64b": [], "raw_bw_64b": []}
+        for _ in range(1 if self.quick else 2):
+            for key, fn in (("send_bw_ud_64b", lambda: self.perftest("ib_send_bw", 64, 0, extra=["-c", "UD"],
+                                                                      seconds=secs)),
+                            ("raw_bw_64b", lambda: self.raw_ethernet_bw(64, secs))):
+                try:
+                    runs[key].append(fn())
+                except BenchError as e:
+                    self.error("raw ethernet: %s" % e)
+        for key, rs in runs.items():
+            if not rs:
+                continue
+            best = max(rs, key=lambda r: r["msgs_per_s"])
+            best["runs_msgs_per_s"] = [r["msgs_per_s"] for r in rs]
+            rw[key] = best
+            self.log("raw ethernet %-15s %s (runs: %s)" % (key, fmt_rate(best["msgs_per_s"]),
+                                                          ", ".join(fmt_rate(r["msgs_per_s"]) for r in rs)))
 
     def two_sessions(self):
         """Server and client each in a session of its own, as from two terminals."""
@@ -721,7 +819,7 @@ class Bench:
         # The port's own limit: raw frames, one sender and one receiver (no engine running yet).
         th["raw_frames"] = []
         if os.access(self.probe_bin, os.X_OK):
-            for frame in (4200, 1100):
+            for frame in (4200, 1500, 1100):
                 r = self.raw_rate(ns_a, ns_b, veth_a, veth_b, probe_a, probe_b, frame, tag)
                 if r:
                     th["raw_frames"].append(r)
@@ -778,6 +876,18 @@ class Bench:
                     self.log("two hosts %-12s %7s: median %s" % (prog, fmt_size(size), fmt_us(r["t_typical_us"])))
                 else:
                     self.log("two hosts %-12s %7s: %s" % (prog, fmt_size(size), fmt_bw(r["bw_bytes_per_s"])))
+        # Raw Ethernet between the engines (issue 11): 1500-byte frames out of
+        # A's port, steered to B's raw QP, beside the port's raw 1500 B rate.
+        if os.geteuid() == 0:
+            try:
+                r = self.raw_ethernet_bw(1504, 2 if self.quick else 4, dev="hostA", server_dev="hostB",
+                                         server_ns=ns_b, client_ns=ns_a)
+                th["raw_ethernet_bw"] = [r]
+                self.log("two hosts raw_ethernet_bw %d B frames: %.0f frames/s sent, %s received" % (
+                    r["frame_bytes"], r["msgs_per_s"],
+                    "%.0f frames/s" % r["receiver"]["msgs_per_s"] if r.get("receiver") else "-"))
+            except BenchError as e:
+                self.error(str(e))
 
     def raw_rate(self, ns_a, ns_b, veth_a, veth_b, ip_a, ip_b, frame, tag):
         secs = 2
@@ -914,6 +1024,22 @@ class Bench:
                          "uroce": fmt_bw(v), "uroce_value": v,
                          "baseline1": "ib_read_bw 1 MiB %s" % fmt_bw(base), "ratio1": ratio(v, base),
                          "baseline2": "", "ratio2": None})
+        rw = self.results.get("raw_ethernet") or {}
+        rw_value = lambda key, field: (rw.get(key) or {}).get(field)
+        if rw.get("raw_bw_64b"):
+            v, base = rw_value("raw_bw_64b", "msgs_per_s"), rw_value("send_bw_ud_64b", "msgs_per_s")
+            rows.append({"figure": "raw_ethernet_bw 64 B (frames sent)", "uroce": fmt_rate(v), "uroce_value": v,
+                         "baseline1": "ib_send_bw UD 64 B %s" % fmt_rate(base), "ratio1": ratio(v, base),
+                         "baseline2": "", "ratio2": None})
+        raw1500 = next((r for r in th.get("raw_frames", []) if r["frame_bytes"] == 1500), None)
+        th_raw = (th.get("raw_ethernet_bw") or [None])[0]
+        th_raw_rx = ((th_raw or {}).get("receiver") or {}).get("msgs_per_s")
+        if th_raw:
+            base = raw1500["frames_per_s"] if raw1500 else None
+            rows.append({"figure": "2 engines: raw_ethernet_bw %d B frames (received)" % th_raw["frame_bytes"],
+                         "uroce": fmt_rate(th_raw_rx), "uroce_value": th_raw_rx,
+                         "baseline1": "raw 1500 B frames %s" % fmt_rate(base), "ratio1": ratio(th_raw_rx, base),
+                         "baseline2": "", "ratio2": None})
         idle = self.results.get("idle_engine")
         if idle:
             rows.append({"figure": "idle engine CPU (%d s)" % round(idle["seconds"]),
@@ -952,6 +1078,11 @@ class Bench:
                                               tm_value("send_bw_srq_64b", "msgs_per_s")),
             "tm_rndv_1m_vs_read_bw": ratio(tm_value("rndv_1m", "bw_bytes_per_s"),
                                            tm_value("read_bw_1m", "bw_bytes_per_s")),
+            # Frames sent on one engine (as every perftest row: the client's
+            # figure); frames received between two (as the raw rate is).
+            "raw_bw_64b_vs_send_ud": ratio(rw_value("raw_bw_64b", "msgs_per_s"),
+                                           rw_value("send_bw_ud_64b", "msgs_per_s")),
+            "two_hosts_raw_bw_1500_vs_raw": ratio(th_raw_rx, raw1500["frames_per_s"] if raw1500 else None),
         }
         if sc and sc["processes"] >= 16 and sc["qps_per_process"] >= 64:
             measured["scale_16x64"] = 1 if sc["pairs_ok"] == sc["pairs"] else 0
@@ -980,7 +1111,7 @@ class Bench:
             print("  ".join(str(c).ljust(w) for c, w in zip(row, widths)))
         print("(ratio = uroce / baseline)")
         print()
-        print("targets (issues 5 and 10):")
+        print("targets (issues 5, 10 and 11):")
         for t in self.results["targets"]:
             state = {True: "met", False: "NOT met", None: "not measured"}[t["met"]]
             m = t["measured"]
@@ -1080,7 +1211,7 @@ class Bench:
         self.machine()
         if want("baselines"):
             self.baselines()
-        if want("perftest") or want("idle") or want("scale") or want("tag_matching"):
+        if want("perftest") or want("idle") or want("scale") or want("tag_matching") or want("raw_ethernet"):
             pid = self.start_engine("uroce0")
             self.log("engine uroce0 started (pid %d)" % pid)
             if want("idle"):
@@ -1090,6 +1221,8 @@ class Bench:
                 self.two_sessions()
             if want("perftest") or want("tag_matching"):
                 self.tag_matching()
+            if want("perftest") or want("raw_ethernet"):
+                self.raw_ethernet()
             if want("scale"):
                 try:
                     self.scale(pid)
@@ -1200,7 +1333,7 @@ def main():
     ap.add_argument("--no-two-hosts", action="store_true", help="skip the two-engine runs of the full bench")
     ap.add_argument("--keep", action="store_true", help="keep the logs and runtime directory")
     ap.add_argument("--only", metavar="PARTS", help="comma-separated parts to run: baselines, idle, perftest, "
-                    "tag_matching, scale, two_hosts (default: all; two_hosts not with --quick)")
+                    "tag_matching, raw_ethernet, scale, two_hosts (default: all; two_hosts not with --quick)")
     ap.add_argument("--uroce", default=None, help=argparse.SUPPRESS)
     opts = ap.parse_args()
     if not opts.uroce:

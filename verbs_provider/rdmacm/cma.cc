@@ -127,6 +127,27 @@ void bind_device(Id* id) {
   if (!id->id.pd) id->id.pd = device_pd(id->engine);
 }
 
+// Whether a bound address names the engine's device (cma_acquire_dev_by_src_ip)
+// or, like a wildcard, none yet. The kernel's rdma_cm counts loopback
+// addresses as wildcards (cma_any_addr), so libfabric's verbs provider, which
+// binds "localhost" to find out, takes a device's own addresses from its
+// interfaces instead of offering 127.0.0.1 to a peer on another host. On an
+// engine whose own address is the loopback (the default engine, GID 0
+// ::ffff:127.0.0.1), the loopback is the device's address and names it.
+bool names_device(const Engine* e, const abi::CmAddr& a) {
+  const bool v4 = a.family == AF_INET;
+  const bool mapped = a.family == AF_INET6 && std::all_of(a.addr, a.addr + 10, [](uint8_t b) { return b == 0; }) &&
+                      a.addr[10] == 0xff && a.addr[11] == 0xff;
+  const uint8_t* ip4 = v4 ? a.addr : mapped ? a.addr + 12 : nullptr;
+  static const uint8_t kLoop6[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+  const bool loopback = ip4 ? ip4[0] == 127 : std::memcmp(a.addr, kLoop6, 16) == 0;
+  if (loopback) {
+    ibv_gid gid{};  // GID 0: the engine's IPv4 address
+    return ibv_query_gid(e->ctx, 1, 0, &gid) == 0 && gid.raw[12] == 127;
+  }
+  return !std::all_of(a.addr, a.addr + 16, [](uint8_t b) { return b == 0; });
+}
+
 }  // namespace
 
 Channel* create_channel() {
@@ -266,10 +287,7 @@ RDMACM_EXPORT int rdma_bind_addr(rdma_cm_id* cm_id, sockaddr* addr) {
   req.id = id->handle;
   if (int err = call(id->engine, abi::CtlOp::kCmBind, &req, sizeof(req), &rep, sizeof(rep))) return fail(err);
   fill_route_src(id, rep);
-  // A specific address names its device; a wildcard none yet (cma_acquire_dev).
-  bool any = true;
-  for (size_t i = 0; i < 16; ++i) any = any && rep.addr.addr[i] == 0;
-  if (!any) bind_device(id);
+  if (names_device(id->engine, rep.addr)) bind_device(id);
   return 0;
 }
 

@@ -3,6 +3,7 @@
 // calls of cma.cc as rdma-core's are (librdmacm/addrinfo.c, cma.c).
 #include <netdb.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -15,75 +16,84 @@ using namespace uroce::rdmacm;
 namespace {
 
 sockaddr* copy_addr(const sockaddr* sa, socklen_t len) {
-  auto* out = static_cast<sockaddr*>(calloc(1, sizeof(sockaddr_storage)));
+  auto* out = static_cast<sockaddr*>(calloc(1, std::max<size_t>(len, sizeof(sockaddr_storage))));
   if (out) std::memcpy(out, sa, len);
   return out;
 }
 
 }  // namespace
 
+// As rdma-core's (librdmacm/addrinfo.c): a name or service goes through
+// getaddrinfo with the hints' family, socket type and protocol; with neither,
+// the hints' own addresses are the answer (libfabric's verbs provider asks so
+// for a peer whose address it already has). A source address in the hints
+// is kept when the lookup gave none. AF_IB is not served.
 RDMACM_EXPORT int rdma_getaddrinfo(const char* node, const char* service, const rdma_addrinfo* hints,
                                    rdma_addrinfo** res) {
   if (!res || (!node && !service && !hints)) return fail(EINVAL);
-  const int flags = hints ? hints->ai_flags : 0;
   if (hints && hints->ai_family == AF_IB) return fail(EAFNOSUPPORT);
-  if (!node && !service) {
-    // No name to look up: the hints' addresses as they are (rdma-core's
-    // addrinfo.c does so; pyverbs' AddrInfo(src=...) of a multicast group
-    // asks this way, its source passed in the hints).
-    auto* ai = static_cast<rdma_addrinfo*>(calloc(1, sizeof(rdma_addrinfo)));
-    if (!ai) return fail(ENOMEM);
-    ai->ai_flags = flags;
-    ai->ai_family = hints->ai_family;
-    ai->ai_qp_type = hints->ai_qp_type;
-    ai->ai_port_space = hints->ai_port_space;
-    if (hints->ai_dst_addr && hints->ai_dst_len) {
-      ai->ai_dst_addr = copy_addr(hints->ai_dst_addr, hints->ai_dst_len);
-      ai->ai_dst_len = hints->ai_dst_len;
-    }
-    if (hints->ai_src_addr && hints->ai_src_len) {
-      ai->ai_src_addr = copy_addr(hints->ai_src_addr, hints->ai_src_len);
-      ai->ai_src_len = hints->ai_src_len;
-      if (!ai->ai_family) ai->ai_family = hints->ai_src_addr->sa_family;
-    }
-    *res = ai;
-    return 0;
-  }
-  addrinfo h{};
-  h.ai_family = hints && (flags & RAI_FAMILY || hints->ai_family) ? hints->ai_family : AF_UNSPEC;
-  h.ai_socktype = SOCK_STREAM;
-  if (flags & RAI_PASSIVE) h.ai_flags |= AI_PASSIVE;
-  if (flags & RAI_NUMERICHOST) h.ai_flags |= AI_NUMERICHOST;
-  addrinfo* found = nullptr;
-  if (int err = getaddrinfo(node, service, &h, &found)) return err;
+  static const rdma_addrinfo kNoHints{};
+  const rdma_addrinfo& h = hints ? *hints : kNoHints;
   auto* ai = static_cast<rdma_addrinfo*>(calloc(1, sizeof(rdma_addrinfo)));
-  if (!ai) {
+  if (!ai) return fail(ENOMEM);
+  if (node || service) {
+    addrinfo ah{};
+    if (h.ai_flags & RAI_PASSIVE) ah.ai_flags |= AI_PASSIVE;
+    if (h.ai_flags & RAI_NUMERICHOST) ah.ai_flags |= AI_NUMERICHOST;
+    ah.ai_family = h.ai_family;
+    ah.ai_socktype = h.ai_qp_type == IBV_QPT_UD ? SOCK_DGRAM : h.ai_qp_type ? SOCK_STREAM : 0;
+    ah.ai_protocol = h.ai_port_space == RDMA_PS_TCP                                 ? IPPROTO_TCP
+                     : h.ai_port_space == RDMA_PS_UDP || h.ai_port_space == RDMA_PS_IPOIB ? IPPROTO_UDP
+                     : h.ai_port_space == RDMA_PS_IB && ah.ai_socktype == SOCK_STREAM ? IPPROTO_TCP
+                     : h.ai_port_space == RDMA_PS_IB && ah.ai_socktype == SOCK_DGRAM  ? IPPROTO_UDP
+                                                                                      : 0;
+    addrinfo* found = nullptr;
+    if (int err = getaddrinfo(node, service, &ah, &found)) {
+      free(ai);
+      return err;
+    }
+    ai->ai_family = found->ai_family;
+    ai->ai_qp_type = h.ai_qp_type ? h.ai_qp_type : found->ai_socktype == SOCK_DGRAM ? IBV_QPT_UD : IBV_QPT_RC;
+    ai->ai_port_space = h.ai_port_space                     ? h.ai_port_space
+                        : found->ai_protocol == IPPROTO_UDP ? RDMA_PS_UDP
+                                                            : RDMA_PS_TCP;
+    sockaddr* addr = copy_addr(found->ai_addr, found->ai_addrlen);
+    char* name = node && found->ai_canonname ? strdup(found->ai_canonname) : nullptr;
+    if (h.ai_flags & RAI_PASSIVE) {
+      ai->ai_flags = RAI_PASSIVE;
+      ai->ai_src_addr = addr;
+      ai->ai_src_len = found->ai_addrlen;
+      ai->ai_src_canonname = name;
+    } else {
+      ai->ai_dst_addr = addr;
+      ai->ai_dst_len = found->ai_addrlen;
+      ai->ai_dst_canonname = name;
+    }
     freeaddrinfo(found);
-    return fail(ENOMEM);
-  }
-  ai->ai_flags = flags;
-  ai->ai_family = found->ai_family;
-  ai->ai_qp_type = hints && hints->ai_qp_type ? hints->ai_qp_type : IBV_QPT_RC;
-  ai->ai_port_space = hints && hints->ai_port_space ? hints->ai_port_space
-                      : ai->ai_qp_type == IBV_QPT_UD ? RDMA_PS_UDP
-                                                     : RDMA_PS_TCP;
-  if (flags & RAI_PASSIVE) {
-    ai->ai_src_addr = copy_addr(found->ai_addr, found->ai_addrlen);
-    ai->ai_src_len = found->ai_addrlen;
+    if (!addr) {
+      rdma_freeaddrinfo(ai);
+      return fail(ENOMEM);
+    }
   } else {
-    ai->ai_dst_addr = copy_addr(found->ai_addr, found->ai_addrlen);
-    ai->ai_dst_len = found->ai_addrlen;
-    if (hints && hints->ai_src_addr && hints->ai_src_len) {
-      ai->ai_src_addr = copy_addr(hints->ai_src_addr, hints->ai_src_len);
-      ai->ai_src_len = hints->ai_src_len;
+    ai->ai_flags = h.ai_flags;
+    ai->ai_family = h.ai_family;
+    ai->ai_qp_type = h.ai_qp_type;
+    ai->ai_port_space = h.ai_port_space;
+    if (h.ai_dst_addr && h.ai_dst_len) {
+      if (!(ai->ai_dst_addr = copy_addr(h.ai_dst_addr, h.ai_dst_len))) {
+        rdma_freeaddrinfo(ai);
+        return fail(ENOMEM);
+      }
+      ai->ai_dst_len = h.ai_dst_len;
     }
   }
-  if (node && found->ai_canonname) {
-    char* name = strdup(found->ai_canonname);
-    if (flags & RAI_PASSIVE) ai->ai_src_canonname = name;
-    else ai->ai_dst_canonname = name;
+  if (!ai->ai_src_len && h.ai_src_addr && h.ai_src_len) {
+    if (!(ai->ai_src_addr = copy_addr(h.ai_src_addr, h.ai_src_len))) {
+      rdma_freeaddrinfo(ai);
+      return fail(ENOMEM);
+    }
+    ai->ai_src_len = h.ai_src_len;
   }
-  freeaddrinfo(found);
   *res = ai;
   return 0;
 }
