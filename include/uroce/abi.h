@@ -30,9 +30,9 @@ constexpr uint32_t kVersion = 12;  // 2: MRs on shared pages; 3: session handles
                                   // 10: UD multicast (kAttachMcast, kDetachMcast)
                                   // 11: receive WQs, indirection tables, RSS QPs (kCreateWq ...
                                   //    kCreateRssQp, DeviceInfo::rss, Cqe::cvlan)
-                                  // 12: object imports (kImportPd, kImportMr, kImportDm)
-                                  // 12: also the GID table in EngineShared (it follows the bound
-                                  //    interface's addresses), ndev_ifindex
+                                  // 12: object imports (kImportPd, kImportMr, kImportDm); the GID
+                                  //    table in EngineShared (it follows the bound interface's
+                                  //    addresses), ndev_ifindex
 constexpr size_t kCacheLine = 64;
 constexpr size_t kMaxDeviceName = 64;
 constexpr size_t kMaxGids = 16;
