@@ -68,20 +68,6 @@ wait_for_traffic() {
   return 1
 }
 
-# wait_gone PID SECONDS: true if PID exits within SECONDS; its status in $rc.
-wait_gone() {
-  local pid=$1 limit=$2 i
-  for ((i = 0; i < limit * 10; i++)); do
-    if ! kill -0 "$pid" 2>/dev/null; then
-      rc=0
-      wait "$pid" || rc=$?
-      return 0
-    fi
-    sleep 0.1
-  done
-  return 1
-}
-
 # back_to_baseline LABEL: objects and fds as the baseline within 5 s, RSS
 # within the slack.
 back_to_baseline() {

@@ -322,3 +322,18 @@ mckey_pair() {
   cat "$rlog" "$slog"
   return 1
 }
+
+# wait_gone PID SECONDS: true if PID exits within SECONDS; its status in $rc
+# (a child of this shell: wait reaps it).
+wait_gone() {
+  local pid=$1 limit=$2 i
+  for ((i = 0; i < limit * 10; i++)); do
+    if ! kill -0 "$pid" 2>/dev/null; then
+      rc=0
+      wait "$pid" || rc=$?
+      return 0
+    fi
+    sleep 0.1
+  done
+  return 1
+}
