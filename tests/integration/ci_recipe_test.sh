@@ -40,7 +40,7 @@ fi
 [[ -x "$prefix/bin/uroce" ]] || { echo "ci_recipe_test: uroce was not installed into the prefix" >&2; exit 1; }
 ran=$(grep -oE '^Ran [0-9]+' "$log" | awk '{print $2}')
 ((ran > 100)) || { echo "ci_recipe_test: only $ran pyverbs tests ran" >&2; exit 1; }
-if "$prefix/bin/uroce" status | grep -q '^== '; then
+if grep -q '^== ' <<<"$("$prefix/bin/uroce" status)"; then
   echo "ci_recipe_test: the recipe left its engine running" >&2
   exit 1
 fi
@@ -50,7 +50,7 @@ rc=0
 PATH="$prefix/bin:$PATH" timeout 120 "$recipe" -- sh -c 'ibv_devices | grep -q uroce0 && exit 3' \
   >"$UROCE_LOG_DIR/recipe-fail.log" 2>&1 || rc=$?
 ((rc == 3)) || { cat "$UROCE_LOG_DIR/recipe-fail.log" >&2; echo "ci_recipe_test: exit $rc, not the command's 3" >&2; exit 1; }
-if "$prefix/bin/uroce" status | grep -q '^== '; then
+if grep -q '^== ' <<<"$("$prefix/bin/uroce" status)"; then
   echo "ci_recipe_test: the engine was left running after a failing command" >&2
   exit 1
 fi

@@ -19,8 +19,10 @@ stop_file=$UROCE_LOG_DIR/hostile.stop
 hostile_pid=$!
 add_cleanup "kill $hostile_pid 2>/dev/null || true"
 sleep 1
-run_pair --label pingpong --forbid 'invalid data|[Ff]ailed|[Cc]ouldn.t' 60 \
-  ibv_rc_pingpong -g 0 -c -n 50000 -p 18790 -- ibv_rc_pingpong -g 0 -c -n 50000 -p 18790 localhost ||
+# 20,000 round trips: seconds on an idle machine, and within the limit on a
+# 2-core one shared with compilers (50,000 outran 60 s at load 11).
+run_pair --label pingpong --forbid 'invalid data|[Ff]ailed|[Cc]ouldn.t' 100 \
+  ibv_rc_pingpong -g 0 -c -n 20000 -p 18790 -- ibv_rc_pingpong -g 0 -c -n 20000 -p 18790 localhost ||
   { cat "$UROCE_LOG_DIR/hostile.log"; echo "FAIL: ibv_rc_pingpong beside the hostile client"; exit 1; }
 grep -qE 'iters in [0-9.]+ seconds' "$UROCE_LOG_DIR/pingpong.client.log" ||
   { echo "FAIL: ibv_rc_pingpong printed no result"; exit 1; }
@@ -34,7 +36,7 @@ cat "$UROCE_LOG_DIR/hostile.log"
 ((rc == 0)) || { echo "FAIL: hostile_client exit $rc"; dump_engine_logs; exit 1; }
 
 # The engine is still up and counted what it saw.
-bad=$(uroce stats | awk '/bad_wqes/ { for (i = 1; i <= NF; ++i) if ($i ~ /^[0-9]+$/) { print $i; exit } }')
+bad=$(uroce stats | awk '/bad_wqes/ && !found { for (i = 1; i <= NF; ++i) if ($i ~ /^[0-9]+$/) { print $i; found = 1; break } }')
 [[ ${bad:-0} -gt 0 ]] || { uroce stats; echo "FAIL: bad_wqes not counted"; exit 1; }
 uroce status >/dev/null || { echo "FAIL: the engine is gone"; exit 1; }
 echo "hostile_client: passed (bad_wqes $bad); beside it: $(grep -E "iters in" "$UROCE_LOG_DIR/pingpong.client.log")"

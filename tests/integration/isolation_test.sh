@@ -40,7 +40,9 @@ as_nobody() { setpriv --reuid=nobody --regid="$nogroup" --clear-groups env HOME=
 as_member() { setpriv --reuid=nobody --regid="$nogroup" --groups="$group_gid" env HOME=/ "$@"; }
 as_stranger() { setpriv --reuid=12345 --regid=12345 --clear-groups env HOME=/ "$@"; }
 mode_of() { stat -L -c %a "$1"; }
-counter() { uroce stats | awk -v k="$1" '$1 == k { print $2; exit }'; }
+# The whole report is read before it is searched: a reader that stops at the
+# first match would end `uroce stats` with SIGPIPE, a failure under pipefail.
+counter() { uroce stats | awk -v k="$1" '$1 == k && !found { print $2; found = 1 }'; }
 
 # expect_refused WHO: ibv_devices as WHO lists no uroce0 and says why;
 # ibv_devinfo -d uroce0 fails.
@@ -141,8 +143,8 @@ for cmd in "fault drop=0.5" "capture -w /tmp/uroce-isolation-$$.pcap --count 1" 
 done
 [[ ! -e /tmp/uroce-isolation-$$.pcap ]] || { rm -f "/tmp/uroce-isolation-$$.pcap"; fail "the refused capture wrote a file"; }
 [[ $(counter engine_ops_refused) == $((ops_before + 3)) ]] || fail "engine_ops_refused: $(counter engine_ops_refused), not $((ops_before + 3))"
-uroce stats | grep -qE '^  fault_loopback_' && fail "the refused fault injection is on"
-uroce status | grep -q 'ACTIVE' || fail "the refused 'port down' took the port down"
+grep -qE '^  fault_loopback_' <<<"$(uroce stats)" && fail "the refused fault injection is on"
+grep -q 'ACTIVE' <<<"$(uroce status)" || fail "the refused 'port down' took the port down"
 log="$UROCE_LOG_DIR/stop.log"
 as_nobody timeout 30 "$UROCE_BIN" stop >"$log" 2>&1 && { cat "$log"; fail "nobody stopped root's engine"; }
 grep -q "only the engine's owner or root may stop it" "$log" || { cat "$log"; fail "nobody: uroce stop: no clear refusal"; }

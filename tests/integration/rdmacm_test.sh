@@ -92,7 +92,7 @@ else
 fi
 
 # Nothing is left in the engine's CM once its clients are gone.
-if uroce status | grep -q '^cm: ids 0, events dropped 0$' &&
+if grep -q '^cm: ids 0, events dropped 0$' <<<"$(uroce status)" &&
    uroce status --json | python3 -c 'import json,sys; d=json.load(sys.stdin); sys.exit(0 if all(e["report"]["cm"]["ids"]==0 and e["report"]["cm"]["events_dropped"]==0 for e in d["engines"]) else 1)'; then
   ok "no CM ids left"
 else
