@@ -94,7 +94,7 @@ std::string vdev_devargs(const DpdkPortConfig& config) {
   // The RX ring is the port's buffer for the time the engine is off its CPU
   // (a time slice, milliseconds, on a busy host): a burst it cannot hold is
   // dropped (rx_missed). 16 MiB of frames, at least 512: 8192 frames at MTU
-  // 1500, 1638 at 9000 (the TX ring is the same size).
+  // 1500, 1820 at 9000 (the TX ring is the same size).
   if (devarg(out, "framecnt").empty()) {
     constexpr uint32_t kRingBytes = 16u << 20;
     const uint32_t per_block = block / frame;
