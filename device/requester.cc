@@ -380,6 +380,11 @@ bool requester_run(Device& dev, Qp& qp) {
       return true;
     }
     abi::SendWqe& w = wqe_at(qp, qp.sq_next);
+    // Back-pressure: a port's queue is full or buffers are short. The WQE
+    // waits (a NIC's send queue does not drop what was posted). Before the
+    // checks below, which count a READ or atomic as started.
+    if (!st.is_local && !dev.tx_ready()) break;
+    if (qp.rate_limit_kbps && dev.now_ns() < qp.pace_next_ns) break;  // packet pacing
     if (is_reliable(qp) && qp.req_offset == 0) {
       if (psn_diff(qp.req_psn, qp.comp_psn) >= int32_t(kMaxInflightPackets)) break;
       if (st.is_rd_atomic && qp.rd_atomic_inflight >= std::max<uint32_t>(1, qp.max_rd_atomic)) break;
@@ -387,10 +392,6 @@ bool requester_run(Device& dev, Qp& qp) {
       if ((w.flags & IBV_SEND_FENCE) && qp.rd_atomic_inflight) break;
       if (st.is_rd_atomic) ++qp.rd_atomic_inflight;
     }
-    if (qp.rate_limit_kbps && dev.now_ns() < qp.pace_next_ns) break;  // packet pacing
-    // Back-pressure: a port's queue is full or buffers are short. The WQE
-    // waits (a NIC's send queue does not drop what was posted).
-    if (!st.is_local && !dev.tx_ready()) break;
     work = true;
     if (st.is_local) [[unlikely]] {
       if (!run_local_wqe(dev, qp, w, st)) continue;  // the error branch above completes it in order
