@@ -245,7 +245,24 @@ class Device {
   // The same for a packet of no client QP (the GSI's): src_qpn spreads flows.
   void route_packet(net::Packet* p, const abi::AddressVector& path, uint32_t src_qpn);
   void free_packet(net::Packet* p) { pool_.put(p); }
-  net::Packet* alloc_packet() { return pool_.get(); }
+  // A buffer, or nullptr when the pool is exhausted (counted: the caller
+  // drops what it would have built).
+  net::Packet* alloc_packet() {
+    net::Packet* p = pool_.get();
+    if (!p) [[unlikely]] ++counters_.no_packet_buffer;
+    return p;
+  }
+  // Whether a sender may build another frame now: the ports have room and
+  // buffers are left (params.h kLoopbackDepth). False is back-pressure: the
+  // work request stays posted and goes on a later poll.
+  bool tx_ready() {
+    if (loopback_.depth() < kLoopbackDepth && pool_.available() > kPoolReserve &&
+        (!wire_ || wire_->tx_pending() < net::DpdkPort::kTxQueue / 2)) [[likely]]
+      return true;
+    ++counters_.tx_backpressure;
+    return false;
+  }
+  const net::PacketPool& packet_pool() const { return pool_; }
   // Raw packet QPs (device/raw_packet.cc): a frame a raw QP sent goes to the
   // rules of this device, then to the engine or the wire.
   void transmit_raw(Qp& qp, net::Packet* p);
