@@ -98,6 +98,7 @@ bool Device::poll(uint64_t now_ns) {
   if (!loopback_.pending()) work |= poll_timers();
   work |= poll_port_timers();
   work |= cm_.poll_timers(now_ns);
+  if (!held_qpns_.empty()) work |= release_held_qpns();
   return work || loopback_.pending();
 }
 
@@ -117,6 +118,7 @@ uint64_t Device::next_deadline_ns() const {
   take(arp_pending_.next_deadline_ns());
   take(ndp_pending_.next_deadline_ns());
   take(cm_.next_deadline_ns());
+  if (!held_qpns_.empty()) take(held_qpns_.front().until_ns);
   if (!busy_wqs_.empty()) take(next_wq_deadline_ns());
   return next;
 }
@@ -153,7 +155,7 @@ std::string Device::status_text() const {
   os << "cm wire: mads sent "
      << w.mads_sent << " received " << w.mads_received << " retransmitted " << w.mads_retransmitted
      << " dropped " << w.mads_dropped << " duplicate " << w.mads_duplicate << ", timeouts " << w.timeouts
-     << '\n';
+     << ", mras sent " << w.mras_sent << " received " << w.mras_received << '\n';
   static const char* kStates[] = {"RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR", "UNKNOWN"};
   static const char* kTypes[] = {"", "", "RC", "UC", "UD", "", "", "", "RAW_PACKET"};
   qps_.for_each([&](uint32_t, const Qp& q) {
