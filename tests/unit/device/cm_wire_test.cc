@@ -455,13 +455,16 @@ TEST_F(CmWireTest, ASlowAcceptSendsAnMraAndStillConnects) {
   EXPECT_EQ(cm::get(mra.mad, cm::mra::kServiceTimeout), 24u);
   EXPECT_EQ(b_.agent.next_deadline_ns(), 0u);  // one MRA, then only when asked again
   EXPECT_GT(a_.agent.next_deadline_ns(), req_retry + cm::timeout_ns(23));
-  // Past every retry the REQ had: nothing sent, no event.
-  now_ = sent + 16 * (2 * cm::timeout_ns(18) + cm::timeout_ns(20));
-  a_.agent.poll_timers(now_);
+  // Until the MRA's service timeout is over: nothing sent, no event.
+  now_ = a_.agent.next_deadline_ns() - 1;
+  EXPECT_FALSE(a_.agent.poll_timers(now_));
   EXPECT_TRUE(a_.out.empty());
   EXPECT_FALSE(a_.event());
-  // A REQ sent again (as after the MRA's service timeout) gets the MRA again.
-  b_.agent.receive_mad(a_.gid(), b_.gid(), req.mad);
+  // Then the REQ goes again; still not accepted, it gets the MRA again.
+  now_ += 1;
+  EXPECT_TRUE(a_.agent.poll_timers(now_));
+  const SentMad again = carry(a_, b_);
+  EXPECT_EQ(std::memcmp(&again.mad, &req.mad, sizeof(req.mad)), 0);
   EXPECT_EQ(carry(b_, a_).attr(), uint16_t(cm::Attr::kMra));
   ASSERT_EQ(b_.agent.accept(&b_.owner, conn(creq->id, 0x22, 2)), 0);
   EXPECT_EQ(carry(b_, a_).attr(), uint16_t(cm::Attr::kRep));
