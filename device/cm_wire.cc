@@ -414,13 +414,16 @@ void CmAgent::schedule_mra(uint64_t h, uint8_t msg, uint64_t peer_wait_ns) {
   mra_due_.push_back({h, wire_.now_ns() + peer_wait_ns / 2, msg});
 }
 
+// True if an MRA went (a MAD sent is work, as a retransmission is).
 bool CmAgent::poll_mras(uint64_t now) {
   bool work = false;
   std::erase_if(mra_due_, [&](const MraDue& d) {
     if (d.due_ns > now) return false;
-    work = true;
     auto it = ids_.find(d.handle);
-    if (it != ids_.end() && awaits_answer(it->second, d.msg)) send_mra(d.handle, it->second, d.msg);
+    if (it != ids_.end() && awaits_answer(it->second, d.msg)) {
+      send_mra(d.handle, it->second, d.msg);
+      work = true;
+    }
     return true;
   });
   return work;
@@ -468,7 +471,7 @@ void CmAgent::send_sidr_rep(const Id& id, uint8_t status, uint32_t qpn, uint32_t
 
 bool CmAgent::poll_timers(uint64_t now) {
   bool work = !resolving_.empty() && poll_resolving(now);
-  if (!timewait_.empty()) work |= poll_timewait(now);
+  if (!timewait_.empty()) poll_timewait(now);  // events written: nothing for the engine to spin for
   if (!mra_due_.empty()) work |= poll_mras(now);
   if (outstanding_.empty()) return work;
   std::vector<Outstanding> expired;

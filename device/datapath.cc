@@ -98,7 +98,6 @@ bool Device::poll(uint64_t now_ns) {
   if (!loopback_.pending()) work |= poll_timers();
   work |= poll_port_timers();
   work |= cm_.poll_timers(now_ns);
-  if (!held_qpns_.empty()) work |= release_held_qpns();
   return work || loopback_.pending();
 }
 
@@ -118,7 +117,6 @@ uint64_t Device::next_deadline_ns() const {
   take(arp_pending_.next_deadline_ns());
   take(ndp_pending_.next_deadline_ns());
   take(cm_.next_deadline_ns());
-  if (!held_qpns_.empty()) take(held_qpns_.front().until_ns);
   if (!busy_wqs_.empty()) take(next_wq_deadline_ns());
   return next;
 }

@@ -568,6 +568,7 @@ Result<uint32_t> Device::create_qp(Owner* o, const abi::CreateQpRequest& req) {
   qp->caps = caps;
 
   Qp* raw = qp.get();
+  release_held_qpns();
   const uint32_t idx = qps_.insert(std::move(qp));
   raw->qpn = idx + kFirstQpn - 1;
   if (pd) ++pd->refs;
@@ -648,14 +649,11 @@ int Device::destroy_qp(Owner* o, uint64_t handle) {
   return 0;
 }
 
-bool Device::release_held_qpns() {
-  bool any = false;
+void Device::release_held_qpns() {
   while (!held_qpns_.empty() && held_qpns_.front().until_ns <= now_ns_) {
     qps_.release(held_qpns_.front().index);
     held_qpns_.pop_front();
-    any = true;
   }
-  return any;
 }
 
 void Device::set_polled(Qp& qp, bool polled) {

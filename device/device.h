@@ -318,13 +318,14 @@ class Device {
   CmAgent cm_{config_.ip, config_.ip6, info_};
   // QPNs of connected QPs destroyed, held for the CM's time-wait (in due
   // order) so that a new QP does not take the number a peer may still send
-  // to (as the IB CM keeps a QP's identifiers through its timewait).
+  // to (as the IB CM keeps a QP's identifiers through its timewait). They
+  // go back when a QP is made after their time (no timer wakes the engine).
   struct HeldQpn {
     uint64_t until_ns;
     uint32_t index;
   };
   std::deque<HeldQpn> held_qpns_;
-  bool release_held_qpns();
+  void release_held_qpns();
   net::Route loopback_route_{};
   net::LoopbackPort loopback_;
   net::PacketPool pool_;
