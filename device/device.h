@@ -152,11 +152,16 @@ class Device {
   std::string open_wire_port();
   bool has_wire() const { return wire_ != nullptr; }
   // An fd that becomes readable when a frame reaches an af_packet port while
-  // armed, so the engine can sleep; -1 when the port has none.
+  // armed, so the engine can sleep; -1 when the port has none. Armed, it
+  // wakes for the frames the engine serves, or for all while flow rules may
+  // claim any frame.
   int wire_wakeup_fd() const { return wakeup_.fd(); }
-  bool arm_wire_wakeup() { return wakeup_.fd() >= 0 && wakeup_.arm(); }
+  bool arm_wire_wakeup() {
+    using Frames = net::AfPacketWakeup::Frames;
+    return wakeup_.fd() >= 0 && wakeup_.arm(steering_.active() ? Frames::kAll : Frames::kEngines);
+  }
   void disarm_wire_wakeup() {
-    if (wakeup_.fd() >= 0) wakeup_.disarm();
+    if (wakeup_.fd() >= 0) counters_.wire_wakeups += uint64_t(wakeup_.disarm());
   }
   std::string set_fault(PortId port, const net::FaultConfig& config);
   // Writes every frame crossing a port (loopback frames once) to a pcap file.
