@@ -69,6 +69,14 @@ bool Device::set_addresses(const std::vector<net::IfAddress>& addrs) {
   if (g6.valid) std::memcpy(config_.ip6.data(), g6.gid, 16);
   else config_.ip6 = {};
   loopback_route_.src_ip = loopback_route_.dst_ip = config_.ip;
+  // The CM ids bound to an address that went hear of it (ADDR_CHANGE).
+  for (const abi::GidEntry& b : before) {
+    if (!b.valid) continue;
+    const bool kept = std::any_of(std::begin(info_.gids), std::end(info_.gids), [&](const abi::GidEntry& g) {
+      return g.valid && std::memcmp(g.gid, b.gid, 16) == 0;
+    });
+    if (!kept) cm_.address_removed(b.gid);
+  }
   return std::memcmp(before, info_.gids, sizeof(before)) != 0;
 }
 

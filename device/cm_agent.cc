@@ -3,12 +3,14 @@
 #include "device/cm_agent.h"
 
 #include <fcntl.h>
+#include <infiniband/verbs.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <ctime>
 #include <random>
 #include <vector>
 
@@ -138,7 +140,7 @@ void CmAgent::abandon(uint64_t h) {
       case State::kRepReceived:
         peer.state = State::kDisconnected;
         peer.peer = 0;
-        post_simple(id.peer, kDisconnected, 0);
+        post_disconnected(id.peer);
         break;
       case State::kConnecting:
         peer.peer = 0;
@@ -173,6 +175,22 @@ void CmAgent::release_owner(Owner* o) {
       ++it;
     }
   }
+}
+
+void CmAgent::address_removed(const uint8_t gid[16]) {
+  static const uint8_t kMapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+  abi::CmAddr gone{};
+  if (std::memcmp(gid, kMapped, 12) == 0) {
+    gone.family = AF_INET;
+    std::memcpy(gone.addr, gid + 12, 4);
+  } else {
+    gone.family = AF_INET6;
+    std::memcpy(gone.addr, gid, 16);
+  }
+  std::vector<uint64_t> bound;
+  for (const auto& [h, id] : ids_)
+    if (id.state != State::kIdle && same_ip(id.src, gone)) bound.push_back(h);
+  for (uint64_t h : bound) post_simple(h, kAddrChange, 0);
 }
 
 // The addresses this engine answers for: its own, the loopback ones (its
@@ -378,6 +396,7 @@ int CmAgent::connect(Owner* o, const abi::CmConnectRequest& r) {
   if (!id) return ENOENT;
   if (id->state != State::kRouteResolved) return EINVAL;
   if (r.param.private_data_len > abi::kCmMaxPrivateData) return EINVAL;
+  if (r.param.qp_type) id->qp_type = r.param.qp_type;  // the QP's (an XRC initiator's)
   if (id->remote) return connect_remote(*id, r.id, r);
   const bool ud = id->ps == kPsUdp;
   const uint64_t lh = find_listener(id->ps, id->dst);
@@ -396,7 +415,8 @@ int CmAgent::connect(Owner* o, const abi::CmConnectRequest& r) {
   child.owner = listener.owner;
   child.channel = listener.channel;
   child.ps = listener.ps;
-  child.qp_type = id->qp_type;
+  // An XRC initiator's request is for an XRC target (cma_ib_new_conn_id).
+  child.qp_type = id->qp_type == IBV_QPT_XRC_SEND ? uint32_t(IBV_QPT_XRC_RECV) : id->qp_type;
   child.child = true;
   child.state = State::kRequested;
   child.src = id->dst;
@@ -418,6 +438,7 @@ int CmAgent::connect(Owner* o, const abi::CmConnectRequest& r) {
   // with responder resources, and the other way (cm_format_req_event).
   ev.param.responder_resources = r.param.initiator_depth;
   ev.param.initiator_depth = r.param.responder_resources;
+  ev.param.qp_type = uint8_t(child.qp_type);
   std::memcpy(ev.peer_gid, info_.gids[gid_index_for(active.src)].gid, 16);
   ev.local_gid_index = gid_index_for(child.src);
   post(*id, ch, ev);
@@ -429,6 +450,7 @@ int CmAgent::accept(Owner* o, const abi::CmConnectRequest& r) {
   if (!id) return ENOENT;
   if (id->state != State::kRequested) return EINVAL;
   if (r.param.private_data_len > abi::kCmMaxPrivateData) return EINVAL;
+  if (r.param.qp_type) id->qp_type = r.param.qp_type;
   if (id->remote) return accept_remote(*id, r.id, r);
   auto peer_it = ids_.find(id->peer);
   if (!id->peer || peer_it == ids_.end()) return ECONNRESET;  // its REJECTED event is queued
@@ -509,11 +531,11 @@ int CmAgent::disconnect(Owner* o, uint64_t h) {
   if (id->peer && peer_it != ids_.end()) {
     peer_it->second.state = State::kDisconnected;
     peer_it->second.peer = 0;
-    post_simple(peer_it->first, kDisconnected, 0);
+    post_disconnected(peer_it->first);
   }
   id->state = State::kDisconnected;
   id->peer = 0;
-  post_simple(h, kDisconnected, 0);
+  post_disconnected(h);
   return 0;
 }
 
@@ -531,6 +553,32 @@ void CmAgent::post_simple(uint64_t h, uint32_t event, int32_t status) {
   ev.event = event;
   ev.status = status;
   post(ids_.at(h), h, ev);
+}
+
+uint64_t CmAgent::now_ns() const {
+  if (wire_.now_ns) return wire_.now_ns();
+  timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return uint64_t(t.tv_sec) * 1'000'000'000 + uint64_t(t.tv_nsec);
+}
+
+void CmAgent::post_disconnected(uint64_t h) {
+  post_simple(h, kDisconnected, 0);
+  const Id& id = ids_.at(h);
+  if (id.ps == kPsUdp || id.qp_type == IBV_QPT_UD) return;
+  timewait_.push_back({h, now_ns() + timewait_ns()});
+}
+
+// Each time-wait over: TIMEWAIT_EXIT for its id if it is still there and
+// still disconnected (cma_ib_handler delivers it in RDMA_CM_DISCONNECT only).
+bool CmAgent::poll_timewait(uint64_t now) {
+  size_t n = 0;
+  for (; n < timewait_.size() && timewait_[n].due_ns <= now; ++n) {
+    auto it = ids_.find(timewait_[n].handle);
+    if (it != ids_.end() && it->second.state == State::kDisconnected) post_simple(it->first, kTimewaitExit, 0);
+  }
+  timewait_.erase(timewait_.begin(), timewait_.begin() + ptrdiff_t(n));
+  return n > 0;
 }
 
 void CmAgent::post(const Id& to, uint64_t to_handle, abi::CmEventRecord ev) {

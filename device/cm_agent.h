@@ -38,9 +38,12 @@ enum CmEvent : uint32_t {
   kRejected = 8,
   kEstablished = 9,
   kDisconnected = 10,
+  kAddrChange = 14,
+  kTimewaitExit = 15,
 };
 constexpr uint32_t kPsTcp = 0x0106;
 constexpr uint32_t kPsUdp = 0x0111;
+constexpr uint32_t kPsIb = 0x013F;  // RC, UC, XRC and UD alike (RDMA_PS_IB)
 constexpr int32_t kRejTimeout = net::cm::kRejTimeout;
 constexpr int32_t kRejInvalidServiceId = net::cm::kRejInvalidServiceId;
 constexpr int32_t kRejConsumerDefined = net::cm::kRejConsumerDefined;
@@ -67,6 +70,10 @@ struct CmWire {
   uint8_t cm_response_timeout = 20;
   uint8_t packet_life_time = 18;
   uint8_t max_cm_retries = 15;
+  // The service timeout of the MRAs this CM sends (CMA_CM_MRA_SETTING's 24:
+  // 2^24 times 4.096 us, 69 s): how much longer the peer waits for our
+  // answer while our application has not given it.
+  uint8_t mra_service_timeout = 24;
 };
 
 // What crossed the wire (`uroce status`).
@@ -75,6 +82,7 @@ struct CmWireCounters {
   uint64_t mads_dropped = 0;     // malformed, or for no id of ours
   uint64_t mads_duplicate = 0;   // a retransmission answered again or ignored
   uint64_t timeouts = 0;         // exchanges that ran out of retries
+  uint64_t mras_sent = 0, mras_received = 0;  // (12.6.6) our application slow, or the peer's
 };
 
 class CmAgent {
@@ -104,6 +112,10 @@ class CmAgent {
   // The owner is gone (its process exited or was killed): its connections
   // end as when it destroys each id (the peer sees DISCONNECTED or REJECTED).
   void release_owner(Owner* o);
+  // An address of the bound interface went (its GID is gone): every id
+  // bound to it gets ADDR_CHANGE (cma_netdev_change's event for ids bound to
+  // an interface whose address changed); what to do is the application's.
+  void address_removed(const uint8_t gid[16]);
 
   size_t id_count() const { return ids_.size(); }
   uint64_t events_dropped() const { return events_dropped_; }
@@ -116,7 +128,11 @@ class CmAgent {
   // Retransmits what is due and fails exchanges out of retries; true if it
   // did anything.
   bool poll_timers(uint64_t now_ns);
-  uint64_t next_deadline_ns() const;  // 0: no MAD awaits an answer
+  uint64_t next_deadline_ns() const;  // 0: no MAD awaits an answer, no timer runs
+  // How long a disconnected connection stays in time-wait before its id
+  // gets TIMEWAIT_EXIT: the packet life time's timeout doubled (cm.c's
+  // av.timeout, the packet life time + 1: 2.1 s on RoCE).
+  uint64_t timewait_ns() const { return net::cm::timeout_ns(uint8_t(wire_.packet_life_time + 1)); }
   const CmWireCounters& wire_counters() const { return wire_counters_; }
 
  private:
@@ -149,6 +165,9 @@ class CmAgent {
     uint8_t remote_gid[16] = {};
     uint8_t sgid_index = 0;
     uint64_t tid = 0;  // the transaction of the REQ (or SIDR REQ) that began it
+    // Passive: the REQ's Remote CM Response Timeout, the time within which
+    // the peer expects our REP (or an MRA).
+    uint8_t peer_response_timeout = 0;
   };
   // A MAD that awaits its answer (REQ, REP, DREQ, SIDR REQ): sent again at
   // its deadline until the retries run out. handle 0: its id is gone (a
@@ -170,6 +189,14 @@ class CmAgent {
     uint64_t deadline_ns = 0;
     uint8_t retries_left = 0;
   };
+  // An MRA to send at due_ns unless the application has answered by then:
+  // the REQ not yet accepted or rejected (msg 0), the REP not yet
+  // established or rejected (msg 1).
+  struct MraDue {
+    uint64_t handle = 0;
+    uint64_t due_ns = 0;
+    uint8_t msg = 0;
+  };
   struct Channel {
     Owner* owner = nullptr;
     int fd = -1;
@@ -186,6 +213,11 @@ class CmAgent {
   uint64_t find_listener(uint32_t ps, const abi::CmAddr& dst) const;
   void post(const Id& to, uint64_t to_handle, abi::CmEventRecord ev);
   void post_simple(uint64_t h, uint32_t event, int32_t status);
+  // DISCONNECTED, and TIMEWAIT_EXIT a time-wait later for a connected id
+  // still there (cm.c's cm_enter_timewait, cma's RDMA_CM_EVENT_TIMEWAIT_EXIT).
+  void post_disconnected(uint64_t h);
+  uint64_t now_ns() const;
+  bool poll_timewait(uint64_t now);
   // Ids of all clients together: each costs the engine memory, and a client
   // that makes them in a loop must run out before the engine does.
   static constexpr size_t kMaxIds = 1 << 16;
@@ -209,6 +241,12 @@ class CmAgent {
   void send(const Id& id, const net::cm::Mad& m);
   void send_tracked(uint64_t h, const Id& id, const net::cm::Mad& m);
   void cancel(uint64_t h);
+  // MRAs (12.6.6): of the REQ (msg 0) or the REP (msg 1) id has not yet
+  // answered; schedule_mra sends one at half the time the peer waits.
+  void send_mra(uint64_t h, const Id& id, uint8_t msg);
+  void schedule_mra(uint64_t h, uint8_t msg, uint64_t peer_wait_ns);
+  static bool awaits_answer(const Id& id, uint8_t msg);
+  bool poll_mras(uint64_t now);
   void give_up(const Outstanding& o);
   bool poll_resolving(uint64_t now);
   void address_resolved(Id& id, uint64_t h);
@@ -261,6 +299,12 @@ class CmAgent {
   CmWireCounters wire_counters_;
   std::vector<Outstanding> outstanding_;
   std::vector<Resolving> resolving_;
+  std::vector<MraDue> mra_due_;
+  struct TimewaitDue {
+    uint64_t handle = 0;
+    uint64_t due_ns = 0;
+  };
+  std::vector<TimewaitDue> timewait_;  // in due order (one time-wait for all)
 };
 
 }  // namespace uroce::device

@@ -195,7 +195,7 @@ int CmAgent::connect_remote(Id& id, uint64_t h, const abi::CmConnectRequest& r) 
   const cm::Bytes priv = ud ? cm::sidr_req::kPrivateData : cm::req::kPrivateData;
   std::memcpy(cm::at(m, priv), &hdr, sizeof(hdr));
   std::memcpy(cm::at(m, priv) + sizeof(hdr), r.param.private_data, r.param.private_data_len);
-  const uint64_t sid = cm::service_id(ud ? cm::kPsUdp : cm::kPsTcp, ntohs(id.dst.port));
+  const uint64_t sid = cm::service_id(id.ps, ntohs(id.dst.port));  // (rdma_cm's port spaces are the IBA's)
   if (ud) {
     cm::set(m, cm::sidr_req::kRequestId, comm_id(h));
     cm::set(m, cm::sidr_req::kPartitionKey, cm::kGsiPkey);
@@ -205,20 +205,24 @@ int CmAgent::connect_remote(Id& id, uint64_t h, const abi::CmConnectRequest& r) 
     cm::set(m, kLocalCommId, comm_id(h));
     cm::set(m, kServiceId, sid);
     cm::set(m, kLocalCaGuid, be64toh(info_.node_guid));
+    const bool xrc = id.qp_type == IBV_QPT_XRC_SEND;
     cm::set(m, kLocalQpn, r.param.qp_num);
-    cm::set(m, kResponderResources, r.param.responder_resources);
     cm::set(m, kInitiatorDepth, r.param.initiator_depth);
     cm::set(m, kRemoteCmResponseTimeout, wire_.cm_response_timeout);
-    cm::set(m, kTransportServiceType, id.qp_type == IBV_QPT_UC ? 1 : 0);
+    cm::set(m, kTransportServiceType, xrc ? kTransportExtended : id.qp_type == IBV_QPT_UC ? kTransportUc : kTransportRc);
+    if (xrc) cm::set(m, kExtendedTransportType, kExtendedXrc);
     cm::set(m, kEndToEndFlowControl, r.param.flow_control ? 1 : 0);
     cm::set(m, kStartingPsn, r.param.psn);
     cm::set(m, kLocalCmResponseTimeout, wire_.cm_response_timeout);
-    cm::set(m, kRetryCount, r.param.retry_count);
     cm::set(m, kPartitionKey, cm::kGsiPkey);
     cm::set(m, kPathMtu, info_.port.active_mtu);
-    cm::set(m, kRnrRetryCount, r.param.rnr_retry_count);
     cm::set(m, kMaxCmRetries, wire_.max_cm_retries);
-    cm::set(m, kSrq, r.param.srq ? 1 : 0);
+    if (!xrc) {  // an XRC target neither responds to reads nor sends (cm_format_req)
+      cm::set(m, kResponderResources, r.param.responder_resources);
+      cm::set(m, kRetryCount, r.param.retry_count);
+      cm::set(m, kRnrRetryCount, r.param.rnr_retry_count);
+      cm::set(m, kSrq, r.param.srq ? 1 : 0);
+    }
     // Routed RoCE: permissive LIDs, hop limit 64, not subnet-local
     // (cm_format_req's "work-around until there's a way to obtain remote LID").
     cm::set(m, kPrimaryLocalLid, 0xffff);
@@ -243,17 +247,25 @@ int CmAgent::accept_remote(Id& id, uint64_t h, const abi::CmConnectRequest& r) {
     id.state = State::kEstablished;  // the passive side keeps no connection (cma_sidr_rep_handler)
     return 0;
   }
+  cancel(h);  // its MRA
   cm::Mad m = new_mad(cm::Attr::kRep, id.tid);
   using namespace cm::rep;
   cm::set(m, kLocalCommId, comm_id(h));
   cm::set(m, kRemoteCommId, id.remote_comm_id);
-  cm::set(m, kLocalQpn, r.param.qp_num);
   cm::set(m, kStartingPsn, r.param.psn);
   cm::set(m, kResponderResources, r.param.responder_resources);
-  cm::set(m, kInitiatorDepth, r.param.initiator_depth);
-  cm::set(m, kEndToEndFlowControl, r.param.flow_control ? 1 : 0);
   cm::set(m, kRnrRetryCount, r.param.rnr_retry_count);
-  cm::set(m, kSrq, r.param.srq ? 1 : 0);
+  if (id.qp_type == IBV_QPT_XRC_RECV) {
+    // An XRC target's QP number goes as the EE context's, with the SRQ bit
+    // (cm_format_rep; cm_rep_get_qpn reads it there for an XRC initiator).
+    cm::set(m, kLocalEecn, r.param.qp_num);
+    cm::set(m, kSrq, 1);
+  } else {
+    cm::set(m, kLocalQpn, r.param.qp_num);
+    cm::set(m, kInitiatorDepth, r.param.initiator_depth);
+    cm::set(m, kEndToEndFlowControl, r.param.flow_control ? 1 : 0);
+    cm::set(m, kSrq, r.param.srq ? 1 : 0);
+  }
   cm::set(m, kLocalCaGuid, be64toh(info_.node_guid));
   std::memcpy(cm::at(m, kPrivateData), r.param.private_data, r.param.private_data_len);
   id.state = State::kRepSent;
@@ -280,6 +292,7 @@ int CmAgent::reject_remote(Id& id, uint64_t h, const abi::CmRejectRequest& r) {
 
 // RTU (12.6.9): the active side's QP is ready.
 int CmAgent::establish_remote(Id& id, uint64_t h) {
+  if (id.state == State::kRepReceived) cancel(h);  // its MRA
   cm::Mad m = new_mad(cm::Attr::kRtu, id.tid);
   cm::set(m, cm::rtu::kLocalCommId, comm_id(h));
   cm::set(m, cm::rtu::kRemoteCommId, id.remote_comm_id);
@@ -330,6 +343,7 @@ void CmAgent::abandon_remote(Id& id, uint64_t h) {
     default:
       break;
   }
+  std::erase_if(mra_due_, [h](const MraDue& d) { return d.handle == h; });
   for (Outstanding& o : outstanding_)
     if (o.handle == h) o.handle = 0;  // a DREQ goes on alone
 }
@@ -370,8 +384,49 @@ void CmAgent::send_tracked(uint64_t h, const Id& id, const cm::Mad& m) {
   outstanding_.push_back(o);
 }
 
+// Nothing more is sent for h unasked: its requests' retries and its MRAs.
 void CmAgent::cancel(uint64_t h) {
   std::erase_if(outstanding_, [h](const Outstanding& o) { return o.handle == h; });
+  std::erase_if(mra_due_, [h](const MraDue& d) { return d.handle == h; });
+}
+
+// An MRA (12.6.6): our application has not answered the peer's REQ (msg 0)
+// or REP (msg 1) yet; the peer waits the service timeout more before it
+// sends the message again or gives up (cm.c's ib_send_cm_mra, which
+// rdma_cm's cma_req_handler and REP handling ask for).
+void CmAgent::send_mra(uint64_t h, const Id& id, uint8_t msg) {
+  cm::Mad m = new_mad(cm::Attr::kMra, id.tid);
+  cm::set(m, cm::mra::kLocalCommId, comm_id(h));
+  cm::set(m, cm::mra::kRemoteCommId, id.remote_comm_id);
+  cm::set(m, cm::mra::kMessageMraed, msg);
+  cm::set(m, cm::mra::kServiceTimeout, wire_.mra_service_timeout);
+  ++wire_counters_.mras_sent;
+  send(id, m);
+}
+
+bool CmAgent::awaits_answer(const Id& id, uint8_t msg) {
+  return id.remote && id.ps != kPsUdp && id.state == (msg == cm::kMraMsgReq ? State::kRequested : State::kRepReceived);
+}
+
+// Half the time the peer waits for our answer: if the application has not
+// given it by then, an MRA goes, well before the peer's retry.
+void CmAgent::schedule_mra(uint64_t h, uint8_t msg, uint64_t peer_wait_ns) {
+  mra_due_.push_back({h, wire_.now_ns() + peer_wait_ns / 2, msg});
+}
+
+// True if an MRA went (a MAD sent is work, as a retransmission is).
+bool CmAgent::poll_mras(uint64_t now) {
+  bool work = false;
+  std::erase_if(mra_due_, [&](const MraDue& d) {
+    if (d.due_ns > now) return false;
+    auto it = ids_.find(d.handle);
+    if (it != ids_.end() && awaits_answer(it->second, d.msg)) {
+      send_mra(d.handle, it->second, d.msg);
+      work = true;
+    }
+    return true;
+  });
+  return work;
 }
 
 void CmAgent::send_rej(const uint8_t* dgid, uint8_t sgid_index, uint64_t tid, uint32_t local_comm,
@@ -416,6 +471,8 @@ void CmAgent::send_sidr_rep(const Id& id, uint8_t status, uint32_t qpn, uint32_t
 
 bool CmAgent::poll_timers(uint64_t now) {
   bool work = !resolving_.empty() && poll_resolving(now);
+  if (!timewait_.empty()) poll_timewait(now);  // events written: nothing for the engine to spin for
+  if (!mra_due_.empty()) work |= poll_mras(now);
   if (outstanding_.empty()) return work;
   std::vector<Outstanding> expired;
   for (Outstanding& o : outstanding_) {
@@ -443,6 +500,9 @@ uint64_t CmAgent::next_deadline_ns() const {
     if (!next || o.deadline_ns < next) next = o.deadline_ns;
   for (const Resolving& r : resolving_)
     if (!next || r.next_check_ns < next) next = r.next_check_ns;
+  for (const MraDue& d : mra_due_)
+    if (!next || d.due_ns < next) next = d.due_ns;
+  if (!timewait_.empty() && (!next || timewait_.front().due_ns < next)) next = timewait_.front().due_ns;
   return next;
 }
 
@@ -465,7 +525,7 @@ void CmAgent::give_up(const Outstanding& o) {
       break;
     case cm::Attr::kDreq:
       id.state = State::kDisconnected;
-      post_simple(o.handle, kDisconnected, 0);
+      post_disconnected(o.handle);
       break;
     default:
       break;
@@ -514,7 +574,15 @@ uint64_t CmAgent::request_from_wire(uint64_t lh, const uint8_t* sgid, const uint
   child.owner = listener.owner;
   child.channel = listener.channel;
   child.ps = listener.ps;
-  child.qp_type = ud ? IBV_QPT_UD : IBV_QPT_RC;
+  child.qp_type = IBV_QPT_UD;
+  if (!ud) {  // the REQ's transport (cm_req_get_qp_type): an XRC initiator's is for an XRC target
+    using namespace cm::req;
+    const uint8_t transport = uint8_t(cm::get(m, kTransportServiceType));
+    child.qp_type = transport == kTransportUc ? IBV_QPT_UC
+                    : transport == kTransportExtended && cm::get(m, kExtendedTransportType) == kExtendedXrc
+                        ? IBV_QPT_XRC_RECV
+                        : IBV_QPT_RC;
+  }
   child.child = true;
   child.state = State::kRequested;
   child.src = local;
@@ -529,6 +597,7 @@ uint64_t CmAgent::request_from_wire(uint64_t lh, const uint8_t* sgid, const uint
   ev.listen_id = lh;
   ev.src = local;
   ev.dst = peer;
+  ev.param.qp_type = uint8_t(child.qp_type);
   std::memcpy(ev.peer_gid, sgid, 16);
   ev.local_gid_index = child.sgid_index;
   if (ud) {
@@ -536,6 +605,7 @@ uint64_t CmAgent::request_from_wire(uint64_t lh, const uint8_t* sgid, const uint
   } else {
     using namespace cm::req;
     child.remote_qpn = uint32_t(cm::get(m, kLocalQpn));
+    child.peer_response_timeout = uint8_t(cm::get(m, kRemoteCmResponseTimeout));
     ev.param.qp_num = child.remote_qpn;
     ev.param.psn = uint32_t(cm::get(m, kStartingPsn));
     // The receiver's view, as cm_format_req_event: what the peer may read
@@ -551,6 +621,7 @@ uint64_t CmAgent::request_from_wire(uint64_t lh, const uint8_t* sgid, const uint
   const uint64_t ch = next_handle_++;
   Id& made = ids_.emplace(ch, child).first->second;
   post(made, ch, ev);
+  if (!ud) schedule_mra(ch, cm::kMraMsgReq, cm::timeout_ns(made.peer_response_timeout));
   return ch;
 }
 
@@ -569,6 +640,8 @@ void CmAgent::on_req(const uint8_t* sgid, const uint8_t* dgid, const cm::Mad& m)
         std::memcmp(id.remote_gid, sgid, 16) != 0)
       continue;
     ++wire_counters_.mads_duplicate;
+    // Not yet accepted: the peer is told to wait (cm_dup_req_handler's MRA).
+    if (awaits_answer(id, cm::kMraMsgReq)) return send_mra(h, id, cm::kMraMsgReq);
     for (const Outstanding& o : outstanding_) {
       if (o.handle != h || o.attr != cm::Attr::kRep) continue;
       ++wire_counters_.mads_sent;
@@ -584,12 +657,13 @@ void CmAgent::on_req(const uint8_t* sgid, const uint8_t* dgid, const cm::Mad& m)
   cm::CmaHdr hdr;
   std::memcpy(&hdr, cm::at(m, kPrivateData), sizeof(hdr));
   const uint8_t ipv = hdr.ip_version >> 4;
-  if ((sid & cm::kServiceIdPsMask) != cm::service_id(cm::kPsTcp, 0) || hdr.cma_version != cm::kCmaVersion ||
-      (ipv != 4 && ipv != 6))
+  // RDMA_PS_TCP's or RDMA_PS_IB's service IDs (cma_get_service_id).
+  const uint64_t ps = sid >> 16;
+  if ((ps != cm::kPsTcp && ps != cm::kPsIb) || hdr.cma_version != cm::kCmaVersion || (ipv != 4 && ipv != 6))
     return refuse(cm::kRejInvalidServiceId);
   const abi::CmAddr local = from_cma_addr(ipv, hdr.dst_addr, uint16_t(sid));
   const abi::CmAddr peer = from_cma_addr(ipv, hdr.src_addr, hdr.port);
-  const uint64_t lh = find_listener(kPsTcp, local);
+  const uint64_t lh = find_listener(uint32_t(ps), local);
   if (!lh || !is_local(local)) return refuse(cm::kRejInvalidServiceId);
   if (ids_.size() >= kMaxIds) return refuse(cm::kRejConsumerDefined);
   request_from_wire(lh, sgid, dgid, m, local, peer, remote_comm, false);
@@ -629,6 +703,7 @@ void CmAgent::on_sidr_req(const uint8_t* sgid, const uint8_t* dgid, const cm::Ma
 void CmAgent::on_mra(const uint8_t*, const uint8_t*, const cm::Mad& m) {
   uint64_t h;
   if (!find_remote(uint32_t(cm::get(m, cm::mra::kRemoteCommId)), &h)) return;
+  ++wire_counters_.mras_received;
   const uint64_t wait = cm::timeout_ns(uint8_t(cm::get(m, cm::mra::kServiceTimeout))) + retry_interval_ns();
   for (Outstanding& o : outstanding_)
     if (o.handle == h) {
@@ -651,11 +726,15 @@ void CmAgent::on_rep(const uint8_t* sgid, const uint8_t*, const cm::Mad& m) {
   }
   if (id->state != State::kConnecting || id->ps == kPsUdp) {
     ++wire_counters_.mads_duplicate;
+    // Our application has not established yet: the peer is told to wait.
+    if (awaits_answer(*id, cm::kMraMsgRep)) send_mra(h, *id, cm::kMraMsgRep);
     return;
   }
   cancel(h);
+  // The REQ's Local CM Response Timeout is our promise for the RTU.
+  schedule_mra(h, cm::kMraMsgRep, cm::timeout_ns(wire_.cm_response_timeout));
   id->remote_comm_id = uint32_t(cm::get(m, kLocalCommId));
-  id->remote_qpn = uint32_t(cm::get(m, kLocalQpn));
+  id->remote_qpn = uint32_t(cm::get(m, id->qp_type == IBV_QPT_XRC_SEND ? kLocalEecn : kLocalQpn));
   std::memcpy(id->remote_gid, sgid, 16);
   id->state = State::kRepReceived;
   abi::CmEventRecord ev{};
@@ -740,7 +819,7 @@ void CmAgent::on_dreq(const uint8_t* sgid, const uint8_t* dgid, const cm::Mad& m
   }
   cancel(h);
   id.state = State::kDisconnected;
-  post_simple(h, kDisconnected, 0);
+  post_disconnected(h);
 }
 
 void CmAgent::on_drep(const uint8_t*, const uint8_t*, const cm::Mad& m) {
@@ -752,7 +831,7 @@ void CmAgent::on_drep(const uint8_t*, const uint8_t*, const cm::Mad& m) {
   if (it == ids_.end() || !it->second.remote || it->second.state != State::kDreqSent) return;
   cancel(h);
   it->second.state = State::kDisconnected;
-  post_simple(h, kDisconnected, 0);
+  post_disconnected(h);
 }
 
 // A SIDR REP: the peer's QP and Q_Key (ESTABLISHED), or its refusal

@@ -154,7 +154,7 @@ std::string Device::status_text() const {
   os << "cm wire: mads sent "
      << w.mads_sent << " received " << w.mads_received << " retransmitted " << w.mads_retransmitted
      << " dropped " << w.mads_dropped << " duplicate " << w.mads_duplicate << ", timeouts " << w.timeouts
-     << '\n';
+     << ", mras sent " << w.mras_sent << " received " << w.mras_received << '\n';
   static const char* kStates[] = {"RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR", "UNKNOWN"};
   static const char* kTypes[] = {"", "", "RC", "UC", "UD", "", "", "", "RAW_PACKET"};
   qps_.for_each([&](uint32_t, const Qp& q) {

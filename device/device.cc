@@ -43,6 +43,8 @@ Device::Device(const DeviceConfig& config) : config_(config) {
   wire.has_route = [this] { return wire_ != nullptr; };
   wire.neighbour_known = [this](const uint8_t* dgid, bool solicit) { return gsi_neighbour_known(dgid, solicit); };
   wire.now_ns = [this] { return now_ns_; };
+  wire.cm_response_timeout = uint8_t(config_.cm_response_timeout);
+  wire.max_cm_retries = uint8_t(config_.cm_max_retries);
   cm_.attach_wire(std::move(wire));
 }
 
@@ -566,6 +568,7 @@ Result<uint32_t> Device::create_qp(Owner* o, const abi::CreateQpRequest& req) {
   qp->caps = caps;
 
   Qp* raw = qp.get();
+  release_held_qpns();
   const uint32_t idx = qps_.insert(std::move(qp));
   raw->qpn = idx + kFirstQpn - 1;
   if (pd) ++pd->refs;
@@ -631,9 +634,26 @@ int Device::destroy_qp(Owner* o, uint64_t handle) {
       xrcds_.erase(qp->xrcd);
   }
   set_polled(*qp, false);
-  qps_.erase(qp_index(qpn));
+  // A QP that was connected keeps its number out of use for a time-wait:
+  // the peer's last packets find no QP rather than a new one.
+  const bool connected = (qp->type == IBV_QPT_RC || qp->type == IBV_QPT_UC || qp->type == IBV_QPT_XRC_SEND ||
+                          qp->type == IBV_QPT_XRC_RECV) &&
+                         qp->state != IBV_QPS_RESET && qp->state != IBV_QPS_INIT;
+  if (connected) {
+    qps_.erase_held(qp_index(qpn));
+    held_qpns_.push_back({now_ns_ + cm_.timewait_ns(), qp_index(qpn)});
+  } else {
+    qps_.erase(qp_index(qpn));
+  }
   --qp_count_;
   return 0;
+}
+
+void Device::release_held_qpns() {
+  while (!held_qpns_.empty() && held_qpns_.front().until_ns <= now_ns_) {
+    qps_.release(held_qpns_.front().index);
+    held_qpns_.pop_front();
+  }
 }
 
 void Device::set_polled(Qp& qp, bool polled) {

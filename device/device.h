@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <string>
@@ -58,6 +59,11 @@ struct DeviceConfig {
   // How long delay drop holds a frame that finds no receive posted
   // (mlx5's debugfs delay_drop/timeout: 100 ms by default and at most).
   uint32_t delay_drop_timeout_us = kDelayDropTimeoutNs / 1000;
+  // The IB CM's response timeout (4.096 us * 2^t, rdma_cm's 20) and MAD
+  // retries (rdma_cm's 15): how long a REQ, REP or DREQ waits for its
+  // answer before it is sent again, and how often (uroced --cm-*).
+  int cm_response_timeout = 20;
+  int cm_max_retries = 15;
 };
 
 enum class PortId : uint8_t { kLoopback, kWire };
@@ -332,6 +338,16 @@ class Device {
   DeviceConfig config_;
   abi::DeviceInfo info_{};
   CmAgent cm_{config_.ip, config_.ip6, info_};
+  // QPNs of connected QPs destroyed, held for the CM's time-wait (in due
+  // order) so that a new QP does not take the number a peer may still send
+  // to (as the IB CM keeps a QP's identifiers through its timewait). They
+  // go back when a QP is made after their time (no timer wakes the engine).
+  struct HeldQpn {
+    uint64_t until_ns;
+    uint32_t index;
+  };
+  std::deque<HeldQpn> held_qpns_;
+  void release_held_qpns();
   net::Route loopback_route_{};
   net::LoopbackPort loopback_;
   net::PacketPool pool_;

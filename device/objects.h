@@ -55,6 +55,17 @@ class Table {
       --count_;
     }
   }
+  // Erases without freeing the index: insert does not hand it out again
+  // until release(idx) (a QPN in time-wait).
+  void erase_held(uint32_t idx) {
+    if (idx < slots_.size() && slots_[idx]) {
+      slots_[idx].reset();
+      --count_;
+    }
+  }
+  void release(uint32_t idx) {
+    if (idx < slots_.size() && !slots_[idx]) free_.push_back(idx);
+  }
   size_t count() const { return count_; }
   template <typename Fn>
   void for_each(Fn fn) const {

@@ -53,7 +53,9 @@ void Device::report(nlohmann::json& out) const {
                {"mads_retransmitted", w.mads_retransmitted},
                {"mads_dropped", w.mads_dropped},
                {"mads_duplicate", w.mads_duplicate},
-               {"timeouts", w.timeouts}};
+               {"timeouts", w.timeouts},
+               {"mras_sent", w.mras_sent},
+               {"mras_received", w.mras_received}};
 
   json counters = json::object();
   uint64_t drops = 0;

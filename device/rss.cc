@@ -109,6 +109,7 @@ Result<uint32_t> Device::create_rss_qp(Owner* o, const abi::CreateRssQpRequest& 
   qp->rss->fields = req.rx_hash_fields_mask;
   std::memcpy(qp->rss->key, req.rx_hash_key, net::kToeplitzKeyBytes);
   Qp* raw = qp.get();
+  release_held_qpns();
   raw->qpn = qps_.insert(std::move(qp)) + kFirstQpn - 1;
   ++pd->refs;
   ++t->refs;

@@ -125,6 +125,15 @@ std::optional<EngineConfig> parse_command_line(int argc, const char* const* argv
                  "how long a delay-drop WQ holds a frame with no receive posted, in us (mlx5: 100000, the most)")
       ->type_name("US")
       ->check(CLI::Range(1, 100000));
+  app.add_option("--cm-response-timeout", dev.cm_response_timeout,
+                 "the IB CM's response timeout, 4.096 us * 2^T (rdma_cm's 20: a REQ, REP or DREQ "
+                 "unanswered for 6.4 s is sent again)")
+      ->type_name("T")
+      ->check(CLI::Range(8, 31));
+  app.add_option("--cm-retries", dev.cm_max_retries,
+                 "how often the IB CM sends an unanswered REQ, REP or DREQ again (rdma_cm's 15)")
+      ->type_name("N")
+      ->check(CLI::Range(0, 15));
   app.add_flag("--hugepages,!--no-hugepages", dev.use_hugepages,
                "DPDK memory in huge pages when the host has free ones (the default), or never");
   app.add_option_function<std::string>(

@@ -131,6 +131,9 @@ constexpr Field kPrimarySl{94, 0, 4};
 constexpr Field kPrimarySubnetLocal{94, 4, 1};
 constexpr Field kPrimaryLocalAckTimeout{95, 0, 5};
 constexpr Bytes kPrivateData{140, 92};
+// Transport Service Type 3 with Extended Transport Type 1: XRC (cm.c's
+// cm_req_set_qp_type for an XRC initiator).
+constexpr uint8_t kTransportRc = 0, kTransportUc = 1, kTransportExtended = 3, kExtendedXrc = 1;
 }  // namespace req
 
 // IBA table 107 (MRA).
@@ -141,6 +144,7 @@ constexpr Field kMessageMraed{8, 0, 2};  // 0 REQ, 1 REP, 2 LAP
 constexpr Field kServiceTimeout{9, 0, 5};
 constexpr Bytes kPrivateData{10, 222};
 }  // namespace mra
+constexpr uint8_t kMraMsgReq = 0, kMraMsgRep = 1;
 
 // IBA table 108 (REJ).
 namespace rej {
@@ -235,7 +239,7 @@ constexpr uint8_t kSidrSuccess = 0, kSidrUnsupported = 1, kSidrReject = 2;
 
 // rdma_cm's service IDs on IB and RoCE: the port space above the port
 // (cma_get_service_id: ps << 16 | port; RDMA_IB_IP_PS_TCP / _UDP).
-constexpr uint64_t kPsTcp = 0x0106, kPsUdp = 0x0111;
+constexpr uint64_t kPsTcp = 0x0106, kPsUdp = 0x0111, kPsIb = 0x013F;
 constexpr uint64_t service_id(uint64_t ps, uint16_t port) { return ps << 16 | port; }
 constexpr uint64_t kServiceIdPsMask = ~uint64_t(0xffff);
 

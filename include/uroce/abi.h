@@ -994,7 +994,10 @@ struct CmConnParam {
   uint8_t rnr_retry_count;
   uint8_t srq;
   uint8_t private_data_len;
-  uint8_t reserved;
+  // enum ibv_qp_type of the sender's QP (connect, accept) or of the QP the
+  // receiver is to make (CONNECT_REQUEST: XRC_RECV for an XRC initiator's
+  // request); 0: the id's own type (as before: was reserved, always 0).
+  uint8_t qp_type;
   uint8_t private_data[kCmMaxPrivateData];
 };
 

@@ -3,8 +3,8 @@
 # `uroce run`. fi_info -p verbs lists the device (MSG, RDM through ofi_rxm,
 # DGRAM), and fi_pingpong passes over verbs MSG endpoints and over
 # "verbs;ofi_rxm" RDM endpoints, with its data check (-c), on one engine
-# (loopback) and across two engines in two network namespaces joined by a
-# veth pair. libfabric finds the device as on a real host: through
+# (loopback) and across two engines bound (--netdev) to the two ends of a
+# veth pair in two network namespaces. libfabric finds the device as on a real host: through
 # librdmacm, binding each address of the host's interfaces
 # (prov/verbs/src/verbs_info.c, vrb_getifaddrs); a server offers its peer
 # the device's address from that list.
@@ -97,35 +97,25 @@ done
 stop_all_engines
 
 # ---- two engines, two network namespaces ----
-# Each engine runs on its veth end with an address of its own (--ip) that
-# the host also holds, on an interface of its own (one end of a second veth
-# pair, inside the namespace: no dummy module needed), so libfabric's
-# scan of the host's addresses finds the device there, as it finds rxe's
-# address on rxe's netdev. The kernel answers ARP on the veth only for its
-# own address there (arp_ignore 1), so the engine's address is the engine's
-# on the wire. fi_pingpong's control channel goes to the kernel's address.
+# Each engine is bound to its namespace's veth end (--netdev, as rxe to its
+# netdev): the device's address is the kernel's own there, so libfabric's
+# scan of the host's interfaces finds the device on the veth, as it finds
+# rxe's address on rxe's netdev, and fi_pingpong's control channel (TCP)
+# and its data (RoCE) go to the same address.
 two_hosts_or_skip lfab 236
 run_a="$UROCE_RUNTIME_DIR/a" run_b="$UROCE_RUNTIME_DIR/b"
 mkdir -p "$run_a" "$run_b"
 chmod 700 "$run_a" "$run_b"
 add_cleanup "UROCE_RUNTIME_DIR=$run_a '$UROCE_BIN' stop --all >/dev/null 2>&1 || true"
 add_cleanup "UROCE_RUNTIME_DIR=$run_b '$UROCE_BIN' stop --all >/dev/null 2>&1 || true"
-for side in a b; do
-  ns_var=ns_$side eng_var=eng_$side
-  ip -n "${!ns_var}" link add fab0 type veth peer name fab1
-  ip -n "${!ns_var}" addr add "${!eng_var}/32" dev fab0
-  ip -n "${!ns_var}" link set fab0 up
-  ip -n "${!ns_var}" link set fab1 up
-  ip netns exec "${!ns_var}" sysctl -qw net.ipv4.conf.all.arp_ignore=1
-done
-UROCE_RUNTIME_DIR=$run_a ip netns exec "$ns_a" "$UROCE_BIN" start --name hostA --port "net_af_packet0,iface=$veth_a" --ip "$eng_a"
-UROCE_RUNTIME_DIR=$run_b ip netns exec "$ns_b" "$UROCE_BIN" start --name hostB --port "net_af_packet0,iface=$veth_b" --ip "$eng_b"
+UROCE_RUNTIME_DIR=$run_a ip netns exec "$ns_a" "$UROCE_BIN" start --name hostA --netdev "$veth_a"
+UROCE_RUNTIME_DIR=$run_b ip netns exec "$ns_b" "$UROCE_BIN" start --name hostB --netdev "$veth_b"
 
-# libfabric offers the engine's address (found on fab0), not the loopback.
+# libfabric offers the device's address (the veth's), not the loopback.
 v="$UROCE_LOG_DIR/fi_info_a.log"
 if UROCE_RUNTIME_DIR=$run_a timeout 30 ip netns exec "$ns_a" "$UROCE_BIN" run -- fi_info -p verbs -t FI_EP_MSG -v \
-     >"$v" 2>&1 && grep -q 'name: hostA' "$v" && grep -q "src_addr: fi_sockaddr_in://$eng_a:0" "$v"; then
-  ok "fi_info on host A: hostA at $eng_a"
+     >"$v" 2>&1 && grep -q 'name: hostA' "$v" && grep -q "src_addr: fi_sockaddr_in://$kern_a:0" "$v"; then
+  ok "fi_info on host A: hostA at $kern_a ($veth_a)"
 else
   grep -E 'src_addr|name:' "$v" || tail -n 20 "$v"
   bad "fi_info on host A"

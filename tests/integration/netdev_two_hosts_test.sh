@@ -14,7 +14,13 @@
 #    IBV_EVENT_GID_CHANGE counted) and takes a connection; removed, it goes;
 #  - `uroce run` shows /sys/class/infiniband/<dev>/device/net/<IF>;
 #  - the kernel's own traffic does not wake an idle engine.
+# With rdmacm_events given, also the event sequences of a connection over
+# IPv4 and over IPv6 between the bound engines, and ADDR_CHANGE for the ids
+# bound to an address removed from the interface.
+#
+#   netdev_two_hosts_test.sh [RDMACM_EVENTS_BINARY]
 set -euo pipefail
+events=${1:-}
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 for tool in rping ib_send_bw nstat; do
   if ! command -v $tool >/dev/null; then
@@ -136,6 +142,28 @@ pair rping_ipv6 rping -s -a "$kern6_b" -p 18912 -C 10 -v -- rping -c -a "$kern6_
 grep -q 'ping data: rdma-ping-9' "$PAIR_CLIENT_LOG" || bad "rping_ipv6: 10 pings with their data"
 pair ib_send_bw_R ib_send_bw -R -d hostB -x 0 -p 18913 -n 500 -- ib_send_bw -R -d hostA -x 0 -p 18913 -n 500 "$kern_b"
 
+# The event sequence of each step (rdmacm_events' ends: ADDR_RESOLVED,
+# ROUTE_RESOLVED, CONNECT_RESPONSE, then ESTABLISHED on the server,
+# DISCONNECTED on both, each checked as it comes) over IPv4 and IPv6.
+if [[ -n $events ]]; then
+  for v in "ipv4 $kern_b 18916" "ipv6 $kern6_b 18917"; do
+    read -r fam addr port <<<"$v"
+    slog="$UROCE_LOG_DIR/events_$fam.server.log" clog="$UROCE_LOG_DIR/events_$fam.client.log"
+    on_b timeout -k 5 30 "$UROCE_BIN" run -- "$events" slow-server "$addr" "$port" 0 </dev/null >"$slog" 2>&1 &
+    spid=$!
+    sleep 1
+    crc=0 src=0
+    on_a timeout -k 5 30 "$UROCE_BIN" run -- "$events" slow-client "$addr" "$port" 0 </dev/null >"$clog" 2>&1 || crc=$?
+    wait "$spid" || src=$?
+    if ((crc == 0 && src == 0)) && grep -q '^client: connected' "$clog" && grep -q '^server: established' "$slog"; then
+      ok "rdma_cm event sequence over $fam ($addr) between the bound engines"
+    else
+      bad "rdma_cm event sequence over $fam (client $crc, server $src)"
+      cat "$clog" "$slog"
+    fi
+  done
+fi
+
 icmp_after=$(unreachables "$ns_b") icmp_after_a=$(unreachables "$ns_a")
 guarded=$(UROCE_RUNTIME_DIR=$run_b "$UROCE_BIN" stats --name hostB | awk '$1 == "roce_port_datagrams" {print $2}')
 if ((icmp_after == icmp_before && icmp_after_a == icmp_before_a && ${guarded:-0} > 0)); then
@@ -182,7 +210,28 @@ else
   bad "rping to an address added later"
   tail -n 10 "$slog" "$clog"
 fi
+# ADDR_CHANGE: an id bound to the address about to go gets it; one bound
+# to the address that stays does not.
+if [[ -n $events ]]; then
+  alog="$UROCE_LOG_DIR/addr_change.log"
+  on_a timeout -k 5 40 "$UROCE_BIN" run -- "$events" addr-change "$extra" "$extra6" 18918 </dev/null >"$alog" 2>&1 &
+  apid=$!
+  for ((i = 0; i < 200; i++)); do
+    grep -q '^bound' "$alog" && break
+    sleep 0.1
+  done
+fi
 ip -n "$ns_a" addr del "$extra/24" dev "$veth_a"
+if [[ -n $events ]]; then
+  arc=0
+  wait "$apid" || arc=$?
+  if ((arc == 0)) && grep -q "RDMA_CM_EVENT_ADDR_CHANGE on the id bound to $extra " "$alog"; then
+    ok "ADDR_CHANGE for the id bound to the removed $extra, none for the one on $extra6"
+  else
+    bad "ADDR_CHANGE (rc $arc)"
+    cat "$alog"
+  fi
+fi
 sleep 0.5
 if ! table=$(on_a "$UROCE_BIN" run -- /usr/bin/python3 "$gid_table" hostA 2>&1); then
   bad "gid_table.py: $table"

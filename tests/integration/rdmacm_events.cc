@@ -12,8 +12,11 @@
 #include <unistd.h>
 
 #include <arpa/inet.h>
+#include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <string>
 #include <vector>
 
@@ -97,6 +100,134 @@ int connect_and_wait(uint16_t port, bool stay = true) {
     }
   }
   return 6;
+}
+
+// The two ends of a connection whose application is slow to answer, in
+// processes of their own (rdmacm_two_hosts_test.sh runs them on two
+// engines): the server accepts delay_ms after the CONNECT_REQUEST, or the
+// client establishes delay_ms after the CONNECT_RESPONSE. Without QPs
+// (their numbers are made up), so nothing but the CM is timed. Each says
+// how long its connection took and returns 0 once it is up and torn down.
+int64_t ms_since(const timespec& t0) {
+  timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000;
+}
+
+rdma_cm_event* wait_event(rdma_event_channel* ch, rdma_cm_event_type want, const char* who) {
+  rdma_cm_event* ev = nullptr;
+  if (rdma_get_cm_event(ch, &ev)) {
+    std::printf("%s: rdma_get_cm_event: %s\n", who, strerror(errno));
+    return nullptr;
+  }
+  if (ev->event != want) {
+    std::printf("%s: %s (status %d), expected %s\n", who, rdma_event_str(ev->event), ev->status,
+                rdma_event_str(want));
+    rdma_ack_cm_event(ev);
+    return nullptr;
+  }
+  return ev;
+}
+
+int slow_server(const char* ip, uint16_t port, int delay_ms) {
+  rdma_event_channel* ch = rdma_create_event_channel();
+  rdma_cm_id* listener;
+  auto a = addr(ip, port);
+  if (!ch || rdma_create_id(ch, &listener, nullptr, RDMA_PS_TCP) || rdma_bind_addr(listener, sa(a)) ||
+      rdma_listen(listener, 1))
+    return 1;
+  std::printf("server: listening\n");
+  std::fflush(stdout);
+  rdma_cm_event* ev = wait_event(ch, RDMA_CM_EVENT_CONNECT_REQUEST, "server");
+  if (!ev) return 2;
+  rdma_cm_id* id = ev->id;
+  rdma_ack_cm_event(ev);
+  timespec t0;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  usleep(useconds_t(delay_ms) * 1000);
+  rdma_conn_param p{};
+  p.qp_num = 0x789;
+  if (rdma_accept(id, &p)) return 3;
+  if (!(ev = wait_event(ch, RDMA_CM_EVENT_ESTABLISHED, "server"))) return 4;
+  rdma_ack_cm_event(ev);
+  std::printf("server: established %lld ms after the request\n", (long long)ms_since(t0));
+  std::fflush(stdout);
+  if (!(ev = wait_event(ch, RDMA_CM_EVENT_DISCONNECTED, "server"))) return 5;
+  rdma_ack_cm_event(ev);
+  rdma_destroy_id(id);
+  rdma_destroy_id(listener);
+  rdma_destroy_event_channel(ch);
+  return 0;
+}
+
+int slow_client(const char* ip, uint16_t port, int delay_ms) {
+  rdma_event_channel* ch = rdma_create_event_channel();
+  rdma_cm_id* id;
+  auto dst = addr(ip, port);
+  if (!ch || rdma_create_id(ch, &id, nullptr, RDMA_PS_TCP) || rdma_resolve_addr(id, nullptr, sa(dst), 2000))
+    return 1;
+  rdma_cm_event* ev = wait_event(ch, RDMA_CM_EVENT_ADDR_RESOLVED, "client");
+  if (!ev) return 2;
+  rdma_ack_cm_event(ev);
+  if (rdma_resolve_route(id, 2000) || !(ev = wait_event(ch, RDMA_CM_EVENT_ROUTE_RESOLVED, "client"))) return 3;
+  rdma_ack_cm_event(ev);
+  timespec t0;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  rdma_conn_param p{};
+  p.qp_num = 0x456;
+  if (rdma_connect(id, &p)) return 4;
+  if (!(ev = wait_event(ch, RDMA_CM_EVENT_CONNECT_RESPONSE, "client"))) return 5;
+  rdma_ack_cm_event(ev);
+  std::printf("client: response %lld ms after the connect\n", (long long)ms_since(t0));
+  usleep(useconds_t(delay_ms) * 1000);
+  if (rdma_establish(id)) return 6;
+  std::printf("client: connected %lld ms after the connect\n", (long long)ms_since(t0));
+  std::fflush(stdout);
+  sleep(1);  // the server's ESTABLISHED before the DREQ
+  if (rdma_disconnect(id) || !(ev = wait_event(ch, RDMA_CM_EVENT_DISCONNECTED, "client"))) return 7;
+  rdma_ack_cm_event(ev);
+  rdma_destroy_id(id);
+  rdma_destroy_event_channel(ch);
+  return 0;
+}
+
+// Ids bound to ADDRESS (a listener) and to OTHER; once "bound" is printed
+// the test removes ADDRESS from the engine's interface: its id, and only
+// it, gets ADDR_CHANGE (as the kernel's cma tells the ids bound to an
+// interface whose address changed).
+int addr_change(const char* ip, const char* other_ip, uint16_t port) {
+  rdma_event_channel* ch = rdma_create_event_channel();
+  rdma_cm_id *bound, *other;
+  auto a = addr(ip, port), b = addr(other_ip, port);
+  if (!ch || rdma_create_id(ch, &bound, nullptr, RDMA_PS_TCP) || rdma_bind_addr(bound, sa(a)) ||
+      rdma_listen(bound, 1) || rdma_create_id(ch, &other, nullptr, RDMA_PS_TCP) || rdma_bind_addr(other, sa(b))) {
+    std::printf("set-up: %s\n", strerror(errno));
+    return 1;
+  }
+  std::printf("bound\n");
+  std::fflush(stdout);
+  pollfd p{ch->fd, POLLIN, 0};
+  if (poll(&p, 1, 30000) != 1) {
+    std::printf("no event in 30 s\n");
+    return 2;
+  }
+  rdma_cm_event* ev;
+  if (rdma_get_cm_event(ch, &ev)) return 3;
+  std::printf("%s on the id bound to %s (status %d)\n", rdma_event_str(ev->event), ev->id == bound ? ip : other_ip,
+              ev->status);
+  const bool right = ev->event == RDMA_CM_EVENT_ADDR_CHANGE && ev->id == bound;
+  rdma_ack_cm_event(ev);
+  if (poll(&p, 1, 1000) != 0) {  // nothing for the other id
+    if (rdma_get_cm_event(ch, &ev) == 0) {
+      std::printf("then %s\n", rdma_event_str(ev->event));
+      rdma_ack_cm_event(ev);
+    }
+    return 4;
+  }
+  rdma_destroy_id(other);
+  rdma_destroy_id(bound);
+  rdma_destroy_event_channel(ch);
+  return right ? 0 : 5;
 }
 
 class RdmaCm : public ::testing::Test {
@@ -346,6 +477,16 @@ TEST_F(RdmaCm, ConnectAcceptDisconnectMovesTheQps) {
     expect_and_ack(ch_, RDMA_CM_EVENT_DISCONNECTED);
     expect_and_ack(ch_, RDMA_CM_EVENT_DISCONNECTED);
     EXPECT_EQ(rdma_disconnect(server), 0);  // the DREP side: nothing more
+    // Each end's time-wait (cm.c's, 2.1 s on RoCE) ends in TIMEWAIT_EXIT.
+    std::vector<rdma_cm_id*> exited;
+    for (int i = 0; i < 2; ++i)
+      if (rdma_cm_event* ev = expect_event(ch_, RDMA_CM_EVENT_TIMEWAIT_EXIT)) {
+        exited.push_back(ev->id);
+        rdma_ack_cm_event(ev);
+      }
+    EXPECT_EQ(exited.size(), 2u);
+    EXPECT_NE(std::find(exited.begin(), exited.end(), client), exited.end());
+    EXPECT_NE(std::find(exited.begin(), exited.end(), server), exited.end());
     void* b1 = mr->addr;
     void* b2 = cmr->addr;
     ibv_dereg_mr(mr);
@@ -353,6 +494,57 @@ TEST_F(RdmaCm, ConnectAcceptDisconnectMovesTheQps) {
     free(b1);
     free(b2);
   }
+}
+
+// A connected QP's number is held for the CM's time-wait after it is
+// destroyed: a QP made at once gets another (the peer's last packets find
+// no QP rather than a new one); an unconnected QP's number is free at once.
+TEST_F(RdmaCm, AConnectedQpsNumberIsNotReusedInTimewait) {
+  rdma_cm_id* id = new_id();
+  auto a = addr("127.0.0.1", 0);
+  ASSERT_EQ(rdma_bind_addr(id, sa(a)), 0);
+  ibv_cq* cq = ibv_create_cq(id->verbs, 4, nullptr, nullptr, 0);
+  ASSERT_NE(cq, nullptr);
+  ibv_pd* pd = ibv_alloc_pd(id->verbs);
+  ibv_qp_init_attr init = rc_attr();
+  init.send_cq = init.recv_cq = cq;
+  auto make = [&] { return ibv_create_qp(pd, &init); };
+  // Unconnected (INIT): reused.
+  ibv_qp* qp = make();
+  ASSERT_NE(qp, nullptr);
+  const uint32_t first = qp->qp_num;
+  ibv_qp_attr attr{};
+  attr.qp_state = IBV_QPS_INIT;
+  attr.port_num = 1;
+  ASSERT_EQ(ibv_modify_qp(qp, &attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS), 0);
+  ASSERT_EQ(ibv_destroy_qp(qp), 0);
+  qp = make();
+  ASSERT_NE(qp, nullptr);
+  EXPECT_EQ(qp->qp_num, first);
+  // Connected (RTR, to itself): held.
+  ASSERT_EQ(ibv_modify_qp(qp, &attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS), 0);
+  ibv_qp_attr rtr{};
+  rtr.qp_state = IBV_QPS_RTR;
+  rtr.path_mtu = IBV_MTU_1024;
+  rtr.dest_qp_num = qp->qp_num;
+  rtr.ah_attr.is_global = 1;
+  rtr.ah_attr.port_num = 1;
+  ibv_gid gid{};
+  ASSERT_EQ(ibv_query_gid(id->verbs, 1, 0, &gid), 0);
+  rtr.ah_attr.grh.dgid = gid;
+  rtr.ah_attr.grh.hop_limit = 64;
+  rtr.max_dest_rd_atomic = 1;
+  rtr.min_rnr_timer = 12;
+  ASSERT_EQ(ibv_modify_qp(qp, &rtr, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                                        IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER), 0)
+      << strerror(errno);
+  ASSERT_EQ(ibv_destroy_qp(qp), 0);
+  qp = make();
+  ASSERT_NE(qp, nullptr);
+  EXPECT_NE(qp->qp_num, first);
+  ibv_destroy_qp(qp);
+  ibv_dealloc_pd(pd);
+  ibv_destroy_cq(cq);
 }
 
 // A client process killed with its connection up: the server sees
@@ -506,6 +698,14 @@ TEST_F(RdmaCm, RsocketsFailCleanly) {
 
 int main(int argc, char** argv) {
   if (const char* port = getenv("RDMACM_EVENTS_CONNECT_PORT")) return connect_and_wait(uint16_t(atoi(port)));
+  // rdmacm_events slow-server|slow-client ADDRESS PORT DELAY_MS
+  if (argc == 5 && (std::strcmp(argv[1], "slow-server") == 0 || std::strcmp(argv[1], "slow-client") == 0)) {
+    const uint16_t port = uint16_t(atoi(argv[3]));
+    const int delay_ms = atoi(argv[4]);
+    return argv[1][5] == 's' ? slow_server(argv[2], port, delay_ms) : slow_client(argv[2], port, delay_ms);
+  }
+  // rdmacm_events addr-change ADDRESS OTHER_ADDRESS PORT
+  if (argc == 5 && std::strcmp(argv[1], "addr-change") == 0) return addr_change(argv[2], argv[3], uint16_t(atoi(argv[4])));
   ::testing::InitGoogleTest(&argc, argv);
   return RUN_ALL_TESTS();
 }

@@ -28,13 +28,22 @@ else
 fi
 
 pair() {  # LABEL SERVER... -- CLIENT...
-  local label=$1
+  local label=$1 attempt
   shift
-  if run_pair --label "$label" --forbid 'error|[Ff]ail|invalid data' 60 "$@"; then
-    ok "$label"
-  else
-    bad "$label"
-  fi
+  for attempt in 1 2 3; do
+    if run_pair --label "$label" --forbid 'error|[Ff]ail|invalid data' 60 "$@"; then
+      ok "$label"
+      return
+    fi
+    # perftest -R races itself (its client connects the data id right
+    # after the control handshake, maybe before the server listens:
+    # REJECTED 8, as with the kernel's CM); that ending alone runs again,
+    # as in rdmacm_two_hosts.
+    [[ $label == ib_* ]] && grep -qE 'RDMA_CM_EVENT_(REJECTED; error: 8|UNREACHABLE; error: 1)' "$RUN_PAIR_CLIENT_LOG" ||
+      break
+    echo "     $label: perftest's own listen race (attempt $attempt), again"
+  done
+  bad "$label"
 }
 
 pair rping_ipv4 rping -s -a 127.0.0.1 -p 18801 -C 10 -v -- rping -c -a 127.0.0.1 -p 18801 -C 10 -v
@@ -45,6 +54,10 @@ pair ucmatose ucmatose -p 18803 -c 2 -- ucmatose -p 18803 -c 2 -s 127.0.0.1
 pair udaddy udaddy -c 2 -- udaddy -c 2 -s 127.0.0.1
 pair udaddy_ipv6 udaddy -c 2 -b ::1 -- udaddy -c 2 -s ::1
 pair rdma_server_client rdma_server -p 18805 -- rdma_client -s 127.0.0.1 -p 18805
+# rdma_xserver / rdma_xclient: RC, then XRC (RDMA_PS_IB, an XRC_SEND QP to
+# an XRC_RECV QP and its XRC SRQ, whose number the accept's private data carries).
+pair rdma_xserver_xclient rdma_xserver -p 18810 -- rdma_xclient -s 127.0.0.1 -p 18810
+pair rdma_xserver_xclient_xrc rdma_xserver -c x -p 18811 -- rdma_xclient -c x -s 127.0.0.1 -p 18811
 pair ib_send_bw_R ib_send_bw -R -d uroce0 -x 0 -p 18806 -n 200 -- ib_send_bw -R -d uroce0 -x 0 -p 18806 -n 200 127.0.0.1
 pair ib_send_bw_R_UD ib_send_bw -R -c UD -d uroce0 -x 0 -p 18809 -n 200 -- ib_send_bw -R -c UD -d uroce0 -x 0 -p 18809 -n 200 127.0.0.1
 pair ib_read_lat_R ib_read_lat -R -d uroce0 -x 0 -p 18807 -n 200 -- ib_read_lat -R -d uroce0 -x 0 -p 18807 -n 200 127.0.0.1

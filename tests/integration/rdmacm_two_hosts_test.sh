@@ -8,8 +8,13 @@
 # capture that tshark decodes as REQ, REP, RTU, DREQ, DREP with nothing
 # malformed, and an address no neighbour answers for (ADDR_ERROR). Every run is bounded in time.
 #
-#   rdmacm_two_hosts_test.sh
+# With rdmacm_events (tests/integration/rdmacm_events.cc) given: a server
+# slow to accept and a client slow to establish, on engines whose CM gives
+# up after 4.8 s, still connect through MRAs.
+#
+#   rdmacm_two_hosts_test.sh [RDMACM_EVENTS_BINARY]
 set -euo pipefail
+events=${1:-}
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 if ! command -v rping >/dev/null; then
   echo "SKIP: rdmacm-utils not installed"
@@ -125,6 +130,9 @@ pair ucmatose ucmatose -p 18902 -c 2 -- ucmatose -p 18902 -c 2 -s "$eng_b"
 # udaddy has no port option (its -p is the port space): 7174.
 pair udaddy udaddy -c 2 -- udaddy -c 2 -s "$eng_b"
 pair rdma_server_client rdma_server -p 18903 -- rdma_client -s "$eng_b" -p 18903
+pair rdma_xserver_xclient rdma_xserver -p 18908 -- rdma_xclient -s "$eng_b" -p 18908
+pair rdma_xserver_xclient_xrc rdma_xserver -c x -p 18909 -- rdma_xclient -c x -s "$eng_b" -p 18909
+grep -q 'rdma_xclient: end 0' "$PAIR_CLIENT_LOG" || bad "rdma_xclient -c x: did not end 0"
 pair ib_send_bw_R_UD ib_send_bw -R -c UD -d hostB -x 0 -p 18907 -n 200 -- ib_send_bw -R -c UD -d hostA -x 0 -p 18907 -n 200 "$eng_b"
 pair ib_send_bw_R ib_send_bw -R -d hostB -x 0 -p 18904 -n 200 -- ib_send_bw -R -d hostA -x 0 -p 18904 -n 200 "$eng_b"
 
@@ -182,6 +190,76 @@ if ((server_rc != 124)) && grep -q 'DISCONNECT EVENT' "$UROCE_LOG_DIR/killed.ser
 else
   grep -v 'ping data' "$UROCE_LOG_DIR/killed.server.log" | tail -n 5
   bad "killed client: server rc $server_rc"
+fi
+
+# MRA (IBA 12.6.6): both engines again, their CM giving up on an unanswered
+# REQ or REP after 4.8 s (--cm-response-timeout 16: each wait 2 * 2^18 +
+# 2^16 times 4.096 us, 2.4 s; --cm-retries 1: sent twice). A server that
+# accepts 8 s after the request, and a client that establishes 8 s after the
+# REP, still connect: the slow side's CM sends an MRA (service timeout 24,
+# 69 s) at half the peer's response timeout, which holds the peer's retries
+# back. Without it each connect would end UNREACHABLE at 4.8 s.
+mra_count() {  # HOST sent|received: the engine's MRA counter
+  local dir=run_$1
+  UROCE_RUNTIME_DIR=${!dir} "$UROCE_BIN" status 2>/dev/null |
+    sed -n "s/.*mras sent \([0-9]*\) received \([0-9]*\).*/\1 \2/p" |
+    awk -v w="$2" '{print (w == "sent" ? $1 : $2)}'
+}
+# LABEL SERVER_DELAY_MS CLIENT_DELAY_MS PORT: rdmacm_events' slow ends.
+mra_case() {
+  local label=$1 sdelay=$2 cdelay=$3 port=$4 before spid crc=0 src=0
+  local slog="$UROCE_LOG_DIR/$label.server.log" clog="$UROCE_LOG_DIR/$label.client.log"
+  before=$(cm_ids_b)
+  on_b timeout -k 5 60 "$UROCE_BIN" run -- "$events" slow-server "$eng_b" "$port" "$sdelay" >"$slog" 2>&1 &
+  spid=$!
+  wait_for_listener "$before"
+  on_a timeout -k 5 60 "$UROCE_BIN" run -- "$events" slow-client "$eng_b" "$port" "$cdelay" >"$clog" 2>&1 || crc=$?
+  wait "$spid" || src=$?
+  local took
+  took=$(sed -n 's/^client: connected \([0-9]*\) ms.*/\1/p' "$clog")
+  if ((crc == 0 && src == 0)) && [[ -n $took ]] && ((took >= 8000)); then
+    ok "$label: connected after $took ms (the CM gives up after 4.8 s)"
+  else
+    bad "$label (client $crc, server $src)"
+    cat "$clog" "$slog"
+  fi
+}
+if [[ -n $events ]]; then
+  UROCE_RUNTIME_DIR=$run_a "$UROCE_BIN" stop --name hostA >/dev/null
+  UROCE_RUNTIME_DIR=$run_b "$UROCE_BIN" stop --name hostB >/dev/null
+  on_a "$UROCE_BIN" start --name hostA --port "net_af_packet0,iface=$veth_a" --ip "$eng_a" --ip6 "$eng6_a" \
+    --cm-response-timeout 16 --cm-retries 1
+  on_b "$UROCE_BIN" start --name hostB --port "net_af_packet0,iface=$veth_b" --ip "$eng_b" --ip6 "$eng6_b" \
+    --cm-response-timeout 16 --cm-retries 1
+  mra_cap="$UROCE_LOG_DIR/mra.pcap"
+  if command -v tshark >/dev/null; then
+    sleep 1
+    UROCE_RUNTIME_DIR=$run_a "$UROCE_BIN" capture --name hostA -w "$mra_cap" --count 400 --seconds 45 \
+      >"$UROCE_LOG_DIR/mra_capture.log" 2>&1 &
+    cap_pid=$!
+    sleep 0.5
+  fi
+  mra_case mra_slow_accept 8000 0 18910
+  (($(mra_count b sent) >= 1 && $(mra_count a received) >= 1)) ||
+    bad "mra_slow_accept: hostB sent $(mra_count b sent) MRAs, hostA received $(mra_count a received)"
+  mra_case mra_slow_establish 0 8000 18911
+  (($(mra_count a sent) >= 1 && $(mra_count b received) >= 1)) ||
+    bad "mra_slow_establish: hostA sent $(mra_count a sent) MRAs, hostB received $(mra_count b received)"
+  if command -v tshark >/dev/null; then
+    kill -INT "$cap_pid" 2>/dev/null || true
+    wait "$cap_pid" || true
+    # MRAs (attribute 0x0011) both ways, decoded as InfiniBand CM, nothing malformed.
+    mras=$(tshark -r "$mra_cap" -Y "infiniband.mad.attributeid == 0x0011" 2>/dev/null | wc -l || true)
+    mra_attrs=$(tshark -r "$mra_cap" -Y infiniband.mad -T fields -e infiniband.mad.attributeid 2>/dev/null | sort | uniq -c | tr -s ' ' | tr '\n' ';' || true)
+    malformed=$(tshark -r "$mra_cap" -Y "_ws.malformed || _ws.expert.severity == error" 2>/dev/null | wc -l || true)
+    if ((mras >= 2 && malformed == 0)); then
+      ok "capture: $mras MRAs, CM MADs by attribute:$mra_attrs none malformed"
+    else
+      bad "capture: $mras MRAs (attributes$mra_attrs), $malformed malformed"
+    fi
+  fi
+else
+  echo "skip MRA: no rdmacm_events binary given"
 fi
 
 for h in a b; do

@@ -123,7 +123,7 @@ for command in "${!command_options[@]}"; do
 done
 if have_engine; then
   expect 0 "uroced --help" "$UROCE_ENGINE_BIN" --help
-  for option in --name --runtime-dir --ip --ip6 --mac --port --mtu --vlan --hugepages --no-hugepages --fault --cpu --delay-drop-timeout; do
+  for option in --name --runtime-dir --ip --ip6 --mac --port --mtu --vlan --hugepages --no-hugepages --fault --cpu --delay-drop-timeout --cm-response-timeout --cm-retries; do
     expect_out "(^|[ ,])$option([ ,{:]|$)" "uroced --help names $option"
   done
 fi
@@ -169,6 +169,7 @@ if have_engine; then
   fi
   expect 2 "uroced --mtu out of range" "$UROCE_ENGINE_BIN" --mtu 100
   expect 2 "uroced --delay-drop-timeout past mlx5's 100 ms" "$UROCE_ENGINE_BIN" --delay-drop-timeout 200000
+  expect 2 "uroced --cm-retries past the REQ's 4-bit field" "$UROCE_ENGINE_BIN" --cm-retries 16
   expect 2 "uroced --ip without a value" "$UROCE_ENGINE_BIN" --ip
 fi
 

@@ -89,7 +89,8 @@ void to_conn_param(const Id* id, const rdma_conn_param* p, abi::CmConnParam* out
   out->qkey = RDMA_UDP_QKEY;
   if (id->id.qp) {
     out->qp_num = id->id.qp->qp_num;
-    out->srq = id->id.srq || id->id.qp->srq ? 1 : 0;
+    out->srq = id->id.srq || id->id.qp->srq || id->id.qp->qp_type == IBV_QPT_XRC_RECV ? 1 : 0;
+    out->qp_type = uint8_t(id->id.qp->qp_type);
   } else if (p) {
     out->qp_num = p->qp_num;
     out->srq = p->srq;
@@ -509,7 +510,10 @@ namespace {
 // A CONNECT_REQUEST's new id, on its listener's channel (a synchronous
 // listener's requests each get a channel of their own: ucma_process_conn_req).
 Id* accept_new_id(Library& lib, Id* listener, const abi::CmEventRecord& rec) {
-  Id* id = new_id(listener->id.channel, listener->id.context, listener->id.ps, listener->id.qp_type);
+  // The QP type the request is for (an XRC initiator's: XRC_RECV), as
+  // cma_ib_new_conn_id takes the REQ's.
+  Id* id = new_id(listener->id.channel, listener->id.context, listener->id.ps,
+                  rec.param.qp_type ? ibv_qp_type(rec.param.qp_type) : listener->id.qp_type);
   id->engine = listener->engine;
   id->handle = rec.id;
   bind_device(id);

@@ -1,6 +1,7 @@
 // The library's devices and its connection to the engine's CM agent, and the
 // small calls that need nothing else (devices, event names, ports).
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -53,6 +54,18 @@ ibv_pd* device_pd(Engine* e) {
   std::lock_guard<std::mutex> lock(e->pd_mu);
   if (!e->default_pd) e->default_pd = ibv_alloc_pd(e->ctx);
   return e->default_pd;
+}
+
+ibv_xrcd* device_xrcd(Engine* e) {
+  std::lock_guard<std::mutex> lock(e->pd_mu);
+  if (!e->xrcd) {
+    ibv_xrcd_init_attr attr{};
+    attr.comp_mask = IBV_XRCD_INIT_ATTR_FD | IBV_XRCD_INIT_ATTR_OFLAGS;
+    attr.fd = -1;
+    attr.oflags = O_CREAT;
+    e->xrcd = ibv_open_xrcd(e->ctx, &attr);
+  }
+  return e->xrcd;
 }
 
 Engine* engine_for(const sockaddr* sa) {

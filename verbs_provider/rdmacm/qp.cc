@@ -62,8 +62,12 @@ using namespace uroce::rdmacm;
 RDMACM_EXPORT int rdma_init_qp_attr(rdma_cm_id* cm_id, ibv_qp_attr* attr, int* mask) {
   Id* id = to_id(cm_id);
   if (!attr || !mask) return fail(EINVAL);
-  const bool ud = id->id.qp_type == IBV_QPT_UD;
-  const bool rc = id->id.qp_type == IBV_QPT_RC;
+  const ibv_qp_type type = id->id.qp && id->id.qp->qp_type ? id->id.qp->qp_type : id->id.qp_type;
+  const bool ud = type == IBV_QPT_UD;
+  // An XRC initiator is RC's sending half, a target its receiving half
+  // (cm_init_qp_rtr_attr, cm_init_qp_rts_attr).
+  const bool responder = type == IBV_QPT_RC || type == IBV_QPT_XRC_RECV;
+  const bool requester = type == IBV_QPT_RC || type == IBV_QPT_XRC_SEND;
   const ibv_qp_state state = attr->qp_state;
   *attr = {};
   attr->qp_state = state;
@@ -101,7 +105,7 @@ RDMACM_EXPORT int rdma_init_qp_attr(rdma_cm_id* cm_id, ibv_qp_attr* attr, int* m
       attr->ah_attr.grh.hop_limit = 64;
       attr->ah_attr.grh.traffic_class = id->tos;
       *mask |= IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
-      if (rc) {
+      if (responder) {
         attr->max_dest_rd_atomic = id->responder_resources;
         attr->min_rnr_timer = kMinRnrTimer;
         *mask |= IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
@@ -111,12 +115,15 @@ RDMACM_EXPORT int rdma_init_qp_attr(rdma_cm_id* cm_id, ibv_qp_attr* attr, int* m
     case IBV_QPS_RTS:
       attr->sq_psn = ud ? 0 : id->psn;
       *mask = IBV_QP_STATE | IBV_QP_SQ_PSN;
-      if (rc) {
-        attr->timeout = id->ack_timeout ? id->ack_timeout : kDefaultAckTimeout;
+      if (requester) {
         attr->retry_cnt = id->retry_count;
         attr->rnr_retry = id->rnr_retry_count;
         attr->max_rd_atomic = id->initiator_depth;
-        *mask |= IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
+        *mask |= IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
+      }
+      if (requester || responder) {
+        attr->timeout = id->ack_timeout ? id->ack_timeout : kDefaultAckTimeout;
+        *mask |= IBV_QP_TIMEOUT;
       }
       return 0;
     default:
@@ -133,6 +140,12 @@ RDMACM_EXPORT int rdma_create_qp_ex(rdma_cm_id* cm_id, ibv_qp_init_attr_ex* attr
     attr->comp_mask |= IBV_QP_INIT_ATTR_PD;
   }
   if (!attr->pd) return -1;
+  // An XRC target QP lives in an XRC domain: the device's if none is given
+  // (rdma_create_qp_ex's ucma_get_xrcd).
+  if (attr->qp_type == IBV_QPT_XRC_RECV && (!(attr->comp_mask & IBV_QP_INIT_ATTR_XRCD) || !attr->xrcd)) {
+    if (!id->engine || !(attr->xrcd = device_xrcd(id->engine))) return fail(errno ? errno : EINVAL);
+    attr->comp_mask |= IBV_QP_INIT_ATTR_XRCD;
+  }
   // CQs the caller did not give: one each, with a completion channel, for
   // rdma_get_send_comp / rdma_get_recv_comp (ucma_create_cqs).
   if (!attr->send_cq) {
@@ -202,7 +215,7 @@ RDMACM_EXPORT void rdma_destroy_qp(rdma_cm_id* cm_id) {
     id->id.send_cq_channel = nullptr;
     id->own_send_cq = false;
   }
-  if (id->own_recv_cq) {
+  if (id->own_recv_cq && !(id->xrc_srq && id->id.srq)) {
     ibv_destroy_cq(id->id.recv_cq);
     ibv_destroy_comp_channel(id->id.recv_cq_channel);
     id->id.recv_cq = nullptr;
@@ -219,13 +232,33 @@ RDMACM_EXPORT int rdma_create_srq_ex(rdma_cm_id* cm_id, ibv_srq_init_attr_ex* at
     attr->comp_mask |= IBV_SRQ_INIT_ATTR_PD;
   }
   if (!(attr->comp_mask & IBV_SRQ_INIT_ATTR_TYPE)) {
-    attr->srq_type = IBV_SRQT_BASIC;
+    attr->srq_type = id->id.qp_type == IBV_QPT_XRC_RECV ? IBV_SRQT_XRC : IBV_SRQT_BASIC;
     attr->comp_mask |= IBV_SRQ_INIT_ATTR_TYPE;
+  }
+  // An XRC SRQ: in the device's XRC domain, completing on the id's receive
+  // CQ unless given others (rdma_create_srq_ex).
+  if (attr->srq_type == IBV_SRQT_XRC) {
+    if (!(attr->comp_mask & IBV_SRQ_INIT_ATTR_XRCD) || !attr->xrcd) {
+      if (!id->engine || !(attr->xrcd = device_xrcd(id->engine))) return fail(errno ? errno : EINVAL);
+    }
+    if (!(attr->comp_mask & IBV_SRQ_INIT_ATTR_CQ) || !attr->cq) {
+      if (!id->id.recv_cq) {
+        id->id.recv_cq_channel = ibv_create_comp_channel(id->id.verbs);
+        if (!id->id.recv_cq_channel) return -1;
+        id->id.recv_cq = ibv_create_cq(id->id.verbs, int(std::max(attr->attr.max_wr, 1u)), id,
+                                       id->id.recv_cq_channel, 0);
+        if (!id->id.recv_cq) return -1;
+        id->own_recv_cq = true;
+      }
+      attr->cq = id->id.recv_cq;
+    }
+    attr->comp_mask |= IBV_SRQ_INIT_ATTR_XRCD | IBV_SRQ_INIT_ATTR_CQ;
   }
   ibv_srq* srq = ibv_create_srq_ex(id->id.verbs, attr);
   if (!srq) return -1;
   id->id.srq = srq;
   id->id.pd = attr->pd;
+  id->xrc_srq = attr->srq_type == IBV_SRQT_XRC;
   return 0;
 }
 
@@ -234,8 +267,7 @@ RDMACM_EXPORT int rdma_create_srq(rdma_cm_id* cm_id, ibv_pd* pd, ibv_srq_init_at
   ibv_srq_init_attr_ex ex{};
   ex.srq_context = init->srq_context;
   ex.attr = init->attr;
-  ex.comp_mask = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD;
-  ex.srq_type = IBV_SRQT_BASIC;
+  ex.comp_mask = IBV_SRQ_INIT_ATTR_PD;  // its type from the id's QP type
   ex.pd = pd_for(to_id(cm_id), pd);
   if (int r = rdma_create_srq_ex(cm_id, &ex)) return r;
   init->attr = ex.attr;
@@ -247,4 +279,13 @@ RDMACM_EXPORT void rdma_destroy_srq(rdma_cm_id* cm_id) {
   if (!id->id.srq) return;
   ibv_destroy_srq(id->id.srq);
   id->id.srq = nullptr;
+  // An XRC SRQ's receive CQ outlived the QP for it (rdma_destroy_srq's ucma_destroy_cqs).
+  if (id->xrc_srq && id->own_recv_cq && !id->id.qp) {
+    ibv_destroy_cq(id->id.recv_cq);
+    ibv_destroy_comp_channel(id->id.recv_cq_channel);
+    id->id.recv_cq = nullptr;
+    id->id.recv_cq_channel = nullptr;
+    id->own_recv_cq = false;
+  }
+  id->xrc_srq = false;
 }

@@ -46,13 +46,16 @@ struct Engine {
   pid_t pid = 0;  // the process conn was opened by (0: not yet)
   std::mutex mu;  // pid and conn's (re)opening
   ibv_pd* default_pd = nullptr;  // see device_pd()
-  std::mutex pd_mu;               // default_pd's allocation
+  ibv_xrcd* xrcd = nullptr;      // see device_xrcd()
+  std::mutex pd_mu;               // default_pd's and xrcd's allocation
 };
 
 // The device's PD of ids that bring none, allocated on first use: an id
 // bound to a device has it as id->pd, as rdma-core's ucma_get_device gives
 // cma_dev->pd (pyverbs makes its CMID's PD, and AHs and QPs on it, from it).
 ibv_pd* device_pd(Engine* e);
+// The device's XRC domain of XRC QPs and SRQs that bring none (ucma_get_xrcd).
+ibv_xrcd* device_xrcd(Engine* e);
 
 struct Id {
   rdma_cm_id id{};  // must be first
@@ -79,6 +82,7 @@ struct Id {
   ibv_qp_init_attr ep_qp_attr{};
   // CQs and channels rdma_create_qp made because the caller gave none.
   bool own_send_cq = false, own_recv_cq = false;
+  bool xrc_srq = false;  // id->srq is an XRC SRQ on the receive CQ: the CQ goes with it
   ibv_sa_path_rec path{};
   ibv_ece local_ece{}, remote_ece{};
   // Multicast groups joined (verbs_provider/rdmacm/multicast.cc).

@@ -22,7 +22,8 @@ namespace cm = net::cm;
 
 constexpr uint32_t kPsTcp = 0x0106, kPsUdp = 0x0111;
 enum : uint32_t { kAddrResolved = 0, kRouteResolved = 2, kConnectRequest = 4, kConnectResponse = 5,
-                  kUnreachable = 7, kRejected = 8, kEstablished = 9, kDisconnected = 10 };
+                  kUnreachable = 7, kRejected = 8, kEstablished = 9, kDisconnected = 10, kAddrChange = 14,
+                  kTimewaitExit = 15 };
 
 abi::CmAddr v4(const char* ip, uint16_t port) {
   abi::CmAddr a{};
@@ -289,7 +290,63 @@ TEST_F(CmWireTest, ConnectAndDisconnectBetweenTwoEngines) {
   EXPECT_EQ(a_.next_type(), kDisconnected);
   EXPECT_EQ(b_.agent.disconnect(&b_.owner, passive), 0);  // already down: nothing more
   EXPECT_TRUE(b_.out.empty());
+  // Both ends in time-wait (cm.c: the packet life time + 1, 2.1 s), then
+  // TIMEWAIT_EXIT, once.
+  const uint64_t tw = a_.agent.timewait_ns();
+  EXPECT_EQ(tw, cm::timeout_ns(19));
+  EXPECT_EQ(a_.agent.next_deadline_ns(), now_ + tw);
+  EXPECT_EQ(b_.agent.next_deadline_ns(), now_ + tw);
+  EXPECT_FALSE(a_.agent.poll_timers(now_ + tw - 1));
+  EXPECT_FALSE(a_.event());
+  a_.agent.poll_timers(now_ + tw);
+  b_.agent.poll_timers(now_ + tw);
+  EXPECT_EQ(a_.next_type(), kTimewaitExit);
+  EXPECT_EQ(b_.next_type(), kTimewaitExit);
+  EXPECT_FALSE(a_.event());
   EXPECT_EQ(a_.agent.next_deadline_ns(), 0u);
+  EXPECT_EQ(b_.agent.next_deadline_ns(), 0u);
+}
+
+// An id destroyed in time-wait gets nothing more; a connection refused
+// never enters time-wait.
+TEST_F(CmWireTest, TimewaitExitOnlyForIdsStillThere) {
+  b_.listen(7013);
+  const uint64_t active = a_.resolved("10.9.0.2", 7013);
+  const uint64_t passive = connected(active, 7013);
+  ASSERT_EQ(b_.agent.disconnect(&b_.owner, passive), 0);
+  carry(b_, a_);
+  carry(a_, b_);
+  EXPECT_EQ(a_.next_type(), kDisconnected);
+  EXPECT_EQ(b_.next_type(), kDisconnected);
+  ASSERT_EQ(a_.agent.destroy_id(&a_.owner, active), 0);
+  now_ += a_.agent.timewait_ns();
+  a_.agent.poll_timers(now_);
+  b_.agent.poll_timers(now_);
+  EXPECT_FALSE(a_.event());
+  EXPECT_EQ(b_.next_type(), kTimewaitExit);
+  const uint64_t refused = a_.resolved("10.9.0.2", 7099);
+  ASSERT_EQ(a_.agent.connect(&a_.owner, conn(refused, 0x11, 1)), 0);
+  carry(a_, b_);
+  carry(b_, a_);
+  EXPECT_EQ(a_.next_type(), kRejected);
+  EXPECT_EQ(a_.agent.next_deadline_ns(), 0u);
+}
+
+// An address of the engine goes: the ids bound to it hear ADDR_CHANGE; a
+// wildcard listener (bound to no address) does not.
+TEST_F(CmWireTest, AnAddressRemovedIsAnAddrChangeForItsIds) {
+  const uint64_t listener = a_.listen(7014);
+  const uint64_t id = a_.resolved("10.9.0.2", 7014);
+  uint8_t other[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 9, 0, 77};
+  a_.agent.address_removed(other);
+  EXPECT_FALSE(a_.event());
+  a_.agent.address_removed(a_.gid());
+  auto e = a_.event();
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->event, kAddrChange);
+  EXPECT_EQ(e->id, id);
+  EXPECT_FALSE(a_.event());
+  (void)listener;
 }
 
 TEST_F(CmWireTest, APortNobodyListensOnIsRejectedInvalidServiceId) {
@@ -367,6 +424,101 @@ TEST_F(CmWireTest, AnMraPostponesTheRetry) {
   cm::set(mra, cm::mra::kServiceTimeout, 24);
   a_.agent.receive_mad(b_.gid(), a_.gid(), mra);
   EXPECT_EQ(a_.agent.next_deadline_ns(), before + cm::timeout_ns(24));
+}
+
+// A listener that has not accepted within half the REQ's Remote CM
+// Response Timeout sends an MRA (service timeout 24, as rdma_cm's): the
+// active side holds its REQ back that much longer, far past the retries
+// that would have failed the connect, and a late accept still connects.
+// A REQ sent again meanwhile is answered with the MRA again.
+TEST_F(CmWireTest, ASlowAcceptSendsAnMraAndStillConnects) {
+  b_.listen(7010);
+  const uint64_t active = a_.resolved("10.9.0.2", 7010);
+  ASSERT_EQ(a_.agent.connect(&a_.owner, conn(active, 0x11, 1)), 0);
+  const uint64_t sent = now_;
+  const SentMad req = carry(a_, b_);
+  auto creq = b_.event();
+  ASSERT_TRUE(creq && creq->event == kConnectRequest);
+  const uint64_t req_retry = a_.agent.next_deadline_ns();
+  EXPECT_EQ(b_.agent.next_deadline_ns(), sent + cm::timeout_ns(20) / 2);
+  now_ = b_.agent.next_deadline_ns() - 1;
+  EXPECT_FALSE(b_.agent.poll_timers(now_));
+  EXPECT_TRUE(b_.out.empty());
+  now_ += 1;
+  EXPECT_TRUE(b_.agent.poll_timers(now_));
+  const SentMad mra = carry(b_, a_);
+  ASSERT_EQ(mra.attr(), uint16_t(cm::Attr::kMra));
+  EXPECT_EQ(mra.mad.hdr.tid, req.mad.hdr.tid);
+  EXPECT_EQ(cm::get(mra.mad, cm::mra::kRemoteCommId), cm::get(req.mad, cm::req::kLocalCommId));
+  EXPECT_NE(cm::get(mra.mad, cm::mra::kLocalCommId), 0u);
+  EXPECT_EQ(cm::get(mra.mad, cm::mra::kMessageMraed), 0u);  // the REQ
+  EXPECT_EQ(cm::get(mra.mad, cm::mra::kServiceTimeout), 24u);
+  EXPECT_EQ(b_.agent.next_deadline_ns(), 0u);  // one MRA, then only when asked again
+  EXPECT_GT(a_.agent.next_deadline_ns(), req_retry + cm::timeout_ns(23));
+  // Until the MRA's service timeout is over: nothing sent, no event.
+  now_ = a_.agent.next_deadline_ns() - 1;
+  EXPECT_FALSE(a_.agent.poll_timers(now_));
+  EXPECT_TRUE(a_.out.empty());
+  EXPECT_FALSE(a_.event());
+  // Then the REQ goes again; still not accepted, it gets the MRA again.
+  now_ += 1;
+  EXPECT_TRUE(a_.agent.poll_timers(now_));
+  const SentMad again = carry(a_, b_);
+  EXPECT_EQ(std::memcmp(&again.mad, &req.mad, sizeof(req.mad)), 0);
+  EXPECT_EQ(carry(b_, a_).attr(), uint16_t(cm::Attr::kMra));
+  ASSERT_EQ(b_.agent.accept(&b_.owner, conn(creq->id, 0x22, 2)), 0);
+  EXPECT_EQ(carry(b_, a_).attr(), uint16_t(cm::Attr::kRep));
+  EXPECT_EQ(a_.next_type(), kConnectResponse);
+  ASSERT_EQ(a_.agent.establish(&a_.owner, active), 0);
+  EXPECT_EQ(carry(a_, b_).attr(), uint16_t(cm::Attr::kRtu));
+  EXPECT_EQ(b_.next_type(), kEstablished);
+  EXPECT_EQ(a_.agent.wire_counters().mras_received, 2u);
+  EXPECT_EQ(b_.agent.wire_counters().mras_sent, 2u);
+  EXPECT_EQ(a_.agent.next_deadline_ns(), 0u);
+  EXPECT_EQ(b_.agent.next_deadline_ns(), 0u);
+}
+
+// An accept in time sends no MRA.
+TEST_F(CmWireTest, AnAcceptInTimeSendsNoMra) {
+  b_.listen(7011);
+  const uint64_t active = a_.resolved("10.9.0.2", 7011);
+  connected(active, 7011);
+  EXPECT_EQ(a_.agent.next_deadline_ns(), 0u);
+  EXPECT_EQ(b_.agent.next_deadline_ns(), 0u);
+  EXPECT_EQ(b_.agent.wire_counters().mras_sent + a_.agent.wire_counters().mras_sent, 0u);
+}
+
+// The active side's application slow to establish after the REP: an MRA
+// of the REP at half our Local CM Response Timeout holds the REP's retries.
+TEST_F(CmWireTest, ASlowEstablishSendsAnMraOfTheRep) {
+  b_.listen(7012);
+  const uint64_t active = a_.resolved("10.9.0.2", 7012);
+  ASSERT_EQ(a_.agent.connect(&a_.owner, conn(active, 0x11, 1)), 0);
+  carry(a_, b_);
+  auto creq = b_.event();
+  ASSERT_TRUE(creq);
+  ASSERT_EQ(b_.agent.accept(&b_.owner, conn(creq->id, 0x22, 2)), 0);
+  const uint64_t rep_sent = now_;
+  const SentMad rep = carry(b_, a_);
+  EXPECT_EQ(a_.next_type(), kConnectResponse);
+  const uint64_t rep_retry = b_.agent.next_deadline_ns();
+  EXPECT_EQ(a_.agent.next_deadline_ns(), rep_sent + cm::timeout_ns(20) / 2);
+  now_ = a_.agent.next_deadline_ns();
+  EXPECT_TRUE(a_.agent.poll_timers(now_));
+  const SentMad mra = carry(a_, b_);
+  ASSERT_EQ(mra.attr(), uint16_t(cm::Attr::kMra));
+  EXPECT_EQ(cm::get(mra.mad, cm::mra::kMessageMraed), 1u);  // the REP
+  EXPECT_EQ(cm::get(mra.mad, cm::mra::kRemoteCommId), cm::get(rep.mad, cm::rep::kLocalCommId));
+  EXPECT_GT(b_.agent.next_deadline_ns(), rep_retry + cm::timeout_ns(23));
+  // The REP sent again gets the MRA again; the late establish connects.
+  a_.agent.receive_mad(b_.gid(), a_.gid(), rep.mad);
+  EXPECT_EQ(carry(a_, b_).attr(), uint16_t(cm::Attr::kMra));
+  EXPECT_FALSE(a_.event());
+  ASSERT_EQ(a_.agent.establish(&a_.owner, active), 0);
+  EXPECT_EQ(carry(a_, b_).attr(), uint16_t(cm::Attr::kRtu));
+  EXPECT_EQ(b_.next_type(), kEstablished);
+  EXPECT_EQ(a_.agent.next_deadline_ns(), 0u);
+  EXPECT_EQ(b_.agent.next_deadline_ns(), 0u);
 }
 
 // The RTU was lost: the passive side sends its REP again, and the active
