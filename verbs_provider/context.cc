@@ -353,6 +353,7 @@ UROCE_EXPORT ibv_context* ibv_import_device(int cmd_fd) {
   }
   madvise(shared, 4096, MADV_DONTFORK);
   c->conn.adopt(cmd_fd, base->conn);
+  c->events = base->events;
   c->dev = base->dev;
   c->info = base->info;
   c->shared = static_cast<const abi::EngineShared*>(shared);
@@ -458,19 +459,19 @@ UROCE_EXPORT int ibv_get_pkey_index(ibv_context* context, uint8_t port, __be16 p
 namespace uroce::provider {
 
 void track_async_events(UContext* c, const void* cookie) {
-  std::lock_guard<std::mutex> lock(c->events_mu);
-  c->events_reported[uint64_t(uintptr_t(cookie))] = 0;
+  std::lock_guard<std::mutex> lock(c->events->mu);
+  c->events->reported[uint64_t(uintptr_t(cookie))] = 0;
 }
 
 void untrack_async_events(UContext* c, const void* cookie, pthread_mutex_t* mutex, pthread_cond_t* cond,
                           const uint32_t* completed) {
   uint32_t reported = 0;
   {
-    std::lock_guard<std::mutex> lock(c->events_mu);
-    auto it = c->events_reported.find(uint64_t(uintptr_t(cookie)));
-    if (it == c->events_reported.end()) return;
+    std::lock_guard<std::mutex> lock(c->events->mu);
+    auto it = c->events->reported.find(uint64_t(uintptr_t(cookie)));
+    if (it == c->events->reported.end()) return;
     reported = it->second;
-    c->events_reported.erase(it);
+    c->events->reported.erase(it);
   }
   pthread_mutex_lock(mutex);
   while (*completed != reported) pthread_cond_wait(cond, mutex);
@@ -499,9 +500,9 @@ bool names_object(uint32_t type) {
 // Counts the record as returned for its object; false if the object is gone.
 bool count_reported(UContext* c, const abi::AsyncEventRecord& rec) {
   if (!names_object(rec.event_type)) return true;
-  std::lock_guard<std::mutex> lock(c->events_mu);
-  auto it = c->events_reported.find(rec.cookie);
-  if (it == c->events_reported.end()) return false;
+  std::lock_guard<std::mutex> lock(c->events->mu);
+  auto it = c->events->reported.find(rec.cookie);
+  if (it == c->events->reported.end()) return false;
   ++it->second;
   return true;
 }

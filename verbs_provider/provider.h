@@ -103,9 +103,13 @@ struct UContext {
   std::unordered_map<uint32_t, UMr*> mrs;
   // Its live objects that async events name (QPs, CQs, SRQs, WQs), by the
   // cookie the engine was given, each with how many of its events
-  // ibv_get_async_event returned (context.cc: track_async_events).
-  std::mutex events_mu;
-  std::unordered_map<uint64_t, uint32_t> events_reported;
+  // ibv_get_async_event returned (context.cc: track_async_events). Shared
+  // with the contexts imported on its session, which share its events.
+  struct AsyncEventTargets {
+    std::mutex mu;
+    std::unordered_map<uint64_t, uint32_t> reported;
+  };
+  std::shared_ptr<AsyncEventTargets> events = std::make_shared<AsyncEventTargets>();
 
   void ring_doorbell() const {
     // Pairs with the engine's fence between setting `sleeping` and its last look.
