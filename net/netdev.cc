@@ -40,6 +40,28 @@ bool each_message(const uint8_t* buf, ssize_t len, F&& f) {
   return true;
 }
 
+// Asks for a dump of `type` for every family (Body zeroed: AF_UNSPEC) and
+// calls f(nlmsghdr*) for each message of the answer; "" or what failed.
+template <typename Body, typename F>
+std::string dump(int fd, uint32_t seq, uint16_t type, F&& f) {
+  struct {
+    nlmsghdr h;
+    Body body;
+  } req{};
+  req.h.nlmsg_len = sizeof(req);
+  req.h.nlmsg_type = type;
+  req.h.nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP;
+  req.h.nlmsg_seq = seq;
+  if (::send(fd, &req, sizeof(req), 0) < 0) return std::string("rtnetlink: ") + std::strerror(errno);
+  std::vector<uint8_t> buf(kBufBytes);
+  for (bool more = true; more;) {
+    const ssize_t len = ::recv(fd, buf.data(), buf.size(), 0);
+    if (len < 0) return std::string("rtnetlink: ") + std::strerror(errno);
+    more = each_message(buf.data(), len, f);
+  }
+  return "";
+}
+
 // An address of ifindex from an RTM_NEWADDR/RTM_DELADDR, or family 0.
 IfAddress parse_address(const nlmsghdr* h, int ifindex) {
   IfAddress a;
@@ -125,28 +147,13 @@ std::string Netdev::read_link() {
 }
 
 std::string Netdev::read_addresses() {
-  struct {
-    nlmsghdr h;
-    ifaddrmsg ifa;
-  } req{};
-  req.h.nlmsg_len = sizeof(req);
-  req.h.nlmsg_type = RTM_GETADDR;
-  req.h.nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP;
-  req.h.nlmsg_seq = ++seq_;
-  req.ifa.ifa_family = AF_UNSPEC;
-  if (::send(request_fd_, &req, sizeof(req), 0) < 0) return std::string("rtnetlink: ") + std::strerror(errno);
   std::vector<IfAddress> found;
-  std::vector<uint8_t> buf(kBufBytes);
-  for (bool more = true; more;) {
-    const ssize_t len = ::recv(request_fd_, buf.data(), buf.size(), 0);
-    if (len < 0) return std::string("rtnetlink: ") + std::strerror(errno);
-    more = each_message(buf.data(), len, [&](const nlmsghdr* h) {
-      if (h->nlmsg_type != RTM_NEWADDR) return;
-      if (IfAddress a = parse_address(h, ifindex_); a.family) found.push_back(a);
-    });
-  }
-  addresses_ = std::move(found);
-  return "";
+  std::string err = dump<ifaddrmsg>(request_fd_, ++seq_, RTM_GETADDR, [&](const nlmsghdr* h) {
+    if (h->nlmsg_type != RTM_NEWADDR) return;
+    if (IfAddress a = parse_address(h, ifindex_); a.family) found.push_back(a);
+  });
+  if (err.empty()) addresses_ = std::move(found);
+  return err;
 }
 
 std::string Netdev::open_static(const std::string& iface) {
@@ -201,25 +208,10 @@ bool Netdev::read_events(const std::function<void(const Neighbour&)>& on_neighbo
 
 void Netdev::dump_neighbours(const std::function<void(const Neighbour&)>& on_neighbour) {
   if (request_fd_ < 0) return;
-  struct {
-    nlmsghdr h;
-    ndmsg nd;
-  } req{};
-  req.h.nlmsg_len = sizeof(req);
-  req.h.nlmsg_type = RTM_GETNEIGH;
-  req.h.nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP;
-  req.h.nlmsg_seq = ++seq_;
-  req.nd.ndm_family = AF_UNSPEC;
-  if (::send(request_fd_, &req, sizeof(req), 0) < 0) return;
-  std::vector<uint8_t> buf(kBufBytes);
-  for (bool more = true; more;) {
-    const ssize_t len = ::recv(request_fd_, buf.data(), buf.size(), 0);
-    if (len < 0) return;
-    more = each_message(buf.data(), len, [&](const nlmsghdr* h) {
-      if (h->nlmsg_type != RTM_NEWNEIGH) return;
-      if (Neighbour n = parse_neighbour(h, ifindex_); n.family && n.usable) on_neighbour(n);
-    });
-  }
+  dump<ndmsg>(request_fd_, ++seq_, RTM_GETNEIGH, [&](const nlmsghdr* h) {
+    if (h->nlmsg_type != RTM_NEWNEIGH) return;
+    if (Neighbour n = parse_neighbour(h, ifindex_); n.family && n.usable) on_neighbour(n);
+  });
 }
 
 bool Netdev::resolve(int family, const uint8_t* ip) {

@@ -55,6 +55,10 @@ cmake --build "$build_dir" -j"$jobs"
 reports="$(cd "$build_dir" && pwd)/sanitizer-reports"
 rm -rf "$reports"
 mkdir -p "$reports"
+# Writable by all (sticky, as /tmp): tests run programs as nobody too
+# (ucx_devices, install, container), whose ASan cannot log elsewhere and
+# then fails the program ("Can't open file").
+chmod 1777 "$reports"
 supp="$PWD/tests/sanitize.supp"
 # detect_leaks: the engine and tools are checked at exit (uroce run turns it
 # off for the programs it runs: tools/uroce.cc). halt_on_error: UBSan's

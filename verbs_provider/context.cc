@@ -353,6 +353,7 @@ UROCE_EXPORT ibv_context* ibv_import_device(int cmd_fd) {
   }
   madvise(shared, 4096, MADV_DONTFORK);
   c->conn.adopt(cmd_fd, base->conn);
+  c->events = base->events;
   c->dev = base->dev;
   c->info = base->info;
   c->shared = static_cast<const abi::EngineShared*>(shared);
@@ -455,12 +456,66 @@ UROCE_EXPORT int ibv_get_pkey_index(ibv_context* context, uint8_t port, __be16 p
   return pkey == 0xffff ? 0 : -ENOENT;
 }
 
+namespace uroce::provider {
+
+void track_async_events(UContext* c, const void* cookie) {
+  std::lock_guard<std::mutex> lock(c->events->mu);
+  c->events->reported[uint64_t(uintptr_t(cookie))] = 0;
+}
+
+void untrack_async_events(UContext* c, const void* cookie, pthread_mutex_t* mutex, pthread_cond_t* cond,
+                          const uint32_t* completed) {
+  uint32_t reported = 0;
+  {
+    std::lock_guard<std::mutex> lock(c->events->mu);
+    auto it = c->events->reported.find(uint64_t(uintptr_t(cookie)));
+    if (it == c->events->reported.end()) return;
+    reported = it->second;
+    c->events->reported.erase(it);
+  }
+  pthread_mutex_lock(mutex);
+  while (*completed != reported) pthread_cond_wait(cond, mutex);
+  pthread_mutex_unlock(mutex);
+}
+
+namespace {
+
+// Whether the record names an object (not a port or the device).
+bool names_object(uint32_t type) {
+  switch (ibv_event_type(type)) {
+    case IBV_EVENT_PORT_ACTIVE:
+    case IBV_EVENT_PORT_ERR:
+    case IBV_EVENT_LID_CHANGE:
+    case IBV_EVENT_PKEY_CHANGE:
+    case IBV_EVENT_SM_CHANGE:
+    case IBV_EVENT_CLIENT_REREGISTER:
+    case IBV_EVENT_GID_CHANGE:
+    case IBV_EVENT_DEVICE_FATAL:
+      return false;
+    default:
+      return true;
+  }
+}
+
+// Counts the record as returned for its object; false if the object is gone.
+bool count_reported(UContext* c, const abi::AsyncEventRecord& rec) {
+  if (!names_object(rec.event_type)) return true;
+  std::lock_guard<std::mutex> lock(c->events->mu);
+  auto it = c->events->reported.find(rec.cookie);
+  if (it == c->events->reported.end()) return false;
+  ++it->second;
+  return true;
+}
+
+}  // namespace
+}  // namespace uroce::provider
+
 UROCE_EXPORT int ibv_get_async_event(ibv_context* context, ibv_async_event* event) {
   UContext* c = to_uctx(context);
   abi::AsyncEventRecord rec;
   ssize_t n;
   do n = read(context->async_fd, &rec, sizeof(rec));
-  while (n < 0 && errno == EINTR);
+  while ((n < 0 && errno == EINTR) || (n == ssize_t(sizeof(rec)) && !count_reported(c, rec)));
   if (n == 0) {
     // The engine closed its end: it stopped or died.
     c->engine_gone = true;

@@ -220,6 +220,7 @@ ibv_cq_ex* create_cq(ibv_context* context, uint32_t cqe, void* cq_context, ibv_c
   pthread_cond_init(&ex.cond, nullptr);
   fill_cq_ex_ops(cq);
   if (ch) ++ch->ch.refcnt;
+  track_async_events(c, cq);
   return &ex;
 }
 
@@ -421,6 +422,7 @@ UROCE_EXPORT int ibv_destroy_cq(ibv_cq* ibcq) {
   abi::HandleRequest req{ibcq->handle};
   int err = to_uctx(ibcq->context)->conn.call(abi::CtlOp::kDestroyCq, &req, sizeof(req), nullptr, 0);
   if (err && err != EIO) return err;
+  untrack_async_events(cq->ctx, cq, &ibcq->mutex, &ibcq->cond, &ibcq->async_events_completed);
   if (cq->channel) --cq->channel->ch.refcnt;
   unmap_queue(cq->map, cq->map_size);
   pthread_cond_destroy(&ibcq->cond);

@@ -101,6 +101,15 @@ struct UContext {
   // Its MRs by lkey, for ibv_advise_mr (pd_mr.cc, odp.cc).
   std::mutex mrs_mu;
   std::unordered_map<uint32_t, UMr*> mrs;
+  // Its live objects that async events name (QPs, CQs, SRQs, WQs), by the
+  // cookie the engine was given, each with how many of its events
+  // ibv_get_async_event returned (context.cc: track_async_events). Shared
+  // with the contexts imported on its session, which share its events.
+  struct AsyncEventTargets {
+    std::mutex mu;
+    std::unordered_map<uint64_t, uint32_t> reported;
+  };
+  std::shared_ptr<AsyncEventTargets> events = std::make_shared<AsyncEventTargets>();
 
   void ring_doorbell() const {
     // Pairs with the engine's fence between setting `sleeping` and its last look.
@@ -120,6 +129,17 @@ GidTable read_gid_table(const UContext* c);
 // Moves the calling thread, once, off the CPU the context's engine polls on
 // when `uroce run` asked for it (verbs_provider/placement.cc).
 void place_polling_thread(const UContext* ctx);
+
+// As the kernel does for libibverbs: an object is tracked from its creation;
+// an event read for an object no longer tracked (destroyed with the event
+// unread) is dropped; and a destroy, once the engine has destroyed the
+// object, waits until every event returned for it is acknowledged (*completed
+// counts the acks, under mutex, signalled on cond: ibv_ack_async_event), so
+// that an ack from another thread never reaches freed memory (UCX's async
+// thread: heap-use-after-free under tests/sanitize.sh).
+void track_async_events(UContext* c, const void* cookie);
+void untrack_async_events(UContext* c, const void* cookie, pthread_mutex_t* mutex, pthread_cond_t* cond,
+                          const uint32_t* completed);
 
 inline UContext* to_uctx(ibv_context* c) {
   return reinterpret_cast<UContext*>(reinterpret_cast<uint8_t*>(c) - offsetof(verbs_context, context));

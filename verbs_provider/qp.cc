@@ -162,6 +162,7 @@ ibv_qp* create_qp_ex(ibv_context* context, ibv_qp_init_attr_ex* attr) {
   pthread_mutex_init(&q.mutex, nullptr);
   pthread_cond_init(&q.cond, nullptr);
   fill_qp_ex_ops(qp);
+  track_async_events(qp->ctx, qp);
   return &q;
 }
 
@@ -199,6 +200,7 @@ ibv_qp* open_qp(ibv_context* context, ibv_qp_open_attr* attr) {
   pthread_mutex_init(&q.mutex, nullptr);
   pthread_cond_init(&q.cond, nullptr);
   fill_qp_ex_ops(qp);
+  track_async_events(qp->ctx, qp);
   return &q;
 }
 
@@ -317,6 +319,7 @@ UROCE_EXPORT int ibv_destroy_qp(ibv_qp* qp) {
   abi::HandleRequest req{qp->handle};
   int err = to_uctx(qp->context)->conn.call(abi::CtlOp::kDestroyQp, &req, sizeof(req), nullptr, 0);
   if (err && err != EIO) return err;
+  untrack_async_events(u->ctx, u, &qp->mutex, &qp->cond, &qp->events_completed);
   if (u->map) unmap_queue(u->map, u->map_size);
   pthread_cond_destroy(&qp->cond);
   pthread_mutex_destroy(&qp->mutex);

@@ -46,6 +46,7 @@ void* move_mapping_to(void* from, size_t len, void* to) {
 struct Vma {
   uint64_t start, end;
   bool read, write, shared;
+  uint64_t offset;  // in the file mapped
   uint64_t ino;
   bool anonymous;  // private anonymous: heap, [anon:...], no path
   bool ours;       // a memfd this module made
@@ -105,7 +106,7 @@ std::vector<Vma> read_maps() {
                     &end, perms, &offset, &dev_major, &dev_minor, &ino, &path_at) < 7)
       continue;
     const std::string path = path_at > 0 ? line.substr(size_t(path_at)) : std::string();
-    Vma v{start, end, perms[0] == 'r', perms[1] == 'w', perms[3] == 's', ino, false, false};
+    Vma v{start, end, perms[0] == 'r', perms[1] == 'w', perms[3] == 's', offset, ino, false, false};
     v.anonymous = !v.shared && ino == 0 && perms[2] != 'x' &&
                   (path.empty() || path == "[heap]" || path.rfind("[anon:", 0) == 0);
     v.ours = v.shared && path.rfind(kMemfdPath, 0) == 0;
@@ -151,16 +152,22 @@ void copy_pages(uint8_t* dst, const uint8_t* src, size_t len) {
     if (std::memcmp(src + off, zero, step) != 0) std::memcpy(dst + off, src + off, step);
 }
 
-// A private anonymous copy of the pages at [start, start + len) of v, with v's
-// protection (mremap keeps it when the copy is moved into place); nullptr if out of memory.
-void* private_copy(const Vma& v, uint64_t start, size_t len) {
+// A private anonymous copy of the len readable bytes at src, with protection
+// prot (mremap keeps it when the copy is moved into place); nullptr if out of memory.
+void* private_copy(const uint8_t* src, size_t len, int prot) {
   void* copy = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (copy == MAP_FAILED) return nullptr;
+  copy_pages(static_cast<uint8_t*>(copy), src, len);
+  mprotect(copy, len, prot);
+  return copy;
+}
+
+// The same of the pages at [start, start + len) of v, read at their address.
+void* private_copy(const Vma& v, uint64_t start, size_t len) {
   auto* src = reinterpret_cast<uint8_t*>(start);
   if (!v.read) mprotect(src, len, PROT_READ);
-  copy_pages(static_cast<uint8_t*>(copy), src, len);
+  void* copy = private_copy(src, len, v.prot());
   if (!v.read) mprotect(src, len, v.prot());
-  mprotect(copy, len, v.prot());
   return copy;
 }
 
@@ -309,8 +316,16 @@ void release_pages(uint64_t id) {
     if (!v.ours || v.ino != l.ino || v.end <= l.start || v.start >= l.end) continue;
     const uint64_t start = std::max(v.start, l.start), end = std::min(v.end, l.end);
     const size_t len = size_t(end - start);
-    void* copy = private_copy(v, start, len);
-    if (!copy) continue;  // stays on the memfd: still correct, just shared
+    // The pages are read through a mapping of the memfd of its own, not at
+    // their address: the program may have freed the buffer before
+    // deregistering it (UCX's registration cache does), and a read of freed
+    // memory there is one to ASan (heap-use-after-free in ucx_perftest
+    // under tests/sanitize.sh), though the pages are still the program's.
+    void* view = mmap(nullptr, len, PROT_READ, MAP_SHARED, l.fd, off_t(v.offset + (start - v.start)));
+    if (view == MAP_FAILED) continue;  // stays on the memfd: still correct, just shared
+    void* copy = private_copy(static_cast<const uint8_t*>(view), len, v.prot());
+    munmap(view, len);
+    if (!copy) continue;
     if (move_mapping_to(copy, len, reinterpret_cast<void*>(start)) == MAP_FAILED) munmap(copy, len);
   }
   close(l.fd);

@@ -185,6 +185,7 @@ ibv_srq* create_srq_ex(ibv_context* context, ibv_srq_init_attr_ex* attr) {
   srq.handle = uint32_t(rep.handle);
   pthread_mutex_init(&srq.mutex, nullptr);
   pthread_cond_init(&srq.cond, nullptr);
+  track_async_events(to_uctx(context), s);
   return &srq;
 }
 
@@ -372,6 +373,7 @@ UROCE_EXPORT int ibv_destroy_srq(ibv_srq* ibsrq) {
   abi::HandleRequest req{ibsrq->handle};
   int err = to_uctx(ibsrq->context)->conn.call(abi::CtlOp::kDestroySrq, &req, sizeof(req), nullptr, 0);
   if (err && err != EIO) return err;
+  untrack_async_events(to_uctx(ibsrq->context), s, &ibsrq->mutex, &ibsrq->cond, &ibsrq->events_completed);
   unmap_queue(s->map, s->map_size);
   if (s->tm.map) unmap_queue(s->tm.map, s->tm.map_size);
   pthread_cond_destroy(&ibsrq->cond);

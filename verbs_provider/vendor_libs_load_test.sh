@@ -25,6 +25,19 @@ fi
 
 LD_LIBRARY_PATH="$provider_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export LD_LIBRARY_PATH
+# A sanitizer build's provider (tests/sanitize.sh) links the ASan runtime,
+# which must come first in a program not built with it: it is preloaded for
+# python3, as `uroce run` does for the programs it runs (tools/uroce.cc), and
+# python3's own leaks at exit are not ours.
+asan_runtime=$(ldd "$ours" 2>/dev/null | awk '$1 ~ /^libasan\.so/ {print $3; exit}')
+python3_loading() {
+  if [ -n "$asan_runtime" ]; then
+    LD_PRELOAD="$asan_runtime${LD_PRELOAD:+:$LD_PRELOAD}" \
+      ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0" python3 "$@"
+  else
+    python3 "$@"
+  fi
+}
 status=0
 loaded=0
 
@@ -37,7 +50,7 @@ for lib in libmlx5.so.1 libefa.so.1 librdmacm.so.1; do
     continue
   fi
   loaded=$((loaded + 1))
-  if python3 - "$path" "$ours" <<'EOF'
+  if python3_loading - "$path" "$ours" <<'EOF'
 import ctypes, os, sys
 path, ours = sys.argv[1], os.path.realpath(sys.argv[2])
 try:

@@ -121,6 +121,7 @@ ibv_wq* create_wq(ibv_context* context, ibv_wq_init_attr* attr) {
   q.post_recv = post_wq_recv;
   pthread_mutex_init(&q.mutex, nullptr);  // ibv_ack_async_event(IBV_EVENT_WQ_FATAL) takes them
   pthread_cond_init(&q.cond, nullptr);
+  track_async_events(c, w);
   return &q;
 }
 
@@ -145,6 +146,7 @@ int destroy_wq(ibv_wq* wq) {
   abi::HandleRequest req{wq->handle};
   int err = w->ctx->conn.call(abi::CtlOp::kDestroyWq, &req, sizeof(req), nullptr, 0);
   if (err && err != EIO) return err;
+  untrack_async_events(w->ctx, w, &wq->mutex, &wq->cond, &wq->events_completed);
   unmap_queue(w->map, w->map_size);
   pthread_cond_destroy(&wq->cond);
   pthread_mutex_destroy(&wq->mutex);
@@ -242,6 +244,7 @@ ibv_qp* create_rss_qp(ibv_context* context, ibv_qp_init_attr_ex* attr) {
   pthread_mutex_init(&q.mutex, nullptr);
   pthread_cond_init(&q.cond, nullptr);
   fill_qp_ex_ops(qp);
+  track_async_events(qp->ctx, qp);
   return &q;
 }
 

@@ -29,8 +29,8 @@
 #include <thread>
 #include <vector>
 
+#include "tests/integration/control_wire.h"
 #include "uroce/abi.h"
-#include "uroce/runtime_dir.h"
 
 namespace abi = uroce::abi;
 using abi::CtlOp;
@@ -56,10 +56,7 @@ uint64_t now_ms() {
                       .count());
 }
 
-struct Reply {
-  int status = -1;
-  std::vector<uint8_t> body;
-  std::vector<int> fds;
+struct Reply : uroce::test::Reply {
   template <typename T>
   T as() const {
     T t{};
@@ -81,12 +78,8 @@ struct Ring {
 class Client {
  public:
   explicit Client(const std::string& device) {
-    fd_ = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-    sockaddr_un addr{};
-    addr.sun_family = AF_UNIX;
-    const std::string path = uroce::engine_socket_path(uroce::runtime_dir(), device);
-    std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
-    if (connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) die("connect " + path);
+    fd_ = uroce::test::connect_engine(device);
+    if (fd_ < 0) die("connect to " + device);
     int p[2];
     if (pipe2(p, O_CLOEXEC | O_NONBLOCK) != 0) die("pipe");
     async_fd_ = p[0];
@@ -99,46 +92,9 @@ class Client {
   }
 
   Reply call_raw(CtlOp op, const void* body, size_t len, const std::vector<int>& fds) {
-    alignas(8) uint8_t buf[abi::kMaxCtlMsg];
-    abi::CtlRequestHeader hdr{uint32_t(op), uint32_t(len)};
-    std::memcpy(buf, &hdr, sizeof(hdr));
-    if (len) std::memcpy(buf + sizeof(hdr), body, len);
-    iovec iov{buf, sizeof(hdr) + len};
-    msghdr msg{};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    alignas(cmsghdr) char cbuf[CMSG_SPACE(sizeof(int) * abi::kMaxCtlFds)];
-    if (!fds.empty()) {
-      msg.msg_control = cbuf;
-      msg.msg_controllen = CMSG_SPACE(sizeof(int) * fds.size());
-      cmsghdr* c = CMSG_FIRSTHDR(&msg);
-      c->cmsg_level = SOL_SOCKET;
-      c->cmsg_type = SCM_RIGHTS;
-      c->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
-      std::memcpy(CMSG_DATA(c), fds.data(), sizeof(int) * fds.size());
-    }
-    if (sendmsg(fd_, &msg, MSG_NOSIGNAL) < 0) die("sendmsg");
-    pollfd pfd{fd_, POLLIN, 0};
-    if (poll(&pfd, 1, 10000) != 1) die("no reply from the engine in 10 s");
-    iov = {buf, sizeof(buf)};
-    msg = msghdr{};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = cbuf;
-    msg.msg_controllen = sizeof(cbuf);
-    const ssize_t n = recvmsg(fd_, &msg, MSG_CMSG_CLOEXEC);
-    if (n < ssize_t(sizeof(abi::CtlReplyHeader))) die("short reply");
+    if (!uroce::test::send_request(fd_, op, body, len, fds)) die("sendmsg");
     Reply r;
-    abi::CtlReplyHeader rh;
-    std::memcpy(&rh, buf, sizeof(rh));
-    r.status = rh.status;
-    r.body.assign(buf + sizeof(rh), buf + n);
-    for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c))
-      for (size_t i = 0; i < (c->cmsg_len - CMSG_LEN(0)) / sizeof(int); ++i) {
-        int f;
-        std::memcpy(&f, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-        r.fds.push_back(f);
-      }
+    if (!uroce::test::read_reply(fd_, 10000, &r)) die("no reply (or a short one) from the engine in 10 s");
     return r;
   }
   template <typename T>

@@ -24,7 +24,7 @@ for tool in ib_write_bw ib_read_bw ib_atomic_bw ibv_asyncwatch jq; do
   command -v "$tool" >/dev/null || { echo "kill9_test: $tool is missing: skipped"; exit 77; }
 done
 
-kRssSlackKiB=8192  # allocator caches: the heap does not shrink to the byte
+kRssSlackKiB=$((8192 + UROCE_ASAN_QUARANTINE_KIB))  # allocator caches: the heap does not shrink to the byte
 fail() {
   echo "FAIL: $*" >&2
   dump_engine_logs

@@ -27,7 +27,7 @@ done
 checker="$UROCE_BUILD_DIR/bin/rc_sequence_checker"
 [[ -x $checker ]] || { echo "kill9_two_hosts: $checker is not built"; exit 1; }
 
-kRssSlackKiB=8192  # allocator caches: the heap does not shrink to the byte
+kRssSlackKiB=$((8192 + UROCE_ASAN_QUARANTINE_KIB))  # allocator caches: the heap does not shrink to the byte
 fail() {
   echo "FAIL: $*" >&2
   exit 1

@@ -44,6 +44,13 @@ fi
 # Seconds that the engine commands below may take at most.
 UROCE_CMD_TIMEOUT=30
 
+# Resident memory an ASan-built engine (tests/sanitize.sh) holds beyond a
+# plain one: freed memory waits in ASan's quarantine (256 MiB at most) before
+# reuse, so its RSS grows with every free. Tests that bound an engine's RSS
+# growth add it; leaks there are LeakSanitizer's to report when the engine stops.
+UROCE_ASAN_QUARANTINE_KIB=0
+[[ ${UROCE_SANITIZE:-} != *address* ]] || UROCE_ASAN_QUARANTINE_KIB=262144
+
 UROCE_TEST_DIR="$(mktemp -d "${UROCE_TEST_TMP:-/tmp}/uroce-test.XXXXXX")"
 export UROCE_RUNTIME_DIR="$UROCE_TEST_DIR/run"
 UROCE_LOG_DIR="$UROCE_TEST_DIR/logs"

@@ -1,6 +1,11 @@
 // Verbs semantics: error completions and error returns as a real RC NIC and
 // rdma-core give them (IBA chapters 9.9 and 10.8, rdma-core man pages).
+#include <fcntl.h>
+
 #include <algorithm>
+#include <chrono>
+#include <future>
+#include <thread>
 
 #include "tests/integration/verbs_fixture.h"
 
@@ -236,6 +241,64 @@ TEST_F(Errors, ResponderOfBadRkeyWriteGetsQpAccessErrEvent) {
       << "no IBV_EVENT_QP_ACCESS_ERR at the responder (last event seen: "
       << (int(ev.event_type) < 0 ? "none" : ibv_event_type_str(ev.event_type)) << ")";
   EXPECT_EQ(ev.element.qp, p.b.qp);
+}
+
+// libibverbs' contract (man ibv_get_async_event): ibv_destroy_qp waits until
+// every event returned for the QP is acknowledged, so that an ack from
+// another thread (UCX's async thread) never reaches a freed QP (it did:
+// heap-use-after-free under tests/sanitize.sh, ucx_perftest); and an event
+// still unread when its QP is destroyed is dropped, never returned with the
+// freed QP in it.
+TEST_F(Errors, DestroyQpWaitsForTheAckOfItsEventAndDropsAnUnreadOne) {
+  for (bool read_first : {true, false}) {
+    SCOPED_TRACE(read_first ? "event read, ack pending" : "event unread");
+    Pair p = make_pair();
+    ASSERT_FALSE(HasFailure());
+    ibv_mr* local = reg_buffer(256, IBV_ACCESS_LOCAL_WRITE, 1);
+    ibv_mr* remote = reg_buffer(256, kRw, 0);
+    ASSERT_TRUE(local && remote);
+    ibv_sge s = sge_of(local, 0, 64);
+    ASSERT_EQ(post_send(p.a.qp, 7, IBV_WR_RDMA_WRITE, &s, 1, IBV_SEND_SIGNALED, addr_of(remote),
+                        wrong_key(remote->rkey)),
+              0);
+    ibv_wc wc;
+    VT_POLL_ONE(p.a.cq, &wc);
+    ASSERT_EQ(wc.status, IBV_WC_REM_ACCESS_ERR) << describe(wc);
+    ASSERT_TRUE(fd_readable(ctx_->async_fd, 2000)) << "no async event (QP_ACCESS_ERR)";
+    ibv_async_event ev{};
+    if (read_first) {
+      ASSERT_EQ(ibv_get_async_event(ctx_, &ev), 0);
+      ASSERT_EQ(ev.event_type, IBV_EVENT_QP_ACCESS_ERR);
+      ASSERT_EQ(ev.element.qp, p.b.qp);
+    }
+    forget(p.b.qp);
+    std::promise<int> destroyed;
+    std::future<int> done = destroyed.get_future();
+    std::thread destroyer([&] { destroyed.set_value(ibv_destroy_qp(p.b.qp)); });
+    if (read_first) {
+      EXPECT_EQ(done.wait_for(std::chrono::milliseconds(300)), std::future_status::timeout)
+          << "ibv_destroy_qp returned before the QP's event was acknowledged";
+      ibv_ack_async_event(&ev);
+    }
+    const bool returned = done.wait_for(std::chrono::duration<double>(kWaitSeconds)) == std::future_status::ready;
+    if (!returned && read_first) ibv_ack_async_event(&ev);
+    destroyer.join();
+    ASSERT_TRUE(returned) << "ibv_destroy_qp did not return";
+    EXPECT_EQ(done.get(), 0);
+    if (!read_first) {
+      // The record was in the async fd: read now, it is dropped (nothing else is pending).
+      const int flags = fcntl(ctx_->async_fd, F_GETFL);
+      ASSERT_EQ(fcntl(ctx_->async_fd, F_SETFL, flags | O_NONBLOCK), 0);
+      errno = 0;
+      const int rc = ibv_get_async_event(ctx_, &ev);
+      const int err = errno;
+      fcntl(ctx_->async_fd, F_SETFL, flags);
+      if (rc == 0) ibv_ack_async_event(&ev);
+      EXPECT_EQ(rc, -1) << "an event of the destroyed QP was returned ("
+                        << ibv_event_type_str(ev.event_type) << ")";
+      EXPECT_EQ(err, EAGAIN);
+    }
+  }
 }
 
 TEST_F(Errors, ReceiveSgeWithoutLocalWriteIsLocProtErrAndRemOpErr) {

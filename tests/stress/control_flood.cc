@@ -38,8 +38,8 @@
 #include <thread>
 #include <vector>
 
+#include "tests/integration/control_wire.h"
 #include "uroce/abi.h"
-#include "uroce/runtime_dir.h"
 
 namespace abi = uroce::abi;
 using abi::CtlOp;
@@ -53,67 +53,17 @@ std::string g_device;
   std::exit(1);
 }
 
-int connect_engine() {
-  const int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-  if (fd < 0) fail("socket");
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  const std::string path = uroce::engine_socket_path(uroce::runtime_dir(), g_device);
-  std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    close(fd);
-    return -1;
-  }
-  return fd;
-}
+int connect_engine() { return uroce::test::connect_engine(g_device); }
 
-// Sends one request; false if the engine is gone from this socket.
-bool send_request(int fd, CtlOp op, const void* body, size_t len, const std::vector<int>& fds, int flags = 0) {
-  alignas(8) uint8_t buf[abi::kMaxCtlMsg];
-  abi::CtlRequestHeader hdr{uint32_t(op), uint32_t(len)};
-  std::memcpy(buf, &hdr, sizeof(hdr));
-  if (len) std::memcpy(buf + sizeof(hdr), body, len);
-  iovec iov{buf, sizeof(hdr) + len};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  alignas(cmsghdr) char cbuf[CMSG_SPACE(sizeof(int) * abi::kMaxCtlFds)];
-  if (!fds.empty()) {
-    msg.msg_control = cbuf;
-    msg.msg_controllen = CMSG_SPACE(sizeof(int) * fds.size());
-    cmsghdr* c = CMSG_FIRSTHDR(&msg);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
-    std::memcpy(CMSG_DATA(c), fds.data(), sizeof(int) * fds.size());
-  }
-  return sendmsg(fd, &msg, MSG_NOSIGNAL | flags) >= 0;
-}
+using uroce::test::send_request;
 
 // Reads one reply (status, fds closed); -1 if none within 30 s or the
 // socket was closed.
 int read_reply(int fd) {
-  pollfd pfd{fd, POLLIN, 0};
-  if (poll(&pfd, 1, 30000) != 1) return -1;
-  alignas(8) uint8_t buf[abi::kMaxCtlMsg];
-  alignas(cmsghdr) char cbuf[CMSG_SPACE(sizeof(int) * abi::kMaxCtlFds)];
-  iovec iov{buf, sizeof(buf)};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = cbuf;
-  msg.msg_controllen = sizeof(cbuf);
-  const ssize_t n = recvmsg(fd, &msg, MSG_CMSG_CLOEXEC);
-  if (n < ssize_t(sizeof(abi::CtlReplyHeader))) return -1;
-  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c))
-    for (size_t i = 0; i < (c->cmsg_len - CMSG_LEN(0)) / sizeof(int); ++i) {
-      int f;
-      std::memcpy(&f, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-      close(f);
-    }
-  abi::CtlReplyHeader rh;
-  std::memcpy(&rh, buf, sizeof(rh));
-  return rh.status;
+  uroce::test::Reply r;
+  if (!uroce::test::read_reply(fd, 30000, &r)) return -1;
+  for (int f : r.fds) close(f);
+  return r.status;
 }
 
 // Hello as the provider says it; true if the engine accepted the session.

@@ -45,7 +45,7 @@ for b in verbs_churn control_flood rc_sequence_checker; do
   [[ -x $bin/$b ]] || { echo "soak: $bin/$b is not built"; exit 1; }
 done
 
-kRssSlackKiB=16384  # allocator caches and arenas of a busy engine; a leak of
+kRssSlackKiB=$((16384 + UROCE_ASAN_QUARANTINE_KIB))  # allocator caches and arenas of a busy engine; a leak of
                     # one object per round would pass it within the first minute
 failures=$UROCE_LOG_DIR/failures
 : >"$failures"

@@ -171,6 +171,7 @@ static int run_shm_pingpong(const struct options* o) {
   waitpid(child, NULL, 0);
   double med, p99, min;
   percentiles(rtt, o->iters, &med, &p99, &min);
+  free(rtt);
   printf("{\"mode\": \"shm-pingpong\", \"iters\": %llu, \"rtt_median_us\": %.3f, "
          "\"rtt_p99_us\": %.3f, \"rtt_min_us\": %.3f}\n",
          (unsigned long long)o->iters, med, p99, min);
@@ -275,8 +276,10 @@ static int pingpong_measure(int fd, const struct options* o) {
     if (i >= warm) rtt[i - warm] = b - a;
   }
   close(fd);
+  free(buf);
   double med, p99, min;
   percentiles(rtt, o->iters, &med, &p99, &min);
+  free(rtt);
   printf("{\"mode\": \"tcp-pingpong\", \"size\": %llu, \"iters\": %llu, \"rtt_median_us\": %.3f, "
          "\"rtt_p99_us\": %.3f, \"rtt_min_us\": %.3f}\n",
          (unsigned long long)o->size, (unsigned long long)o->iters, med, p99, min);
@@ -290,6 +293,7 @@ static void stream_send(int fd, const struct options* o) {
   signal(SIGPIPE, SIG_IGN);
   while (write_full(fd, buf, o->size) == 0) {
   }
+  free(buf);
   close(fd);
 }
 
@@ -309,6 +313,7 @@ static int stream_receive(int fd, const struct options* o) {
     bytes += (uint64_t)r;
   }
   const double secs = (now_ns() - t0) / 1e9;
+  free(buf);
   close(fd);
   printf("{\"mode\": \"tcp-stream\", \"size\": %llu, \"seconds\": %.3f, \"bytes_per_s\": %.0f, "
          "\"msgs_per_s\": %.0f}\n",
