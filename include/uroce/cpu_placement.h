@@ -14,14 +14,21 @@
 #pragma once
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <sched.h>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
-#include <set>
+#include <map>
+#include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 namespace uroce {
@@ -90,9 +97,8 @@ inline bool is_live_engine(int pid) {
   return state != 'Z' && state != 'X';
 }
 
-// CPUs that running engines (processes named uroced, in any runtime
-// directory or network namespace of this PID namespace) are pinned to.
-// Calls fn(pid) for every process; stops when fn returns false.
+// Calls fn(pid) for every process of this PID namespace; stops when fn
+// returns false.
 template <typename Fn>
 void for_each_process(Fn fn) {
   DIR* d = opendir("/proc");
@@ -104,12 +110,39 @@ void for_each_process(Fn fn) {
   closedir(d);
 }
 
-inline std::multiset<int> engine_pinned_cpus(int except_pid = 0) {
-  std::multiset<int> out;
+// When a process started, in clock ticks since boot (/proc/PID/stat field
+// 22); 0 if unknown.
+inline unsigned long long process_start_ticks(int pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat;
+  std::getline(f, stat);
+  const size_t close = stat.rfind(')');
+  if (close == std::string::npos) return 0;
+  std::istringstream rest(stat.substr(close + 1));
+  std::string field;
+  for (int i = 3; i <= 22 && rest >> field; ++i)
+    if (i == 22) return std::strtoull(field.c_str(), nullptr, 10);
+  return 0;
+}
+
+// The engines pinned to one CPU: how many, and when the youngest of them
+// started (process_start_ticks).
+struct CpuEngines {
+  size_t count = 0;
+  unsigned long long youngest_start = 0;
+};
+
+// Running engines (processes named uroced, in any runtime directory or
+// network namespace of this PID namespace) pinned to a single CPU, by CPU.
+inline std::map<int, CpuEngines> engine_pinned_cpus(int except_pid = 0) {
+  std::map<int, CpuEngines> out;
   for_each_process([&](int pid) {
     if (pid == except_pid || !is_live_engine(pid)) return true;
     const std::vector<int> cpus = process_cpus(pid);
-    if (cpus.size() == 1) out.insert(cpus[0]);
+    if (cpus.size() != 1) return true;
+    CpuEngines& e = out[cpus[0]];
+    e.count++;
+    e.youngest_start = std::max(e.youngest_start, process_start_ticks(pid));
     return true;
   });
   return out;
@@ -131,24 +164,71 @@ inline bool pin_current_thread(const std::vector<int>& cpus) {
   return !cpus.empty() && sched_setaffinity(0, sizeof(set), &set) == 0;
 }
 
-// The engine's choice: of the CPUs it may use (at least two, else -1), the
-// one fewest other engines are pinned to; on a tie the highest-numbered
-// (CPU 0 takes most interrupts).
+// The engine's choice, of the CPUs it may use (at least two, else -1): one
+// no other engine is pinned to; else the one whose youngest engine is the
+// oldest, then the one with the fewest engines; on a tie the highest-numbered
+// (CPU 0 takes most interrupts). Engines started together are the ones that
+// run together (the two ends of a two-namespace test, with their own runtime
+// directories, on a machine where older engines sleep): the youngest-first
+// rule parts them whatever older engines are pinned where, and spreads a
+// series of engines round the CPUs. Counting alone put both ends of such a
+// pair on CPU 1 when one older engine sat on CPU 0 (1 against 0, then 1
+// against 1, and the tie went to CPU 1).
 inline int choose_engine_cpu() {
   const std::vector<int> mine = current_cpus();
   if (mine.size() < 2) return -1;
-  const std::multiset<int> taken = engine_pinned_cpus(int(getpid()));
+  const std::map<int, CpuEngines> taken = engine_pinned_cpus(int(getpid()));
+  // Smaller is better: (has engines, youngest start, count, -cpu).
+  auto key = [&](int c) {
+    const auto it = taken.find(c);
+    const CpuEngines e = it == taken.end() ? CpuEngines{} : it->second;
+    return std::make_tuple(e.count > 0, e.youngest_start, e.count, -c);
+  };
   int best = -1;
-  size_t best_count = 0;
-  for (int c : mine) {
-    const size_t n = taken.count(c);
-    if (best < 0 || n <= best_count) {
-      best = c;
-      best_count = n;
-    }
-  }
+  for (int c : mine)
+    if (best < 0 || key(c) < key(best)) best = c;
   return best;
 }
+
+// Held while an engine chooses its CPU and pins itself to it, so that two
+// engines starting at once do not both choose before either is pinned: an
+// flock on a file every engine of the machine can open (/tmp, mode 0644,
+// whoever made it first). Waits at most about 2 s (a process of another
+// user could hold it for ever), then goes on without it; no lock at all if
+// the file cannot be opened.
+class PlacementLock {
+ public:
+  static constexpr const char* kPath = "/tmp/.uroce-cpu-placement.lock";
+  PlacementLock() {
+    // Open without O_CREAT first: with fs.protected_regular, O_CREAT fails
+    // on another user's file in a sticky directory even when it exists.
+    fd_ = ::open(kPath, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd_ < 0 && errno == ENOENT) {
+      fd_ = ::open(kPath, O_RDONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
+      if (fd_ >= 0) ::fchmod(fd_, 0644);  // whatever the umask
+      else fd_ = ::open(kPath, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);  // lost the race to make it
+    }
+    if (fd_ < 0) return;
+    for (int i = 0; i < 200; ++i) {
+      if (::flock(fd_, LOCK_EX | LOCK_NB) == 0) {
+        locked_ = true;
+        return;
+      }
+      if (errno != EWOULDBLOCK && errno != EINTR) break;
+      ::usleep(10'000);
+    }
+  }
+  ~PlacementLock() {
+    if (fd_ >= 0) ::close(fd_);  // releases the lock
+  }
+  PlacementLock(const PlacementLock&) = delete;
+  PlacementLock& operator=(const PlacementLock&) = delete;
+  bool locked() const { return locked_; }
+
+ private:
+  int fd_ = -1;
+  bool locked_ = false;
+};
 
 // Whether a process of another session is pinned to exactly `cpus`: a
 // command that `uroce run` placed there from another terminal.
