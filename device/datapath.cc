@@ -188,7 +188,9 @@ std::string Device::stats_text() const {
     UROCE_ARP_COUNTERS(UROCE_ARP_LINE)
 #undef UROCE_ARP_LINE
   }
-  os << "  packet_buffers " << pool_.allocated() << "    # frame buffers allocated\n";
+  os << "  packet_buffers " << pool_.allocated()
+     << "    # frame buffers allocated (the pool keeps its high-water mark)\n";
+  os << "  packet_buffers_in_use " << pool_.in_use() << "    # frame buffers out of the pool\n";
   os << "  delay_drop_timeout_us " << delay_drop_timeout_ns_ / 1000
      << "    # how long a delay-drop WQ holds a frame with no receive posted\n";
   steering_.for_each([&](uint32_t handle, const Flow& f) {

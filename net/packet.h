@@ -65,6 +65,10 @@ class PacketPool {
     free_.push_back(p);
   }
   size_t allocated() const { return all_.size(); }
+  // Buffers out of the pool: frames queued (loopback, fault injector delay,
+  // responses, delay drop) or held by the datapath. An idle device with no
+  // QP holds none; more, at rest, would be buffers lost (never put back).
+  size_t in_use() const { return all_.size() - free_.size(); }
 
  private:
   std::vector<std::unique_ptr<Packet>> all_;
