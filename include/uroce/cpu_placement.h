@@ -28,7 +28,6 @@
 #include <map>
 #include <sstream>
 #include <string>
-#include <tuple>
 #include <vector>
 
 namespace uroce {
@@ -164,30 +163,39 @@ inline bool pin_current_thread(const std::vector<int>& cpus) {
   return !cpus.empty() && sched_setaffinity(0, sizeof(set), &set) == 0;
 }
 
-// The engine's choice, of the CPUs it may use (at least two, else -1): one
-// no other engine is pinned to; else the one whose youngest engine is the
-// oldest, then the one with the fewest engines; on a tie the highest-numbered
-// (CPU 0 takes most interrupts). Engines started together are the ones that
-// run together (the two ends of a two-namespace test, with their own runtime
-// directories, on a machine where older engines sleep): the youngest-first
-// rule parts them whatever older engines are pinned where, and spreads a
-// series of engines round the CPUs. Counting alone put both ends of such a
-// pair on CPU 1 when one older engine sat on CPU 0 (1 against 0, then 1
-// against 1, and the tie went to CPU 1).
+// The engine's choice, of the CPUs it may use (at least two, else -1).
+// Clients' polling threads leave their engine's CPU
+// (verbs_provider/placement.cc), so at least one CPU should stay free of
+// engines for them: a client spinning on another engine's CPU makes every
+// hop through that engine wait for a time slice. So an engine takes a CPU
+// no engine is pinned to only while that leaves another such CPU (the
+// highest-numbered: CPU 0 takes most interrupts); else it shares the CPU of
+// the youngest engine, the one most likely started with it to talk to it
+// (the two ends of a two-namespace test). On two CPUs two engines thus poll
+// on one CPU and their clients on the other. Measured on the 2-core VM, two
+// engines over a veth, load 8 to 10: engines on CPUs 1 and 0 (clients each
+// on the other engine's CPU), ib_send_lat -n 2000 did not finish in 60 s
+// (twice), ib_write_bw 194 and 211 MB/s, ibv_rc_pingpong with drop=0.04 2
+// of 6 (9 RETRY_EXC_ERR); both on CPU 1, ib_send_lat 600 us average (178
+// typical), ib_write_bw 330 MB/s, ibv_rc_pingpong 4 of 6.
 inline int choose_engine_cpu() {
   const std::vector<int> mine = current_cpus();
   if (mine.size() < 2) return -1;
   const std::map<int, CpuEngines> taken = engine_pinned_cpus(int(getpid()));
-  // Smaller is better: (has engines, youngest start, count, -cpu).
-  auto key = [&](int c) {
+  std::vector<int> free;
+  int youngest = -1;
+  unsigned long long youngest_start = 0;
+  for (int c : mine) {
     const auto it = taken.find(c);
-    const CpuEngines e = it == taken.end() ? CpuEngines{} : it->second;
-    return std::make_tuple(e.count > 0, e.youngest_start, e.count, -c);
-  };
-  int best = -1;
-  for (int c : mine)
-    if (best < 0 || key(c) < key(best)) best = c;
-  return best;
+    if (it == taken.end()) {
+      free.push_back(c);
+    } else if (youngest < 0 || it->second.youngest_start >= youngest_start) {
+      youngest = c;
+      youngest_start = it->second.youngest_start;
+    }
+  }
+  if (free.size() >= 2 || youngest < 0) return free.back();
+  return youngest;
 }
 
 // Held while an engine chooses its CPU and pins itself to it, so that two
