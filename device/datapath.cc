@@ -10,7 +10,8 @@
 namespace uroce::device {
 
 net::Packet* Device::new_packet(Qp& qp, uint8_t opcode, uint32_t psn, bool ack_req) {
-  net::Packet* p = pool_.get();
+  net::Packet* p = alloc_packet();
+  if (!p) [[unlikely]] return nullptr;  // counted; senders check tx_ready() first
   net::begin_roce_packet(*p, opcode);
   net::Bth* bth = p->bth();
   bth->pkey = kDefaultPkey;
@@ -183,6 +184,7 @@ std::string Device::stats_text() const {
   fault_lines("loopback", loopback_fault_);
   fault_lines("wire", wire_fault_);
   if (wire_) {
+    wire_->refresh_hw_counters();  // the driver's (and af_packet ring's) drops
     os << wire_->stats_text();
 #define UROCE_ARP_LINE(name, desc) os << "  arp_" << #name << " " << arp_.counters().name << "    # " << desc << '\n';
     UROCE_ARP_COUNTERS(UROCE_ARP_LINE)
@@ -190,7 +192,10 @@ std::string Device::stats_text() const {
   }
   os << "  packet_buffers " << pool_.allocated()
      << "    # frame buffers allocated (the pool keeps its high-water mark)\n";
-  os << "  packet_buffers_in_use " << pool_.in_use() << "    # frame buffers out of the pool\n";
+  os << "  packet_buffers_in_use " << pool_.in_use()
+     << "    # frame buffers holding a frame now (queued, held by delay drop or ARP)\n";
+  os << "  packet_buffers_max " << pool_.capacity()
+     << "    # the most frame buffers the engine allocates (no_packet_buffer counts refusals)\n";
   os << "  delay_drop_timeout_us " << delay_drop_timeout_ns_ / 1000
      << "    # how long a delay-drop WQ holds a frame with no receive posted\n";
   steering_.for_each([&](uint32_t handle, const Flow& f) {

@@ -150,11 +150,16 @@ class Device {
   std::string open_wire_port();
   bool has_wire() const { return wire_ != nullptr; }
   // An fd that becomes readable when a frame reaches an af_packet port while
-  // armed, so the engine can sleep; -1 when the port has none.
+  // armed, so the engine can sleep; -1 when the port has none. Armed, it
+  // wakes for the frames the engine serves, or for all while flow rules may
+  // claim any frame.
   int wire_wakeup_fd() const { return wakeup_.fd(); }
-  bool arm_wire_wakeup() { return wakeup_.fd() >= 0 && wakeup_.arm(); }
+  bool arm_wire_wakeup() {
+    using Frames = net::AfPacketWakeup::Frames;
+    return wakeup_.fd() >= 0 && wakeup_.arm(steering_.active() ? Frames::kAll : Frames::kEngines);
+  }
   void disarm_wire_wakeup() {
-    if (wakeup_.fd() >= 0) wakeup_.disarm();
+    if (wakeup_.fd() >= 0) counters_.wire_wakeups += uint64_t(wakeup_.disarm());
   }
   std::string set_fault(PortId port, const net::FaultConfig& config);
   // Writes every frame crossing a port (loopback frames once) to a pcap file.
@@ -244,7 +249,24 @@ class Device {
   // The same for a packet of no client QP (the GSI's): src_qpn spreads flows.
   void route_packet(net::Packet* p, const abi::AddressVector& path, uint32_t src_qpn);
   void free_packet(net::Packet* p) { pool_.put(p); }
-  net::Packet* alloc_packet() { return pool_.get(); }
+  // A buffer, or nullptr when the pool is exhausted (counted: the caller
+  // drops what it would have built).
+  net::Packet* alloc_packet() {
+    net::Packet* p = pool_.get();
+    if (!p) [[unlikely]] ++counters_.no_packet_buffer;
+    return p;
+  }
+  // Whether a sender may build another frame now: the ports have room and
+  // buffers are left (params.h kLoopbackDepth). False is back-pressure: the
+  // work request stays posted and goes on a later poll.
+  bool tx_ready() {
+    if (loopback_.depth() < kLoopbackDepth && pool_.available() > kPoolReserve &&
+        (!wire_ || wire_->tx_pending() < net::DpdkPort::kTxQueue / 2)) [[likely]]
+      return true;
+    ++counters_.tx_backpressure;
+    return false;
+  }
+  const net::PacketPool& packet_pool() const { return pool_; }
   // Raw packet QPs (device/raw_packet.cc): a frame a raw QP sent goes to the
   // rules of this device, then to the engine or the wire.
   void transmit_raw(Qp& qp, net::Packet* p);

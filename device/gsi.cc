@@ -34,7 +34,8 @@ void Device::gsi_receive(const net::Packet& p) {
 }
 
 void Device::gsi_send(const uint8_t* dgid, uint8_t sgid_index, const net::cm::Mad& mad) {
-  net::Packet* p = pool_.get();
+  net::Packet* p = alloc_packet();
+  if (!p) [[unlikely]] return;  // a lost MAD: the CM retransmits
   net::begin_roce_packet(*p, kUdSendOnly);
   net::Bth* bth = p->bth();
   bth->pkey = net::cm::kGsiPkey;

@@ -87,14 +87,16 @@ void Device::send_multicast(net::Packet* p, net::Route& route, const uint8_t* dg
     // IBV_QP_CREATE_BLOCK_SELF_MCAST_LB, rxe always): a copy for the loopback.
     net::Packet* l = p;
     if (wire_) {
-      l = pool_.get();
-      *l = *p;
+      l = alloc_packet();
+      if (l) *l = *p;
     }
-    net::Route r = route;
-    r.vlan = false;
-    l->checksummed = capture_ || loopback_fault_.active();
-    net::finish_roce_packet(*l, r);
-    transmit(l, PortId::kLoopback);
+    if (l) {
+      net::Route r = route;
+      r.vlan = false;
+      l->checksummed = capture_ || loopback_fault_.active();
+      net::finish_roce_packet(*l, r);
+      transmit(l, PortId::kLoopback);
+    }
     if (!wire_) return;
   }
   if (!wire_) {  // nobody to receive it: gone, as on a port with no peer

@@ -138,5 +138,12 @@ constexpr uint32_t kAckEveryPackets = 64;       // AckReq at least this often
 constexpr uint32_t kRxBurst = 32;               // DPDK l3fwd's burst size
 constexpr uint32_t kRequesterBudget = 64;       // packets one QP may send per poll
 constexpr uint32_t kAtomicReplayDepth = 16;     // atomics answered from cache on duplicates
+// Back-pressure (Device::tx_ready): senders (requesters, READ responses, raw
+// QPs) wait while the loopback holds this many frames, while the wire port's
+// TX queue is half full, or while fewer than kPoolReserve packet buffers are
+// left (for what is not held back: ACKs, received frames). A NIC's send
+// queues wait for its ports in the same way; they do not drop.
+constexpr uint32_t kLoopbackDepth = 1024;
+constexpr uint32_t kPoolReserve = 512;
 
 }  // namespace uroce::device

@@ -200,8 +200,9 @@ void Device::send_arp_request(const net::Ipv4Addr& ip) {
     ++counters_.neigh_kernel_asked;
     return;
   }
+  net::Packet* p = alloc_packet();
+  if (!p) [[unlikely]] return;  // the pending entry asks again
   ++counters_.neigh_requests_sent;
-  net::Packet* p = pool_.get();
   net::build_arp_request(*p, config_.mac, config_.ip, ip);
   if (config_.vlan >= 0) net::add_vlan_tag(*p, uint16_t(config_.vlan));
   capture(*p);
@@ -215,8 +216,9 @@ void Device::send_ndp_solicitation(const net::Ipv6Addr& ip) {
     return;
   }
   if (!has_ip6()) return;
+  net::Packet* p = alloc_packet();
+  if (!p) [[unlikely]] return;
   ++counters_.neigh_requests_sent;
-  net::Packet* p = pool_.get();
   net::build_ndp_solicitation(*p, config_.mac, config_.ip6, ip);
   if (config_.vlan >= 0) net::add_vlan_tag(*p, uint16_t(config_.vlan));
   capture(*p);
@@ -236,13 +238,14 @@ bool Device::poll_wire_rx() {
     // engine (it answers for its own address only).
     const bool trapped = steering_.active() && steer_received(*p) != FlowSteering::Steered::kPass;
     if (net::is_arp_frame(*p)) {
-      net::Packet* reply = pool_.get();
-      // Bound to a kernel interface, the kernel answers for the address.
-      if (arp_.handle(*p, config_.mac, config_.ip, now_ns_, kernel_bound_ ? nullptr : reply)) {
+      net::Packet* reply = alloc_packet();
+      // Bound to a kernel interface, the kernel answers for the address
+      // (and without a buffer nobody does: the asker asks again).
+      if (arp_.handle(*p, config_.mac, config_.ip, now_ns_, kernel_bound_ ? nullptr : reply) && reply) {
         if (config_.vlan >= 0) net::add_vlan_tag(*reply, uint16_t(config_.vlan));
         wire_->tx(reply);
       }
-      pool_.put(reply);
+      if (reply) pool_.put(reply);
       // The sender is known now: release what waited for it.
       const auto* arp = reinterpret_cast<const net::ArpHdr*>(p->data + sizeof(net::EthHdr));
       net::Ipv4Addr sender;
@@ -257,12 +260,12 @@ bool Device::poll_wire_rx() {
       continue;
     }
     if (net::is_ndp_frame(*p)) {
-      net::Packet* reply = pool_.get();
+      net::Packet* reply = alloc_packet();
       const net::NdpHandled h = has_ip6() ? ndp_.handle(*p, config_.mac, config_.ip6, now_ns_,
-                                                        kernel_bound_ ? nullptr : reply)
+                                                        kernel_bound_ || !reply ? nullptr : reply)
                                           : net::NdpHandled{};
-      if (h.reply) wire_->tx(reply);
-      pool_.put(reply);
+      if (h.reply && reply) wire_->tx(reply);
+      if (reply) pool_.put(reply);
       if (h.resolved) {
         if (const auto mac = ndp_.lookup(*h.resolved, now_ns_)) {
           ndp_pending_.resolved(*h.resolved, [&](net::Packet* q) {

@@ -33,9 +33,10 @@ bool raw_send_next(Device& dev, Qp& qp) {
   const uint32_t index = qp.sq_next;
   const abi::SendWqe& w = wqe_at(qp, index);
   SendWqeState& st = wqe_state(qp, index);
+  net::Packet* p = dev.alloc_packet();
+  if (!p) [[unlikely]] return false;  // counted; requester_run checked tx_ready() first
   st.started = true;
   const uint32_t len = uint32_t(st.length);
-  net::Packet* p = dev.alloc_packet();
   bool ok = true;
   if (w.flags & IBV_SEND_INLINE)
     std::memcpy(p->data, wqe_inline(qp, index), len);

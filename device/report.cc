@@ -76,7 +76,11 @@ void Device::report(nlohmann::json& out) const {
   fault_counters("loopback", loopback_fault_);
   fault_counters("wire", wire_fault_);
   out["fault"] = faults;
+  out["packet_buffers"] = {{"allocated", pool_.allocated()},
+                           {"in_use", pool_.in_use()},
+                           {"max", pool_.capacity()}};
   if (wire_) {
+    wire_->refresh_hw_counters();
     json w = json::object();
 #define UROCE_REPORT_WIRE(name, desc) w[#name] = wire_->counters().name;
     UROCE_DPDK_PORT_COUNTERS(UROCE_REPORT_WIRE)

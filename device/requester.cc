@@ -114,6 +114,7 @@ bool send_next_packet(Device& dev, Qp& qp) {
     const uint32_t left = uint32_t(st.length - qp.req_offset);
     const uint32_t npsn = std::max<uint32_t>(1, (left + mtu - 1) / mtu);
     net::Packet* p = dev.new_packet(qp, net::make_opcode(tr, kReadRequest), qp.req_psn, true);
+    if (!p) [[unlikely]] return false;
     set_xrc_srqn(qp, w, *p);
     auto* reth = p->hdr<net::Reth>(p->info().reth_off);
     reth->va = w.remote_addr + qp.req_offset;
@@ -127,6 +128,7 @@ bool send_next_packet(Device& dev, Qp& qp) {
   if (w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP || w.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) {
     const uint8_t code = w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP ? kCompareSwap : kFetchAdd;
     net::Packet* p = dev.new_packet(qp, net::make_opcode(tr, code), qp.req_psn, true);
+    if (!p) [[unlikely]] return false;
     set_xrc_srqn(qp, w, *p);
     auto* ae = p->hdr<net::AtomicEth>(p->info().atomiceth_off);
     ae->va = w.remote_addr;
@@ -148,6 +150,7 @@ bool send_next_packet(Device& dev, Qp& qp) {
                        (last || ++qp.packets_since_ack_req >= kAckEveryPackets);
   if (ack_req) qp.packets_since_ack_req = 0;
   net::Packet* p = dev.new_packet(qp, net::make_opcode(tr, code), qp.req_psn, ack_req);
+  if (!p) [[unlikely]] return false;
   const net::OpcodeInfo& info = p->info();
   set_xrc_srqn(qp, w, *p);
   if (info.has(net::kHasReth)) {
@@ -377,6 +380,11 @@ bool requester_run(Device& dev, Qp& qp) {
       return true;
     }
     abi::SendWqe& w = wqe_at(qp, qp.sq_next);
+    // Back-pressure: a port's queue is full or buffers are short. The WQE
+    // waits (a NIC's send queue does not drop what was posted). Before the
+    // checks below, which count a READ or atomic as started.
+    if (!st.is_local && !dev.tx_ready()) break;
+    if (qp.rate_limit_kbps && dev.now_ns() < qp.pace_next_ns) break;  // packet pacing
     if (is_reliable(qp) && qp.req_offset == 0) {
       if (psn_diff(qp.req_psn, qp.comp_psn) >= int32_t(kMaxInflightPackets)) break;
       if (st.is_rd_atomic && qp.rd_atomic_inflight >= std::max<uint32_t>(1, qp.max_rd_atomic)) break;
@@ -384,7 +392,6 @@ bool requester_run(Device& dev, Qp& qp) {
       if ((w.flags & IBV_SEND_FENCE) && qp.rd_atomic_inflight) break;
       if (st.is_rd_atomic) ++qp.rd_atomic_inflight;
     }
-    if (qp.rate_limit_kbps && dev.now_ns() < qp.pace_next_ns) break;  // packet pacing
     work = true;
     if (st.is_local) [[unlikely]] {
       if (!run_local_wqe(dev, qp, w, st)) continue;  // the error branch above completes it in order

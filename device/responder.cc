@@ -52,6 +52,7 @@ uint32_t aeth_word(const Qp& qp, uint8_t syndrome) {
 
 void emit_aeth(Device& dev, Qp& qp, uint8_t opcode, uint32_t psn, uint8_t syndrome) {
   net::Packet* p = dev.new_packet(qp, opcode, psn, false);
+  if (!p) [[unlikely]] return;  // no buffer (counted): lost as on the wire; the requester retries
   p->hdr<net::Aeth>(p->info().aeth_off)->syndrome_msn = aeth_word(qp, syndrome);
   dev.send_packet(qp, p);
 }
@@ -59,6 +60,7 @@ void emit_aeth(Device& dev, Qp& qp, uint8_t opcode, uint32_t psn, uint8_t syndro
 void emit_atomic_ack(Device& dev, Qp& qp, uint32_t psn, uint64_t orig) {
   net::Packet* a =
       dev.new_packet(qp, response_opcode(qp, net::op::kAtomicAck), psn, false);
+  if (!a) [[unlikely]] return;  // as a lost ACK: the requester retries (answered from cache)
   a->hdr<net::Aeth>(a->info().aeth_off)->syndrome_msn =
       aeth_word(qp, net::aeth::kAck | net::aeth::kCreditInvalid);
   a->hdr<net::AtomicAckEth>(a->info().atomicack_off)->orig = orig;
@@ -816,7 +818,10 @@ bool responder_run(Device& dev, Qp& qp) {
     const uint8_t code = r.first && last ? kReadRespOnly : r.first ? kReadRespFirst
                                                          : last    ? kReadRespLast
                                                                    : kReadRespMiddle;
+    // READ data waits while a port's queue is full (back-pressure).
+    if (!dev.tx_ready()) break;
     net::Packet* p = dev.new_packet(qp, response_opcode(qp, code), r.psn, false);
+    if (!p) [[unlikely]] break;
     const OpcodeInfo& info = p->info();
     if (info.has(net::kHasAeth))
       p->hdr<net::Aeth>(info.aeth_off)->syndrome_msn =

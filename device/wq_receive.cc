@@ -103,8 +103,8 @@ void Device::wq_receive(Wq& w, const uint8_t* frame, uint32_t len, bool has_tag,
     place_in_wq(w, frame, len, has_tag, tag);
     return;
   }
-  if ((w.flags & IBV_WQ_FLAGS_DELAY_DROP) && w.held_count < kDelayDropFrames) {
-    net::Packet* p = alloc_packet();
+  net::Packet* p = nullptr;
+  if ((w.flags & IBV_WQ_FLAGS_DELAY_DROP) && w.held_count < kDelayDropFrames && (p = alloc_packet())) {
     std::memcpy(p->data, frame, len);
     p->len = len;
     HeldFrame& h = w.held[(w.held_first + w.held_count++) % kDelayDropFrames];

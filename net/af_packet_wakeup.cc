@@ -10,6 +10,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <iterator>
 
 namespace uroce::net {
 
@@ -37,7 +38,7 @@ std::string AfPacketWakeup::open(const std::string& iface) {
   addr.sll_family = AF_PACKET;
   addr.sll_protocol = htons(ETH_P_ALL);
   addr.sll_ifindex = int(index);
-  if (!set_filter(false)) {
+  if (!set_filter(Filter::kNone)) {
     err = std::string("SO_ATTACH_FILTER: ") + std::strerror(errno);
   } else if (setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small)) != 0) {
     err = std::string("SO_RCVBUF: ") + std::strerror(errno);
@@ -55,18 +56,60 @@ void AfPacketWakeup::close() {
   fd_ = -1;
 }
 
-bool AfPacketWakeup::set_filter(bool accept) {
-  // One BPF instruction: return the snap length (0 drops the frame).
-  sock_filter insn = BPF_STMT(BPF_RET | BPF_K, accept ? 1u : 0u);
-  sock_fprog prog = {1, &insn};
+namespace {
+
+constexpr uint32_t kAccept = 1, kDrop = 0;  // snap lengths: 0 drops the frame
+
+// Classic BPF over the frame from its Ethernet header: 1 for the frames an
+// engine serves (RoCEv2 over IPv4 or IPv6, ARP, IPv6 neighbour discovery),
+// 0 for the rest. Jump offsets count from the next instruction. The kernel
+// moves a frame's VLAN tag to metadata before the filter runs; a second tag
+// left in the data is accepted whole rather than parsed (rare, and a
+// spurious wakeup costs one poll).
+constexpr sock_filter kEngineFrames[] = {
+    BPF_STMT(BPF_LD | BPF_H | BPF_ABS, 12),                 // 0: ethertype
+    BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 0x0800, 5, 0),      // 1: IPv4 -> 7
+    BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 0x86dd, 11, 0),     // 2: IPv6 -> 14
+    BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 0x0806, 18, 0),     // 3: ARP -> 22
+    BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 0x8100, 17, 0),     // 4: 802.1Q -> 22
+    BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 0x88a8, 16, 0),     // 5: 802.1ad -> 22
+    BPF_STMT(BPF_RET | BPF_K, kDrop),                       // 6
+    BPF_STMT(BPF_LD | BPF_B | BPF_ABS, 14 + 9),             // 7: IPv4 protocol
+    BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 17, 0, 14),         // 8: UDP, else -> 23
+    BPF_STMT(BPF_LD | BPF_H | BPF_ABS, 14 + 6),             // 9: flags + fragment offset
+    BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, 0x1fff, 12, 0),    // 10: a later fragment -> 23
+    BPF_STMT(BPF_LDX | BPF_B | BPF_MSH, 14),                // 11: X = IPv4 header length
+    BPF_STMT(BPF_LD | BPF_H | BPF_IND, 14 + 2),             // 12: UDP destination port
+    BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 4791, 8, 9),        // 13: RoCEv2 -> 22, else 23
+    BPF_STMT(BPF_LD | BPF_B | BPF_ABS, 14 + 6),             // 14: IPv6 next header
+    BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 17, 4, 0),          // 15: UDP -> 20
+    BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 58, 0, 6),          // 16: ICMPv6, else -> 23
+    BPF_STMT(BPF_LD | BPF_B | BPF_ABS, 14 + 40),            // 17: ICMPv6 type
+    BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 135, 3, 0),         // 18: neighbour solicitation -> 22
+    BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 136, 2, 3),         // 19: advertisement -> 22, else 23
+    BPF_STMT(BPF_LD | BPF_H | BPF_ABS, 14 + 40 + 2),        // 20: UDP destination port
+    BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 4791, 0, 1),        // 21: RoCEv2 -> 22, else 23
+    BPF_STMT(BPF_RET | BPF_K, kAccept),                     // 22
+    BPF_STMT(BPF_RET | BPF_K, kDrop),                       // 23
+};
+
+}  // namespace
+
+bool AfPacketWakeup::set_filter(Filter f) {
+  sock_filter one = BPF_STMT(BPF_RET | BPF_K, f == Filter::kAll ? kAccept : kDrop);
+  sock_fprog prog = {1, &one};
+  if (f == Filter::kEngines)
+    prog = {uint16_t(std::size(kEngineFrames)), const_cast<sock_filter*>(kEngineFrames)};
   return setsockopt(fd_, SOL_SOCKET, SO_ATTACH_FILTER, &prog, sizeof(prog)) == 0;
 }
 
-bool AfPacketWakeup::arm() { return fd_ >= 0 && set_filter(true); }
+bool AfPacketWakeup::arm(Frames which) {
+  return fd_ >= 0 && set_filter(which == Frames::kAll ? Filter::kAll : Filter::kEngines);
+}
 
 int AfPacketWakeup::disarm() {
   if (fd_ < 0) return 0;
-  set_filter(false);
+  set_filter(Filter::kNone);
   int n = 0;
   char byte;
   while (recv(fd_, &byte, 1, MSG_DONTWAIT | MSG_TRUNC) >= 0) ++n;

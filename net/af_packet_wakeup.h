@@ -6,9 +6,13 @@
 // It is a second AF_PACKET socket on the interface whose BPF filter the
 // engine switches: "drop everything" while awake (the kernel runs a one-
 // instruction filter per frame and queues nothing), "accept 1 byte" while
-// asleep. Use it like the doorbell protocol:
+// asleep. While asleep it accepts only the frames the engine serves (RoCEv2,
+// ARP, ICMPv6 for neighbour discovery, anything VLAN-tagged) unless raw
+// packet QPs have flows (then every frame): an engine bound to a busy kernel
+// interface (--netdev) is not woken by the kernel's own traffic. Use it like
+// the doorbell protocol:
 //
-//   wakeup.arm();                       // 1. frames from now on wake us
+//   wakeup.arm(which);                  // 1. frames from now on wake us
 //   if (!poll_port_once()) wait(fd);    // 2. poll once more, then block
 //   wakeup.disarm();                    // 3. back to polling
 //
@@ -16,6 +20,7 @@
 // makes the fd readable. Control path: each call is a system call or two.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 namespace uroce::net {
@@ -35,15 +40,18 @@ class AfPacketWakeup {
   // Readable (POLLIN) while armed and a frame has arrived.
   int fd() const { return fd_; }
 
+  // Which frames wake the engine.
+  enum class Frames : uint8_t { kEngines, kAll };
   // Frames received from now on make fd() readable. Returns false if the
   // filter could not be switched (then do not block on fd()).
-  bool arm();
+  bool arm(Frames which = Frames::kEngines);
   // Stops queueing frames and drains what was queued. Returns the number of
   // frames drained (a wakeup count, for statistics).
   int disarm();
 
  private:
-  bool set_filter(bool accept);
+  enum class Filter : uint8_t { kNone, kEngines, kAll };
+  bool set_filter(Filter f);
   int fd_ = -1;
 };
 

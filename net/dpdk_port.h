@@ -56,11 +56,14 @@ struct DpdkPortConfig {
   X(rx_oversize, "received frames dropped: longer than a packet buffer (kFrameCapacity)")    \
   X(tx_frames, "frames the driver accepted for transmission")                                 \
   X(tx_bytes, "bytes of the frames transmitted")                                              \
-  X(tx_ring_full, "frames dropped: the TX ring stayed full through the flush retries")        \
+  X(rx_no_buffer, "received frames dropped: every packet buffer of the engine in use")       \
+  X(tx_ring_full, "frames dropped: the TX queue was full (senders wait before it is; ACKs and\
+ replies do not)")                                                                           \
   X(tx_no_mbuf, "frames dropped: the mbuf pool was empty")                                    \
   X(tx_oversize, "frames dropped: longer than an mbuf's data room")                           \
   X(tx_port_closed, "frames dropped: the port is not open")                                   \
-  X(rx_missed, "driver: frames the NIC dropped for want of RX descriptors (imissed)")         \
+  X(rx_missed, "frames dropped for want of RX descriptors: the NIC's imissed, or the af_packet\
+ ring's drops (PACKET_STATISTICS tp_drops: the engine did not empty it in time)")             \
   X(rx_errors, "driver: erroneous received frames (ierrors)")                                 \
   X(rx_no_mbuf, "driver: RX mbuf allocation failures (rx_nombuf)")                            \
   X(tx_errors, "driver: failed transmissions (oerrors)")
@@ -81,8 +84,11 @@ bool is_pci_spec(const std::string& spec);
 
 class DpdkPort {
  public:
-  static constexpr size_t kBurst = 32;           // RX burst and TX buffer size
-  static constexpr unsigned kTxRetries = 64;     // tx_burst calls before dropping
+  static constexpr size_t kBurst = 32;           // RX burst; TX flushes at this many
+  // Frames the TX queue holds while the driver's ring is full: the device's
+  // senders wait at half of it (Device::tx_ready), so only frames nobody
+  // holds back (ACKs, ARP) can find it full.
+  static constexpr size_t kTxQueue = 512;
   static constexpr uint16_t kJumboMtu = 9000;    // sizing when the MTU is kept
 
   DpdkPort() = default;
@@ -106,12 +112,13 @@ class DpdkPort {
   // from pool (len set, offsets zero) and its mbuf freed. The caller owns
   // the returned packets and returns them to pool.
   size_t rx_burst(Packet** out, size_t max, PacketPool& pool);
-  // Copies p's frame (p->len bytes) into an mbuf and buffers it; a full
-  // buffer (kBurst frames) is flushed. p stays the caller's.
+  // Copies p's frame (p->len bytes) into an mbuf and queues it; kBurst
+  // queued frames are flushed. p stays the caller's. Dropped (tx_ring_full)
+  // only when kTxQueue frames are already waiting for the driver.
   void tx(const Packet* p);
-  // Hands the buffered frames to the driver, retrying kTxRetries times while
-  // its ring is full, then drops the rest (tx_ring_full). Returns the frames
-  // sent. Call once per poll-loop iteration.
+  // Hands the queued frames to the driver; what its full ring refuses stays
+  // queued, in order, for the next flush (back-pressure, not loss). Returns
+  // the frames sent. Call once per poll-loop iteration.
   size_t flush();
   size_t tx_pending() const { return tx_count_; }
 
@@ -142,9 +149,13 @@ class DpdkPort {
   std::array<uint8_t, 6> mac_{};
   std::string device_name_;
   std::string notes_;
-  rte_mbuf* tx_buf_[kBurst] = {};
-  uint32_t tx_len_[kBurst] = {};
+  rte_mbuf* tx_buf_[kTxQueue] = {};
+  uint32_t tx_len_[kTxQueue] = {};
   size_t tx_count_ = 0;
+  // net_af_packet: the PMD's packet socket, whose ring drops (tp_drops) are
+  // the port's rx_missed; -1 otherwise.
+  int af_packet_fd_ = -1;
+  uint64_t af_packet_drops_ = 0;
   DpdkPortCounters counters_;
 };
 

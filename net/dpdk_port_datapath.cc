@@ -46,6 +46,10 @@ size_t DpdkPort::rx_burst(Packet** out, size_t max, PacketPool& pool) {
       continue;
     }
     Packet* p = pool.get();
+    if (!p) [[unlikely]] {
+      ++counters_.rx_no_buffer;
+      continue;
+    }
     copy_from_mbuf(m, p);
     counters_.rx_bytes += p->len;
     out[got++] = p;
@@ -64,6 +68,10 @@ void DpdkPort::tx(const Packet* p) {
     ++counters_.tx_oversize;
     return;
   }
+  if (tx_count_ == kTxQueue && flush() == 0) [[unlikely]] {
+    ++counters_.tx_ring_full;
+    return;
+  }
   rte_mbuf* m = rte_pktmbuf_alloc(pool_);
   if (!m) {
     // The pool may be held by the driver's TX ring: push what we have and
@@ -80,23 +88,28 @@ void DpdkPort::tx(const Packet* p) {
   m->pkt_len = p->len;
   tx_len_[tx_count_] = p->len;
   tx_buf_[tx_count_++] = m;
-  if (tx_count_ == kBurst) flush();
+  if (tx_count_ >= kBurst) flush();
 }
 
 size_t DpdkPort::flush() {
   if (!tx_count_) return 0;
   size_t sent = 0;
-  for (unsigned attempt = 0; attempt < kTxRetries && sent < tx_count_; ++attempt)
-    sent += rte_eth_tx_burst(port_id_, 0, tx_buf_ + sent, uint16_t(tx_count_ - sent));
+  // A few tries while the ring takes something; what it refuses waits.
+  for (unsigned attempt = 0; attempt < 4 && sent < tx_count_; ++attempt) {
+    const uint16_t n = rte_eth_tx_burst(port_id_, 0, tx_buf_ + sent,
+                                        uint16_t(std::min<size_t>(tx_count_ - sent, UINT16_MAX)));
+    if (n == 0) break;
+    sent += n;
+  }
   // Sent mbufs belong to the driver now (af_packet frees them at once): the
   // byte count comes from tx_len_.
   for (size_t i = 0; i < sent; ++i) counters_.tx_bytes += tx_len_[i];
   counters_.tx_frames += sent;
-  if (sent < tx_count_) {
-    rte_pktmbuf_free_bulk(tx_buf_ + sent, unsigned(tx_count_ - sent));
-    counters_.tx_ring_full += tx_count_ - sent;
+  if (sent && sent < tx_count_) {
+    std::memmove(tx_buf_, tx_buf_ + sent, (tx_count_ - sent) * sizeof(tx_buf_[0]));
+    std::memmove(tx_len_, tx_len_ + sent, (tx_count_ - sent) * sizeof(tx_len_[0]));
   }
-  tx_count_ = 0;
+  tx_count_ -= sent;
   return sent;
 }
 

@@ -143,8 +143,7 @@ void FaultInjector::on_tx(Packet* p, uint64_t now_ns, std::vector<Packet*>& out_
   }
   if (chance(config_.corrupt)) corrupt(*p);
   Packet* dup = nullptr;
-  if (chance(config_.duplicate)) {
-    dup = pool.get();
+  if (chance(config_.duplicate) && (dup = pool.get())) {
     std::memcpy(dup, p, offsetof(Packet, data) + p->len);
     ++counters_.duplicated;
   }

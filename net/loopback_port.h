@@ -1,6 +1,8 @@
 // The in-engine loopback port: frames transmitted by one QP are received by
 // another QP of the same engine on the next poll, through the same transport
-// code a wire port uses. Owned by the engine thread.
+// code a wire port uses. Owned by the engine thread. Its queue is unbounded
+// here: the device stops its senders at kLoopbackDepth frames (device/params.h),
+// as a NIC's internal switch back-pressures its send queues.
 #pragma once
 
 #include <cstddef>
@@ -28,6 +30,8 @@ class LoopbackPort {
     return n;
   }
   bool pending() const { return !queue_.empty(); }
+  // Frames waiting to be received.
+  size_t depth() const { return queue_.size(); }
   uint64_t tx_packets() const { return tx_packets_; }
   uint64_t tx_bytes() const { return tx_bytes_; }
   uint64_t rx_packets() const { return rx_packets_; }

@@ -48,11 +48,28 @@ struct Packet {
   const uint8_t* payload() const { return data + payload_off; }
 };
 
-// Recycles frame buffers; the datapath never allocates once warm.
+// Recycles frame buffers; the datapath never allocates once warm. Like a
+// NIC's, the buffers are finite: at most capacity() are ever allocated, and
+// get() returns nullptr while all of them are in use (the caller drops the
+// frame and counts it; exhausted() counts the refusals). Senders look at
+// available() first and wait, so that what a QP posted is not dropped.
 class PacketPool {
  public:
+  // 8192 buffers of ~4.3 KiB: 36 MiB at most. A working engine holds a few
+  // hundred at once (the loopback's queue, frames delay drop holds, frames
+  // waiting for ARP); more only if something stopped returning them.
+  static constexpr size_t kDefaultCapacity = 8192;
+
+  explicit PacketPool(size_t capacity = kDefaultCapacity) : capacity_(capacity) {}
+  PacketPool(const PacketPool&) = delete;
+  PacketPool& operator=(const PacketPool&) = delete;
+
   Packet* get() {
     if (free_.empty()) {
+      if (all_.size() >= capacity_) [[unlikely]] {
+        ++exhausted_;
+        return nullptr;
+      }
       all_.push_back(std::make_unique<Packet>());
       return all_.back().get();
     }
@@ -65,14 +82,17 @@ class PacketPool {
     free_.push_back(p);
   }
   size_t allocated() const { return all_.size(); }
-  // Buffers out of the pool: frames queued (loopback, fault injector delay,
-  // responses, delay drop) or held by the datapath. An idle device with no
-  // QP holds none; more, at rest, would be buffers lost (never put back).
   size_t in_use() const { return all_.size() - free_.size(); }
+  size_t capacity() const { return capacity_; }
+  // Buffers get() can still hand out.
+  size_t available() const { return capacity_ - in_use(); }
+  uint64_t exhausted() const { return exhausted_; }
 
  private:
+  size_t capacity_;
   std::vector<std::unique_ptr<Packet>> all_;
   std::vector<Packet*> free_;
+  uint64_t exhausted_ = 0;
 };
 
 using Ipv6Addr = std::array<uint8_t, 16>;  // network order; also a GID's 16 bytes

@@ -12,7 +12,8 @@
 #    also see (their counters, after a probe that shows the counter counts);
 #  - an address added to the interface later becomes a GID (with
 #    IBV_EVENT_GID_CHANGE counted) and takes a connection; removed, it goes;
-#  - `uroce run` shows /sys/class/infiniband/<dev>/device/net/<IF>.
+#  - `uroce run` shows /sys/class/infiniband/<dev>/device/net/<IF>;
+#  - the kernel's own traffic does not wake an idle engine.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 for tool in rping ib_send_bw nstat; do
@@ -191,6 +192,22 @@ elif ! grep -q " $extra6 " <<<"$table"; then
   bad "the other added address went too"
 else
   ok "a removed address is no GID any more, the other stays"
+fi
+
+# The kernel's own traffic does not wake a sleeping engine: 200 UDP
+# datagrams (and the ICMP answers) between the kernels cross B's interface
+# while B's engine is idle; only RoCE, ARP and neighbour discovery frames
+# wake it (wire_wakeups, which the RoCE traffic above made count).
+wakeups() { UROCE_RUNTIME_DIR=$run_b "$UROCE_BIN" stats --name hostB | awk '$1 == "wire_wakeups" {print $2}'; }
+sleep 0.5
+woke_before=$(wakeups)
+ip netns exec "$ns_a" bash -c "for i in {1..200}; do echo x >/dev/udp/$kern_b/9; sleep 0.005; done" ||
+  bad "UDP between the kernels"
+woke=$(($(wakeups) - ${woke_before:-0}))
+if ((${woke_before:-0} > 0 && woke < 20)); then
+  ok "200 kernel datagrams woke hostB's idle engine $woke times (RoCE before: $woke_before)"
+else
+  bad "200 kernel datagrams woke hostB's idle engine $woke times (wire_wakeups before: ${woke_before:-none})"
 fi
 
 if ((failures)); then

@@ -262,7 +262,8 @@ class Bench:
 
     # Engine counters whose change a run records (spurious ACK timeouts show up here).
     WATCHED_STATS = ("retransmits", "rx_duplicate", "retry_exceeded", "rx_out_of_seq", "nak_sent",
-                     "rnr_nak_sent", "memory_faults", "packet_buffers")
+                     "rnr_nak_sent", "memory_faults", "packet_buffers", "rx_missed", "raw_rx_no_recv",
+                     "tx_backpressure", "no_packet_buffer")
 
     def engine_stats(self, name, netns=None):
         cmd = self.in_ns(netns, [self.uroce, "stats", "--name", name])
@@ -580,6 +581,8 @@ class Bench:
         common = ["-F", "-s", str(size), "-D", str(seconds)] + list(extra)
         tag = "raw_ethernet_bw-%s-%d" % (dev, size)
         stats_before = self.engine_stats(dev, client_ns)
+        rx_engine = server_dev or dev
+        rx_before = self.engine_stats(rx_engine, server_ns)
         for attempt in range(3):
             port = str(self.next_port())
             sv_cmd = self.in_ns(server_ns, [self.uroce, "run", "--", "raw_ethernet_bw", "-d", server_dev or dev, "-p",
@@ -613,6 +616,10 @@ class Bench:
                 parsed["receiver"] = self.parse_perftest("raw_ethernet_bw", sv_out)
                 parsed["load_average_1min"] = round(os.getloadavg()[0], 2)
                 parsed["engine_counters"] = self.stats_delta(stats_before, self.engine_stats(dev, client_ns))
+                # Where the frames the receiver missed went: its port's RX
+                # ring (rx_missed) or no receive posted (raw_rx_no_recv).
+                parsed["receiver_engine_counters"] = self.stats_delta(
+                    rx_before, self.engine_stats(rx_engine, server_ns))
                 return parsed
             why = "timed out after %d s" % limit if rc in (124, 137) else "exit %d" % rc
             tail = " | ".join(out.strip().splitlines()[-3:])
@@ -883,9 +890,12 @@ class Bench:
                 r = self.raw_ethernet_bw(1504, 2 if self.quick else 4, dev="hostA", server_dev="hostB",
                                          server_ns=ns_b, client_ns=ns_a)
                 th["raw_ethernet_bw"] = [r]
-                self.log("two hosts raw_ethernet_bw %d B frames: %.0f frames/s sent, %s received" % (
-                    r["frame_bytes"], r["msgs_per_s"],
-                    "%.0f frames/s" % r["receiver"]["msgs_per_s"] if r.get("receiver") else "-"))
+                rc = r.get("receiver_engine_counters") or {}
+                self.log("two hosts raw_ethernet_bw %d B frames: %.0f frames/s sent, %s received "
+                         "(receiver's port missed %d frames, %d found no receive posted)" % (
+                             r["frame_bytes"], r["msgs_per_s"],
+                             "%.0f frames/s" % r["receiver"]["msgs_per_s"] if r.get("receiver") else "-",
+                             rc.get("rx_missed", 0), rc.get("raw_rx_no_recv", 0)))
             except BenchError as e:
                 self.error(str(e))
 

@@ -272,6 +272,37 @@ TEST_F(UdTest, NoReceivePostedIsDropped) {
   EXPECT_EQ(B().state, IBV_QPS_RTS);
 }
 
+// Back-pressure: a UD sender sends 64 datagrams a poll and the loopback
+// delivers 32, so a sender with a deep queue outran its receiver and the
+// loopback's queue, a buffer per frame, grew for as long as it sent (74,440
+// buffers, 300 MiB, after a bench). Now the sender waits while the loopback
+// holds kLoopbackDepth frames: nothing it posted is dropped at the port, and
+// the engine holds no more than that many buffers.
+TEST_F(UdTest, SenderWaitsForTheLoopbackAndBuffersStayBounded) {
+  abi::QpCaps caps = default_caps();
+  caps.max_send_wr = 4096;
+  const uint32_t c = create_qp(IBV_QPT_UD, a_scq_, a_rcq_, caps);
+  abi::QpAttr attr = default_attr();
+  attr.qkey = kQkey;
+  connect(c, 0, attr);
+  Qp& sender = *dev_.qp(c);
+  constexpr uint32_t kDatagrams = 3 * kLoopbackDepth;
+  for (uint32_t i = 0; i < kDatagrams; ++i) {
+    abi::SendWqe w = ud_wqe(i, kQkey);
+    w.flags = 0;  // unsignaled: the 64-entry send CQ must not overflow
+    post_send(sender, w, {sge(a(0), 64, a_key_)});
+  }
+  size_t most = 0;
+  for (int i = 0; i < 100000 && dev_.poll(now_); ++i)
+    most = std::max(most, dev_.packet_pool().allocated());
+  // Every datagram left A and reached B, which had no receive posted.
+  EXPECT_EQ(counters().rx_ud_no_recv, kDatagrams);
+  EXPECT_GT(counters().tx_backpressure, 0u);
+  EXPECT_EQ(counters().no_packet_buffer, 0u);
+  EXPECT_LE(most, size_t(kLoopbackDepth) + kRxBurst);
+  EXPECT_EQ(dev_.packet_pool().in_use(), 0u);
+}
+
 TEST_F(UdTest, DatagramOverTheMtuIsLocalLengthError) {
   post_send(A(), ud_wqe(6, kQkey), {sge(a(0), 4097, a_key_)});
   ASSERT_TRUE(run());

@@ -49,9 +49,17 @@ TEST(DpdkPortEalArgs, VdevWithoutHugepages) {
   EXPECT_TRUE(has(args, "256"));
   EXPECT_TRUE(has(args, "--log-level=4"));
   EXPECT_EQ(arg_starting(args, "--lcores=0@(").back(), ')');
-  // af_packet's ring frames are sized for the MTU (one page-multiple frame per block).
+  // af_packet's ring frames are sized for the MTU (one page-multiple frame
+  // per block), and the ring holds 16 MiB of them (512 frames overflowed
+  // while an engine was off its CPU).
   EXPECT_EQ(arg_starting(args, "--vdev="),
-            "--vdev=net_af_packet0,iface=veth0,framesz=9216,blocksz=36864,framecnt=512");
+            "--vdev=net_af_packet0,iface=veth0,framesz=9216,blocksz=36864,framecnt=1820");
+  c.mtu = 1500;
+  EXPECT_EQ(arg_starting(build_eal_args(c, true), "--vdev="),
+            "--vdev=net_af_packet0,iface=veth0,framesz=2048,blocksz=4096,framecnt=8192");
+  c.spec = "net_af_packet0,iface=veth0,framecnt=256";  // given: kept
+  EXPECT_EQ(arg_starting(build_eal_args(c, true), "--vdev="),
+            "--vdev=net_af_packet0,iface=veth0,framecnt=256,framesz=2048,blocksz=4096");
 }
 
 TEST(DpdkPortEalArgs, ExplicitFrameSizeIsKept) {

@@ -8,6 +8,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <vector>
 
 namespace uroce::net {
 namespace {
@@ -404,6 +405,46 @@ TEST(PacketPool, RecyclesBuffers) {
   pool.put(a);
   EXPECT_EQ(pool.get(), a);
   EXPECT_EQ(pool.allocated(), 2u);
+}
+
+// A NIC's buffers are finite: the pool allocates at most its capacity,
+// refuses (and counts) past it, and reuses what comes back, so a long run
+// holds no more buffers than were ever in use at once.
+TEST(PacketPool, CapacityBoundsItAndBuffersAreReused) {
+  PacketPool pool(4);
+  EXPECT_EQ(pool.capacity(), 4u);
+  std::vector<Packet*> held;
+  for (int i = 0; i < 4; ++i) {
+    Packet* p = pool.get();
+    ASSERT_NE(p, nullptr);
+    held.push_back(p);
+  }
+  EXPECT_EQ(pool.available(), 0u);
+  EXPECT_EQ(pool.get(), nullptr);
+  EXPECT_EQ(pool.get(), nullptr);
+  EXPECT_EQ(pool.exhausted(), 2u);
+  EXPECT_EQ(pool.allocated(), 4u);
+  held[2]->steered = true;
+  pool.put(held[2]);
+  EXPECT_EQ(pool.in_use(), 3u);
+  Packet* again = pool.get();
+  EXPECT_EQ(again, held[2]);  // the same buffer, nothing allocated
+  EXPECT_FALSE(again->steered);  // and reset
+  EXPECT_EQ(pool.allocated(), 4u);
+  for (Packet* p : held) pool.put(p);
+  EXPECT_EQ(pool.in_use(), 0u);
+  // A million frames through two buffers at a time: two buffers' worth.
+  PacketPool big;
+  EXPECT_EQ(big.capacity(), PacketPool::kDefaultCapacity);
+  for (int i = 0; i < 1'000'000; ++i) {
+    Packet* a = big.get();
+    Packet* b = big.get();
+    ASSERT_TRUE(a && b);
+    big.put(a);
+    big.put(b);
+  }
+  EXPECT_EQ(big.allocated(), 2u);
+  EXPECT_EQ(big.exhausted(), 0u);
 }
 
 }  // namespace
