@@ -265,6 +265,7 @@ void completer_receive(Device& dev, Qp& qp, net::Packet& p) {
     ++dev.counters_mut().rx_stale_response;
     return;
   }
+  qp.peer_heard = true;
   if (p.info().has(net::kRead) || p.info().has(net::kAtomic))
     on_read_or_atomic_response(dev, qp, p);
   else
@@ -282,13 +283,19 @@ bool completer_timers(Device& dev, Qp& qp) {
     return false;
   }
   // Local ACK timeout (IBA 9.7.6.1.3): retransmit from the oldest unacknowledged PSN.
-  if (qp.retry_left == 0) {
-    ++dev.counters_mut().retry_exceeded;
-    fail_head(dev, qp, IBV_WC_RETRY_EXC_ERR);
-    qp.retrans_deadline_ns = 0;
-    return true;
+  // Before the peer was ever heard from, a retry is free for a while
+  // (kFirstContactGraceNs, device/params.h).
+  if (!qp.peer_heard && qp.first_tx_ns && dev.now_ns() - qp.first_tx_ns < dev.first_contact_grace_ns()) {
+    ++dev.counters_mut().first_contact_retries;
+  } else {
+    if (qp.retry_left == 0) {
+      ++dev.counters_mut().retry_exceeded;
+      fail_head(dev, qp, IBV_WC_RETRY_EXC_ERR);
+      qp.retrans_deadline_ns = 0;
+      return true;
+    }
+    --qp.retry_left;
   }
-  --qp.retry_left;
   rewind_requester(dev, qp, qp.comp_psn);
   qp.comp_rewound = true;  // this retry covers the gap
   qp.retrans_deadline_ns = dev.now_ns() + (4096ull << qp.timeout);

@@ -30,6 +30,7 @@ namespace uroce::device {
   X(rx_duplicate, "RC duplicate requests answered again")                        \
   X(rx_out_of_seq, "RC requests dropped: PSN ahead of expected (NAK sent)")      \
   X(rx_stale_response, "responses dropped: PSN outside the outstanding window")  \
+  X(first_contact_retries, "local ACK timeouts before the peer answered once, not counted against retry_cnt (device/params.h)") \
   X(rnr_nak_sent, "RNR NAKs sent: no receive WQE")                               \
   X(rnr_nak_received, "RNR NAKs received")                                       \
   X(nak_sent, "NAKs sent other than RNR")                                        \

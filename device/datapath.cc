@@ -190,7 +190,8 @@ std::string Device::stats_text() const {
     UROCE_ARP_COUNTERS(UROCE_ARP_LINE)
 #undef UROCE_ARP_LINE
   }
-  os << "  packet_buffers " << pool_.allocated() << "    # frame buffers allocated\n";
+  os << "  packet_buffers " << pool_.allocated()
+     << "    # frame buffers allocated (the pool keeps its high-water mark)\n";
   os << "  packet_buffers_in_use " << pool_.in_use()
      << "    # frame buffers holding a frame now (queued, held by delay drop or ARP)\n";
   os << "  packet_buffers_max " << pool_.capacity()

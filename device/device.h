@@ -144,6 +144,10 @@ class Device {
   int destroy_rwq_ind_table(Owner* o, uint32_t handle);
   Result<uint32_t> create_rss_qp(Owner* o, const abi::CreateRssQpRequest& req);  // returns the QPN
   // Delay drop's timeout (mlx5: 100 ms, the default and the maximum).
+  // kFirstContactGraceNs (device/params.h); 0: none (unit tests of the
+  // retry counter).
+  void set_first_contact_grace_ns(uint64_t ns) { first_contact_grace_ns_ = ns; }
+  uint64_t first_contact_grace_ns() const { return first_contact_grace_ns_; }
   void set_delay_drop_timeout_ns(uint64_t ns) { delay_drop_timeout_ns_ = std::min(ns, kDelayDropTimeoutNs); }
   // Events of a QP reach every process holding a handle on it.
   void post_qp_event(Qp& qp, ibv_event_type type);
@@ -390,6 +394,7 @@ class Device {
   Table<RwqIndTable> ind_tables_;
   std::vector<uint32_t> busy_wqs_;  // in ERR or holding frames: poll() visits them
   uint64_t delay_drop_timeout_ns_ = kDelayDropTimeoutNs;
+  uint64_t first_contact_grace_ns_ = kFirstContactGraceNs;
   size_t qp_count_ = 0;
   // QPs out of RESET: the datapath polls them. A QP in RESET has no work, so
   // thousands of fresh QPs cost the poll loop nothing.

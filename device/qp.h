@@ -157,6 +157,10 @@ struct Qp {
   uint32_t rnr_nak_psn = 0;        // the PSN the last RNR NAK named ...
   bool rnr_nak_valid = false;      // ... until an acknowledgement passes it
   uint64_t retrans_deadline_ns = 0;
+  // First contact (kFirstContactGraceNs): whether a response came since the
+  // send PSN was set, and when the first request after it left.
+  bool peer_heard = false;
+  uint64_t first_tx_ns = 0;
   uint32_t packets_since_ack_req = 0;
   // Raw packet QPs: packet pacing (IBV_QP_RATE_LIMIT). The next frame may
   // leave at pace_next_ns.

@@ -206,6 +206,8 @@ int Device::modify_qp(Owner* o, uint32_t qpn, uint32_t mask, const abi::QpAttr& 
   if (mask & IBV_QP_SQ_PSN) {
     qp->req_psn = qp->comp_psn = qp->req_max_psn = a.sq_psn & 0xffffff;
     qp->acked_valid = qp->comp_rewound = qp->rnr_nak_valid = false;
+    qp->peer_heard = false;
+    qp->first_tx_ns = 0;
   }
   if (mask & IBV_QP_RATE_LIMIT) qp->rate_limit_kbps = a.rate_limit;
   if (mask & IBV_QP_RETRY_CNT) qp->retry_left = qp->retry_cnt;

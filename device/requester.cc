@@ -411,6 +411,7 @@ bool requester_run(Device& dev, Qp& qp) {
   }
   if (work && is_reliable(qp) && !qp.retrans_deadline_ns && qp.timeout)
     qp.retrans_deadline_ns = dev.now_ns() + (4096ull << qp.timeout);
+  if (work && !qp.first_tx_ns) qp.first_tx_ns = dev.now_ns();
   return work;
 }
 

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <string>
 
 #include "emulator/command_line.h"
@@ -63,10 +64,17 @@ int main(int argc, char** argv) {
     uroce::emulator::Engine engine(config);
     engine.start();
     // After start(): DPDK's EAL sets the thread's affinity when it initialises.
-    const int cpu = config.cpu == uroce::emulator::EngineConfig::kCpuAuto ? uroce::choose_engine_cpu()
-                                                                          : config.cpu;
-    if (cpu >= 0 && !uroce::pin_current_thread({cpu}))
-      std::fprintf(stderr, "uroced: cannot pin to CPU %d: %s\n", cpu, std::strerror(errno));
+    // Chosen and pinned under the placement lock: an engine starting at the
+    // same moment sees this one's CPU.
+    const bool auto_cpu = config.cpu == uroce::emulator::EngineConfig::kCpuAuto;
+    std::optional<uroce::PlacementLock> placement;
+    if (auto_cpu) placement.emplace();
+    const int cpu = auto_cpu ? uroce::choose_engine_cpu() : config.cpu;
+    const bool pinned = cpu >= 0 && uroce::pin_current_thread({cpu});
+    const int pin_errno = errno;
+    placement.reset();
+    if (cpu >= 0 && !pinned)
+      std::fprintf(stderr, "uroced: cannot pin to CPU %d: %s\n", cpu, std::strerror(pin_errno));
     else if (cpu >= 0) {
       std::fprintf(stderr, "uroced: polling on CPU %d\n", cpu);
       engine.announce_polling_cpu(cpu);

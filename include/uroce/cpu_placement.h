@@ -14,13 +14,19 @@
 #pragma once
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <sched.h>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
-#include <set>
+#include <map>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -90,9 +96,8 @@ inline bool is_live_engine(int pid) {
   return state != 'Z' && state != 'X';
 }
 
-// CPUs that running engines (processes named uroced, in any runtime
-// directory or network namespace of this PID namespace) are pinned to.
-// Calls fn(pid) for every process; stops when fn returns false.
+// Calls fn(pid) for every process of this PID namespace; stops when fn
+// returns false.
 template <typename Fn>
 void for_each_process(Fn fn) {
   DIR* d = opendir("/proc");
@@ -104,12 +109,39 @@ void for_each_process(Fn fn) {
   closedir(d);
 }
 
-inline std::multiset<int> engine_pinned_cpus(int except_pid = 0) {
-  std::multiset<int> out;
+// When a process started, in clock ticks since boot (/proc/PID/stat field
+// 22); 0 if unknown.
+inline unsigned long long process_start_ticks(int pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat;
+  std::getline(f, stat);
+  const size_t close = stat.rfind(')');
+  if (close == std::string::npos) return 0;
+  std::istringstream rest(stat.substr(close + 1));
+  std::string field;
+  for (int i = 3; i <= 22 && rest >> field; ++i)
+    if (i == 22) return std::strtoull(field.c_str(), nullptr, 10);
+  return 0;
+}
+
+// The engines pinned to one CPU: how many, and when the youngest of them
+// started (process_start_ticks).
+struct CpuEngines {
+  size_t count = 0;
+  unsigned long long youngest_start = 0;
+};
+
+// Running engines (processes named uroced, in any runtime directory or
+// network namespace of this PID namespace) pinned to a single CPU, by CPU.
+inline std::map<int, CpuEngines> engine_pinned_cpus(int except_pid = 0) {
+  std::map<int, CpuEngines> out;
   for_each_process([&](int pid) {
     if (pid == except_pid || !is_live_engine(pid)) return true;
     const std::vector<int> cpus = process_cpus(pid);
-    if (cpus.size() == 1) out.insert(cpus[0]);
+    if (cpus.size() != 1) return true;
+    CpuEngines& e = out[cpus[0]];
+    e.count++;
+    e.youngest_start = std::max(e.youngest_start, process_start_ticks(pid));
     return true;
   });
   return out;
@@ -131,24 +163,80 @@ inline bool pin_current_thread(const std::vector<int>& cpus) {
   return !cpus.empty() && sched_setaffinity(0, sizeof(set), &set) == 0;
 }
 
-// The engine's choice: of the CPUs it may use (at least two, else -1), the
-// one fewest other engines are pinned to; on a tie the highest-numbered
-// (CPU 0 takes most interrupts).
+// The engine's choice, of the CPUs it may use (at least two, else -1).
+// Clients' polling threads leave their engine's CPU
+// (verbs_provider/placement.cc), so at least one CPU should stay free of
+// engines for them: a client spinning on another engine's CPU makes every
+// hop through that engine wait for a time slice. So an engine takes a CPU
+// no engine is pinned to only while that leaves another such CPU (the
+// highest-numbered: CPU 0 takes most interrupts); else it shares the CPU of
+// the youngest engine, the one most likely started with it to talk to it
+// (the two ends of a two-namespace test). On two CPUs two engines thus poll
+// on one CPU and their clients on the other. Measured on the 2-core VM, two
+// engines over a veth, load 8 to 10: engines on CPUs 1 and 0 (clients each
+// on the other engine's CPU), ib_send_lat -n 2000 did not finish in 60 s
+// (twice), ib_write_bw 194 and 211 MB/s, ibv_rc_pingpong with drop=0.04 2
+// of 6 (9 RETRY_EXC_ERR); both on CPU 1, ib_send_lat 600 us average (178
+// typical), ib_write_bw 330 MB/s, ibv_rc_pingpong 4 of 6.
 inline int choose_engine_cpu() {
   const std::vector<int> mine = current_cpus();
   if (mine.size() < 2) return -1;
-  const std::multiset<int> taken = engine_pinned_cpus(int(getpid()));
-  int best = -1;
-  size_t best_count = 0;
+  const std::map<int, CpuEngines> taken = engine_pinned_cpus(int(getpid()));
+  std::vector<int> free;
+  int youngest = -1;
+  unsigned long long youngest_start = 0;
   for (int c : mine) {
-    const size_t n = taken.count(c);
-    if (best < 0 || n <= best_count) {
-      best = c;
-      best_count = n;
+    const auto it = taken.find(c);
+    if (it == taken.end()) {
+      free.push_back(c);
+    } else if (youngest < 0 || it->second.youngest_start >= youngest_start) {
+      youngest = c;
+      youngest_start = it->second.youngest_start;
     }
   }
-  return best;
+  if (free.size() >= 2 || youngest < 0) return free.back();
+  return youngest;
 }
+
+// Held while an engine chooses its CPU and pins itself to it, so that two
+// engines starting at once do not both choose before either is pinned: an
+// flock on a file every engine of the machine can open (/tmp, mode 0644,
+// whoever made it first). Waits at most about 2 s (a process of another
+// user could hold it for ever), then goes on without it; no lock at all if
+// the file cannot be opened.
+class PlacementLock {
+ public:
+  static constexpr const char* kPath = "/tmp/.uroce-cpu-placement.lock";
+  PlacementLock() {
+    // Open without O_CREAT first: with fs.protected_regular, O_CREAT fails
+    // on another user's file in a sticky directory even when it exists.
+    fd_ = ::open(kPath, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd_ < 0 && errno == ENOENT) {
+      fd_ = ::open(kPath, O_RDONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
+      if (fd_ >= 0) ::fchmod(fd_, 0644);  // whatever the umask
+      else fd_ = ::open(kPath, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);  // lost the race to make it
+    }
+    if (fd_ < 0) return;
+    for (int i = 0; i < 200; ++i) {
+      if (::flock(fd_, LOCK_EX | LOCK_NB) == 0) {
+        locked_ = true;
+        return;
+      }
+      if (errno != EWOULDBLOCK && errno != EINTR) break;
+      ::usleep(10'000);
+    }
+  }
+  ~PlacementLock() {
+    if (fd_ >= 0) ::close(fd_);  // releases the lock
+  }
+  PlacementLock(const PlacementLock&) = delete;
+  PlacementLock& operator=(const PlacementLock&) = delete;
+  bool locked() const { return locked_; }
+
+ private:
+  int fd_ = -1;
+  bool locked_ = false;
+};
 
 // Whether a process of another session is pinned to exactly `cpus`: a
 // command that `uroce run` placed there from another terminal.

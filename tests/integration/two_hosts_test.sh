@@ -34,6 +34,28 @@ else
   failures=$((failures + 1))
 fi
 
+# On two CPUs the two engines poll on one CPU together and leave the other
+# to the clients (include/uroce/cpu_placement.h), whatever older engines of
+# the machine are pinned where.
+if (($(nproc) == 2)); then
+  cpus=()
+  for n in hostA hostB; do
+    p=$(cat "$UROCE_RUNTIME_DIR/$n.pid") c=""
+    for ((i = 0; i < 100; i++)); do  # pinned after its socket is up
+      c=$(awk '/^Cpus_allowed_list:/ {print $2}' "/proc/$p/status")
+      [[ $c =~ ^[0-9]+$ ]] && break
+      sleep 0.1
+    done
+    cpus+=("$c")
+  done
+  if [[ ${cpus[0]} =~ ^[0-9]+$ && ${cpus[0]} == "${cpus[1]}" ]]; then
+    echo "ok   both engines on CPU ${cpus[0]}"
+  else
+    echo "FAIL engines on CPUs '${cpus[0]}' and '${cpus[1]}'"
+    failures=$((failures + 1))
+  fi
+fi
+
 # An idle engine on a DPDK port sleeps (woken by its af_packet socket).
 pid_a=$(cat "$UROCE_RUNTIME_DIR/hostA.pid")
 ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }

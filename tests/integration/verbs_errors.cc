@@ -362,12 +362,14 @@ TEST_F(Errors, PeerNotReadyToReceiveEndsInRetryExceeded) {
   connect_qp(qa, qb->qp_num, o);
   ASSERT_FALSE(HasFailure());
   // qb stays in RESET: it drops every packet, nothing is ever acknowledged.
+  // qa never heard from qb: its retries are free for the first 2 s
+  // (kFirstContactGraceNs, device/params.h), then retry_cnt counts.
   ibv_mr* mr = reg_buffer(256, IBV_ACCESS_LOCAL_WRITE, 1);
   ASSERT_NE(mr, nullptr);
   ibv_sge s = sge_of(mr, 0, 16);
   ASSERT_EQ(post_send(qa, 1, IBV_WR_SEND, &s, 1), 0);
   ibv_wc wc;
-  ASSERT_TRUE(poll_one(cq, &wc, 5)) << "a SEND nobody acknowledges must time out";
+  ASSERT_TRUE(poll_one(cq, &wc, 15)) << "a SEND nobody acknowledges must time out";
   EXPECT_EQ(wc.status, IBV_WC_RETRY_EXC_ERR) << describe(wc);
   EXPECT_EQ(qp_state(qa), IBV_QPS_ERR);
 }

@@ -14,7 +14,9 @@ class Wire : public VerbsTest {};
 
 // A peer that does not answer (no host owns the address: ARP fails, every
 // packet is lost) ends in IBV_WC_RETRY_EXC_ERR after about
-// (retry_cnt + 1) x 4.096 us x 2^timeout, not in a hang.
+// (retry_cnt + 1) x 4.096 us x 2^timeout, after the 2 s in which a QP that
+// never heard from its peer retries for free (kFirstContactGraceNs,
+// device/params.h); not in a hang.
 TEST_F(Wire, UnreachablePeerEndsInRetryExceeded) {
   const char* ip = std::getenv("UROCE_TEST_UNREACHABLE_IP");
   if (!ip) GTEST_SKIP() << "set UROCE_TEST_UNREACHABLE_IP (two_hosts_test.sh does)";
@@ -58,12 +60,12 @@ TEST_F(Wire, UnreachablePeerEndsInRetryExceeded) {
   const auto start = std::chrono::steady_clock::now();
   ASSERT_EQ(post_send(qp, 1, IBV_WR_SEND, &s, 1), 0);
   ibv_wc wc;
-  VT_POLL_ONE(cq, &wc);
+  ASSERT_TRUE(poll_one(cq, &wc, 15)) << "no completion within 15 s";
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_EQ(wc.status, IBV_WC_RETRY_EXC_ERR) << describe(wc);
-  // 4 tries x 16.8 ms is about 70 ms; allow for a loaded machine, not a hang.
-  EXPECT_LT(seconds, 3.0);
+  // 2 s, then 4 tries x 16.8 ms; allow for a loaded machine, not a hang.
+  EXPECT_LT(seconds, 8.0);
   EXPECT_GT(seconds, 0.05) << "the retries must take the time the attributes say";
   EXPECT_EQ(qp_state(qp), IBV_QPS_ERR);
 }

@@ -15,10 +15,12 @@
 # Checks: every process of every loop behaved, the engine stayed up, and
 # once all clients are gone the engine holds no object and no session, its
 # open descriptors are those of the baseline and its resident memory is
-# within kRssSlackKiB of it. The baseline is taken after a warm-up of the
-# same load (heap and pools at their working size), so growth over the run
-# is what a leak would show. Figures are printed at the end (README,
-# "Robustness").
+# within kRssSlackKiB of it, and every frame buffer is back in its pool
+# (packet_buffers_in_use 0: none lost). The baseline is taken after a
+# warm-up of the same load (heap and pools at their working size), so growth
+# over the run is what a leak would show; most of what remains is the frame
+# buffer pool (about 4.3 KiB a buffer), which keeps its high-water mark: the
+# figures give it beside the RSS (README, "Robustness").
 #
 #   soak.sh [--minutes M | --seconds S] [--churners N] [--pairs N] [--faults 'drop=.. ..']
 #
@@ -120,7 +122,7 @@ flood_loop() {
 # sampler: the engine's RSS, fds and objects every 2 s, for the figures
 sampler() {
   while [[ ! -e $stop_file ]] && kill -0 "$engine" 2>/dev/null; do
-    echo "$SECONDS $(rss) $(fds) $(report '[.objects.qps, .objects.mrs, (.clients | length)] | @tsv' 2>/dev/null)" \
+    echo "$SECONDS $(rss) $(fds) $(counter packet_buffers) $(counter packet_buffers_in_use) $(report '[.objects.qps, .objects.mrs, (.clients | length)] | @tsv' 2>/dev/null)" \
       >>"$UROCE_LOG_DIR/samples"
     sleep 2
   done
@@ -166,7 +168,7 @@ quiesce() {
 echo "soak: warm-up, ${warmup} s (faults on the loopback: $faults)"
 run_load "$warmup"
 quiesce "after the warm-up"
-base_fds=$(fds) base_rss=$(rss)
+base_fds=$(fds) base_rss=$(rss) base_pool=$(counter packet_buffers)
 : >"$UROCE_LOG_DIR/samples"
 : >"$UROCE_LOG_DIR/traffic.received"
 flooding_before=$(counter clients_flooding) junk_before=$(counter clients_junk)
@@ -175,7 +177,7 @@ echo "soak: baseline after the warm-up: $base_fds fds, RSS $base_rss KiB; now $s
 started=$SECONDS
 run_load "$seconds"
 quiesce "at the end"
-end_fds=$(fds) end_rss=$(rss)
+end_fds=$(fds) end_rss=$(rss) end_pool=$(counter packet_buffers) end_in_use=$(counter packet_buffers_in_use)
 
 # ---- figures ----
 processes=$(cat "$UROCE_LOG_DIR"/churn.*.log | grep -c '^verbs_churn\[' || true)
@@ -190,6 +192,7 @@ messages=$(awk '{ s += $2 } END { print s + 0 }' "$UROCE_LOG_DIR/traffic.receive
 checker_runs=$(wc -l <"$UROCE_LOG_DIR/traffic.received")
 peak_rss=$(awk 'BEGIN { m = 0 } $2 > m { m = $2 } END { print m }' "$UROCE_LOG_DIR/samples")
 peak_fds=$(awk 'BEGIN { m = 0 } $3 > m { m = $3 } END { print m }' "$UROCE_LOG_DIR/samples")
+peak_in_use=$(awk 'BEGIN { m = 0 } $5 > m { m = $5 } END { print m }' "$UROCE_LOG_DIR/samples")
 flooding=$(($(counter clients_flooding) - flooding_before))
 junk=$(($(counter clients_junk) - junk_before))
 bursts=$(grep -c '^burst:' "$UROCE_LOG_DIR/flood.log" || true)
@@ -198,10 +201,12 @@ echo "churn: $processes processes ($killed ended by SIGKILL), $rounds rounds: $q
 echo "traffic: $checker_runs checker runs, $messages RC messages each exactly once, in order, data checked"
 echo "floods: $bursts bursts of 50 sessions, $flooding flooding and $junk junk sessions hung up on"
 echo "engine: fds $base_fds -> $end_fds (peak $peak_fds), RSS $base_rss -> $end_rss KiB (peak $peak_rss KiB)"
+echo "frame buffers: pool $base_pool -> $end_pool (its high-water mark), in use at the end $end_in_use, at most $peak_in_use during the run"
 echo "retransmissions: $(counter retransmits), faults injected: $(uroce stats --name soak0 | awk '$1 ~ /^fault_/ && $2 > 0 { printf "%s=%s ", $1, $2 }')"
 
 ((processes > 0 && checker_runs > 0 && messages > 0)) || fail "the load did not run"
 ((flooding > 0 && junk > 0)) || fail "the floods were not counted (clients_flooding +$flooding, clients_junk +$junk)"
 ((end_fds == base_fds)) || { ls -l "/proc/$engine/fd" >&2; fail "engine fds $end_fds, baseline $base_fds"; }
+((end_in_use == 0)) || fail "$end_in_use frame buffers out of the pool with no QP left (lost)"
 ((end_rss <= base_rss + kRssSlackKiB)) || fail "engine RSS $end_rss KiB, baseline $base_rss KiB (slack $kRssSlackKiB)"
 echo "soak: passed"

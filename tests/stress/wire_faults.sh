@@ -14,9 +14,14 @@
 #                  [--qp-timeout N]
 #
 # LIST of tools, comma-separated: write_bw read_bw send_bw atomic_bw
-# rc_pingpong srq_pingpong xsrq_pingpong sequence sequence_rnr (default: all;
-# sequence_rnr: the checker with 2 receives posted for a window of 32, so
-# RNR NAKs and their retries mix with the faults).
+# rc_pingpong srq_pingpong xsrq_pingpong xsrq_slow_client sequence sequence_rnr
+# (default: all; sequence_rnr: the checker with 2 receives posted for a
+# window of 32, so RNR NAKs and their retries mix with the faults;
+# xsrq_slow_client: ibv_xsrq_pingpong whose client moves its QPs to RTR
+# 1.5 s late, under stress/slow_rtr.c, as a client waiting for a CPU on a
+# loaded machine does: the server's first SENDs find a QP in INIT, which
+# drops them unanswered, beyond the 0.5 s of its 7 retries; it hung until
+# the engine gave a first contact 2 s of free retries, device/params.h).
 # LIST of faults: drop duplicate reorder corrupt delay all (default: all six).
 # --qp-timeout: the checker's local ACK timeout exponent (default 14, 67 ms,
 # as the Debian clients use; 7 retries make a 0.5 s budget, which an engine
@@ -27,7 +32,7 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../integration/lib.sh"
 
 runs=1 limit=60 netem_wanted=1 qp_timeout=14
-tools=write_bw,read_bw,send_bw,atomic_bw,rc_pingpong,srq_pingpong,xsrq_pingpong,sequence,sequence_rnr
+tools=write_bw,read_bw,send_bw,atomic_bw,rc_pingpong,srq_pingpong,xsrq_pingpong,xsrq_slow_client,sequence,sequence_rnr
 faults=drop,duplicate,reorder,corrupt,delay,all
 while (($#)); do
   case $1 in
@@ -60,6 +65,7 @@ fault_settings() {
 netem_settings="netem loss 1% duplicate 1% reorder 10% corrupt 0.1% delay 1ms"
 
 checker="$UROCE_BUILD_DIR/bin/rc_sequence_checker"
+slow_rtr="$UROCE_BUILD_DIR/lib/slow_rtr.so"
 # One run of each tool: the arguments both sides share.
 tool_args() {
   case $1 in
@@ -69,7 +75,7 @@ tool_args() {
     atomic_bw) echo "ib_atomic_bw -x 0 -n 1000" ;;
     rc_pingpong) echo "ibv_rc_pingpong -g 0 -c -s 16384 -n 300" ;;
     srq_pingpong) echo "ibv_srq_pingpong -g 0 -c -s 4096 -n 300" ;;
-    xsrq_pingpong) echo "ibv_xsrq_pingpong -g 0 -n 300" ;;
+    xsrq_pingpong | xsrq_slow_client) echo "ibv_xsrq_pingpong -g 0 -n 300" ;;
     sequence) echo "$checker -g 0 -n 2000 -s 16384 -t $limit -T $qp_timeout" ;;
     sequence_rnr) echo "$checker -g 0 -n 1000 -s 16384 -r 2 -t $limit -T $qp_timeout" ;;
     *) echo "unknown tool $1" >&2; return 1 ;;
@@ -100,15 +106,20 @@ tail_ok() {  # TOOL
 # client (-c 1) and both sides must print "success".
 run_once() {  # TOOL LABEL
   local tool=$1 label=$2
-  local -a args server_extra=()
+  local -a args server_extra=() client_wrap=()
   read -r -a args <<<"$(tool_args "$tool")"
-  [[ $tool == xsrq_pingpong ]] && server_extra=(-c 1)
+  [[ $tool == xsrq_* ]] && server_extra=(-c 1)
+  if [[ $tool == xsrq_slow_client ]]; then
+    # shellcheck disable=SC2016
+    client_wrap=(env "UROCE_SLOW_RTR_MS=1500" "SLOW_RTR_SO=$slow_rtr" bash -c
+                 'LD_PRELOAD="${LD_PRELOAD:+$LD_PRELOAD:}$SLOW_RTR_SO" exec "$@"' slow_rtr)
+  fi
   port=$((port + 1))
   # shellcheck disable=SC2086
   run_pair --label "$label" --delay 1 --forbid "$forbid" "$limit" \
     ip netns exec "$ns_b" "${args[0]}" -d wfB -p "$port" "${server_extra[@]}" "${args[@]:1}" -- \
-    ip netns exec "$ns_a" "${args[0]}" -d wfA -p "$port" "${args[@]:1}" "$kern_b" 2>/dev/null || return 1
-  if [[ $tool == xsrq_pingpong ]]; then
+    ip netns exec "$ns_a" "${client_wrap[@]}" "${args[0]}" -d wfA -p "$port" "${args[@]:1}" "$kern_b" 2>/dev/null || return 1
+  if [[ $tool == xsrq_* ]]; then
     grep -qx success "$RUN_PAIR_SERVER_LOG" && grep -qx success "$RUN_PAIR_CLIENT_LOG"
   fi
 }
@@ -140,7 +151,7 @@ run_tool() {  # FAULT TOOL
 engine_counters() {
   local n
   for n in wfA wfB; do
-    echo "  $n: $(uroce stats --name "$n" | grep -E '^ *(retransmits|retry_exceeded|nak_sent|rx_duplicate|rx_out_of_seq|fault_wire_[a-z]*) ' |
+    echo "  $n: $(uroce stats --name "$n" | grep -E '^ *(retransmits|retry_exceeded|first_contact_retries|rx_bad_state|nak_sent|rx_duplicate|rx_out_of_seq|fault_wire_[a-z]*) ' |
       awk '$2 != 0 {printf "%s=%s ", $1, $2}')"
   done
 }

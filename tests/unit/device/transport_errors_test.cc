@@ -351,6 +351,7 @@ TEST_F(TransportErrorsTest, RnrOnWriteWithImmResumesAtTheLastPacket) {
 // ---- retry on timeout ------------------------------------------------------------
 
 TEST_F(TransportErrorsTest, PeerDestroyedGivesRetryExceededAfterRetryCntTimeouts) {
+  dev_.set_first_contact_grace_ns(0);  // the grace has tests of its own, below
   abi::QpAttr attr_a = default_attr();
   attr_a.retry_cnt = 2;
   attr_a.timeout = 10;  // 4.096 us << 10 = 4.19 ms
@@ -375,6 +376,83 @@ TEST_F(TransportErrorsTest, PeerDestroyedGivesRetryExceededAfterRetryCntTimeouts
   EXPECT_EQ(A().state, IBV_QPS_ERR);
   EXPECT_EQ(counters().retry_exceeded, 1u);
   EXPECT_EQ(dev_.next_deadline_ns(), 0u);
+}
+
+// First contact (kFirstContactGraceNs, device/params.h): a peer whose QP is
+// still in INIT (its process not yet scheduled to move it to RTR) drops the
+// requests without an answer; the requester keeps retransmitting without
+// using up retry_cnt until the grace is over, and the SEND completes once
+// the peer is ready. Without the grace, retry_cnt 2 at 4.19 ms ended it in
+// RETRY_EXC_ERR after 12.6 ms.
+TEST_F(TransportErrorsTest, PeerNotYetReadyWithinTheFirstContactGraceIsWaitedFor) {
+  abi::QpAttr attr_a = default_attr();
+  attr_a.retry_cnt = 2;
+  attr_a.timeout = 10;  // 4.19 ms
+  const uint64_t timeout_ns = 4096ull << 10;
+  a_ = create_qp(IBV_QPT_RC, a_scq_, a_rcq_, default_caps());
+  b_ = create_qp(IBV_QPT_RC, b_scq_, b_rcq_, default_caps());
+  connect(a_, b_, attr_a, /*sq_psn=*/1000, /*rq_psn=*/2000);
+  abi::QpAttr init = default_attr();
+  init.qp_state = IBV_QPS_INIT;
+  ASSERT_EQ(modify(b_, kRcInitMask, init), 0);  // B: INIT, not RTR
+  post_send(A(), wqe(IBV_WR_SEND, 1), {sge(a(0), 64, a_key_)});
+  ASSERT_TRUE(run());
+  // 1 s of timeouts: far past retry_cnt, within the grace.
+  for (int i = 0; i < 238; ++i) ASSERT_TRUE(advance(timeout_ns));
+  EXPECT_TRUE(drain_cq(dev_, a_scq_).empty());
+  EXPECT_EQ(A().state, IBV_QPS_RTS);
+  EXPECT_GE(counters().first_contact_retries, 200u);
+  EXPECT_EQ(counters().retry_exceeded, 0u);
+  EXPECT_GE(counters().rx_bad_state, 200u);
+  // B's process gets its CPU: RTR, RTS, a receive.
+  connect(b_, a_, default_attr(), /*sq_psn=*/2000, /*rq_psn=*/1000);
+  post_recv(B(), 9, {sge(b(0), 64, b_key_)});
+  ASSERT_TRUE(advance(timeout_ns));
+  EXPECT_EQ(one_cqe(a_scq_).status, uint32_t(IBV_WC_SUCCESS));
+  EXPECT_EQ(one_cqe(b_rcq_).byte_len, 64u);
+  EXPECT_EQ(std::memcmp(b(0), a(0), 64), 0);
+}
+
+// A peer that never answers: after the grace, retry_cnt timeouts as usual.
+TEST_F(TransportErrorsTest, FirstContactGraceEndsInRetryExceeded) {
+  abi::QpAttr attr_a = default_attr();
+  attr_a.retry_cnt = 2;
+  attr_a.timeout = 16;  // 268 ms
+  const uint64_t timeout_ns = 4096ull << 16;
+  make_pair(IBV_QPT_RC, attr_a, default_attr());
+  ASSERT_EQ(dev_.destroy_qp(&owner_, b_), 0);
+  post_send(A(), wqe(IBV_WR_SEND, 1), {sge(a(0), 8, a_key_)});
+  ASSERT_TRUE(run());
+  int timeouts = 0;
+  while (drain_cq(dev_, a_scq_).empty() && timeouts < 100) {
+    ASSERT_TRUE(advance(timeout_ns));
+    ++timeouts;
+  }
+  // 7 timeouts within the 2 s grace (the 8th comes at 2.15 s), then 3 more.
+  EXPECT_EQ(timeouts, 7 + 3);
+  EXPECT_EQ(A().state, IBV_QPS_ERR);
+  EXPECT_EQ(counters().retry_exceeded, 1u);
+  EXPECT_EQ(counters().first_contact_retries, 7u);
+}
+
+// A peer heard from once has no grace: a later loss has the retries the
+// attributes give (CompleterTest and the test above).
+TEST_F(TransportErrorsTest, NoFirstContactGraceAfterThePeerAnswered) {
+  abi::QpAttr attr_a = default_attr();
+  attr_a.retry_cnt = 2;
+  attr_a.timeout = 10;
+  const uint64_t timeout_ns = 4096ull << 10;
+  make_pair(IBV_QPT_RC, attr_a, default_attr());
+  post_recv(B(), 1, {sge(b(0), 64, b_key_)});
+  post_send(A(), wqe(IBV_WR_SEND, 1), {sge(a(0), 64, a_key_)});
+  ASSERT_TRUE(run());
+  EXPECT_EQ(one_cqe(a_scq_).status, uint32_t(IBV_WC_SUCCESS));
+  ASSERT_EQ(dev_.destroy_qp(&owner_, b_), 0);
+  post_send(A(), wqe(IBV_WR_SEND, 2), {sge(a(0), 64, a_key_)});
+  ASSERT_TRUE(run());
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(advance(timeout_ns));
+  EXPECT_EQ(one_cqe(a_scq_).status, uint32_t(IBV_WC_RETRY_EXC_ERR));
+  EXPECT_EQ(counters().first_contact_retries, 0u);
 }
 
 TEST_F(TransportErrorsTest, LostRequestIsRetransmittedAfterTheTimeout) {
