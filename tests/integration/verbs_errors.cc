@@ -16,7 +16,21 @@ namespace {
 // 1. Error completions
 // ===========================================================================
 
-class Errors : public VerbsTest {};
+class Errors : public VerbsTest {
+ protected:
+  // An RDMA WRITE from p.a with a wrong R_Key for a fresh MR (*remote);
+  // its completion in *wc. Callers check HasFailure().
+  void write_with_wrong_rkey(const Pair& p, ibv_wc* wc, ibv_mr** remote) {
+    ibv_mr* local = reg_buffer(256, IBV_ACCESS_LOCAL_WRITE, 1);
+    *remote = reg_buffer(256, kRw, 0);
+    ASSERT_TRUE(local && *remote);
+    ibv_sge s = sge_of(local, 0, 64);
+    ASSERT_EQ(post_send(p.a.qp, 7, IBV_WR_RDMA_WRITE, &s, 1, IBV_SEND_SIGNALED, addr_of(*remote),
+                        wrong_key((*remote)->rkey)),
+              0);
+    VT_POLL_ONE(p.a.cq, wc);
+  }
+};
 
 TEST_F(Errors, BadLkeyInSendIsLocProtErrThenQpErrAndFlush) {
   Pair p = make_pair();
@@ -56,15 +70,10 @@ TEST_F(Errors, BadLkeyInSendIsLocProtErrThenQpErrAndFlush) {
 TEST_F(Errors, BadRkeyOnWriteIsRemAccessErr) {
   Pair p = make_pair();
   ASSERT_FALSE(HasFailure());
-  ibv_mr* local = reg_buffer(256, IBV_ACCESS_LOCAL_WRITE, 1);
-  ibv_mr* remote = reg_buffer(256, kRw, 0);
-  ASSERT_TRUE(local && remote);
-  ibv_sge s = sge_of(local, 0, 64);
-  ASSERT_EQ(post_send(p.a.qp, 7, IBV_WR_RDMA_WRITE, &s, 1, IBV_SEND_SIGNALED, addr_of(remote),
-                      wrong_key(remote->rkey)),
-            0);
+  ibv_mr* remote = nullptr;
   ibv_wc wc;
-  VT_POLL_ONE(p.a.cq, &wc);
+  write_with_wrong_rkey(p, &wc, &remote);
+  ASSERT_FALSE(HasFailure());
   EXPECT_EQ(wc.wr_id, 7u);
   EXPECT_EQ(wc.status, IBV_WC_REM_ACCESS_ERR) << describe(wc);
   EXPECT_EQ(qp_state(p.a.qp), IBV_QPS_ERR);
@@ -224,15 +233,10 @@ bool wait_async_event(ibv_context* ctx, ibv_event_type type, ibv_async_event* ou
 TEST_F(Errors, ResponderOfBadRkeyWriteGetsQpAccessErrEvent) {
   Pair p = make_pair();
   ASSERT_FALSE(HasFailure());
-  ibv_mr* local = reg_buffer(256, IBV_ACCESS_LOCAL_WRITE, 1);
-  ibv_mr* remote = reg_buffer(256, kRw, 0);
-  ASSERT_TRUE(local && remote);
-  ibv_sge s = sge_of(local, 0, 64);
-  ASSERT_EQ(post_send(p.a.qp, 7, IBV_WR_RDMA_WRITE, &s, 1, IBV_SEND_SIGNALED, addr_of(remote),
-                      wrong_key(remote->rkey)),
-            0);
+  ibv_mr* remote = nullptr;
   ibv_wc wc;
-  VT_POLL_ONE(p.a.cq, &wc);
+  write_with_wrong_rkey(p, &wc, &remote);
+  ASSERT_FALSE(HasFailure());
   EXPECT_EQ(wc.status, IBV_WC_REM_ACCESS_ERR) << describe(wc);
   EXPECT_EQ(qp_state(p.b.qp), IBV_QPS_ERR) << "class C error: the responder QP errs too";
   ibv_async_event ev{};
@@ -254,15 +258,10 @@ TEST_F(Errors, DestroyQpWaitsForTheAckOfItsEventAndDropsAnUnreadOne) {
     SCOPED_TRACE(read_first ? "event read, ack pending" : "event unread");
     Pair p = make_pair();
     ASSERT_FALSE(HasFailure());
-    ibv_mr* local = reg_buffer(256, IBV_ACCESS_LOCAL_WRITE, 1);
-    ibv_mr* remote = reg_buffer(256, kRw, 0);
-    ASSERT_TRUE(local && remote);
-    ibv_sge s = sge_of(local, 0, 64);
-    ASSERT_EQ(post_send(p.a.qp, 7, IBV_WR_RDMA_WRITE, &s, 1, IBV_SEND_SIGNALED, addr_of(remote),
-                        wrong_key(remote->rkey)),
-              0);
+    ibv_mr* remote = nullptr;
     ibv_wc wc;
-    VT_POLL_ONE(p.a.cq, &wc);
+    write_with_wrong_rkey(p, &wc, &remote);
+    ASSERT_FALSE(HasFailure());
     ASSERT_EQ(wc.status, IBV_WC_REM_ACCESS_ERR) << describe(wc);
     ASSERT_TRUE(fd_readable(ctx_->async_fd, 2000)) << "no async event (QP_ACCESS_ERR)";
     ibv_async_event ev{};
