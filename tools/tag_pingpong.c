@@ -52,16 +52,16 @@
 #include <getopt.h>
 #include <infiniband/tm_types.h>
 #include <infiniband/verbs.h>
-#include <netdb.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <poll.h>
-#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "rc_example_setup.h"
 
 enum {
   kTmh = 16,           /* struct ibv_tmh */
@@ -530,52 +530,6 @@ static void stream_send(struct side* s) {
 
 /* ---- set-up ------------------------------------------------------------- */
 
-static int tcp_connect(const struct options* o) {
-  char port[16];
-  snprintf(port, sizeof(port), "%d", o->port);
-  struct addrinfo hints = {0}, *res, *ai;
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = o->server ? 0 : AI_PASSIVE;
-  if (getaddrinfo(o->server, port, &hints, &res)) die("cannot resolve %s", o->server ? o->server : "*");
-  int fd = -1;
-  for (int attempt = 0; fd < 0 && attempt < 100; ++attempt) {
-    for (ai = res; ai && fd < 0; ai = ai->ai_next) {
-      fd = socket(ai->ai_family, ai->ai_socktype, ai->ai_protocol);
-      if (fd < 0) continue;
-      if (o->server) {
-        if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0) break;
-      } else {
-        int one = 1;
-        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-        if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, 1) == 0) {
-          int c = accept(fd, NULL, NULL);
-          close(fd);
-          fd = c;
-          break;
-        }
-      }
-      close(fd);
-      fd = -1;
-    }
-    if (fd < 0 && o->server) usleep(100 * 1000); /* the server may not listen yet */
-    if (fd < 0 && !o->server) break;
-  }
-  freeaddrinfo(res);
-  if (fd < 0) die("no TCP connection on port %d", o->port);
-  return fd;
-}
-
-static void exchange(int fd, const void* out, void* in, size_t n) {
-  if (write(fd, out, n) != (ssize_t)n) die("TCP write");
-  size_t got = 0;
-  while (got < n) {
-    ssize_t r = read(fd, (char*)in + got, n - got);
-    if (r <= 0) die("TCP read: the peer went away");
-    got += (size_t)r;
-  }
-}
-
 static struct ibv_mr* reg(struct side* s, uint8_t** buf, size_t len, int access) {
   *buf = aligned_alloc(4096, (len + 4095) & ~(size_t)4095);
   if (!*buf) die("out of memory");
@@ -586,19 +540,10 @@ static struct ibv_mr* reg(struct side* s, uint8_t** buf, size_t len, int access)
 }
 
 static void open_device(struct side* s) {
-  int n;
-  struct ibv_device** list = ibv_get_device_list(&n);
-  if (!list || n == 0) die("no RDMA device (run under `uroce run`)");
-  struct ibv_device* dev = NULL;
-  for (int i = 0; i < n && !dev; ++i)
-    if (!s->o.dev || !strcmp(ibv_get_device_name(list[i]), s->o.dev)) dev = list[i];
-  if (!dev) die("no device %s", s->o.dev);
-  s->ctx = ibv_open_device(dev);
-  ibv_free_device_list(list);
-  if (!s->ctx) die("ibv_open_device: %s", strerror(errno));
+  s->ctx = rc_example_open_device(s->o.dev, die);
   struct ibv_device_attr_ex attr;
   if (ibv_query_device_ex(s->ctx, NULL, &attr)) die("ibv_query_device_ex");
-  if (!(attr.tm_caps.flags & IBV_TM_CAP_RC)) die("%s has no tag matching", ibv_get_device_name(dev));
+  if (!(attr.tm_caps.flags & IBV_TM_CAP_RC)) die("%s has no tag matching", ibv_get_device_name(s->ctx->device));
   if ((uint32_t)s->o.window > attr.tm_caps.max_num_tags) die("window above max_num_tags");
   s->rd_atomic = attr.orig_attr.max_qp_rd_atom;
 }
@@ -650,41 +595,21 @@ static void create_objects(struct side* s) {
 }
 
 static void connect_qp(struct side* s, const struct peer* me, const struct peer* them) {
-  struct ibv_qp_attr a = {0};
-  a.qp_state = IBV_QPS_INIT;
-  a.port_num = 1;
-  a.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ;
-  if (ibv_modify_qp(s->qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
-    die("modify to INIT: %s", strerror(errno));
-  memset(&a, 0, sizeof(a));
-  a.qp_state = IBV_QPS_RTR;
-  a.path_mtu = s->o.mtu;
-  a.dest_qp_num = ntohl(them->qpn);
-  a.rq_psn = ntohl(them->psn);
-  /* The device's own rendezvous READs go out on this QP: as many at once as
-   * it allows, as perftest's ib_read_bw asks (its default out_reads). */
-  a.max_dest_rd_atomic = (uint8_t)s->rd_atomic;
-  a.min_rnr_timer = 12;
-  a.ah_attr.is_global = 1;
-  a.ah_attr.port_num = 1;
-  a.ah_attr.grh.hop_limit = 64;
-  a.ah_attr.grh.sgid_index = (uint8_t)s->o.gid_index;
-  memcpy(a.ah_attr.grh.dgid.raw, them->gid, 16);
-  if (ibv_modify_qp(s->qp, &a,
-                    IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                        IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
-    die("modify to RTR: %s", strerror(errno));
-  memset(&a, 0, sizeof(a));
-  a.qp_state = IBV_QPS_RTS;
-  a.sq_psn = ntohl(me->psn);
-  a.timeout = 14;
-  a.retry_cnt = 7;
-  a.rnr_retry = 7;
-  a.max_rd_atomic = (uint8_t)s->rd_atomic;
-  if (ibv_modify_qp(s->qp, &a,
-                    IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
-                        IBV_QP_MAX_QP_RD_ATOMIC))
-    die("modify to RTS: %s", strerror(errno));
+  const struct rc_example_path path = {
+      .access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ,
+      .mtu = s->o.mtu,
+      .dest_qpn = ntohl(them->qpn),
+      .rq_psn = ntohl(them->psn),
+      .sq_psn = ntohl(me->psn),
+      /* The device's own rendezvous READs go out on this QP: as many at once
+       * as it allows, as perftest's ib_read_bw asks (its default out_reads). */
+      .max_dest_rd_atomic = (uint8_t)s->rd_atomic,
+      .max_rd_atomic = (uint8_t)s->rd_atomic,
+      .timeout = 14,
+      .gid_index = (uint8_t)s->o.gid_index,
+      .dgid = them->gid,
+  };
+  rc_example_connect_qp(s->qp, &path, die);
 }
 
 static void usage(void) {
@@ -753,12 +678,12 @@ int main(int argc, char** argv) {
   me.qpn = htonl(s.qp->qp_num);
   me.psn = htonl((uint32_t)lrand48() & 0xffffff);
   memcpy(me.gid, gid.raw, 16);
-  const int fd = tcp_connect(&s.o);
-  exchange(fd, &me, &them, sizeof(me));
+  const int fd = rc_example_tcp_connect(s.o.server, s.o.port, die);
+  rc_example_exchange(fd, &me, &them, sizeof(me), die);
   connect_qp(&s, &me, &them);
   if (s.o.stream) stream_prepare(&s);
   char go = 1, peer_go;
-  exchange(fd, &go, &peer_go, 1); /* both QPs are in RTS, the stream's buffers filled */
+  rc_example_exchange(fd, &go, &peer_go, 1, die); /* both QPs are in RTS, the stream's buffers filled */
 
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -773,7 +698,7 @@ int main(int argc, char** argv) {
     }
   }
   clock_gettime(CLOCK_MONOTONIC, &t1);
-  exchange(fd, &go, &peer_go, 1); /* neither side leaves while the other still works */
+  rc_example_exchange(fd, &go, &peer_go, 1, die); /* neither side leaves while the other still works */
   close(fd);
   const double secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
   if (s.o.stream)

@@ -32,15 +32,15 @@
 #include <getopt.h>
 #include <signal.h>
 #include <infiniband/verbs.h>
-#include <netdb.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "rc_example_setup.h"
 
 enum {
   kCreditSlots = 16,    /* client receives posted for credits */
@@ -328,52 +328,6 @@ static void run_client(struct side* s) {
 
 /* ---- set-up ------------------------------------------------------------- */
 
-static int tcp_connect(const struct options* o) {
-  char port[16];
-  snprintf(port, sizeof(port), "%d", o->port);
-  struct addrinfo hints = {0}, *res, *ai;
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = o->server ? 0 : AI_PASSIVE;
-  if (getaddrinfo(o->server, port, &hints, &res)) fail("cannot resolve %s", o->server ? o->server : "*");
-  int fd = -1;
-  for (int attempt = 0; fd < 0 && attempt < 100; ++attempt) {
-    for (ai = res; ai && fd < 0; ai = ai->ai_next) {
-      fd = socket(ai->ai_family, ai->ai_socktype, ai->ai_protocol);
-      if (fd < 0) continue;
-      if (o->server) {
-        if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0) break;
-      } else {
-        int one = 1;
-        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-        if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, 1) == 0) {
-          const int c = accept(fd, NULL, NULL);
-          close(fd);
-          fd = c;
-          break;
-        }
-      }
-      close(fd);
-      fd = -1;
-    }
-    if (fd < 0 && o->server) usleep(100 * 1000); /* the server may not listen yet */
-    if (fd < 0 && !o->server) break;
-  }
-  freeaddrinfo(res);
-  if (fd < 0) fail("no TCP connection on port %d", o->port);
-  return fd;
-}
-
-static void exchange(int fd, const void* out, void* in, size_t n) {
-  if (write(fd, out, n) != (ssize_t)n) fail("TCP write");
-  size_t got = 0;
-  while (got < n) {
-    const ssize_t r = read(fd, (char*)in + got, n - got);
-    if (r <= 0) fail("TCP read: the peer went away");
-    got += (size_t)r;
-  }
-}
-
 static struct ibv_mr* reg(struct side* s, uint8_t** buf, size_t len) {
   len = (len + 4095) & ~(size_t)4095;
   *buf = aligned_alloc(4096, len);
@@ -385,16 +339,7 @@ static struct ibv_mr* reg(struct side* s, uint8_t** buf, size_t len) {
 }
 
 static void create_objects(struct side* s) {
-  int n;
-  struct ibv_device** list = ibv_get_device_list(&n);
-  if (!list || n == 0) fail("no RDMA device (run under `uroce run`)");
-  struct ibv_device* dev = NULL;
-  for (int i = 0; i < n && !dev; ++i)
-    if (!s->o.dev || !strcmp(ibv_get_device_name(list[i]), s->o.dev)) dev = list[i];
-  if (!dev) fail("no device %s", s->o.dev);
-  s->ctx = ibv_open_device(dev);
-  ibv_free_device_list(list);
-  if (!s->ctx) fail("ibv_open_device: %s", strerror(errno));
+  s->ctx = rc_example_open_device(s->o.dev, fail);
   const int w = s->o.window;
   s->pd = ibv_alloc_pd(s->ctx);
   s->send_cq = ibv_create_cq(s->ctx, w + kCreditSlots + 1, NULL, NULL, 0);
@@ -415,39 +360,19 @@ static void create_objects(struct side* s) {
 }
 
 static void connect_qp(struct side* s, const struct peer* me) {
-  struct ibv_qp_attr a = {0};
-  a.qp_state = IBV_QPS_INIT;
-  a.port_num = 1;
-  a.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
-  if (ibv_modify_qp(s->qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
-    fail("modify to INIT: %s", strerror(errno));
-  memset(&a, 0, sizeof(a));
-  a.qp_state = IBV_QPS_RTR;
-  a.path_mtu = s->o.mtu;
-  a.dest_qp_num = s->them.qpn;
-  a.rq_psn = s->them.psn;
-  a.max_dest_rd_atomic = 1;
-  a.min_rnr_timer = 12;
-  a.ah_attr.is_global = 1;
-  a.ah_attr.port_num = 1;
-  a.ah_attr.grh.hop_limit = 64;
-  a.ah_attr.grh.sgid_index = (uint8_t)s->o.gid_index;
-  memcpy(a.ah_attr.grh.dgid.raw, s->them.gid, 16);
-  if (ibv_modify_qp(s->qp, &a,
-                    IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                        IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
-    fail("modify to RTR: %s", strerror(errno));
-  memset(&a, 0, sizeof(a));
-  a.qp_state = IBV_QPS_RTS;
-  a.sq_psn = me->psn;
-  a.timeout = (uint8_t)s->o.qp_timeout;
-  a.retry_cnt = 7;
-  a.rnr_retry = 7;
-  a.max_rd_atomic = 1;
-  if (ibv_modify_qp(s->qp, &a,
-                    IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
-                        IBV_QP_MAX_QP_RD_ATOMIC))
-    fail("modify to RTS: %s", strerror(errno));
+  const struct rc_example_path path = {
+      .access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE,
+      .mtu = s->o.mtu,
+      .dest_qpn = s->them.qpn,
+      .rq_psn = s->them.psn,
+      .sq_psn = me->psn,
+      .max_dest_rd_atomic = 1,
+      .max_rd_atomic = 1,
+      .timeout = (uint8_t)s->o.qp_timeout,
+      .gid_index = (uint8_t)s->o.gid_index,
+      .dgid = s->them.gid,
+  };
+  rc_example_connect_qp(s->qp, &path, fail);
 }
 
 static void usage(void) {
@@ -514,17 +439,17 @@ int main(int argc, char** argv) {
   me.rkey = s.data_mr->rkey;
   me.addr = (uintptr_t)s.data;
   memcpy(me.gid, gid.raw, 16);
-  const int fd = tcp_connect(&s.o);
-  exchange(fd, &me, &s.them, sizeof(me));
+  const int fd = rc_example_tcp_connect(s.o.server, s.o.port, fail);
+  rc_example_exchange(fd, &me, &s.them, sizeof(me), fail);
   connect_qp(&s, &me);
   char go = 1, peer_go;
-  exchange(fd, &go, &peer_go, 1); /* both QPs are in RTS */
+  rc_example_exchange(fd, &go, &peer_go, 1, fail); /* both QPs are in RTS */
 
   if (s.o.server) run_client(&s);
   else run_server(&s);
   /* Neither side leaves (destroying its QP) before the other has all its
    * completions: the last ACKs must find a live QP. */
-  exchange(fd, &go, &peer_go, 1);
+  rc_example_exchange(fd, &go, &peer_go, 1, fail);
   close(fd);
   printf("%s %llu messages in order, exactly once, data checked (%llu SEND, %llu WRITE_WITH_IMM, %llu bytes; %llu credits)\n",
          s.o.server ? "sent" : "received", (unsigned long long)s.o.messages, (unsigned long long)s.sends,
