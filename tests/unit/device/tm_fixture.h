@@ -24,30 +24,41 @@ class TmFixture : public PairFixture {
   void SetUp() override {
     PairFixture::SetUp();
     tm_cq_ = create_cq();
+    srq_ = create_tm_srq(1, 16);
+    a_ = create_qp(IBV_QPT_RC, a_scq_, a_rcq_);
+    b_ = create_qp_on_srq(srq_);
+    connect(a_, b_, default_attr(), 1000, 2000);
+    connect(b_, a_, default_attr(), 2000, 1000);
+  }
+
+  // A TM-SRQ whose completions go to tm_cq_ (0 if it cannot be made: the
+  // test fails).
+  uint32_t create_tm_srq(uint32_t max_num_tags, uint32_t max_ops) {
     abi::CreateSrqRequest s{};
     s.pd = pd_;
     s.cq = tm_cq_;
     s.srq_type = IBV_SRQT_TM;
     s.max_wr = 16;
     s.max_sge = 1;
-    s.max_num_tags = 1;
-    s.max_ops = 16;
+    s.max_num_tags = max_num_tags;
+    s.max_ops = max_ops;
     auto r = dev_.create_srq(&owner_, s);
-    ASSERT_EQ(r.err, 0);
-    srq_ = r.value;
-    a_ = create_qp(IBV_QPT_RC, a_scq_, a_rcq_);
+    EXPECT_EQ(r.err, 0);
+    return r.value;
+  }
+
+  // An RC QP of B's CQs that receives through `srq`.
+  uint32_t create_qp_on_srq(uint32_t srq) {
     abi::CreateQpRequest q{};
     q.pd = pd_;
     q.send_cq = b_scq_;
     q.recv_cq = b_rcq_;
-    q.srq = srq_;
+    q.srq = srq;
     q.qp_type = IBV_QPT_RC;
     q.caps = default_caps();
-    auto qr = dev_.create_qp(&owner_, q);
-    ASSERT_EQ(qr.err, 0);
-    b_ = qr.value;
-    connect(a_, b_, default_attr(), 1000, 2000);
-    connect(b_, a_, default_attr(), 2000, 1000);
+    auto r = dev_.create_qp(&owner_, q);
+    EXPECT_EQ(r.err, 0);
+    return r.value;
   }
 
   // The provider allocates tag handles (abi::TmOpsHeader): the lowest free one.
@@ -87,7 +98,12 @@ class TmFixture : public PairFixture {
   void send_rndv(uint64_t tag, uint32_t off, uint32_t len, uint32_t rkey, uint32_t app_ctx = 0x5151,
                  bool fin_recv = true) {
     if (fin_recv) post_recv(A(), 900, {sge(a(kFinRecv), 64, a_key_)});
-    uint8_t* h = a(kReqOff);
+    send_rndv_on(A(), 1, kReqOff, tag, off, len, rkey, app_ctx);
+  }
+  // The same request SENT on `qp` (A's side) with its 64 bytes at a(hdr_off).
+  void send_rndv_on(Qp& qp, uint64_t wr_id, uint32_t hdr_off, uint64_t tag, uint32_t off, uint32_t len,
+                    uint32_t rkey, uint32_t app_ctx) {
+    uint8_t* h = a(hdr_off);
     std::memset(h, 0, 64);
     h[0] = IBV_TMH_RNDV;
     store_be(h + 4, app_ctx, 4);
@@ -95,7 +111,7 @@ class TmFixture : public PairFixture {
     store_be(h + 16, a_addr(off), 8);
     store_be(h + 24, rkey, 4);
     store_be(h + 28, len, 4);
-    post_send(A(), wqe(IBV_WR_SEND, 1), {sge(h, 64, a_key_)});
+    post_send(qp, wqe(IBV_WR_SEND, wr_id), {sge(h, 64, a_key_)});
   }
   static void store_be(uint8_t* d, uint64_t v, int n) {
     for (int i = n - 1; i >= 0; --i, v >>= 8) d[i] = uint8_t(v);

@@ -144,36 +144,20 @@ TEST_F(TmRendezvousTest, RendezvousUnderRandomLossAllComplete) {
 // A QP holds at most kTmRndvPerQp rendezvous reads of the device's: past
 // them a matched RNDV is left to software, as one whose buffer is short.
 TEST_F(TmRendezvousTest, PastKTmRndvPerQpReadsARendezvousIsLeftToSoftware) {
-  abi::CreateSrqRequest sr{};
-  sr.pd = pd_;
-  sr.cq = tm_cq_;
-  sr.srq_type = IBV_SRQT_TM;
-  sr.max_wr = 16;
-  sr.max_sge = 1;
-  sr.max_num_tags = 64;
-  sr.max_ops = 128;
-  auto srq2 = dev_.create_srq(&owner_, sr);
-  ASSERT_EQ(srq2.err, 0);
+  const uint32_t srq2 = create_tm_srq(64, 128);
   abi::QpCaps caps = default_caps();
   caps.max_send_wr = 64;
   const uint32_t c = create_qp(IBV_QPT_RC, a_scq_, a_rcq_, caps);
-  abi::CreateQpRequest q{};
-  q.pd = pd_;
-  q.send_cq = b_scq_;
-  q.recv_cq = b_rcq_;
-  q.srq = srq2.value;
-  q.qp_type = IBV_QPT_RC;
-  q.caps = default_caps();
-  auto d = dev_.create_qp(&owner_, q);
-  ASSERT_EQ(d.err, 0);
-  connect(c, d.value, default_attr(), 3000, 4000);
+  const uint32_t d = create_qp_on_srq(srq2);
+  ASSERT_FALSE(HasFailure()) << "the TM-SRQ or the QP on it was not made";
+  connect(c, d, default_attr(), 3000, 4000);
   abi::QpAttr at = default_attr();  // D only to RTR: its requester waits, the reads queue
   at.dest_qp_num = c;
   at.rq_psn = 3000;
   at.qp_state = IBV_QPS_INIT;
-  ASSERT_EQ(modify(d.value, kRcInitMask, at), 0);
+  ASSERT_EQ(modify(d, kRcInitMask, at), 0);
   at.qp_state = IBV_QPS_RTR;
-  ASSERT_EQ(modify(d.value, kRcRtrMask, at), 0);
+  ASSERT_EQ(modify(d, kRcRtrMask, at), 0);
   const uint32_t n = kTmRndvPerQp + 1;
   for (uint32_t i = 0; i < n; ++i) {
     abi::SrqOp op{};
@@ -183,17 +167,10 @@ TEST_F(TmRendezvousTest, PastKTmRndvPerQpReadsARendezvousIsLeftToSoftware) {
     op.mask = ~0ull;
     op.num_sge = 1;
     op.sge = {b_addr(1024 * i), 1024, b_key_};
-    op.handle = free_handle(srq2.value);
+    op.handle = free_handle(srq2);
     uint32_t h;
-    ASSERT_EQ(dev_.post_srq_ops(&owner_, srq2.value, &op, 1, &h).err, 0);
-    uint8_t* hdr = a(40960 + 64 * i);
-    std::memset(hdr, 0, 64);
-    hdr[0] = IBV_TMH_RNDV;
-    store_be(hdr + 8, i, 8);
-    store_be(hdr + 16, a_addr(0), 8);
-    store_be(hdr + 24, a_key_, 4);
-    store_be(hdr + 28, 512, 4);
-    post_send(*dev_.qp(c), wqe(IBV_WR_SEND, i), {sge(hdr, 64, a_key_)});
+    ASSERT_EQ(dev_.post_srq_ops(&owner_, srq2, &op, 1, &h).err, 0);
+    send_rndv_on(*dev_.qp(c), i, 40960 + 64 * i, i, 0, 512, a_key_, 0);
   }
   ASSERT_TRUE(run());
   auto tm = drain_cq(dev_, tm_cq_);
@@ -216,37 +193,21 @@ TEST_F(TmRendezvousTest, PastKTmRndvPerQpReadsARendezvousIsLeftToSoftware) {
 // and one more RNDV is still offloaded (it went to software when FINs and
 // reads shared one count, which a window of 32 tags hit under load).
 TEST_F(TmRendezvousTest, FinsAwaitingTheirAckTakeNoRoomOfTheReads) {
-  abi::CreateSrqRequest sr{};
-  sr.pd = pd_;
-  sr.cq = tm_cq_;
-  sr.srq_type = IBV_SRQT_TM;
-  sr.max_wr = 16;
-  sr.max_sge = 1;
-  sr.max_num_tags = 64;
-  sr.max_ops = 128;
-  auto srq2 = dev_.create_srq(&owner_, sr);
-  ASSERT_EQ(srq2.err, 0);
+  const uint32_t srq2 = create_tm_srq(64, 128);
   abi::QpCaps caps = default_caps();
   caps.max_send_wr = 64;
   caps.max_recv_wr = 64;
   const uint32_t c = create_qp(IBV_QPT_RC, a_scq_, a_rcq_, caps);
-  abi::CreateQpRequest q{};
-  q.pd = pd_;
-  q.send_cq = b_scq_;
-  q.recv_cq = b_rcq_;
-  q.srq = srq2.value;
-  q.qp_type = IBV_QPT_RC;
-  q.caps = default_caps();
-  auto d = dev_.create_qp(&owner_, q);
-  ASSERT_EQ(d.err, 0);
-  connect(c, d.value, default_attr(), 3000, 4000);
+  const uint32_t d = create_qp_on_srq(srq2);
+  ASSERT_FALSE(HasFailure()) << "the TM-SRQ or the QP on it was not made";
+  connect(c, d, default_attr(), 3000, 4000);
   abi::QpAttr at = default_attr();  // D at RTR first: all the reads queue before any runs
   at.dest_qp_num = c;
   at.rq_psn = 3000;
   at.qp_state = IBV_QPS_INIT;
-  ASSERT_EQ(modify(d.value, kRcInitMask, at), 0);
+  ASSERT_EQ(modify(d, kRcInitMask, at), 0);
   at.qp_state = IBV_QPS_RTR;
-  ASSERT_EQ(modify(d.value, kRcRtrMask, at), 0);
+  ASSERT_EQ(modify(d, kRcRtrMask, at), 0);
   auto rndv = [&](uint32_t i) {
     abi::SrqOp op{};
     op.opcode = IBV_WR_TAG_ADD;
@@ -255,18 +216,11 @@ TEST_F(TmRendezvousTest, FinsAwaitingTheirAckTakeNoRoomOfTheReads) {
     op.mask = ~0ull;
     op.num_sge = 1;
     op.sge = {b_addr(1024 * i), 1024, b_key_};
-    op.handle = free_handle(srq2.value);
+    op.handle = free_handle(srq2);
     uint32_t h;
-    ASSERT_EQ(dev_.post_srq_ops(&owner_, srq2.value, &op, 1, &h).err, 0);
+    ASSERT_EQ(dev_.post_srq_ops(&owner_, srq2, &op, 1, &h).err, 0);
     post_recv(*dev_.qp(c), 900 + i, {sge(a(kFinRecv), 64, a_key_)});
-    uint8_t* hdr = a(40960 + 64 * i);
-    std::memset(hdr, 0, 64);
-    hdr[0] = IBV_TMH_RNDV;
-    store_be(hdr + 8, i, 8);
-    store_be(hdr + 16, a_addr(0), 8);
-    store_be(hdr + 24, a_key_, 4);
-    store_be(hdr + 28, 512, 4);
-    post_send(*dev_.qp(c), wqe(IBV_WR_SEND, i), {sge(hdr, 64, a_key_)});
+    send_rndv_on(*dev_.qp(c), i, 40960 + 64 * i, i, 0, 512, a_key_, 0);
   };
   // Every ACK to D is lost (the clock stands, so nothing is retransmitted).
   auto run_without_acks_to_d = [&]() {
@@ -275,7 +229,7 @@ TEST_F(TmRendezvousTest, FinsAwaitingTheirAckTakeNoRoomOfTheReads) {
       bool moved = false;
       for (net::Packet* p : DeviceTestPeer::take_in_flight(dev_)) {
         moved = true;
-        if (p->opcode == 0x11 && p->bth()->qpn() == d.value) DeviceTestPeer::drop(dev_, p);
+        if (p->opcode == 0x11 && p->bth()->qpn() == d) DeviceTestPeer::drop(dev_, p);
         else DeviceTestPeer::requeue(dev_, p);
       }
       if (!work && !moved) return;
@@ -285,9 +239,9 @@ TEST_F(TmRendezvousTest, FinsAwaitingTheirAckTakeNoRoomOfTheReads) {
   run_without_acks_to_d();
   at.qp_state = IBV_QPS_RTS;
   at.sq_psn = 4000;
-  ASSERT_EQ(modify(d.value, kRcRtsMask, at), 0);
+  ASSERT_EQ(modify(d, kRcRtsMask, at), 0);
   run_without_acks_to_d();
-  EXPECT_EQ(dev_.qp(d.value)->sq_internal, kTmRndvPerQp) << "every read done, every FIN unacknowledged";
+  EXPECT_EQ(dev_.qp(d)->sq_internal, kTmRndvPerQp) << "every read done, every FIN unacknowledged";
   rndv(kTmRndvPerQp);
   run_without_acks_to_d();
   EXPECT_EQ(counters().tm_rndv_software, 0u);
@@ -300,7 +254,7 @@ TEST_F(TmRendezvousTest, FinsAwaitingTheirAckTakeNoRoomOfTheReads) {
     data += (e.wc_flags & IBV_WC_TM_DATA_VALID) != 0;
   }
   EXPECT_EQ(data, kTmRndvPerQp + 1);
-  EXPECT_EQ(dev_.qp(d.value)->sq_internal, 0u);
+  EXPECT_EQ(dev_.qp(d)->sq_internal, 0u);
 }
 
 TEST_F(TmRendezvousTest, RendezvousRunsBesideAFullUserSendQueue) {
