@@ -58,7 +58,7 @@ pingpong() {  # LABEL PROGRAM ARGS...
   local label=$1 prog=$2
   shift 2
   port=$((port + 1))
-  run_pair --label "$label" --forbid 'invalid data|[Ff]ailed|[Cc]ouldn.t' 30 \
+  run_pair --label "$label" --listen "$port" --forbid 'invalid data|[Ff]ailed|[Cc]ouldn.t' 30 \
     "$prog" -p "$port" "$@" -- "$prog" -p "$port" "$@" localhost || return 1
   grep -qE 'iters in [0-9.]+ seconds' "$RUN_PAIR_CLIENT_LOG" || { echo "no result line"; return 1; }
 }

@@ -150,15 +150,19 @@ _uroce_describe_rc() {
   esac
 }
 
-# run_pair [--forbid ERE]... [--delay SECONDS] [--label NAME] [--as FUNCTION] \
-#          TIMEOUT SERVER_CMD... -- CLIENT_CMD...
+# run_pair [--forbid ERE]... [--delay SECONDS] [--listen [NETNS:]PORT] [--label NAME] \
+#          [--as FUNCTION] TIMEOUT SERVER_CMD... -- CLIENT_CMD...
 #
 # --as FUNCTION runs both sides through a shell function of the caller that
 # execs its arguments as another user or in another environment (as_nobody).
 #
 # Runs SERVER_CMD in the background under `uroce run`, waits DELAY seconds
 # (default 0.5; retrying the connection is the client's job), then runs
-# CLIENT_CMD under `uroce run`. Each side is limited to TIMEOUT seconds. If the
+# CLIENT_CMD under `uroce run`. With --listen it waits instead until the
+# server listens on TCP port PORT (in network namespace NETNS), up to 30 s:
+# perftest and the ibverbs-utils ping-pongs connect once, and a server that
+# takes more than DELAY to start on a loaded machine failed the pair with
+# "Couldn't connect". Each side is limited to TIMEOUT seconds. If the
 # client fails, the server gets 5 more seconds before it is stopped, since it
 # may be waiting for a client that is gone.
 #
@@ -167,13 +171,31 @@ _uroce_describe_rc() {
 # both outputs and the engine logs are printed to stderr. The outputs are kept
 # in $RUN_PAIR_SERVER_LOG and $RUN_PAIR_CLIENT_LOG for further checks.
 _uroce_pair_count=0
+# Waits up to 30 s while PID lives until TCP port PORT listens in NETNS (or
+# here): [NETNS:]PORT PID.
+_uroce_wait_listen() {
+  local ns="" port=$1 pid=$2 i
+  if [[ $port == *:* ]]; then
+    ns=${port%%:*}
+    port=${port##*:}
+  fi
+  local -a ss=(ss -Hltn "sport = :$port")
+  [[ -n $ns ]] && ss=(ip netns exec "$ns" "${ss[@]}")
+  for ((i = 0; i < 300; i++)); do
+    [[ -n $("${ss[@]}" 2>/dev/null) ]] && return 0
+    kill -0 "$pid" 2>/dev/null || return 1
+    sleep 0.1
+  done
+  return 1
+}
 run_pair() {
   local -a forbid=() server=() client=()
-  local delay=0.5 label="" as=""
+  local delay=0.5 label="" as="" listen=""
   while (($#)); do
     case $1 in
       --forbid) forbid+=("$2"); shift 2 ;;
       --delay) delay=$2; shift 2 ;;
+      --listen) listen=$2; shift 2 ;;
       --label) label=$2; shift 2 ;;
       --as) as=$2; shift 2 ;;
       *) break ;;
@@ -200,7 +222,11 @@ run_pair() {
   $as timeout -k 5 "$limit" "$UROCE_BIN" run -- "${server[@]}" \
     </dev/null >"$RUN_PAIR_SERVER_LOG" 2>&1 &
   local server_pid=$!
-  sleep "$delay"
+  if [[ -n $listen ]]; then
+    _uroce_wait_listen "$listen" "$server_pid" || true  # a server that never listens fails below
+  else
+    sleep "$delay"
+  fi
 
   local client_rc=0 server_rc=0
   $as timeout -k 5 "$limit" "$UROCE_BIN" run -- "${client[@]}" \

@@ -12,7 +12,7 @@ perf() {  # LABEL PROGRAM ARGS...
   local label=$1 prog=$2
   shift 2
   port=$((port + 1))
-  if run_pair --label "$label" --forbid 'Couldn.t|[Ff]ailed|[Ee]rror|Unable' 60 \
+  if run_pair --label "$label" --listen "$port" --forbid 'Couldn.t|[Ff]ailed|[Ee]rror|Unable' 60 \
        "$prog" -d uroce0 -x 0 -p "$port" "$@" -- "$prog" -d uroce0 -x 0 -p "$port" "$@" localhost &&
      grep -qE '^ *[0-9]+ +[0-9]+ +[0-9.]+' "$RUN_PAIR_CLIENT_LOG"; then
     echo "ok   $label: $(grep -E '^ *[0-9]+ +[0-9]+ +[0-9.]+' "$RUN_PAIR_CLIENT_LOG" | tail -1 | tr -s ' ')"

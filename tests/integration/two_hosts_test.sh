@@ -75,7 +75,7 @@ pair() {  # LABEL TIMEOUT PROGRAM ARGS... : server on B, client on A
   shift 3
   port=$((port + 1))
   local dev_flag=(-d)
-  if run_pair --label "$label" --delay 1 \
+  if run_pair --label "$label" --listen "$ns_b:$port" \
        --forbid 'invalid data|[Ff]ailed|[Cc]ouldn.t|[Ee]rror|Unable' "$limit" \
        ip netns exec "$ns_b" "$prog" "${dev_flag[@]}" hostB -p "$port" "$@" -- \
        ip netns exec "$ns_a" "$prog" "${dev_flag[@]}" hostA -p "$port" "$@" "$kern_b"; then
@@ -220,7 +220,7 @@ fault_pair_tail_ok() {
     ! grep -qE 'invalid data|[Cc]ouldn.t|Unable' "$done_log" "$failed_log"
 }
 port=$((port + 1))
-if run_pair --label rc_under_fault_injection --delay 1 \
+if run_pair --label rc_under_fault_injection --listen "$ns_b:$port" \
      --forbid 'invalid data|[Ff]ailed|[Cc]ouldn.t|[Ee]rror|Unable' 240 \
      ip netns exec "$ns_b" ibv_rc_pingpong -d hostB -p "$port" -g 0 -m 1024 -s 2048 -c -e -n 1500 -- \
      ip netns exec "$ns_a" ibv_rc_pingpong -d hostA -p "$port" -g 0 -m 1024 -s 2048 -c -e -n 1500 "$kern_b"; then

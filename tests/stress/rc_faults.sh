@@ -72,14 +72,15 @@ run_tool() {
   local where=$1 tool=$2 dev_s=$3 dev_c=$4 pre_s=$5 pre_c=$6 addr=$7
   local -a args
   read -r -a args <<<"$(tool_args "$tool")"
-  local prog=${args[0]} i key="$tool/$where"
+  local prog=${args[0]} i key="$tool/$where" listen_at=""
+  [[ $pre_s == "ip netns exec "* ]] && listen_at="${pre_s#ip netns exec }:"
   passed[$key]=0 tailed[$key]=0 total[$key]=0
   for ((i = 1; i <= runs; i++)); do
     port=$((port + 1))
     local label="${where}_${tool}_$i" t0=$SECONDS
     total[$key]=$((total[$key] + 1))
     # shellcheck disable=SC2086
-    if run_pair --label "$label" --delay 1 --forbid "$forbid" "$limit" \
+    if run_pair --label "$label" --listen "$listen_at$port" --forbid "$forbid" "$limit" \
          $pre_s "$prog" -d "$dev_s" -p "$port" "${args[@]:1}" -- \
          $pre_c "$prog" -d "$dev_c" -p "$port" "${args[@]:1}" "$addr" 2>/dev/null; then
       passed[$key]=$((passed[$key] + 1))
