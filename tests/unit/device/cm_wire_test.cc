@@ -13,6 +13,7 @@
 #include <optional>
 
 #include "device/cm_agent.h"
+#include "device/cm_test_util.h"
 #include "device/objects.h"
 
 namespace uroce::device {
@@ -20,18 +21,7 @@ namespace {
 
 namespace cm = net::cm;
 
-constexpr uint32_t kPsTcp = 0x0106, kPsUdp = 0x0111;
-enum : uint32_t { kAddrResolved = 0, kRouteResolved = 2, kConnectRequest = 4, kConnectResponse = 5,
-                  kUnreachable = 7, kRejected = 8, kEstablished = 9, kDisconnected = 10, kAddrChange = 14,
-                  kTimewaitExit = 15 };
-
-abi::CmAddr v4(const char* ip, uint16_t port) {
-  abi::CmAddr a{};
-  a.family = AF_INET;
-  a.port = htons(port);
-  inet_pton(AF_INET, ip, a.addr);
-  return a;
-}
+using namespace cm_test;
 
 struct SentMad {
   uint8_t dgid[16];
