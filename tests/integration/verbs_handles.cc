@@ -392,17 +392,7 @@ TEST_F(Handles, CorruptAhHandle) {
   ibv_mr* mr = reg_buffer(4096, kRw);
   ASSERT_EQ(post_recv_mr(p.b.qp, 1, mr, 0, 40 + 64), 0);
   ibv_sge sge = sge_of(mr, 2048, 64);
-  ibv_send_wr wr{};
-  wr.wr_id = 2;
-  wr.sg_list = &sge;
-  wr.num_sge = 1;
-  wr.opcode = IBV_WR_SEND;
-  wr.send_flags = IBV_SEND_SIGNALED;
-  wr.wr.ud.ah = ah;
-  wr.wr.ud.remote_qpn = p.b.qp->qp_num;
-  wr.wr.ud.remote_qkey = ConnectOpts{}.qkey;
-  ibv_send_wr* bad = nullptr;
-  ASSERT_EQ(ibv_post_send(p.a.qp, &wr, &bad), 0);
+  ASSERT_EQ(post_ud(p.a.qp, 2, &sge, ah, p.b.qp->qp_num, ConnectOpts{}.qkey), 0);
   ibv_wc wc;
   VT_POLL_ONE(p.a.cq, &wc);
   EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << describe(wc);
