@@ -178,6 +178,30 @@ void on_ack(Device& dev, Qp& qp, const net::Packet& p) {
   }
 }
 
+// Places the data of READ response `p` for the READ at `index` and records
+// the progress. False if the packet is dropped or the READ failed.
+bool place_read_response(Device& dev, Qp& qp, uint32_t index, const net::Packet& p, bool last) {
+  const uint32_t psn = p.bth()->psn();
+  const SendWqeState& st = wqe_state(qp, index);
+  const abi::SendWqe& w = wqe_at(qp, index);
+  const uint64_t offset = uint64_t(psn_diff(psn, st.first_psn)) * qp.mtu_bytes();
+  // A full MTU until LAST, and LAST/ONLY exactly where the message ends;
+  // anything else is dropped (the timer asks again), never a short success.
+  if (offset + p.payload_len > st.length || (!last && p.payload_len != qp.mtu_bytes()) ||
+      (last && offset + p.payload_len != st.length)) {
+    ++dev.counters_mut().rx_stale_response;
+    return false;
+  }
+  if (p.payload_len && !scatter_sges(dev, *qp.owner, wqe_sges(qp, index), w.num_sge, offset,
+                                     p.payload(), p.payload_len)) {
+    dev.memory_fault("read response", qp.owner, wqe_sges(qp, index)[0].addr + offset, p.payload_len);
+    fail_head(dev, qp, IBV_WC_LOC_PROT_ERR);
+    return false;
+  }
+  progress(dev, qp, psn_add(psn, 1));
+  return true;
+}
+
 // READ responses and atomic ACKs belong to the oldest outstanding WQE.
 void on_read_or_atomic_response(Device& dev, Qp& qp, const net::Packet& p) {
   const uint32_t psn = p.bth()->psn();
@@ -211,7 +235,7 @@ void on_read_or_atomic_response(Device& dev, Qp& qp, const net::Packet& p) {
     if ((syn & net::aeth::kTypeMask) != net::aeth::kAck) return on_ack(dev, qp, p);
   }
   if (info.has(net::kHasAtomicAck)) {
-    if (w.opcode == IBV_WR_RDMA_READ) return;
+    if (w.opcode != IBV_WR_ATOMIC_CMP_AND_SWP && w.opcode != IBV_WR_ATOMIC_FETCH_AND_ADD) return;
     const uint64_t orig = p.hdr<net::AtomicAckEth>(info.atomicack_off)->orig;
     if (!scatter_sges(dev, *qp.owner, wqe_sges(qp, index), w.num_sge, 0,
                       reinterpret_cast<const uint8_t*>(&orig), 8)) {
@@ -223,23 +247,18 @@ void on_read_or_atomic_response(Device& dev, Qp& qp, const net::Packet& p) {
     complete_send_head(dev, qp, IBV_WC_SUCCESS);
     return;
   }
-  if (w.opcode != IBV_WR_RDMA_READ) return;
-  const uint64_t offset = uint64_t(psn_diff(psn, st.first_psn)) * qp.mtu_bytes();
   const bool last = info.has(net::kLast);
-  // A full MTU until LAST, and LAST/ONLY exactly where the message ends;
-  // anything else is dropped (the timer asks again), never a short success.
-  if (offset + p.payload_len > st.length || (!last && p.payload_len != qp.mtu_bytes()) ||
-      (last && offset + p.payload_len != st.length)) {
-    ++dev.counters_mut().rx_stale_response;
+  if (w.opcode == IBV_WR_ATOMIC_WRITE) {
+    // Acknowledged by an RDMA READ response ONLY of no data (IBA 1.5 annex
+    // A19; rxe's send_read_response_ack); anything else is not its answer.
+    if (!info.has(net::kOnly) || p.payload_len) {
+      ++dev.counters_mut().rx_stale_response;
+      return;
+    }
+    progress(dev, qp, psn_add(psn, 1));
+  } else if (w.opcode != IBV_WR_RDMA_READ || !place_read_response(dev, qp, index, p, last)) {
     return;
   }
-  if (p.payload_len && !scatter_sges(dev, *qp.owner, wqe_sges(qp, index), w.num_sge, offset,
-                                     p.payload(), p.payload_len)) {
-    dev.memory_fault("read response", qp.owner, wqe_sges(qp, index)[0].addr + offset, p.payload_len);
-    fail_head(dev, qp, IBV_WC_LOC_PROT_ERR);
-    return;
-  }
-  progress(dev, qp, psn_add(psn, 1));
   if (!last) return;
   complete_send_head(dev, qp, IBV_WC_SUCCESS);
   // An ACK that overtook this READ's (lost) responses still covers the

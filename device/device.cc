@@ -101,11 +101,12 @@ void Device::init_info() {
   d.device_cap_flags |= IBV_DEVICE_MANAGED_FLOW_STEERING | IBV_DEVICE_RAW_IP_CSUM;
   // The four WQ receive flags (device/wq_receive.cc), advertised where
   // mlx5 advertises them: raw_packet_caps, and device_cap_flags_ex for
-  // scatter FCS and end padding (RC:tests/utils.py reads those).
+  // scatter FCS and end padding (RC:tests/utils.py reads those). Also
+  // there, as rxe reports it: ATOMIC WRITE (IBA 1.5 annex A19).
   d.raw = {queues.max_qp,
            IBV_RAW_PACKET_CAP_IP_CSUM | IBV_RAW_PACKET_CAP_CVLAN_STRIPPING | IBV_RAW_PACKET_CAP_SCATTER_FCS |
                IBV_RAW_PACKET_CAP_DELAY_DROP,
-           IBV_DEVICE_RAW_SCATTER_FCS | IBV_DEVICE_PCI_WRITE_END_PADDING,
+           IBV_DEVICE_RAW_SCATTER_FCS | IBV_DEVICE_PCI_WRITE_END_PADDING | abi::kDeviceAtomicWrite,
            kMinRateLimitKbps, kMaxRateLimitKbps, 1u << IBV_QPT_RAW_PACKET, 0};
   // RSS over receive WQs (device/rss.cc): Toeplitz over IPv4/IPv6 addresses
   // and TCP/UDP ports, as mlx5 offers to generic verbs.

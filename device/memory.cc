@@ -146,10 +146,20 @@ bool ProcessMemory::write(const RemoteSpan* spans, size_t n, const uint8_t* src)
   return transfer<true>(spans, n, const_cast<uint8_t*>(src));
 }
 
+namespace {
+
+// The 8-byte word at s.addr when the engine maps it (shared pages), else
+// nullptr: the atomics then go through process_vm_*.
+uint64_t* shared_word(const RemoteSpan& s) {
+  if (!s.pages || !s.pages->contains(s.addr) || !s.pages->contains(s.addr + 7)) return nullptr;
+  return reinterpret_cast<uint64_t*>(s.pages->at(s.addr));
+}
+
+}  // namespace
+
 bool ProcessMemory::compare_swap(const RemoteSpan& s, uint64_t compare, uint64_t swap,
                                  uint64_t* orig) const {
-  if (s.pages && s.pages->contains(s.addr) && s.pages->contains(s.addr + 7)) {
-    auto* word = reinterpret_cast<uint64_t*>(s.pages->at(s.addr));
+  if (uint64_t* word = shared_word(s)) {
     uint64_t expected = compare;
     __atomic_compare_exchange_n(word, &expected, swap, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
     *orig = expected;
@@ -160,13 +170,21 @@ bool ProcessMemory::compare_swap(const RemoteSpan& s, uint64_t compare, uint64_t
 }
 
 bool ProcessMemory::fetch_add(const RemoteSpan& s, uint64_t add, uint64_t* orig) const {
-  if (s.pages && s.pages->contains(s.addr) && s.pages->contains(s.addr + 7)) {
-    *orig = __atomic_fetch_add(reinterpret_cast<uint64_t*>(s.pages->at(s.addr)), add, __ATOMIC_SEQ_CST);
+  if (uint64_t* word = shared_word(s)) {
+    *orig = __atomic_fetch_add(word, add, __ATOMIC_SEQ_CST);
     return true;
   }
   if (!read(s, orig)) return false;
   const uint64_t value = *orig + add;
   return add == 0 || write(s, &value);
+}
+
+bool ProcessMemory::store(const RemoteSpan& s, uint64_t value) const {
+  if (uint64_t* word = shared_word(s)) {
+    __atomic_store_n(word, value, __ATOMIC_RELEASE);
+    return true;
+  }
+  return write(s, &value);
 }
 
 }  // namespace uroce::device

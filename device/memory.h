@@ -89,6 +89,11 @@ class ProcessMemory {
   // engine thread serialises the device's atomics either way).
   bool compare_swap(const RemoteSpan& s, uint64_t compare, uint64_t swap, uint64_t* orig) const;
   bool fetch_add(const RemoteSpan& s, uint64_t add, uint64_t* orig) const;
+  // ATOMIC WRITE (IBA 1.5 annex A19): the 8 bytes land at once, after every
+  // earlier write of the engine (a release store, rxe's smp_store_release).
+  // On shared pages one 64-bit store, which the client's own CPU sees whole;
+  // elsewhere one process_vm_writev of the aligned word.
+  bool store(const RemoteSpan& s, uint64_t value) const;
 
  private:
   template <bool kToRemote>

@@ -10,11 +10,6 @@ namespace uroce::device {
 
 namespace {
 
-using net::op::kCompareSwap;
-using net::op::kFetchAdd;
-using net::op::kReadRequest;
-
-
 // Copies the user's next SQ slot out of shared memory into the engine's
 // sequence at `index` and checks it. Returns the completion status the WQE
 // will end with if it cannot be executed.
@@ -34,6 +29,16 @@ uint32_t fetch_wqe(Device& dev, Qp& qp, uint32_t index) {
     return IBV_WC_SUCCESS;
   }
   st.is_rd_atomic = is_rd_atomic(w.opcode);
+  if (w.opcode == IBV_WR_ATOMIC_WRITE) {
+    // Its 8 bytes came in the WQE (SendWqe::compare_add), not through SGEs
+    // or inline data (rxe: wqe->dma.atomic_wr): one packet, whatever the
+    // client put in num_sge or the flags.
+    w.num_sge = 0;
+    w.flags &= ~uint32_t(IBV_SEND_INLINE);
+    st.length = 8;
+    st.npsn = 1;
+    return IBV_WC_SUCCESS;
+  }
   const uint32_t body = qp.sq.stride - sizeof(abi::SendWqe);
   if (w.flags & IBV_SEND_INLINE) {
     if (w.inline_len > body || w.inline_len > qp.caps.max_inline_data || st.is_rd_atomic)
@@ -97,6 +102,48 @@ uint8_t write_code(uint32_t op, bool first, bool last) {
   return imm ? kWriteLastImm : kWriteLast;
 }
 
+// READs, atomics and ATOMIC WRITEs: one request packet asks for (or
+// carries) the whole message; a READ resent after a partial answer asks for
+// what is left of it, its responses using npsn PSNs.
+bool send_whole_request(Device& dev, Qp& qp, const abi::SendWqe& w, const SendWqeState& st,
+                        uint32_t mtu, net::Transport tr) {
+  using namespace net::op;
+  const uint8_t code = w.opcode == IBV_WR_RDMA_READ         ? kReadRequest
+                       : w.opcode == IBV_WR_ATOMIC_WRITE    ? kAtomicWrite
+                       : w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP ? kCompareSwap
+                                                               : kFetchAdd;
+  net::Packet* p = dev.new_packet(qp, net::make_opcode(tr, code), qp.req_psn, true);
+  if (!p) [[unlikely]] return false;
+  const net::OpcodeInfo& info = p->info();
+  set_xrc_srqn(qp, w, *p);
+  const uint32_t left = uint32_t(st.length - qp.req_offset);
+  uint32_t npsn = 1;
+  if (info.has(net::kHasReth)) {
+    auto* reth = p->hdr<net::Reth>(info.reth_off);
+    reth->va = w.remote_addr + qp.req_offset;
+    reth->rkey = w.rkey;
+    reth->dma_len = left;
+  }
+  if (code == kReadRequest) {
+    npsn = std::max<uint32_t>(1, (left + mtu - 1) / mtu);
+  } else if (code == kAtomicWrite) {
+    // The bytes as the client's memory held them (ibv_wr_atomic_write's
+    // const void *), in the order they land in the responder's.
+    std::memcpy(p->payload(), &w.compare_add, 8);
+    p->payload_len = 8;
+  } else {
+    auto* ae = p->hdr<net::AtomicEth>(info.atomiceth_off);
+    ae->va = w.remote_addr;
+    ae->rkey = w.rkey;
+    ae->swap_add = code == kCompareSwap ? w.swap : w.compare_add;
+    ae->compare = code == kCompareSwap ? w.compare_add : 0;
+  }
+  dev.send_packet(qp, p);
+  qp.req_psn = psn_add(qp.req_psn, npsn);
+  qp.req_offset = st.length;
+  return true;
+}
+
 // Sends the next packet of WQE sq_next; returns true when the WQE is fully sent.
 bool send_next_packet(Device& dev, Qp& qp) {
   const uint32_t index = qp.sq_next;
@@ -109,37 +156,7 @@ bool send_next_packet(Device& dev, Qp& qp) {
     st.started = true;
   }
 
-  if (w.opcode == IBV_WR_RDMA_READ) {
-    // One request covers the rest of the message; responses use npsn PSNs.
-    const uint32_t left = uint32_t(st.length - qp.req_offset);
-    const uint32_t npsn = std::max<uint32_t>(1, (left + mtu - 1) / mtu);
-    net::Packet* p = dev.new_packet(qp, net::make_opcode(tr, kReadRequest), qp.req_psn, true);
-    if (!p) [[unlikely]] return false;
-    set_xrc_srqn(qp, w, *p);
-    auto* reth = p->hdr<net::Reth>(p->info().reth_off);
-    reth->va = w.remote_addr + qp.req_offset;
-    reth->rkey = w.rkey;
-    reth->dma_len = left;
-    dev.send_packet(qp, p);
-    qp.req_psn = psn_add(qp.req_psn, npsn);
-    qp.req_offset = st.length;
-    return true;
-  }
-  if (w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP || w.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) {
-    const uint8_t code = w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP ? kCompareSwap : kFetchAdd;
-    net::Packet* p = dev.new_packet(qp, net::make_opcode(tr, code), qp.req_psn, true);
-    if (!p) [[unlikely]] return false;
-    set_xrc_srqn(qp, w, *p);
-    auto* ae = p->hdr<net::AtomicEth>(p->info().atomiceth_off);
-    ae->va = w.remote_addr;
-    ae->rkey = w.rkey;
-    ae->swap_add = code == kCompareSwap ? w.swap : w.compare_add;
-    ae->compare = code == kCompareSwap ? w.compare_add : 0;
-    dev.send_packet(qp, p);
-    qp.req_psn = psn_add(qp.req_psn, 1);
-    qp.req_offset = st.length;
-    return true;
-  }
+  if (is_rd_atomic(w.opcode)) return send_whole_request(dev, qp, w, st, mtu, tr);
 
   const bool is_write = w.opcode == IBV_WR_RDMA_WRITE || w.opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
   const bool first = qp.req_offset == 0;
@@ -279,7 +296,10 @@ namespace {
     cqe.opcode = wc_opcode_for(w.opcode);
     cqe.qp_num = qp.qpn;
     if (w.opcode == IBV_WR_RDMA_READ) cqe.byte_len = uint32_t(st.length);
-    if (cqe.opcode == IBV_WC_COMP_SWAP || cqe.opcode == IBV_WC_FETCH_ADD) cqe.byte_len = 8;
+    // 8 for the atomics, ATOMIC WRITE too (rxe reports its dma.length).
+    if (cqe.opcode == IBV_WC_COMP_SWAP || cqe.opcode == IBV_WC_FETCH_ADD ||
+        cqe.opcode == IBV_WC_ATOMIC_WRITE)
+      cqe.byte_len = 8;
     if (status != IBV_WC_SUCCESS) {
       cqe.vendor_err = status;
       if (status < IBV_WC_REM_INV_REQ_ERR || status == IBV_WC_LOC_PROT_ERR)
@@ -433,8 +453,7 @@ void position_requester(Qp& qp, uint32_t psn) {
     if (st.started && st.status == IBV_WC_SUCCESS) {
       const int32_t into = std::max<int32_t>(0, psn_diff(psn, st.first_psn));
       const abi::SendWqe& w = wqe_at(qp, idx);
-      const bool atomic =
-          w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP || w.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD;
+      const bool atomic = w.opcode != IBV_WR_RDMA_READ && is_rd_atomic(w.opcode);  // one PSN each
       qp.req_offset = atomic ? 0 : std::min<uint64_t>(uint64_t(into) * mtu, st.length);
       if (qp.req_offset >= st.length) qp.req_offset = 0;
       qp.req_psn = qp.req_offset ? psn : st.first_psn;

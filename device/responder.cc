@@ -403,11 +403,34 @@ void answer_duplicate_read(Device& dev, Qp& qp, net::Packet& p) {
   enqueue_in_psn_order(qp, r);
 }
 
+// ATOMIC WRITE's answer, also to a duplicate of one: an RDMA READ response
+// ONLY of no data (IBA 1.5 annex A19; rxe's send_read_response_ack), in PSN
+// order behind the responses still queued.
+void answer_atomic_write(Device& dev, Qp& qp, uint32_t psn, bool replay) {
+  if (qp.responses.empty())
+    return emit_aeth(dev, qp, response_opcode(qp, net::op::kReadRespOnly), psn,
+                     net::aeth::kAck | net::aeth::kCreditInvalid);
+  Response r;  // a READ of no bytes: responder_run sends it as this answer
+  r.replay = replay;
+  r.psn = psn;
+  r.end_psn = psn_add(psn, 1);
+  enqueue_in_psn_order(qp, r);
+}
+
 void answer_duplicate(Device& dev, Qp& qp, net::Packet& p) {
   ++dev.counters_mut().rx_duplicate;
   const OpcodeInfo& info = p.info();
   const uint32_t psn = p.bth()->psn();
   if (info.has(net::kRead)) return answer_duplicate_read(dev, qp, p);
+  if (info.has(net::kAtomicStore)) {
+    // Executed once, answered again (rxe replays its resource): its answer
+    // was lost. Not twice while the first is still queued.
+    for (const Response& q : qp.responses)
+      if (q.kind == Response::Kind::kRead && q.psn == psn && q.end_psn == psn_add(psn, 1) && !q.remaining)
+        return;
+    if (qp.responses.size() >= kMaxQueuedResponses) return;
+    return answer_atomic_write(dev, qp, psn, true);
+  }
   if (info.has(net::kAtomic)) {
     // Never execute an atomic twice: answer from the replay cache (IBA
     // 9.7.5.1.4). Not in it: too old to be outstanding, dropped.
@@ -701,17 +724,27 @@ void execute_read(Device& dev, Qp& qp, net::Packet& p) {
   ++qp.resp_msn;
 }
 
+// The 8-byte word an atomic or ATOMIC WRITE names: aligned (C9-181; rxe's
+// RESPST_ERR_MISALIGNED_ATOMIC for ATOMIC WRITE too), and allowed by the QP
+// and by the R_Key's memory (`access`). False with the NAK's syndrome set
+// if not; the word's MR and owner address otherwise.
+bool atomic_target(Device& dev, const Qp& qp, const net::Packet& p, uint64_t va, uint32_t rkey,
+                   uint32_t access, const Mr** mr, uint64_t* addr, uint8_t* syndrome) {
+  *syndrome = net::aeth::kNakInvalidRequest;
+  if (va & 7) return false;
+  *syndrome = net::aeth::kNakRemoteAccessError;
+  return (qp.access & access) && dev.check_rkey(rkey, request_pd(dev, qp, p), qp.qpn, va, 8, access, mr,
+                                                addr) == Device::MrCheck::kOk;
+}
+
 void execute_atomic(Device& dev, Qp& qp, net::Packet& p) {
   const auto* ae = p.hdr<net::AtomicEth>(p.info().atomiceth_off);
   const uint32_t psn = p.bth()->psn();
-  const uint64_t va = ae->va;
-  if (va & 7) return nak_and_fail(dev, qp, psn, net::aeth::kNakInvalidRequest);  // C9-181
   const Mr* mr;
   uint64_t addr;
-  if (!(qp.access & IBV_ACCESS_REMOTE_ATOMIC) ||
-      dev.check_rkey(ae->rkey, request_pd(dev, qp, p), qp.qpn, va, 8, IBV_ACCESS_REMOTE_ATOMIC, &mr, &addr) !=
-          Device::MrCheck::kOk)
-    return nak_and_fail(dev, qp, psn, net::aeth::kNakRemoteAccessError);
+  uint8_t syndrome;
+  if (!atomic_target(dev, qp, p, ae->va, ae->rkey, IBV_ACCESS_REMOTE_ATOMIC, &mr, &addr, &syndrome))
+    return nak_and_fail(dev, qp, psn, syndrome);
   // The engine thread serialises every atomic of the device (IBV_ATOMIC_HCA).
   uint64_t orig;
   const bool cas = (p.opcode & 0x1f) == net::op::kCompareSwap;
@@ -734,6 +767,33 @@ void execute_atomic(Device& dev, Qp& qp, net::Packet& p) {
   qp.responses.push_back(r);
 }
 
+// ATOMIC WRITE (IBA 1.5 annex A19, rxe's atomic_write_reply): the RETH's
+// aligned 8 bytes, remote write access on the QP and the memory as for a
+// WRITE, written at once; it holds a responder resource as a READ does.
+void execute_atomic_write(Device& dev, Qp& qp, net::Packet& p) {
+  const auto* reth = p.hdr<net::Reth>(p.info().reth_off);
+  const uint32_t psn = p.bth()->psn();
+  // Exactly 8 bytes announced and carried (rxe: RESPST_ERR_LENGTH, class C).
+  if (reth->dma_len != 8 || p.payload_len != 8)
+    return nak_and_fail(dev, qp, psn, net::aeth::kNakInvalidRequest);
+  const Mr* mr;
+  uint64_t addr;
+  uint8_t syndrome;
+  if (!atomic_target(dev, qp, p, reth->va, reth->rkey, IBV_ACCESS_REMOTE_WRITE, &mr, &addr, &syndrome))
+    return nak_and_fail(dev, qp, psn, syndrome);
+  if (pending_rd_atomic(qp) >= std::max<uint32_t>(1, qp.max_dest_rd_atomic) + 1u)
+    return nak_and_fail(dev, qp, psn, net::aeth::kNakInvalidRequest);  // IBA C9-149
+  uint64_t value;
+  std::memcpy(&value, p.payload(), 8);
+  if (!mr->owner->mem.store(mr->span(addr, 8), value)) {
+    dev.memory_fault("atomic write", mr->owner, addr, 8);
+    return nak_and_fail(dev, qp, psn, net::aeth::kNakRemoteOpError);
+  }
+  ++qp.resp_msn;
+  qp.resp_epsn = psn_add(psn, 1);
+  answer_atomic_write(dev, qp, psn, false);
+}
+
 void execute_request(Device& dev, Qp& qp, net::Packet& p) {
   const OpcodeInfo& info = p.info();
   const uint32_t psn = p.bth()->psn();
@@ -751,6 +811,10 @@ void execute_request(Device& dev, Qp& qp, net::Packet& p) {
   if (info.has(net::kAtomic)) {
     if (!is_reliable(qp)) return;
     return execute_atomic(dev, qp, p);
+  }
+  if (info.has(net::kAtomicStore)) {
+    if (!is_reliable(qp)) return;
+    return execute_atomic_write(dev, qp, p);
   }
   const uint32_t epsn_before = qp.resp_epsn;
   const uint64_t rnr_before = dev.counters().rnr_nak_sent;

@@ -20,7 +20,7 @@ constexpr uint32_t kRcWrOps = wr_bit(IBV_WR_SEND) | wr_bit(IBV_WR_SEND_WITH_IMM)
                               wr_bit(IBV_WR_RDMA_WRITE) | wr_bit(IBV_WR_RDMA_WRITE_WITH_IMM) |
                               wr_bit(IBV_WR_RDMA_READ) | wr_bit(IBV_WR_ATOMIC_CMP_AND_SWP) |
                               wr_bit(IBV_WR_ATOMIC_FETCH_AND_ADD) | wr_bit(IBV_WR_SEND_WITH_INV) |
-                              kLocalWrOps;
+                              wr_bit(IBV_WR_ATOMIC_WRITE) | kLocalWrOps;
 constexpr uint32_t kUcWrOps = wr_bit(IBV_WR_SEND) | wr_bit(IBV_WR_SEND_WITH_IMM) |
                               wr_bit(IBV_WR_RDMA_WRITE) | wr_bit(IBV_WR_RDMA_WRITE_WITH_IMM) |
                               wr_bit(IBV_WR_SEND_WITH_INV) | kLocalWrOps;
@@ -39,9 +39,13 @@ inline uint32_t allowed_wr_ops(ibv_qp_type t) {
   }
 }
 
+// The requests that hold a responder resource and are completed by their
+// own response (IBA C9-149): ATOMIC WRITE among them, as in rxe (its
+// requester counts it against max_rd_atomic, its responder keeps a resource
+// to answer a duplicate without executing it again).
 inline bool is_rd_atomic(uint32_t op) {
   return op == IBV_WR_RDMA_READ || op == IBV_WR_ATOMIC_CMP_AND_SWP ||
-         op == IBV_WR_ATOMIC_FETCH_AND_ADD;
+         op == IBV_WR_ATOMIC_FETCH_AND_ADD || op == IBV_WR_ATOMIC_WRITE;
 }
 
 inline bool is_local_op(uint32_t op) { return op < 32 && (kLocalWrOps & (1u << op)); }
@@ -55,6 +59,7 @@ inline ibv_wc_opcode wc_opcode_for(uint32_t op) {
     case IBV_WR_RDMA_READ: return IBV_WC_RDMA_READ;
     case IBV_WR_ATOMIC_CMP_AND_SWP: return IBV_WC_COMP_SWAP;
     case IBV_WR_ATOMIC_FETCH_AND_ADD: return IBV_WC_FETCH_ADD;
+    case IBV_WR_ATOMIC_WRITE: return IBV_WC_ATOMIC_WRITE;
     default: return IBV_WC_SEND;
   }
 }

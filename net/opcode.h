@@ -33,6 +33,7 @@ enum OpFlag : uint32_t {
   kAtomic = 1u << 17,
   kConsumesRecv = 1u << 18,  // takes a receive WQE at the responder
   kCompletes = 1u << 19,     // ends with a receive completion
+  kAtomicStore = 1u << 20,   // ATOMIC WRITE: 8 bytes stored at once (IBA 1.5 annex A19)
 };
 
 enum class Transport : uint8_t { kRc = 0x00, kUc = 0x20, kRd = 0x40, kUd = 0x60, kXrc = 0xa0 };
@@ -53,7 +54,8 @@ constexpr uint8_t kSendFirst = 0x00, kSendMiddle = 0x01, kSendLast = 0x02, kSend
                   kWriteLast = 0x08, kWriteLastImm = 0x09, kWriteOnly = 0x0a, kWriteOnlyImm = 0x0b,
                   kReadRequest = 0x0c, kReadRespFirst = 0x0d, kReadRespMiddle = 0x0e,
                   kReadRespLast = 0x0f, kReadRespOnly = 0x10, kAck = 0x11, kAtomicAck = 0x12,
-                  kCompareSwap = 0x13, kFetchAdd = 0x14, kSendLastInv = 0x16, kSendOnlyInv = 0x17;
+                  kCompareSwap = 0x13, kFetchAdd = 0x14, kSendLastInv = 0x16, kSendOnlyInv = 0x17,
+                  kAtomicWrite = 0x1d;
 }  // namespace op
 
 namespace detail {
@@ -91,6 +93,9 @@ constexpr uint32_t base_flags(uint8_t code) {
     case kAtomicAck: return kResponse | kAtomic | kOnly | kHasAeth | kHasAtomicAck;
     case kCompareSwap: return kRequest | kAtomic | kOnly | kHasAtomicEth;
     case kFetchAdd: return kRequest | kAtomic | kOnly | kHasAtomicEth;
+    // RETH (dma_len 8) and the 8 bytes; answered by a READ response of no
+    // data, as a FLUSH is (IBA 1.5 annex A19; rxe_opcode.c).
+    case kAtomicWrite: return kRequest | kAtomicStore | kOnly | kHasReth | kHasPayload;
     default: return 0;
   }
 }
@@ -101,7 +106,8 @@ constexpr std::string_view kCodeNames[] = {
     "RDMA_WRITE_LAST_WITH_IMMEDIATE", "RDMA_WRITE_ONLY", "RDMA_WRITE_ONLY_WITH_IMMEDIATE",
     "RDMA_READ_REQUEST", "RDMA_READ_RESPONSE_FIRST", "RDMA_READ_RESPONSE_MIDDLE",
     "RDMA_READ_RESPONSE_LAST", "RDMA_READ_RESPONSE_ONLY", "ACKNOWLEDGE", "ATOMIC_ACKNOWLEDGE",
-    "COMPARE_SWAP", "FETCH_ADD", "", "SEND_LAST_WITH_INVALIDATE", "SEND_ONLY_WITH_INVALIDATE"};
+    "COMPARE_SWAP", "FETCH_ADD", "", "SEND_LAST_WITH_INVALIDATE", "SEND_ONLY_WITH_INVALIDATE",
+    "", "", "", "", "", "ATOMIC_WRITE"};
 
 constexpr std::string_view transport_name(uint8_t t) {
   switch (t) {
@@ -176,5 +182,8 @@ static_assert(opcode_info(0xa4).xrceth_off == 12);                 // XRC SEND_O
 static_assert(opcode_info(0xaa).reth_off == 16);                   // XRC WRITE_ONLY
 static_assert(!opcode_info(0x2c).valid());                         // UC has no READ
 static_assert(!opcode_info(0x15).valid());
+static_assert(opcode_info(0x1d).reth_off == 12 && opcode_info(0x1d).length == 28);  // ATOMIC_WRITE
+static_assert(opcode_info(0xbd).reth_off == 16);                   // XRC ATOMIC_WRITE
+static_assert(!opcode_info(0x3d).valid() && !opcode_info(0x1c).valid());  // no UC one; no FLUSH
 
 }  // namespace uroce::net

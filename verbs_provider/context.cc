@@ -480,21 +480,52 @@ void untrack_async_events(UContext* c, const void* cookie, pthread_mutex_t* mute
 
 namespace {
 
-// Whether the record names an object (not a port or the device).
-bool names_object(uint32_t type) {
+// What an async event is about (IBA 11.6.3): one list for reading,
+// counting and acknowledging events.
+enum class EventElement { kQp, kCq, kSrq, kWq, kPort, kDevice, kUnknown };
+
+EventElement element_of(uint32_t type) {
   switch (ibv_event_type(type)) {
+    case IBV_EVENT_CQ_ERR: return EventElement::kCq;
+    case IBV_EVENT_QP_FATAL:
+    case IBV_EVENT_QP_REQ_ERR:
+    case IBV_EVENT_QP_ACCESS_ERR:
+    case IBV_EVENT_COMM_EST:
+    case IBV_EVENT_SQ_DRAINED:
+    case IBV_EVENT_PATH_MIG:
+    case IBV_EVENT_PATH_MIG_ERR:
+    case IBV_EVENT_QP_LAST_WQE_REACHED: return EventElement::kQp;
+    case IBV_EVENT_SRQ_ERR:
+    case IBV_EVENT_SRQ_LIMIT_REACHED: return EventElement::kSrq;
+    case IBV_EVENT_WQ_FATAL: return EventElement::kWq;
     case IBV_EVENT_PORT_ACTIVE:
     case IBV_EVENT_PORT_ERR:
     case IBV_EVENT_LID_CHANGE:
     case IBV_EVENT_PKEY_CHANGE:
     case IBV_EVENT_SM_CHANGE:
     case IBV_EVENT_CLIENT_REREGISTER:
-    case IBV_EVENT_GID_CHANGE:
-    case IBV_EVENT_DEVICE_FATAL:
-      return false;
-    default:
-      return true;
+    case IBV_EVENT_GID_CHANGE: return EventElement::kPort;
+    case IBV_EVENT_DEVICE_FATAL: return EventElement::kDevice;
   }
+  // Not an ibv_event_type: handed on with the cookie as a QP's (the
+  // engine's cookies name objects), never acknowledged (libibverbs ignores it).
+  return EventElement::kUnknown;
+}
+
+// Whether the record names an object (not a port or the device).
+bool names_object(uint32_t type) {
+  const EventElement e = element_of(type);
+  return e != EventElement::kPort && e != EventElement::kDevice;
+}
+
+// ibv_ack_async_event's count on the event's object, and the wake-up of a
+// destroy waiting for it.
+template <typename Obj>
+void count_acked(Obj* o, uint32_t Obj::*completed) {
+  pthread_mutex_lock(&o->mutex);
+  ++(o->*completed);
+  pthread_cond_signal(&o->cond);
+  pthread_mutex_unlock(&o->mutex);
 }
 
 // Counts the record as returned for its object; false if the object is gone.
@@ -529,29 +560,24 @@ UROCE_EXPORT int ibv_get_async_event(ibv_context* context, ibv_async_event* even
   }
   if (n != ssize_t(sizeof(rec))) return -1;
   event->event_type = ibv_event_type(rec.event_type);
-  switch (event->event_type) {
-    case IBV_EVENT_CQ_ERR:
+  using uroce::provider::EventElement;
+  switch (uroce::provider::element_of(rec.event_type)) {
+    case EventElement::kCq:
       event->element.cq = reinterpret_cast<ibv_cq*>(rec.cookie);
       break;
-    case IBV_EVENT_SRQ_ERR:
-    case IBV_EVENT_SRQ_LIMIT_REACHED:
+    case EventElement::kSrq:
       event->element.srq = reinterpret_cast<ibv_srq*>(rec.cookie);
       break;
-    case IBV_EVENT_PORT_ACTIVE:
-    case IBV_EVENT_PORT_ERR:
-    case IBV_EVENT_LID_CHANGE:
-    case IBV_EVENT_PKEY_CHANGE:
-    case IBV_EVENT_SM_CHANGE:
-    case IBV_EVENT_CLIENT_REREGISTER:
-    case IBV_EVENT_GID_CHANGE:
-      event->element.port_num = int(rec.cookie);
-      break;
-    case IBV_EVENT_WQ_FATAL:
+    case EventElement::kWq:
       event->element.wq = reinterpret_cast<ibv_wq*>(rec.cookie);
       break;
-    case IBV_EVENT_DEVICE_FATAL:
+    case EventElement::kPort:
+      event->element.port_num = int(rec.cookie);
       break;
-    default:
+    case EventElement::kDevice:
+      break;
+    case EventElement::kQp:
+    case EventElement::kUnknown:
       event->element.qp = reinterpret_cast<ibv_qp*>(rec.cookie);
       break;
   }
@@ -559,48 +585,15 @@ UROCE_EXPORT int ibv_get_async_event(ibv_context* context, ibv_async_event* even
 }
 
 UROCE_EXPORT void ibv_ack_async_event(ibv_async_event* event) {
-  switch (event->event_type) {
-    case IBV_EVENT_CQ_ERR: {
-      ibv_cq* cq = event->element.cq;
-      pthread_mutex_lock(&cq->mutex);
-      ++cq->async_events_completed;
-      pthread_cond_signal(&cq->cond);
-      pthread_mutex_unlock(&cq->mutex);
-      break;
-    }
-    case IBV_EVENT_QP_FATAL:
-    case IBV_EVENT_QP_REQ_ERR:
-    case IBV_EVENT_QP_ACCESS_ERR:
-    case IBV_EVENT_COMM_EST:
-    case IBV_EVENT_SQ_DRAINED:
-    case IBV_EVENT_PATH_MIG:
-    case IBV_EVENT_PATH_MIG_ERR:
-    case IBV_EVENT_QP_LAST_WQE_REACHED: {
-      ibv_qp* qp = event->element.qp;
-      pthread_mutex_lock(&qp->mutex);
-      ++qp->events_completed;
-      pthread_cond_signal(&qp->cond);
-      pthread_mutex_unlock(&qp->mutex);
-      break;
-    }
-    case IBV_EVENT_SRQ_ERR:
-    case IBV_EVENT_SRQ_LIMIT_REACHED: {
-      ibv_srq* srq = event->element.srq;
-      pthread_mutex_lock(&srq->mutex);
-      ++srq->events_completed;
-      pthread_cond_signal(&srq->cond);
-      pthread_mutex_unlock(&srq->mutex);
-      break;
-    }
-    case IBV_EVENT_WQ_FATAL: {
-      ibv_wq* wq = event->element.wq;
-      pthread_mutex_lock(&wq->mutex);
-      ++wq->events_completed;
-      pthread_cond_signal(&wq->cond);
-      pthread_mutex_unlock(&wq->mutex);
-      break;
-    }
-    default:
-      break;
+  using uroce::provider::count_acked;
+  using uroce::provider::EventElement;
+  switch (uroce::provider::element_of(event->event_type)) {
+    case EventElement::kCq: return count_acked(event->element.cq, &ibv_cq::async_events_completed);
+    case EventElement::kQp: return count_acked(event->element.qp, &ibv_qp::events_completed);
+    case EventElement::kSrq: return count_acked(event->element.srq, &ibv_srq::events_completed);
+    case EventElement::kWq: return count_acked(event->element.wq, &ibv_wq::events_completed);
+    case EventElement::kPort:
+    case EventElement::kDevice:
+    case EventElement::kUnknown: return;
   }
 }

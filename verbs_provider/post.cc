@@ -17,7 +17,7 @@ uint32_t allowed_ops(ibv_qp_type t) {
   const uint32_t uc = ud | bit(IBV_WR_RDMA_WRITE) | bit(IBV_WR_RDMA_WRITE_WITH_IMM) |
                       bit(IBV_WR_SEND_WITH_INV) | bit(IBV_WR_BIND_MW) | bit(IBV_WR_LOCAL_INV);
   const uint32_t rc = uc | bit(IBV_WR_RDMA_READ) | bit(IBV_WR_ATOMIC_CMP_AND_SWP) |
-                      bit(IBV_WR_ATOMIC_FETCH_AND_ADD);
+                      bit(IBV_WR_ATOMIC_FETCH_AND_ADD) | bit(IBV_WR_ATOMIC_WRITE);
   switch (t) {
     case IBV_QPT_RC:
     case IBV_QPT_XRC_SEND: return rc;
@@ -72,6 +72,10 @@ int fill_bind(abi::SendWqe* w, const ibv_mw* mw, uint32_t rkey, const ibv_mw_bin
 int build_send_wqe(UQp* qp, const ibv_send_wr* wr, abi::SendWqe* w) {
   const ibv_qp_type type = qp->qpx.qp_base.qp_type;
   if (unsigned(wr->opcode) >= 32 || !(allowed_ops(type) & (1u << wr->opcode))) return EINVAL;
+  // ibv_send_wr has no field for ATOMIC WRITE's 8 bytes: ibv_wr_atomic_write
+  // only (rxe's ibv_post_send takes the opcode but sends neither the bytes
+  // nor the R_Key; mlx5 has no ATOMIC WRITE).
+  if (wr->opcode == IBV_WR_ATOMIC_WRITE) return EINVAL;
   std::memset(w, 0, sizeof(*w));
   w->wr_id = wr->wr_id;
   w->opcode = wr->opcode;
@@ -168,7 +172,13 @@ void wr_local_inv(ibv_qp_ex* q, uint32_t rkey) {
   if (auto* w = begin_wqe(q, IBV_WR_LOCAL_INV)) w->imm_data = rkey;
 }
 void wr_send_tso(ibv_qp_ex* q, void*, uint16_t, uint16_t) { unsupported_op(q); }
-void wr_atomic_write(ibv_qp_ex* q, uint32_t, uint64_t, const void*) { unsupported_op(q); }
+void wr_atomic_write(ibv_qp_ex* q, uint32_t rkey, uint64_t addr, const void* atomic_wr) {
+  // The 8 bytes are taken now, as rxe's wr_atomic_write copies them (no SGE).
+  if (auto* w = begin_wqe(q, IBV_WR_ATOMIC_WRITE)) {
+    w->rkey = rkey, w->remote_addr = addr;
+    std::memcpy(&w->compare_add, atomic_wr, 8);
+  }
+}
 void wr_set_xrc_srqn(ibv_qp_ex* q, uint32_t remote_srqn) {
   UQp* qp = to_uqp(q);
   if (qp->batch_err || !qp->batch_cur) return;

@@ -85,8 +85,11 @@ ibv_qp* create_qp_ex(ibv_context* context, ibv_qp_init_attr_ex* attr) {
     errno = EINVAL;
     return nullptr;
   }
-  if ((attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) &&
-      (attr->send_ops_flags & ~kSupportedSendOps)) {
+  // ATOMIC WRITE: RC and XRC, on an engine that executes it (rxe: RC).
+  const uint64_t send_ops = (attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) ? attr->send_ops_flags : 0;
+  const bool atomic_write = (c->info.raw.device_cap_flags_ex & abi::kDeviceAtomicWrite) &&
+                            (type == IBV_QPT_RC || type == IBV_QPT_XRC_SEND);
+  if (send_ops & ~(kSupportedSendOps | (atomic_write ? uint64_t(IBV_QP_EX_WITH_ATOMIC_WRITE) : 0))) {
     errno = EOPNOTSUPP;
     return nullptr;
   }

@@ -33,6 +33,12 @@ constexpr uint32_t kVersion = 12;  // 2: MRs on shared pages; 3: session handles
                                   // 12: object imports (kImportPd, kImportMr, kImportDm); the GID
                                   //    table in EngineShared (it follows the bound interface's
                                   //    addresses), ndev_ifindex
+// IB_UVERBS_DEVICE_ATOMIC_WRITE in device_cap_flags_ex (rdma-core 45's
+// kernel-headers/rdma/ib_user_verbs.h; Debian 12's headers predate it): the
+// device executes IBV_WR_ATOMIC_WRITE, whose 8 bytes travel in
+// SendWqe::compare_add. The provider offers IBV_QP_EX_WITH_ATOMIC_WRITE only
+// to an engine that reports it.
+constexpr uint64_t kDeviceAtomicWrite = 1ull << 40;
 constexpr size_t kCacheLine = 64;
 constexpr size_t kMaxDeviceName = 64;
 constexpr size_t kMaxGids = 16;
@@ -120,7 +126,7 @@ struct SendWqe {
   uint32_t inline_len;
   uint32_t rkey;
   uint64_t remote_addr;
-  uint64_t compare_add;
+  uint64_t compare_add;  // or IBV_WR_ATOMIC_WRITE's 8 bytes, as they were in memory
   uint64_t swap;
   uint32_t remote_qpn;  // UD
   uint32_t remote_qkey; // UD
@@ -390,7 +396,8 @@ struct DeviceInfo {
   struct RawCaps {
     uint32_t max_raw_ethy_qp;
     uint32_t raw_packet_caps;        // enum ibv_raw_packet_caps
-    uint64_t device_cap_flags_ex;    // bits above the 32 of device_cap_flags
+    uint64_t device_cap_flags_ex;    // bits above the 32 of device_cap_flags;
+                                     // kDeviceAtomicWrite: IBV_WR_ATOMIC_WRITE
     // Packet pacing (struct ibv_packet_pacing_caps): rate limits in kbps.
     uint32_t qp_rate_limit_min;
     uint32_t qp_rate_limit_max;

@@ -38,6 +38,7 @@
 #include "emulator/engine.h"
 #include "emulator/methods.h"
 #include "emulator/session.h"
+#include "tests/integration/control_wire.h"
 
 namespace uroce::emulator {
 
@@ -59,10 +60,7 @@ namespace {
 
 using abi::CtlOp;
 
-struct Reply {
-  int status = -1;
-  std::vector<uint8_t> body;
-};
+using test::Reply;
 
 // One client: a session on one end of a socketpair, the test on the other.
 struct Client {
@@ -92,30 +90,11 @@ struct Client {
     return read_reply();
   }
   Reply read_reply() {
-    alignas(8) uint8_t buf[abi::kMaxCtlMsg];
-    alignas(cmsghdr) char cbuf[CMSG_SPACE(sizeof(int) * abi::kMaxCtlFds)];
-    iovec iov{buf, sizeof(buf)};
-    msghdr msg{};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = cbuf;
-    msg.msg_controllen = sizeof(cbuf);
-    const ssize_t n = recvmsg(peer, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
-    // Every request gets exactly one reply.
-    if (n < ssize_t(sizeof(abi::CtlReplyHeader))) abort();
-    for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c))
-      if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
-        for (size_t i = 0; i < (c->cmsg_len - CMSG_LEN(0)) / sizeof(int); ++i) {
-          int fd;
-          std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-          close(fd);
-        }
-    abi::CtlReplyHeader hdr;
-    std::memcpy(&hdr, buf, sizeof(hdr));
-    if (hdr.len != size_t(n) - sizeof(hdr)) abort();
     Reply r;
-    r.status = hdr.status;
-    r.body.assign(buf + sizeof(hdr), buf + n);
+    // Every request gets exactly one reply (already queued: no wait), whole.
+    if (!test::read_reply(peer, 0, &r) || r.len != r.body.size()) abort();
+    for (int fd : r.fds) close(fd);
+    r.fds.clear();
     return r;
   }
 };

@@ -45,6 +45,8 @@ SEEDS = {
     "rc_read": rec(0, POST, 0, send(4, length=2500)),
     "rc_cmp_swap": rec(0, POST, 0, send(5, length=8, remote=64)),
     "rc_fetch_add": rec(0, POST, 0, send(6, length=8, remote=128)),
+    # IBV_WR_ATOMIC_WRITE 15: its 8 bytes in compare_add, no SGE.
+    "rc_atomic_write": rec(0, POST, 0, send(15, n=0, remote=192)),
     "rc_inline": rec(1, POST | 1, 0, recv()) + rec(0, POST, 0, send(2, flags=SIGNALED | INLINE, inline=b"x" * 32)),
     # Memory-window work requests (IBV_WR_LOCAL_INV 7, BIND_MW 8, SEND_WITH_INV
     # 9): the bind reads its abi::MwBind where UD's address vector is.

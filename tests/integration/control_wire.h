@@ -1,6 +1,8 @@
 // The engine's control protocol (include/uroce/abi.h) as test clients speak
 // it themselves, so that they can misbehave in ways libibverbs never would:
-// tests/integration/hostile_client.cc and tests/stress/control_flood.cc.
+// tests/integration/hostile_client.cc, tests/stress/control_flood.cc,
+// tests/integration/verbs_handles.cc; tests/fuzz/control_fuzz.cc reads its
+// sessions' replies with read_reply.
 #pragma once
 
 #include <poll.h>
@@ -60,6 +62,7 @@ inline bool send_request(int fd, abi::CtlOp op, const void* body, size_t len, co
 
 struct Reply {
   int status = -1;
+  uint32_t len = 0;  // the header's body length (body.size() in a well-formed reply)
   std::vector<uint8_t> body;
   std::vector<int> fds;  // the caller's to close
 };
@@ -82,6 +85,7 @@ inline bool read_reply(int fd, int timeout_ms, Reply* r) {
   abi::CtlReplyHeader rh;
   std::memcpy(&rh, buf, sizeof(rh));
   r->status = rh.status;
+  r->len = rh.len;
   r->body.assign(buf + sizeof(rh), buf + n);
   r->fds.clear();
   for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c))

@@ -29,9 +29,10 @@ fi
 # Capabilities uroce has (issue 13: on-demand paging, completion timestamps,
 # the real-time clock, memory windows, parent domains, device memory; issue
 # 10: tag matching; issue 11: raw
-# packet QPs and flow steering, test_flow and test_qp's raw cases): their
+# packet QPs and flow steering, test_flow and test_qp's raw cases; ATOMIC
+# WRITE, test_qpex's rc_atomic_write player): their
 # tests must run, not skip as on a device without them.
-if grep -E "skipped '(ODP is not supported|ODP is unavailable|ODP implicit is not supported|Create Extended CQ is not supported|Query device real time is not supported|Tag matching is not supported|Create MW is not supported|Reg MR with MW access is not supported|Create memory window of type|Memory Window allocation is not supported|Create player with rc_bind_mw is not supported|Flow creation is not supported|Must be run by root on Ethernet link layer|To Create RAW QP must be done by root|Parent Domain is not supported|Extended CQ with Parent Domain is not supported|Device memory is not supported)" "$log"; then
+if grep -E "skipped '(ODP is not supported|ODP is unavailable|ODP implicit is not supported|Create Extended CQ is not supported|Query device real time is not supported|Tag matching is not supported|Create MW is not supported|Reg MR with MW access is not supported|Create memory window of type|Memory Window allocation is not supported|Create player with rc_bind_mw is not supported|Create player with rc_atomic_write is not supported|Flow creation is not supported|Must be run by root on Ethernet link layer|To Create RAW QP must be done by root|Parent Domain is not supported|Extended CQ with Parent Domain is not supported|Device memory is not supported)" "$log"; then
   echo "pyverbs: tests of capabilities uroce advertises skipped for a missing capability"
   exit 1
 fi
@@ -77,6 +78,11 @@ require_pass test_flow test_eth_spec_flow_traffic test_ipv4_spec_flow_traffic te
   test_udp_spec_flow_traffic test_tcp_spec_flow_traffic
 require_pass test_qp test_create_raw_qp_no_attr test_create_raw_qp_with_attr test_create_raw_qp_ex_no_attr \
   test_create_raw_qp_ex_with_attr test_query_raw_qp
+# ATOMIC WRITE (IBA 1.5 annex A19, as rxe has it): uroce reports
+# IB_UVERBS_DEVICE_ATOMIC_WRITE and takes IBV_QP_EX_WITH_ATOMIC_WRITE, so
+# test_qpex's ATOMIC WRITE traffic (8 bytes into an MR with remote write
+# access, 100 each way) must run and pass.
+require_pass test_qpex test_qp_ex_rc_atomic_write
 # Their traffic shows in the tag-matching counters of `uroce stats`, and the
 # RSS test's in the receive WQs' (its WQs are gone by now, their own lines too).
 stats=$("$UROCE_BIN" stats --name uroce0)

@@ -113,17 +113,7 @@ TEST_F(Conformance, UdReceiveSgeLongerThanItsMrTakesADatagramThatFits) {
   ibv_sge r{addr_of(dst, 3072), 2048, dst->lkey};
   ASSERT_EQ(post_recv(p.b.qp, 20, &r, 1), 0);
   ibv_sge s = sge_of(src, 0, 512);
-  ibv_send_wr wr{};
-  wr.wr_id = 21;
-  wr.sg_list = &s;
-  wr.num_sge = 1;
-  wr.opcode = IBV_WR_SEND;
-  wr.send_flags = IBV_SEND_SIGNALED;
-  wr.wr.ud.ah = ah;
-  wr.wr.ud.remote_qpn = p.b.qp->qp_num;
-  wr.wr.ud.remote_qkey = ConnectOpts{}.qkey;
-  ibv_send_wr* bad = nullptr;
-  ASSERT_EQ(ibv_post_send(p.a.qp, &wr, &bad), 0);
+  ASSERT_EQ(post_ud(p.a.qp, 21, &s, ah, p.b.qp->qp_num, ConnectOpts{}.qkey), 0);
   ibv_wc wc;
   VT_POLL_ONE(p.b.cq, &wc);
   EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << describe(wc);

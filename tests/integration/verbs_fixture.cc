@@ -115,6 +115,18 @@ ibv_qp* VerbsTest::make_qp_ex(ibv_qp_init_attr_ex* attr) {
   return qp;
 }
 
+ibv_qp_init_attr_ex VerbsTest::qp_ex_attr(ibv_qp_type type, ibv_cq* cq, uint64_t send_ops,
+                                          const QpCaps& caps) const {
+  ibv_qp_init_attr_ex ix{};
+  ix.qp_type = type;
+  ix.send_cq = ix.recv_cq = cq;
+  ix.cap = {caps.max_send_wr, caps.max_recv_wr, caps.max_send_sge, caps.max_recv_sge, caps.max_inline_data};
+  ix.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+  ix.pd = pd_;
+  ix.send_ops_flags = send_ops;
+  return ix;
+}
+
 ibv_cq_ex* VerbsTest::make_cq_ex(ibv_cq_init_attr_ex* attr) {
   ibv_cq_ex* cq = ibv_create_cq_ex(ctx_, attr);
   if (cq) track(cq, "cq", [cq] { return ibv_destroy_cq(ibv_cq_ex_to_cq(cq)); });

@@ -108,6 +108,9 @@ class VerbsTest : public ::testing::Test {
                   int sq_sig_all = 1, ibv_pd* pd = nullptr);
   // ibv_create_qp_ex / ibv_create_cq_ex, tracked like the others.
   ibv_qp* make_qp_ex(ibv_qp_init_attr_ex* attr);
+  // Attributes for make_qp_ex: a QP of pd_ whose two CQs are `cq`, that may
+  // post `send_ops` (IBV_QP_EX_WITH_*) through ibv_wr_*.
+  ibv_qp_init_attr_ex qp_ex_attr(ibv_qp_type type, ibv_cq* cq, uint64_t send_ops, const QpCaps& caps) const;
   ibv_cq_ex* make_cq_ex(ibv_cq_init_attr_ex* attr);
   ibv_ah* make_ah(ibv_ah_attr* attr);
   // Releases an object early (the fixture no longer destroys it).

@@ -4,13 +4,12 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/socket.h>
-#include <sys/un.h>
 #include <unistd.h>
 
-#include <cstdlib>
 #include <functional>
 #include <thread>
 
+#include "tests/integration/control_wire.h"
 #include "tests/integration/verbs_fixture.h"
 #include "uroce/abi.h"
 
@@ -19,69 +18,31 @@ namespace {
 
 namespace abi = uroce::abi;
 
-// A raw control connection to the engine, as the provider opens one.
+// A raw control connection to the engine, as the provider opens one,
+// speaking the protocol through tests/integration/control_wire.h.
 class RawControl {
  public:
-  RawControl() {
-    const char* dir = std::getenv("UROCE_RUNTIME_DIR");
-    sockaddr_un addr{};
-    addr.sun_family = AF_UNIX;
-    std::snprintf(addr.sun_path, sizeof(addr.sun_path), "%s/%s.sock", dir ? dir : "", kDeviceName);
-    fd_ = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-    if (fd_ >= 0 && connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-      close(fd_);
-      fd_ = -1;
-    }
-  }
+  RawControl() : fd_(uroce::test::connect_engine(kDeviceName)) {}
   ~RawControl() {
     if (fd_ >= 0) close(fd_);
   }
   bool ok() const { return fd_ >= 0; }
-  // Sends op with body and fds; returns the reply status (-1: no reply).
+  // Sends op with body and fds; returns the reply status (-1: no reply
+  // within a bound generous for a loaded machine).
   int call(uint32_t op, const void* body, size_t len, const int* fds = nullptr, size_t nfds = 0) {
-    uint8_t buf[abi::kMaxCtlMsg];
-    const abi::CtlRequestHeader hdr{op, uint32_t(len)};
-    std::memcpy(buf, &hdr, sizeof(hdr));
-    if (len) std::memcpy(buf + sizeof(hdr), body, len);
-    iovec iov{buf, sizeof(hdr) + len};
-    msghdr msg{};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    alignas(cmsghdr) char cbuf[CMSG_SPACE(sizeof(int) * abi::kMaxCtlFds)];
-    if (nfds) {
-      msg.msg_control = cbuf;
-      msg.msg_controllen = CMSG_SPACE(sizeof(int) * nfds);
-      cmsghdr* c = CMSG_FIRSTHDR(&msg);
-      c->cmsg_level = SOL_SOCKET;
-      c->cmsg_type = SCM_RIGHTS;
-      c->cmsg_len = CMSG_LEN(sizeof(int) * nfds);
-      std::memcpy(CMSG_DATA(c), fds, sizeof(int) * nfds);
-    }
-    if (sendmsg(fd_, &msg, MSG_NOSIGNAL) < 0) return -1;
-    iovec riov{buf, sizeof(buf)};
-    msghdr rmsg{};
-    rmsg.msg_iov = &riov;
-    rmsg.msg_iovlen = 1;
-    rmsg.msg_control = cbuf;
-    rmsg.msg_controllen = sizeof(cbuf);
-    const ssize_t n = recvmsg(fd_, &rmsg, MSG_CMSG_CLOEXEC);
-    if (n < ssize_t(sizeof(abi::CtlReplyHeader))) return -1;
-    for (cmsghdr* c = CMSG_FIRSTHDR(&rmsg); c; c = CMSG_NXTHDR(&rmsg, c))
-      for (size_t i = 0; i < (c->cmsg_len - CMSG_LEN(0)) / sizeof(int); ++i) {
-        int fd;
-        std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-        close(fd);
-      }
-    abi::CtlReplyHeader rep;
-    std::memcpy(&rep, buf, sizeof(rep));
-    last_body_.assign(buf + sizeof(rep), buf + n);
-    return rep.status;
+    constexpr int kReplyMs = 30000;
+    if (!uroce::test::send_request(fd_, abi::CtlOp(op), body, len, std::vector<int>(fds, fds + nfds)))
+      return -1;
+    uroce::test::Reply r;
+    if (!uroce::test::read_reply(fd_, kReplyMs, &r)) return -1;
+    for (int fd : r.fds) close(fd);
+    last_body_ = std::move(r.body);
+    return r.status;
   }
   // Sends a request and does not wait for its reply: false once the
   // socket takes no more (full, or the engine hung up).
   bool send_only(uint32_t op) {
-    const abi::CtlRequestHeader hdr{op, 0};
-    return send(fd_, &hdr, sizeof(hdr), MSG_NOSIGNAL | MSG_DONTWAIT) == ssize_t(sizeof(hdr));
+    return uroce::test::send_request(fd_, abi::CtlOp(op), nullptr, 0, {}, MSG_DONTWAIT);
   }
   // Raw bytes as one message (no header of ours).
   bool send_raw(const void* bytes, size_t len) { return send(fd_, bytes, len, MSG_NOSIGNAL) == ssize_t(len); }
@@ -431,17 +392,7 @@ TEST_F(Handles, CorruptAhHandle) {
   ibv_mr* mr = reg_buffer(4096, kRw);
   ASSERT_EQ(post_recv_mr(p.b.qp, 1, mr, 0, 40 + 64), 0);
   ibv_sge sge = sge_of(mr, 2048, 64);
-  ibv_send_wr wr{};
-  wr.wr_id = 2;
-  wr.sg_list = &sge;
-  wr.num_sge = 1;
-  wr.opcode = IBV_WR_SEND;
-  wr.send_flags = IBV_SEND_SIGNALED;
-  wr.wr.ud.ah = ah;
-  wr.wr.ud.remote_qpn = p.b.qp->qp_num;
-  wr.wr.ud.remote_qkey = ConnectOpts{}.qkey;
-  ibv_send_wr* bad = nullptr;
-  ASSERT_EQ(ibv_post_send(p.a.qp, &wr, &bad), 0);
+  ASSERT_EQ(post_ud(p.a.qp, 2, &sge, ah, p.b.qp->qp_num, ConnectOpts{}.qkey), 0);
   ibv_wc wc;
   VT_POLL_ONE(p.a.cq, &wc);
   EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << describe(wc);

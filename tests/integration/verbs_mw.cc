@@ -268,13 +268,9 @@ TEST_F(Mw, Type2WindowLocalInvalidateAndRebind) {
 
   // Bound again with the extended post API, invalidated with ibv_wr_local_inv.
   ibv_cq* cq = make_cq();
-  ibv_qp_init_attr_ex init{};
-  init.qp_type = IBV_QPT_RC;
-  init.send_cq = init.recv_cq = cq;
-  init.cap = {16, 16, 1, 1, 0};
-  init.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
-  init.pd = pd_;
-  init.send_ops_flags = IBV_QP_EX_WITH_BIND_MW | IBV_QP_EX_WITH_LOCAL_INV | IBV_QP_EX_WITH_RDMA_WRITE;
+  ibv_qp_init_attr_ex init = qp_ex_attr(
+      IBV_QPT_RC, cq, IBV_QP_EX_WITH_BIND_MW | IBV_QP_EX_WITH_LOCAL_INV | IBV_QP_EX_WITH_RDMA_WRITE,
+      {16, 16, 1, 1, 0});
   ibv_qp* qx = make_qp_ex(&init);
   ASSERT_NE(qx, nullptr) << std::strerror(errno);
   ibv_cq* pcq = make_cq();

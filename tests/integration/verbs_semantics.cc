@@ -275,16 +275,9 @@ TEST_F(DataPath, WrApiPostsAndAbortLeavesNothing) {
   ibv_cq* cqa = make_cq();
   ibv_cq* cqb = make_cq();
   ASSERT_TRUE(cqa && cqb);
-  ibv_qp_init_attr_ex ix{};
-  ix.qp_type = IBV_QPT_RC;
-  ix.send_cq = cqa;
-  ix.recv_cq = cqa;
-  ix.cap = {32, 32, 2, 2, 64};
-  ix.sq_sig_all = 0;
-  ix.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
-  ix.pd = pd_;
-  ix.send_ops_flags = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM |
-                      IBV_QP_EX_WITH_RDMA_WRITE;
+  ibv_qp_init_attr_ex ix = qp_ex_attr(
+      IBV_QPT_RC, cqa, IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_WRITE,
+      {32, 32, 2, 2, 64});
   ibv_qp* qa = make_qp_ex(&ix);
   ASSERT_NE(qa, nullptr) << std::strerror(errno);
   ibv_qp* qb = make_qp(IBV_QPT_RC, cqb, cqb);

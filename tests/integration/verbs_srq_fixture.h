@@ -369,7 +369,7 @@ class SrqTest : public VerbsTest {
     if (wr_api) {
       a.comp_mask |= IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
       a.send_ops_flags = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM |
-                         IBV_QP_EX_WITH_RDMA_WRITE;
+                         IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_ATOMIC_WRITE;
     }
     ibv_qp* qp = ibv_create_qp_ex(ctx_, &a);
     if (qp) own(qp, "xrc_send qp", [qp] { return ibv_destroy_qp(qp); });

@@ -186,13 +186,8 @@ TEST_F(Ud, WrApiWithUdAddress) {
   ibv_cq* cqa = make_cq();
   ibv_cq* cqb = make_cq();
   ASSERT_TRUE(cqa && cqb);
-  ibv_qp_init_attr_ex ix{};
-  ix.qp_type = IBV_QPT_UD;
-  ix.send_cq = ix.recv_cq = cqa;
-  ix.cap = {16, 16, 1, 1, 64};
-  ix.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
-  ix.pd = pd_;
-  ix.send_ops_flags = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM;
+  ibv_qp_init_attr_ex ix =
+      qp_ex_attr(IBV_QPT_UD, cqa, IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM, {16, 16, 1, 1, 64});
   ibv_qp* qa = make_qp_ex(&ix);
   ibv_qp* qb = make_qp(IBV_QPT_UD, cqb, cqb);
   ASSERT_TRUE(qa && qb) << std::strerror(errno);

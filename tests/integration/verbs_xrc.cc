@@ -533,6 +533,39 @@ TEST_F(XrcTest, RdmaWriteAndReadThroughATargetConsumeNoSrqWqe) {
   EXPECT_EQ(wc.qp_num, tgt->qp_num);
 }
 
+// ATOMIC WRITE on XRC (IBA 1.5 annex A19 defines it for XRC as for RC): the
+// target's memory key is checked in the named SRQ's PD, and nothing of the
+// SRQ is consumed.
+TEST_F(XrcTest, AtomicWriteThroughATarget) {
+  ibv_xrcd* xrcd = open_xrcd(-1, 0);
+  ibv_cq* srq_cq = make_cq();
+  ibv_cq* scq = make_cq();
+  ASSERT_TRUE(xrcd && srq_cq && scq);
+  ibv_srq* srq = make_xrc_srq(xrcd, srq_cq, 8);
+  ASSERT_NE(srq, nullptr);
+  uint32_t srqn = 0;
+  ASSERT_EQ(ibv_get_srq_num(srq, &srqn), 0);
+  ibv_qp *ini, *tgt;
+  xrc_pair(xrcd, scq, &ini, &tgt, /*wr_api=*/true);
+  ASSERT_FALSE(HasFailure());
+  ibv_mr* remote = reg_buffer(4096, kRw, 0x11);
+  ASSERT_NE(remote, nullptr);
+  ibv_qp_ex* x = ibv_qp_to_qp_ex(ini);
+  const uint64_t value = 0x0123456789abcdefull;
+  ibv_wr_start(x);
+  x->wr_id = 5;
+  x->wr_flags = IBV_SEND_SIGNALED;
+  ibv_wr_atomic_write(x, remote->rkey, addr_of(remote, 64), &value);
+  ibv_wr_set_xrc_srqn(x, srqn);
+  ASSERT_EQ(ibv_wr_complete(x), 0);
+  ibv_wc wc;
+  VT_POLL_ONE(scq, &wc);
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << describe(wc);
+  EXPECT_EQ(wc.opcode, IBV_WC_ATOMIC_WRITE);
+  EXPECT_EQ(std::memcmp(static_cast<uint8_t*>(remote->addr) + 64, &value, 8), 0);
+  EXPECT_TRUE(drain_for(srq_cq, 50).empty()) << "ATOMIC WRITE consumes no receive";
+}
+
 TEST_F(XrcTest, SendNamingAWrongSrqIsRemoteInvalidRequest) {
   ibv_xrcd* xrcd = open_xrcd(-1, 0);
   ibv_xrcd* other = open_xrcd(-1, 0);

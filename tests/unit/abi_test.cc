@@ -223,6 +223,12 @@ TEST(Abi, VerbsEnumsTheAbiCarries) {
   EXPECT_EQ(IBV_WC_SUCCESS, 0);
   EXPECT_EQ(IBV_WC_WR_FLUSH_ERR, 5);
   EXPECT_EQ(IBV_WC_RECV, 128);
+  // ATOMIC WRITE: the opcode in SendWqe and the CQE, and the capability bit
+  // (the kernel's IB_UVERBS_DEVICE_ATOMIC_WRITE) in DeviceInfo::raw.
+  EXPECT_EQ(IBV_WR_ATOMIC_WRITE, 15);
+  EXPECT_EQ(IBV_WC_ATOMIC_WRITE, 9);
+  EXPECT_EQ(IBV_QP_EX_WITH_ATOMIC_WRITE, 1 << 12);
+  EXPECT_EQ(kDeviceAtomicWrite, 1ull << 40);
 }
 
 }  // namespace

@@ -10,23 +10,13 @@
 #include <cstring>
 #include <optional>
 
+#include "device/cm_test_util.h"
 #include "device/objects.h"
 
 namespace uroce::device {
 namespace {
 
-// <rdma/rdma_cma.h>'s numbers.
-constexpr uint32_t kPsTcp = 0x0106;
-enum : uint32_t { kAddrResolved = 0, kRouteResolved = 2, kConnectRequest = 4, kConnectResponse = 5,
-                  kRejected = 8, kEstablished = 9, kDisconnected = 10 };
-
-abi::CmAddr v4(const char* ip, uint16_t port) {
-  abi::CmAddr a{};
-  a.family = AF_INET;
-  a.port = htons(port);
-  inet_pton(AF_INET, ip, a.addr);
-  return a;
-}
+using namespace cm_test;
 
 class CmAgentTest : public ::testing::Test {
  protected:

@@ -13,6 +13,7 @@
 #include <optional>
 
 #include "device/cm_agent.h"
+#include "device/cm_test_util.h"
 #include "device/objects.h"
 
 namespace uroce::device {
@@ -20,18 +21,7 @@ namespace {
 
 namespace cm = net::cm;
 
-constexpr uint32_t kPsTcp = 0x0106, kPsUdp = 0x0111;
-enum : uint32_t { kAddrResolved = 0, kRouteResolved = 2, kConnectRequest = 4, kConnectResponse = 5,
-                  kUnreachable = 7, kRejected = 8, kEstablished = 9, kDisconnected = 10, kAddrChange = 14,
-                  kTimewaitExit = 15 };
-
-abi::CmAddr v4(const char* ip, uint16_t port) {
-  abi::CmAddr a{};
-  a.family = AF_INET;
-  a.port = htons(port);
-  inet_pton(AF_INET, ip, a.addr);
-  return a;
-}
+using namespace cm_test;
 
 struct SentMad {
   uint8_t dgid[16];
@@ -155,13 +145,19 @@ class CmWireTest : public ::testing::Test {
     }
     return r;
   }
-  // a's id connected to b's listener on port through REQ, REP, RTU; returns
-  // b's id.
-  uint64_t connected(uint64_t active, uint16_t port) {
-    EXPECT_EQ(a_.agent.connect(&a_.owner, conn(active, 0x11, 0x100)), 0);
+  // a's id `active` connects to b's listener: its REQ carried to b, b's
+  // CONNECT_REQUEST event read (nullopt if none came).
+  std::optional<abi::CmEventRecord> requested(uint64_t active, uint32_t psn = 1) {
+    EXPECT_EQ(a_.agent.connect(&a_.owner, conn(active, 0x11, psn)), 0);
     EXPECT_EQ(carry(a_, b_).attr(), uint16_t(cm::Attr::kReq));
     auto req = b_.event();
     EXPECT_TRUE(req && req->event == kConnectRequest);
+    return req;
+  }
+  // a's id connected to b's listener on port through REQ, REP, RTU; returns
+  // b's id.
+  uint64_t connected(uint64_t active, uint16_t port) {
+    auto req = requested(active, 0x100);
     if (!req) return 0;
     EXPECT_EQ(b_.agent.accept(&b_.owner, conn(req->id, 0x22, 0x200)), 0);
     EXPECT_EQ(carry(b_, a_).attr(), uint16_t(cm::Attr::kRep));
@@ -363,10 +359,7 @@ TEST_F(CmWireTest, APortNobodyListensOnIsRejectedInvalidServiceId) {
 
 TEST_F(CmWireTest, ARejectCarriesItsPrivateData) {
   b_.listen(7002);
-  const uint64_t id = a_.resolved("10.9.0.2", 7002);
-  ASSERT_EQ(a_.agent.connect(&a_.owner, conn(id, 0x11, 1)), 0);
-  carry(a_, b_);
-  auto req = b_.event();
+  auto req = requested(a_.resolved("10.9.0.2", 7002));
   ASSERT_TRUE(req);
   abi::CmRejectRequest rej{};
   rej.id = req->id;
@@ -493,9 +486,7 @@ TEST_F(CmWireTest, AnAcceptInTimeSendsNoMra) {
 TEST_F(CmWireTest, ASlowEstablishSendsAnMraOfTheRep) {
   b_.listen(7012);
   const uint64_t active = a_.resolved("10.9.0.2", 7012);
-  ASSERT_EQ(a_.agent.connect(&a_.owner, conn(active, 0x11, 1)), 0);
-  carry(a_, b_);
-  auto creq = b_.event();
+  auto creq = requested(active);
   ASSERT_TRUE(creq);
   ASSERT_EQ(b_.agent.accept(&b_.owner, conn(creq->id, 0x22, 2)), 0);
   const uint64_t rep_sent = now_;
@@ -526,9 +517,7 @@ TEST_F(CmWireTest, ASlowEstablishSendsAnMraOfTheRep) {
 TEST_F(CmWireTest, ALostRtuIsRecoveredByTheRepRetry) {
   b_.listen(7005);
   const uint64_t active = a_.resolved("10.9.0.2", 7005);
-  ASSERT_EQ(a_.agent.connect(&a_.owner, conn(active, 0x11, 1)), 0);
-  carry(a_, b_);
-  auto req = b_.event();
+  auto req = requested(active);
   ASSERT_TRUE(req);
   ASSERT_EQ(b_.agent.accept(&b_.owner, conn(req->id, 0x22, 2)), 0);
   carry(b_, a_);
@@ -568,9 +557,7 @@ TEST_F(CmWireTest, AClientThatDiesDisconnectsItsRemotePeer) {
 TEST_F(CmWireTest, AWithdrawnReqRejectsThePendingRequest) {
   b_.listen(7007);
   const uint64_t active = a_.resolved("10.9.0.2", 7007);
-  ASSERT_EQ(a_.agent.connect(&a_.owner, conn(active, 0x11, 1)), 0);
-  carry(a_, b_);
-  EXPECT_EQ(b_.next_type(), kConnectRequest);
+  ASSERT_TRUE(requested(active));
   ASSERT_EQ(a_.agent.destroy_id(&a_.owner, active), 0);
   EXPECT_EQ(carry(a_, b_).attr(), uint16_t(cm::Attr::kRej));
   auto e = b_.event();

@@ -36,6 +36,13 @@ struct Request {
 
 class RequesterTest : public PairFixture {
  protected:
+  // B's answer to A's request at `psn`, as B would send it: `opcode` with
+  // an AETH that acknowledges (MSN 1), and its payload if any.
+  void respond(uint8_t opcode, uint32_t psn, const void* payload = nullptr, uint32_t len = 0) {
+    inject(opcode, a_, psn, false, [](net::Packet& p) {
+      p.hdr<net::Aeth>(p.info().aeth_off)->syndrome_msn = 0x1f000001u;
+    }, payload, len);
+  }
   // Polls once and decodes every frame A sent.
   std::vector<Request> sent() {
     dev_.poll(now_);
@@ -196,14 +203,96 @@ TEST_F(RequesterTest, MaxRdAtomicLimitsOutstandingReads) {
   ASSERT_EQ(r.size(), 1u);
   EXPECT_EQ(r[0].psn, kPsn);
   // The response to the first READ lets the second go.
-  inject(0x10, a_, kPsn, false, [](net::Packet& p) {
-    p.hdr<net::Aeth>(p.info().aeth_off)->syndrome_msn = 0x1f000001u;
-  }, b(0), 100);
+  respond(0x10, kPsn, b(0), 100);
   r = sent();
   ASSERT_EQ(r.size(), 1u);
   EXPECT_EQ(r[0].opcode, 0x0c);
   EXPECT_EQ(r[0].psn, kPsn + 1);
   EXPECT_EQ(one_cqe(a_scq_).wr_id, 1u);
+}
+
+TEST_F(RequesterTest, AtomicWriteCarriesARethAndItsEightBytes) {
+  make_pair(IBV_QPT_RC);
+  abi::SendWqe w = wqe(IBV_WR_ATOMIC_WRITE, 1, IBV_SEND_SIGNALED | IBV_SEND_INLINE);
+  w.remote_addr = 0x9000;
+  w.rkey = 0x66;
+  std::memcpy(&w.compare_add, "ABCDEFGH", 8);  // the bytes of ibv_wr_atomic_write's atomic_wr
+  w.num_sge = 3;  // neither SGEs nor inline data: the engine ignores both
+  post_send(A(), w, {});
+  auto r = sent();
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].opcode, 0x1d);  // RC ATOMIC_WRITE
+  EXPECT_EQ(r[0].psn, kPsn);
+  EXPECT_TRUE(r[0].ack_req);
+  EXPECT_TRUE(r[0].has_reth);
+  EXPECT_EQ(r[0].va, 0x9000u);
+  EXPECT_EQ(r[0].rkey, 0x66u);
+  EXPECT_EQ(r[0].dma_len, 8u);
+  ASSERT_EQ(r[0].payload.size(), 8u);
+  EXPECT_EQ(std::memcmp(r[0].payload.data(), "ABCDEFGH", 8), 0);
+  EXPECT_EQ(A().req_psn, kPsn + 1);
+  // Its answer, a READ response of no data, completes it.
+  respond(0x10, kPsn);
+  EXPECT_TRUE(sent().empty());
+  abi::Cqe c = one_cqe(a_scq_);
+  EXPECT_EQ(c.wr_id, 1u);
+  EXPECT_EQ(c.status, uint32_t(IBV_WC_SUCCESS));
+  EXPECT_EQ(c.opcode, uint32_t(IBV_WC_ATOMIC_WRITE));
+  EXPECT_EQ(c.byte_len, 8u);
+}
+
+TEST_F(RequesterTest, AtomicWriteIsNotCompletedByAPlainAckOrAReadResponseWithData) {
+  make_pair(IBV_QPT_RC);
+  abi::SendWqe w = wqe(IBV_WR_ATOMIC_WRITE, 1);
+  w.remote_addr = b_addr(0);
+  w.rkey = b_key_;
+  post_send(A(), w, {});
+  ASSERT_EQ(sent().size(), 1u);
+  respond(0x10, kPsn, b(0), 8);  // data: a READ's answer, not this one's
+  sent();
+  EXPECT_TRUE(drain_cq(dev_, a_scq_).empty());
+  EXPECT_GE(counters().rx_stale_response, 1u);
+  // An ACK covering it is an implicit NAK (IBA 9.7.5.1.5): it is asked again.
+  respond(0x11, kPsn);
+  auto r = sent();
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].opcode, 0x1d);
+  EXPECT_EQ(r[0].psn, kPsn);
+  EXPECT_TRUE(drain_cq(dev_, a_scq_).empty());
+}
+
+TEST_F(RequesterTest, MaxRdAtomicCountsAtomicWrites) {
+  // rxe's check_init_depth takes a slot for ATOMIC WRITE as for a READ.
+  abi::QpAttr attr = default_attr();
+  attr.max_rd_atomic = 1;
+  make_pair(IBV_QPT_RC, attr, default_attr());
+  abi::SendWqe w = wqe(IBV_WR_ATOMIC_WRITE, 1);
+  w.remote_addr = b_addr(0);
+  w.rkey = b_key_;
+  post_send(A(), w, {});
+  abi::SendWqe rd = wqe(IBV_WR_RDMA_READ, 2);
+  rd.remote_addr = b_addr(0);
+  rd.rkey = b_key_;
+  post_send(A(), rd, {sge(a(0), 100, a_key_)});
+  auto r = sent();
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].opcode, 0x1d);
+  respond(0x10, kPsn);
+  r = sent();
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].opcode, 0x0c);
+  EXPECT_EQ(r[0].psn, kPsn + 1);
+  EXPECT_EQ(one_cqe(a_scq_).opcode, uint32_t(IBV_WC_ATOMIC_WRITE));
+}
+
+TEST_F(RequesterTest, AtomicWriteIsNotAUcOperation) {
+  make_pair(IBV_QPT_UC);
+  abi::SendWqe w = wqe(IBV_WR_ATOMIC_WRITE, 1);
+  w.remote_addr = b_addr(0);
+  w.rkey = b_key_;
+  post_send(A(), w, {});
+  EXPECT_TRUE(sent().empty());
+  EXPECT_EQ(one_cqe(a_scq_).status, uint32_t(IBV_WC_LOC_QP_OP_ERR));
 }
 
 TEST_F(RequesterTest, AckReqAtLeastEvery64Packets) {

@@ -21,7 +21,7 @@ constexpr uint8_t kSendFirst = 0x00, kSendMiddle = 0x01, kSendOnly = 0x04, kSend
                   kWriteFirst = 0x06, kWriteLast = 0x08, kWriteOnly = 0x0a, kReadRequest = 0x0c,
                   kReadRespFirst = 0x0d, kReadRespMiddle = 0x0e, kReadRespLast = 0x0f,
                   kReadRespOnly = 0x10, kAck = 0x11, kAtomicAck = 0x12, kCompareSwap = 0x13,
-                  kFetchAdd = 0x14;
+                  kFetchAdd = 0x14, kAtomicWrite = 0x1d;
 // AETH syndromes (IBA table 44).
 constexpr uint8_t kSynAck = 0x1f, kSynRnr = 0x20, kSynPsnSeq = 0x60, kSynInvalid = 0x61,
                   kSynAccess = 0x62, kSynOpError = 0x63;
@@ -353,6 +353,92 @@ TEST_F(ResponderTest, AtomicWithoutRemoteAtomicOnTheMrIsRemoteAccessError) {
   inject(kFetchAdd, b_, kPsn, true, atomic(b_addr(0), rw, 1, 0));
   expect_nak(kSynAccess, kPsn);
   EXPECT_EQ(*target, 5u);
+}
+
+// ---- ATOMIC WRITE (IBA 1.5 annex A19; rxe_resp.c atomic_write_reply) ----
+
+TEST_F(ResponderTest, AtomicWriteStoresItsBytesAndIsAnsweredByAnEmptyReadResponse) {
+  const uint8_t value[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+  inject(kAtomicWrite, b_, kPsn, true, reth(b_addr(64), b_key_, 8), value, 8);
+  Frame f = one_frame();
+  EXPECT_EQ(f.opcode, kReadRespOnly);
+  EXPECT_EQ(f.qpn, a_);
+  EXPECT_EQ(f.psn, kPsn);
+  EXPECT_EQ(f.syndrome, kSynAck);
+  EXPECT_EQ(f.msn, 1u);
+  EXPECT_TRUE(f.payload.empty());
+  EXPECT_EQ(std::memcmp(b(64), value, 8), 0);  // the bytes in the order they came
+  EXPECT_EQ(B().resp_epsn, kPsn + 1);
+  EXPECT_TRUE(drain_cq(dev_, b_rcq_).empty());  // no receive WQE, no completion
+  // A duplicate (its answer was lost) is answered again, not executed again.
+  std::memset(b(64), 0, 8);
+  inject(kAtomicWrite, b_, kPsn, true, reth(b_addr(64), b_key_, 8), value, 8);
+  f = one_frame();
+  EXPECT_EQ(f.opcode, kReadRespOnly);
+  EXPECT_EQ(f.psn, kPsn);
+  EXPECT_EQ(f.syndrome, kSynAck);
+  EXPECT_EQ(counters().rx_duplicate, 1u);
+  EXPECT_EQ(*reinterpret_cast<uint64_t*>(b(64)), 0u);
+}
+
+TEST_F(ResponderTest, AtomicWriteAnswerWaitsBehindReadData) {
+  // Responses leave in PSN order (IBA 9.7.5.1.1): READ data first.
+  inject(kReadRequest, b_, kPsn, true, reth(b_addr(0), b_key_, 3000));
+  const uint64_t value = 0x1122334455667788ull;
+  inject(kAtomicWrite, b_, kPsn + 3, true, reth(b_addr(4096), b_key_, 8), &value, 8);
+  std::vector<Frame> all;
+  for (int i = 0; i < 4 && all.size() < 4; ++i) {
+    auto f = step();
+    all.insert(all.end(), f.begin(), f.end());
+  }
+  ASSERT_EQ(all.size(), 4u);
+  EXPECT_EQ(all[0].opcode, kReadRespFirst);
+  EXPECT_EQ(all[2].opcode, kReadRespLast);
+  EXPECT_EQ(all[3].opcode, kReadRespOnly);
+  EXPECT_EQ(all[3].psn, kPsn + 3);
+  EXPECT_TRUE(all[3].payload.empty());
+  EXPECT_EQ(*reinterpret_cast<uint64_t*>(b(4096)), value);
+}
+
+TEST_F(ResponderTest, MisalignedAtomicWriteIsInvalidRequest) {
+  const uint64_t before = *reinterpret_cast<uint64_t*>(b(64));
+  const uint64_t value = ~0ull;
+  inject(kAtomicWrite, b_, kPsn, true, reth(b_addr(68), b_key_, 8), &value, 8);
+  expect_nak(kSynInvalid, kPsn);  // rxe: RESPST_ERR_MISALIGNED_ATOMIC, class C
+  EXPECT_EQ(*reinterpret_cast<uint64_t*>(b(64)), before);
+  EXPECT_EQ(B().state, IBV_QPS_ERR);
+}
+
+TEST_F(ResponderTest, AtomicWriteOfOtherThanEightBytesIsInvalidRequest) {
+  std::vector<uint8_t> sixteen(16, 0xab);
+  std::memset(b(64), 0, 16);
+  inject(kAtomicWrite, b_, kPsn, true, reth(b_addr(64), b_key_, 16), sixteen.data(), 16);
+  expect_nak(kSynInvalid, kPsn);
+  EXPECT_EQ(b(64)[0], 0);
+}
+
+TEST_F(ResponderTest, AtomicWriteNeedsRemoteWriteNotRemoteAtomic) {
+  // As rxe checks it: IB_ACCESS_REMOTE_WRITE on the QP and the memory.
+  const uint32_t atomic_only = reg_mr(b(0), 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_ATOMIC);
+  const uint64_t value = 0x0102030405060708ull;
+  std::memset(b(0), 0, 8);
+  inject(kAtomicWrite, b_, kPsn, true, reth(b_addr(0), atomic_only, 8), &value, 8);
+  expect_nak(kSynAccess, kPsn);
+  EXPECT_EQ(*reinterpret_cast<uint64_t*>(b(0)), 0u);
+}
+
+TEST_F(ResponderTest, AtomicWriteToAMemoryWithRemoteWriteOnlySucceeds) {
+  const uint32_t write_only = reg_mr(b(0), 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  const uint64_t value = 0x0102030405060708ull;
+  inject(kAtomicWrite, b_, kPsn, true, reth(b_addr(8), write_only, 8), &value, 8);
+  EXPECT_EQ(one_frame().opcode, kReadRespOnly);
+  EXPECT_EQ(*reinterpret_cast<uint64_t*>(b(8)), value);
+}
+
+TEST_F(ResponderTest, AtomicWriteWithABadRkeyIsRemoteAccessError) {
+  const uint64_t value = 1;
+  inject(kAtomicWrite, b_, kPsn, true, reth(b_addr(0), b_key_ ^ 0x80, 8), &value, 8);
+  expect_nak(kSynAccess, kPsn);
 }
 
 TEST_F(ResponderTest, RnrNakCarriesTheMinRnrTimer) {

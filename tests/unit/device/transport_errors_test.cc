@@ -17,7 +17,22 @@
 namespace uroce::device {
 namespace {
 
-class TransportErrorsTest : public PairFixture {};
+class TransportErrorsTest : public PairFixture {
+ protected:
+  // A's one request `w` on an RC pair with a short ACK timeout, executed
+  // at B, and B's one answer lost on the way back; A has not resent yet.
+  void execute_and_lose_the_answer(const abi::SendWqe& w, std::initializer_list<abi::Sge> sges = {}) {
+    abi::QpAttr attr_a = default_attr();
+    attr_a.timeout = 10;
+    make_pair(IBV_QPT_RC, attr_a, default_attr());
+    post_send(A(), w, sges);
+    dev_.poll(now_);  // request out
+    dev_.poll(now_);  // executed at B, its answer out
+    auto frames = DeviceTestPeer::take_in_flight(dev_);
+    ASSERT_EQ(frames.size(), 1u);
+    DeviceTestPeer::drop(dev_, frames[0]);
+  }
+};
 
 // ---- local errors -----------------------------------------------------------
 
@@ -498,21 +513,13 @@ TEST_F(TransportErrorsTest, LostMiddlePacketIsRecoveredByGoBackN) {
 }
 
 TEST_F(TransportErrorsTest, DuplicateAtomicIsNotExecutedTwice) {
-  abi::QpAttr attr_a = default_attr();
-  attr_a.timeout = 10;
-  make_pair(IBV_QPT_RC, attr_a, default_attr());
   uint64_t* target = reinterpret_cast<uint64_t*>(b(0));
   *target = 100;
   abi::SendWqe w = wqe(IBV_WR_ATOMIC_FETCH_AND_ADD, 1);
   w.remote_addr = b_addr(0);
   w.rkey = b_key_;
   w.compare_add = 5;
-  post_send(A(), w, {sge(a(0), 8, a_key_)});
-  dev_.poll(now_);  // request out
-  dev_.poll(now_);  // executed at B, atomic ACK out
-  auto frames = DeviceTestPeer::take_in_flight(dev_);
-  ASSERT_EQ(frames.size(), 1u);
-  DeviceTestPeer::drop(dev_, frames[0]);  // the ACK is lost
+  execute_and_lose_the_answer(w, {sge(a(0), 8, a_key_)});  // the atomic ACK is lost
   ASSERT_EQ(*target, 105u);
   ASSERT_TRUE(run());
   ASSERT_TRUE(advance(4096ull << 10));  // A resends; B answers from its replay cache
@@ -522,6 +529,24 @@ TEST_F(TransportErrorsTest, DuplicateAtomicIsNotExecutedTwice) {
   uint64_t orig;
   std::memcpy(&orig, a(0), 8);
   EXPECT_EQ(orig, 100u);
+}
+
+TEST_F(TransportErrorsTest, DuplicateAtomicWriteIsAnsweredNotExecutedAgain) {
+  auto* target = reinterpret_cast<uint64_t*>(b(0));
+  abi::SendWqe w = wqe(IBV_WR_ATOMIC_WRITE, 1);
+  w.remote_addr = b_addr(0);
+  w.rkey = b_key_;
+  w.compare_add = 7;
+  execute_and_lose_the_answer(w);  // the empty READ response is lost
+  ASSERT_EQ(*target, 7u);
+  *target = 9;  // the owner writes it meanwhile
+  ASSERT_TRUE(run());
+  ASSERT_TRUE(advance(4096ull << 10));  // A resends; B answers without writing again
+  EXPECT_EQ(counters().rx_duplicate, 1u);
+  EXPECT_EQ(*target, 9u);
+  abi::Cqe c = one_cqe(a_scq_);
+  EXPECT_EQ(c.status, uint32_t(IBV_WC_SUCCESS));
+  EXPECT_EQ(c.opcode, uint32_t(IBV_WC_ATOMIC_WRITE));
 }
 
 TEST_F(TransportErrorsTest, LostReadResponseIsRequestedAgain) {

@@ -367,5 +367,59 @@ TEST_F(TransportTest, MisalignedAtomicIsInvalidRequest) {
   EXPECT_EQ(one_cqe(a_scq_).status, uint32_t(IBV_WC_REM_INV_REQ_ERR));
 }
 
+// ---- ATOMIC WRITE (IBA 1.5 annex A19) --------------------------------------
+
+TEST_F(TransportTest, AtomicWritePlacesItsEightBytesAtOnce) {
+  make_pair(IBV_QPT_RC);
+  abi::SendWqe w = wqe(IBV_WR_ATOMIC_WRITE, 70);
+  w.remote_addr = b_addr(256);
+  w.rkey = b_key_;
+  w.compare_add = 0x8877665544332211ull;
+  post_send(A(), w);
+  w.wr_id = 71;
+  w.remote_addr = b_addr(264);
+  w.compare_add = 0x0123456789abcdefull;
+  post_send(A(), w);
+  ASSERT_TRUE(run());
+  auto s = drain_cq(dev_, a_scq_);
+  ASSERT_EQ(s.size(), 2u);
+  for (const abi::Cqe& c : s) {
+    EXPECT_EQ(c.status, uint32_t(IBV_WC_SUCCESS));
+    EXPECT_EQ(c.opcode, uint32_t(IBV_WC_ATOMIC_WRITE));
+    EXPECT_EQ(c.byte_len, 8u);
+  }
+  EXPECT_EQ(s[0].wr_id, 70u);
+  EXPECT_EQ(s[1].wr_id, 71u);
+  EXPECT_EQ(*reinterpret_cast<uint64_t*>(b(256)), 0x8877665544332211ull);
+  EXPECT_EQ(*reinterpret_cast<uint64_t*>(b(264)), 0x0123456789abcdefull);
+  EXPECT_TRUE(drain_cq(dev_, b_rcq_).empty());
+  EXPECT_EQ(A().state, IBV_QPS_RTS);
+  EXPECT_EQ(B().state, IBV_QPS_RTS);
+}
+
+TEST_F(TransportTest, MisalignedAtomicWriteIsInvalidRequest) {
+  make_pair(IBV_QPT_RC);
+  abi::SendWqe w = wqe(IBV_WR_ATOMIC_WRITE, 1);
+  w.remote_addr = b_addr(260);  // not 8-byte aligned: rxe's RESPST_ERR_MISALIGNED_ATOMIC
+  w.rkey = b_key_;
+  w.compare_add = ~0ull;
+  post_send(A(), w);
+  ASSERT_TRUE(run());
+  abi::Cqe c = one_cqe(a_scq_);
+  EXPECT_EQ(c.status, uint32_t(IBV_WC_REM_INV_REQ_ERR));
+  EXPECT_EQ(c.opcode, uint32_t(IBV_WC_ATOMIC_WRITE));
+  EXPECT_EQ(A().state, IBV_QPS_ERR);
+}
+
+TEST_F(TransportTest, AtomicWriteWithAWrongRkeyIsRemoteAccessError) {
+  make_pair(IBV_QPT_RC);
+  abi::SendWqe w = wqe(IBV_WR_ATOMIC_WRITE, 1);
+  w.remote_addr = b_addr(256);
+  w.rkey = b_key_ ^ 0x80;
+  post_send(A(), w);
+  ASSERT_TRUE(run());
+  EXPECT_EQ(one_cqe(a_scq_).status, uint32_t(IBV_WC_REM_ACCESS_ERR));
+}
+
 }  // namespace
 }  // namespace uroce::device

@@ -43,6 +43,7 @@ constexpr Known kKnown[] = {
     {0x14, "RC_FETCH_ADD", kBth + kAtomicEth},
     {0x16, "RC_SEND_LAST_WITH_INVALIDATE", kBth + kIeth},
     {0x17, "RC_SEND_ONLY_WITH_INVALIDATE", kBth + kIeth},
+    {0x1d, "RC_ATOMIC_WRITE", kBth + kReth},  // IBA 1.5 annex A19: RETH, then 8 bytes of payload
     {0x20, "UC_SEND_FIRST", kBth},
     {0x25, "UC_SEND_ONLY_WITH_IMMEDIATE", kBth + kImm},
     {0x2a, "UC_RDMA_WRITE_ONLY", kBth + kReth},
@@ -55,6 +56,7 @@ constexpr Known kKnown[] = {
     {0xac, "XRC_RDMA_READ_REQUEST", kBth + kXrcEth + kReth},
     {0xb1, "XRC_ACKNOWLEDGE", kBth + kAeth},  // responses carry no XRCETH
     {0xb3, "XRC_COMPARE_SWAP", kBth + kXrcEth + kAtomicEth},
+    {0xbd, "XRC_ATOMIC_WRITE", kBth + kXrcEth + kReth},
 };
 
 TEST(OpcodeTable, KnownOpcodesHaveIbaNamesAndLengths) {
@@ -68,14 +70,16 @@ TEST(OpcodeTable, KnownOpcodesHaveIbaNamesAndLengths) {
 }
 
 TEST(OpcodeTable, ValidOpcodesPerTransport) {
-  // RC and XRC: 0x00-0x14 plus the two SEND_*_WITH_INVALIDATE (table 38).
-  // UC: SEND and RDMA WRITE only (0x00-0x0b). UD: SEND_ONLY and SEND_ONLY_IMM.
-  // RD (0x40) and the manufacturer range are not implemented.
+  // RC and XRC: 0x00-0x14 plus the two SEND_*_WITH_INVALIDATE (table 38)
+  // and ATOMIC WRITE (0x1d, IBA 1.5 annex A19; FLUSH, 0x1c, is not
+  // implemented). UC: SEND and RDMA WRITE only (0x00-0x0b). UD: SEND_ONLY
+  // and SEND_ONLY_IMM. RD (0x40) and the manufacturer range are not implemented.
   std::set<int> expected;
   for (int base : {0x00, 0xa0}) {
     for (int c = 0; c <= 0x14; ++c) expected.insert(base + c);
     expected.insert(base + 0x16);
     expected.insert(base + 0x17);
+    expected.insert(base + 0x1d);
   }
   for (int c = 0; c <= 0x0b; ++c) expected.insert(0x20 + c);
   expected.insert(0x64);
@@ -84,11 +88,13 @@ TEST(OpcodeTable, ValidOpcodesPerTransport) {
     SCOPED_TRACE(op);
     EXPECT_EQ(opcode_info(uint8_t(op)).valid(), expected.count(op) == 1);
   }
-  EXPECT_EQ(expected.size(), 23u + 23u + 12u + 2u);
+  EXPECT_EQ(expected.size(), 24u + 24u + 12u + 2u);
 }
 
 TEST(OpcodeTable, InvalidOpcodesAreNamedAndEmpty) {
   EXPECT_EQ(opcode_name(0x15), "INVALID_21");
+  EXPECT_EQ(opcode_name(0x1c), "INVALID_28");  // FLUSH: not implemented
+  EXPECT_EQ(opcode_name(0x3d), "INVALID_61");  // UC has no ATOMIC WRITE
   EXPECT_EQ(opcode_name(0x2c), "INVALID_44");  // UC has no READ
   EXPECT_EQ(opcode_name(0x44), "INVALID_68");  // RD
   EXPECT_EQ(opcode_name(0xff), "INVALID_255");
@@ -146,6 +152,12 @@ TEST(OpcodeTable, SemanticFlagsAreConsistent) {
       EXPECT_FALSE(info.has(kHasPayload));
     }
     if (info.has(kSend) || info.has(kWrite)) { EXPECT_TRUE(info.has(kHasPayload)); }
+    // ATOMIC WRITE: one request packet with a RETH and its 8 bytes, neither a
+    // WRITE (it holds a responder resource) nor an AtomicETH atomic.
+    if (info.has(kAtomicStore)) {
+      EXPECT_TRUE(info.has(kRequest | kOnly | kHasReth | kHasPayload));
+      EXPECT_FALSE(info.flags & (kWrite | kAtomic | kHasAtomicEth | kConsumesRecv));
+    }
     // UD always carries a DETH, nothing else does.
     EXPECT_EQ(info.has(kHasDeth), (op & 0xe0) == 0x60);
     // XRC requests carry an XRCETH, XRC responses do not.
