@@ -8,7 +8,29 @@ namespace {
 
 using namespace srq_test;
 
-class XrcTest : public SrqTest {};
+class XrcTest : public SrqTest {
+ protected:
+  // A domain with an XRC SRQ of 8 on its own CQ, and an initiator (send CQ
+  // scq) connected to a target in the domain.
+  struct Link {
+    ibv_cq* srq_cq = nullptr;
+    ibv_cq* scq = nullptr;
+    ibv_srq* srq = nullptr;
+    uint32_t srqn = 0;
+    ibv_qp* ini = nullptr;
+    ibv_qp* tgt = nullptr;
+  };
+  void xrc_link(Link* l, bool wr_api = false) {
+    ibv_xrcd* xrcd = open_xrcd(-1, 0);
+    l->srq_cq = make_cq();
+    l->scq = make_cq();
+    ASSERT_TRUE(xrcd && l->srq_cq && l->scq);
+    l->srq = make_xrc_srq(xrcd, l->srq_cq, 8);
+    ASSERT_NE(l->srq, nullptr);
+    ASSERT_EQ(ibv_get_srq_num(l->srq, &l->srqn), 0);
+    xrc_pair(xrcd, l->scq, &l->ini, &l->tgt, wr_api);
+  }
+};
 
 TEST_F(XrcTest, DeviceReportsXrcAndSrqLimits) {
   ibv_device_attr d{};
@@ -490,80 +512,64 @@ TEST_F(XrcTest, OneTargetServesTwoInitiatorsInTurn) {
 }
 
 TEST_F(XrcTest, RdmaWriteAndReadThroughATargetConsumeNoSrqWqe) {
-  ibv_xrcd* xrcd = open_xrcd(-1, 0);
-  ibv_cq* srq_cq = make_cq();
-  ibv_cq* scq = make_cq();
-  ASSERT_TRUE(xrcd && srq_cq && scq);
-  ibv_srq* srq = make_xrc_srq(xrcd, srq_cq, 8);
-  ASSERT_NE(srq, nullptr);
-  uint32_t srqn = 0;
-  ASSERT_EQ(ibv_get_srq_num(srq, &srqn), 0);
-  ibv_qp *ini, *tgt;
-  xrc_pair(xrcd, scq, &ini, &tgt);
+  Link l;
+  xrc_link(&l);
   ASSERT_FALSE(HasFailure());
   ibv_mr* remote = reg_buffer(8192, kRw, 0);
   ibv_mr* local = reg_buffer(8192, IBV_ACCESS_LOCAL_WRITE, 0);
   ASSERT_TRUE(remote && local);
   ibv_sge rs = sge_of(remote, 4096, 64);
-  ASSERT_EQ(post_srq_one(srq, 1, &rs, 1), 0);
+  ASSERT_EQ(post_srq_one(l.srq, 1, &rs, 1), 0);
   fill(local->addr, 3000, 5);
   ibv_sge s = sge_of(local, 0, 3000);
-  ASSERT_EQ(post_xrc(ini, 1, IBV_WR_RDMA_WRITE, &s, 1, srqn, 0, addr_of(remote), remote->rkey), 0);
+  ASSERT_EQ(post_xrc(l.ini, 1, IBV_WR_RDMA_WRITE, &s, 1, l.srqn, 0, addr_of(remote), remote->rkey), 0);
   ibv_wc wc;
-  VT_POLL_ONE(scq, &wc);
+  VT_POLL_ONE(l.scq, &wc);
   ASSERT_EQ(wc.status, IBV_WC_SUCCESS) << describe(wc);
   EXPECT_EQ(mismatch(remote->addr, 3000, 5), -1);
   ibv_sge back = sge_of(local, 4096, 3000);
-  ASSERT_EQ(post_xrc(ini, 2, IBV_WR_RDMA_READ, &back, 1, srqn, 0, addr_of(remote), remote->rkey), 0);
-  VT_POLL_ONE(scq, &wc);
+  ASSERT_EQ(post_xrc(l.ini, 2, IBV_WR_RDMA_READ, &back, 1, l.srqn, 0, addr_of(remote), remote->rkey), 0);
+  VT_POLL_ONE(l.scq, &wc);
   ASSERT_EQ(wc.status, IBV_WC_SUCCESS) << describe(wc);
   EXPECT_EQ(mismatch(static_cast<uint8_t*>(local->addr) + 4096, 3000, 5), -1);
-  EXPECT_TRUE(drain_for(srq_cq, 50).empty()) << "WRITE and READ consume no receive";
+  EXPECT_TRUE(drain_for(l.srq_cq, 50).empty()) << "WRITE and READ consume no receive";
   // WRITE with immediate does consume one.
-  ASSERT_EQ(post_xrc(ini, 3, IBV_WR_RDMA_WRITE_WITH_IMM, &s, 1, srqn, htonl(77), addr_of(remote),
+  ASSERT_EQ(post_xrc(l.ini, 3, IBV_WR_RDMA_WRITE_WITH_IMM, &s, 1, l.srqn, htonl(77), addr_of(remote),
                      remote->rkey),
             0);
-  VT_POLL_ONE(scq, &wc);
+  VT_POLL_ONE(l.scq, &wc);
   ASSERT_EQ(wc.status, IBV_WC_SUCCESS) << describe(wc);
-  VT_POLL_ONE(srq_cq, &wc);
+  VT_POLL_ONE(l.srq_cq, &wc);
   ASSERT_EQ(wc.status, IBV_WC_SUCCESS) << describe(wc);
   EXPECT_EQ(wc.wr_id, 1u);
   EXPECT_EQ(wc.opcode, IBV_WC_RECV_RDMA_WITH_IMM);
   EXPECT_EQ(ntohl(wc.imm_data), 77u);
-  EXPECT_EQ(wc.qp_num, tgt->qp_num);
+  EXPECT_EQ(wc.qp_num, l.tgt->qp_num);
 }
 
 // ATOMIC WRITE on XRC (IBA 1.5 annex A19 defines it for XRC as for RC): the
 // target's memory key is checked in the named SRQ's PD, and nothing of the
 // SRQ is consumed.
 TEST_F(XrcTest, AtomicWriteThroughATarget) {
-  ibv_xrcd* xrcd = open_xrcd(-1, 0);
-  ibv_cq* srq_cq = make_cq();
-  ibv_cq* scq = make_cq();
-  ASSERT_TRUE(xrcd && srq_cq && scq);
-  ibv_srq* srq = make_xrc_srq(xrcd, srq_cq, 8);
-  ASSERT_NE(srq, nullptr);
-  uint32_t srqn = 0;
-  ASSERT_EQ(ibv_get_srq_num(srq, &srqn), 0);
-  ibv_qp *ini, *tgt;
-  xrc_pair(xrcd, scq, &ini, &tgt, /*wr_api=*/true);
+  Link l;
+  xrc_link(&l, /*wr_api=*/true);
   ASSERT_FALSE(HasFailure());
   ibv_mr* remote = reg_buffer(4096, kRw, 0x11);
   ASSERT_NE(remote, nullptr);
-  ibv_qp_ex* x = ibv_qp_to_qp_ex(ini);
+  ibv_qp_ex* x = ibv_qp_to_qp_ex(l.ini);
   const uint64_t value = 0x0123456789abcdefull;
   ibv_wr_start(x);
   x->wr_id = 5;
   x->wr_flags = IBV_SEND_SIGNALED;
   ibv_wr_atomic_write(x, remote->rkey, addr_of(remote, 64), &value);
-  ibv_wr_set_xrc_srqn(x, srqn);
+  ibv_wr_set_xrc_srqn(x, l.srqn);
   ASSERT_EQ(ibv_wr_complete(x), 0);
   ibv_wc wc;
-  VT_POLL_ONE(scq, &wc);
+  VT_POLL_ONE(l.scq, &wc);
   EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << describe(wc);
   EXPECT_EQ(wc.opcode, IBV_WC_ATOMIC_WRITE);
   EXPECT_EQ(std::memcmp(static_cast<uint8_t*>(remote->addr) + 64, &value, 8), 0);
-  EXPECT_TRUE(drain_for(srq_cq, 50).empty()) << "ATOMIC WRITE consumes no receive";
+  EXPECT_TRUE(drain_for(l.srq_cq, 50).empty()) << "ATOMIC WRITE consumes no receive";
 }
 
 TEST_F(XrcTest, SendNamingAWrongSrqIsRemoteInvalidRequest) {
@@ -623,33 +629,25 @@ TEST_F(XrcTest, SendNamingAWrongSrqIsRemoteInvalidRequest) {
 }
 
 TEST_F(XrcTest, EmptyXrcSrqIsReceiverNotReadyThenDelivers) {
-  ibv_xrcd* xrcd = open_xrcd(-1, 0);
-  ibv_cq* srq_cq = make_cq();
-  ibv_cq* scq = make_cq();
-  ASSERT_TRUE(xrcd && srq_cq && scq);
-  ibv_srq* srq = make_xrc_srq(xrcd, srq_cq, 8);
-  ASSERT_NE(srq, nullptr);
-  uint32_t srqn = 0;
-  ASSERT_EQ(ibv_get_srq_num(srq, &srqn), 0);
-  ibv_qp *ini, *tgt;
-  xrc_pair(xrcd, scq, &ini, &tgt);  // rnr_retry 7: retried forever
+  Link l;
+  xrc_link(&l);  // rnr_retry 7: retried forever
   ASSERT_FALSE(HasFailure());
   ibv_mr* mr = reg_buffer(4096, IBV_ACCESS_LOCAL_WRITE);
   ASSERT_NE(mr, nullptr);
   fill(mr->addr, 500, 9);
   ibv_sge s = sge_of(mr, 0, 500);
-  ASSERT_EQ(post_xrc(ini, 1, IBV_WR_SEND, &s, 1, srqn), 0);
-  EXPECT_TRUE(drain_for(scq, 100).empty()) << "completed with nothing to receive into";
-  EXPECT_EQ(qp_state(ini), IBV_QPS_RTS);
+  ASSERT_EQ(post_xrc(l.ini, 1, IBV_WR_SEND, &s, 1, l.srqn), 0);
+  EXPECT_TRUE(drain_for(l.scq, 100).empty()) << "completed with nothing to receive into";
+  EXPECT_EQ(qp_state(l.ini), IBV_QPS_RTS);
   ibv_sge r = sge_of(mr, 2048, 1024);
-  ASSERT_EQ(post_srq_one(srq, 5, &r, 1), 0);
+  ASSERT_EQ(post_srq_one(l.srq, 5, &r, 1), 0);
   ibv_wc wc;
-  VT_POLL_ONE(srq_cq, &wc);
+  VT_POLL_ONE(l.srq_cq, &wc);
   ASSERT_EQ(wc.status, IBV_WC_SUCCESS) << describe(wc);
   EXPECT_EQ(wc.wr_id, 5u);
-  EXPECT_EQ(wc.qp_num, tgt->qp_num);
+  EXPECT_EQ(wc.qp_num, l.tgt->qp_num);
   EXPECT_EQ(mismatch(static_cast<uint8_t*>(mr->addr) + 2048, 500, 9), -1);
-  VT_POLL_ONE(scq, &wc);
+  VT_POLL_ONE(l.scq, &wc);
   EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << describe(wc);
 }
 

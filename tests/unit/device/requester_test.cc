@@ -43,6 +43,32 @@ class RequesterTest : public PairFixture {
       p.hdr<net::Aeth>(p.info().aeth_off)->syndrome_msn = 0x1f000001u;
     }, payload, len);
   }
+  // With max_rd_atomic 1, a READ (wr_id 2) posted behind `first` leaves only
+  // once B's READ response ONLY at kPsn (`len` bytes) answers `first`;
+  // returns the completion of `first`.
+  abi::Cqe read_waits_for(const abi::SendWqe& first, std::initializer_list<abi::Sge> sges, uint32_t len) {
+    abi::QpAttr attr = default_attr();
+    attr.max_rd_atomic = 1;
+    make_pair(IBV_QPT_RC, attr, default_attr());
+    post_send(A(), first, sges);
+    abi::SendWqe rd = wqe(IBV_WR_RDMA_READ, 2);
+    rd.remote_addr = b_addr(0);
+    rd.rkey = b_key_;
+    post_send(A(), rd, {sge(a(4096), 100, a_key_)});
+    auto r = sent();
+    EXPECT_EQ(r.size(), 1u);
+    if (!r.empty()) {
+      EXPECT_EQ(r[0].psn, kPsn);
+    }
+    respond(0x10, kPsn, b(0), len);  // the answer lets the READ go
+    r = sent();
+    EXPECT_EQ(r.size(), 1u);
+    if (!r.empty()) {
+      EXPECT_EQ(r[0].opcode, 0x0c);
+      EXPECT_EQ(r[0].psn, kPsn + 1);
+    }
+    return one_cqe(a_scq_);
+  }
   // Polls once and decodes every frame A sent.
   std::vector<Request> sent() {
     dev_.poll(now_);
@@ -190,25 +216,10 @@ TEST_F(RequesterTest, AtomicsCarryTheirOperands) {
 }
 
 TEST_F(RequesterTest, MaxRdAtomicLimitsOutstandingReads) {
-  abi::QpAttr attr = default_attr();
-  attr.max_rd_atomic = 1;
-  make_pair(IBV_QPT_RC, attr, default_attr());
   abi::SendWqe w = wqe(IBV_WR_RDMA_READ, 1);
   w.remote_addr = b_addr(0);
   w.rkey = b_key_;
-  post_send(A(), w, {sge(a(0), 100, a_key_)});
-  w.wr_id = 2;
-  post_send(A(), w, {sge(a(100), 100, a_key_)});
-  auto r = sent();
-  ASSERT_EQ(r.size(), 1u);
-  EXPECT_EQ(r[0].psn, kPsn);
-  // The response to the first READ lets the second go.
-  respond(0x10, kPsn, b(0), 100);
-  r = sent();
-  ASSERT_EQ(r.size(), 1u);
-  EXPECT_EQ(r[0].opcode, 0x0c);
-  EXPECT_EQ(r[0].psn, kPsn + 1);
-  EXPECT_EQ(one_cqe(a_scq_).wr_id, 1u);
+  EXPECT_EQ(read_waits_for(w, {sge(a(0), 100, a_key_)}, 100).wr_id, 1u);
 }
 
 TEST_F(RequesterTest, AtomicWriteCarriesARethAndItsEightBytes) {
@@ -263,26 +274,10 @@ TEST_F(RequesterTest, AtomicWriteIsNotCompletedByAPlainAckOrAReadResponseWithDat
 
 TEST_F(RequesterTest, MaxRdAtomicCountsAtomicWrites) {
   // rxe's check_init_depth takes a slot for ATOMIC WRITE as for a READ.
-  abi::QpAttr attr = default_attr();
-  attr.max_rd_atomic = 1;
-  make_pair(IBV_QPT_RC, attr, default_attr());
   abi::SendWqe w = wqe(IBV_WR_ATOMIC_WRITE, 1);
   w.remote_addr = b_addr(0);
   w.rkey = b_key_;
-  post_send(A(), w, {});
-  abi::SendWqe rd = wqe(IBV_WR_RDMA_READ, 2);
-  rd.remote_addr = b_addr(0);
-  rd.rkey = b_key_;
-  post_send(A(), rd, {sge(a(0), 100, a_key_)});
-  auto r = sent();
-  ASSERT_EQ(r.size(), 1u);
-  EXPECT_EQ(r[0].opcode, 0x1d);
-  respond(0x10, kPsn);
-  r = sent();
-  ASSERT_EQ(r.size(), 1u);
-  EXPECT_EQ(r[0].opcode, 0x0c);
-  EXPECT_EQ(r[0].psn, kPsn + 1);
-  EXPECT_EQ(one_cqe(a_scq_).opcode, uint32_t(IBV_WC_ATOMIC_WRITE));
+  EXPECT_EQ(read_waits_for(w, {}, 0).opcode, uint32_t(IBV_WC_ATOMIC_WRITE));
 }
 
 TEST_F(RequesterTest, AtomicWriteIsNotAUcOperation) {
