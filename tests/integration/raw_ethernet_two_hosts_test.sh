@@ -58,7 +58,7 @@ pair burst_lat raw_ethernet_burst_lat -n 1000 -r 1000 -t 1000 --burst_size=16 -Q
   --rate_limit_type=PP --rate_limit=50 --rate_units=M
 # RoCE between the same two engines, beside the raw traffic.
 port=$((port + 1))
-if run_pair --label rc --delay 1 --forbid '[Ff]ailed|[Cc]ouldn.t|[Ee]rror' 60 \
+if run_pair --label rc --listen "$ns_b:$port" --forbid '[Ff]ailed|[Cc]ouldn.t|[Ee]rror' 60 \
      ip netns exec "$ns_b" ibv_rc_pingpong -d hostB -g 0 -p "$port" -n 200 -- \
      ip netns exec "$ns_a" ibv_rc_pingpong -d hostA -g 0 -p "$port" -n 200 "$kern_b"; then
   echo "ok   rc_pingpong beside raw traffic"

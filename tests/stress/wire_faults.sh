@@ -116,7 +116,7 @@ run_once() {  # TOOL LABEL
   fi
   port=$((port + 1))
   # shellcheck disable=SC2086
-  run_pair --label "$label" --delay 1 --forbid "$forbid" "$limit" \
+  run_pair --label "$label" --listen "$ns_b:$port" --forbid "$forbid" "$limit" \
     ip netns exec "$ns_b" "${args[0]}" -d wfB -p "$port" "${server_extra[@]}" "${args[@]:1}" -- \
     ip netns exec "$ns_a" "${client_wrap[@]}" "${args[0]}" -d wfA -p "$port" "${args[@]:1}" "$kern_b" 2>/dev/null || return 1
   if [[ $tool == xsrq_* ]]; then
