@@ -50,17 +50,26 @@ abi::CmAddr unmapped(abi::CmAddr a) {
   return a;
 }
 
+// An AF_IB address as the IP address its GID is (RoCE GIDs are).
+abi::CmAddr ip_view(abi::CmAddr a) {
+  if (a.family == AF_IB) a.family = AF_INET6;
+  return unmapped(a);
+}
+
 bool same_ip(const abi::CmAddr& x, const abi::CmAddr& y) {
-  const abi::CmAddr a = unmapped(x), b = unmapped(y);
+  const abi::CmAddr a = ip_view(x), b = ip_view(y);
   return a.family == b.family && std::memcmp(a.addr, b.addr, a.family == AF_INET ? 4 : 16) == 0;
 }
 
 // Does an id bound to `bound` take connections or ports at `a`? A wildcard
 // takes its family, and an IPv6 wildcard IPv4 too unless AFONLY (as
-// IPV6_V6ONLY, cma_any_addr/cma_check_port).
+// IPV6_V6ONLY, cma_any_addr/cma_check_port); an AF_IB wildcard (no AFONLY
+// of its own) every address. An AF_IB address is never the same as an IP
+// one (cma_addr_cmp compares families first).
 bool covers(const abi::CmAddr& bound, bool afonly, const abi::CmAddr& a) {
-  const abi::CmAddr b = unmapped(bound), x = unmapped(a);
+  const abi::CmAddr b = ip_view(bound), x = ip_view(a);
   if (is_any(b)) return b.family == x.family || (b.family == AF_INET6 && !afonly);
+  if ((bound.family == AF_IB) != (a.family == AF_IB)) return false;
   return same_ip(b, x);
 }
 
@@ -196,6 +205,7 @@ void CmAgent::address_removed(const uint8_t gid[16]) {
 // The addresses this engine answers for: its own, the loopback ones (its
 // default port is bound to lo) and the wildcards.
 bool CmAgent::is_local(const abi::CmAddr& addr) const {
+  if (addr.family == AF_IB) return is_any(addr) || gid_index_of(addr) >= 0;  // one of the device's GIDs
   const abi::CmAddr a = unmapped(addr);
   if (is_any(a)) return true;
   if (a.family == AF_INET && (a.addr[0] == 127 || std::memcmp(a.addr, ip_.data(), 4) == 0)) return true;
@@ -259,7 +269,7 @@ void CmAgent::fill_local(const Id& id, abi::CmBindReply* rep) const {
 // wildcard, EADDRINUSE when both name the same address; 0 when free.
 int CmAgent::port_conflict(const Id& self, const abi::CmAddr& a) const {
   for (const auto& [h, other] : ids_) {
-    if (&other == &self || other.child || other.ps != self.ps || other.state == State::kIdle) continue;
+    if (&other == &self || other.child || other.port_ps != self.port_ps || other.state == State::kIdle) continue;
     if (other.src.port != a.port) continue;
     if (self.reuseaddr && other.reuseaddr && other.state != State::kListen) continue;
     if (!covers(other.src, other.afonly, a) && !covers(a, self.afonly, other.src)) continue;
@@ -269,8 +279,18 @@ int CmAgent::port_conflict(const Id& self, const abi::CmAddr& a) const {
 }
 
 int CmAgent::bind_to(Id& id, abi::CmAddr a) {
-  if (a.family != AF_INET && a.family != AF_INET6) return EAFNOSUPPORT;
-  if (!is_local(a)) return EADDRNOTAVAIL;
+  if (a.family != AF_INET && a.family != AF_INET6 && a.family != AF_IB) return EAFNOSUPPORT;
+  // A GID that is none of the device's names no device (ENODEV, as
+  // cma_acquire_dev_by_src_ip finds none).
+  if (!is_local(a)) return a.family == AF_IB ? ENODEV : EADDRNOTAVAIL;
+  id.port_ps = id.ps;
+  if (a.family == AF_IB) {
+    // cma_select_ib_ps: an RDMA_PS_IB id takes the service IDs of rdma_cm's
+    // port spaces, another id its own; anything else is EPROTONOSUPPORT.
+    const uint32_t ps = a.scope_id;
+    if ((ps != kPsTcp && ps != kPsUdp && ps != kPsIb) || (id.ps != kPsIb && id.ps != ps)) return EPROTONOSUPPORT;
+    id.port_ps = ps;
+  }
   if (a.port == 0) {
     const uint32_t range = kEphemeralHigh - kEphemeralLow + 1;
     bool found = false;
@@ -306,7 +326,12 @@ int CmAgent::resolve_addr(Owner* o, const abi::CmResolveAddrRequest& r, abi::CmB
   Id* id = find_id(o, r.id);
   if (!id) return ENOENT;
   if (id->state != State::kIdle && id->state != State::kBound) return EINVAL;
-  if (r.dst.family != AF_INET && r.dst.family != AF_INET6) return EAFNOSUPPORT;
+  if (r.dst.family != AF_INET && r.dst.family != AF_INET6 && r.dst.family != AF_IB) return EAFNOSUPPORT;
+  // An AF_IB destination from an AF_IB source only, and the other way
+  // (resolve_prepare_src: the id's family is the destination's).
+  const bool ib = r.dst.family == AF_IB;
+  if ((r.src.family && (r.src.family == AF_IB) != ib) || (id->state == State::kBound && (id->src.family == AF_IB) != ib))
+    return EINVAL;
   const uint64_t h = r.id;
   id->dst = r.dst;
   // A multicast group is reached through this engine's own address (mckey
@@ -323,22 +348,26 @@ int CmAgent::resolve_addr(Owner* o, const abi::CmResolveAddrRequest& r, abi::CmB
     return 0;
   }
   if (is_any(id->dst)) {
-    // rdma_resolve_addr to a wildcard means the loopback (cma_resolve_loopback).
+    // rdma_resolve_addr to a wildcard means the loopback (cma_resolve_loopback),
+    // for AF_IB the device's own GID.
     std::memset(id->dst.addr, 0, 16);
-    if (id->dst.family == AF_INET) id->dst.addr[0] = 127, id->dst.addr[3] = 1;
+    if (ib) std::memcpy(id->dst.addr, info_.gids[0].gid, 16);
+    else if (id->dst.family == AF_INET) id->dst.addr[0] = 127, id->dst.addr[3] = 1;
     else id->dst.addr[15] = 1;
   }
   if (id->state == State::kIdle) {
     abi::CmAddr src = r.src.family ? r.src : group ? own_address(r.dst.family) : id->dst;
     if (!r.src.family) src.port = 0;
+    if (!r.src.family && ib) src.scope_id = id->ps;  // cma_bind_addr's AF_IB wildcard: the id's port space
     id->reuseaddr = r.reuseaddr;
     id->afonly = r.afonly;
     if (int err = bind_to(*id, src)) return err;
   }
   if (is_any(id->src)) {  // bound to a wildcard: the source is the destination's
-    const uint16_t port = id->src.port;
-    id->src = group ? own_address(id->src.family) : id->dst;
-    id->src.port = port;
+    abi::CmAddr src = group ? own_address(id->src.family) : id->dst;
+    src.port = id->src.port;
+    if (ib) src.scope_id = id->src.scope_id;  // its service ID's port space
+    id->src = src;
   }
   id->state = State::kAddrResolved;
   fill_local(*id, rep);
@@ -372,7 +401,7 @@ int CmAgent::listen(Owner* o, uint64_t h, int backlog) {
   if (id->state != State::kBound) return EINVAL;
   // Only one listener per address and port (cma_check_port with listening ids).
   for (const auto& [oh, other] : ids_)
-    if (oh != h && other.state == State::kListen && other.ps == id->ps && other.src.port == id->src.port &&
+    if (oh != h && other.state == State::kListen && other.port_ps == id->port_ps && other.src.port == id->src.port &&
         (covers(other.src, other.afonly, id->src) || covers(id->src, id->afonly, other.src)))
       return EADDRINUSE;
   id->state = State::kListen;
@@ -380,11 +409,14 @@ int CmAgent::listen(Owner* o, uint64_t h, int backlog) {
 }
 
 // A specific address's listener before a wildcard's (cma_find_listener).
-uint64_t CmAgent::find_listener(uint32_t ps, const abi::CmAddr& dst) const {
+// An AF_IB listener takes every request for its service ID that reaches
+// its device, IP ones too (cma_match_private_data); an IP listener no AF_IB
+// request (cma_match_net_dev).
+uint64_t CmAgent::find_listener(uint32_t ps, const abi::CmAddr& dst, bool ib_request) const {
   uint64_t wildcard = 0;
   for (const auto& [h, id] : ids_) {
-    if (id.state != State::kListen || id.ps != ps || id.src.port != dst.port) continue;
-    if (!covers(id.src, id.afonly, dst)) continue;
+    if (id.state != State::kListen || id.port_ps != ps || id.src.port != dst.port) continue;
+    if (id.src.family != AF_IB && (ib_request || !covers(id.src, id.afonly, dst))) continue;
     if (!is_any(id.src)) return h;
     if (!wildcard) wildcard = h;
   }
@@ -397,9 +429,19 @@ int CmAgent::connect(Owner* o, const abi::CmConnectRequest& r) {
   if (id->state != State::kRouteResolved) return EINVAL;
   if (r.param.private_data_len > abi::kCmMaxPrivateData) return EINVAL;
   if (r.param.qp_type) id->qp_type = r.param.qp_type;  // the QP's (an XRC initiator's)
-  if (id->remote) return connect_remote(*id, r.id, r);
   const bool ud = id->ps == kPsUdp;
-  const uint64_t lh = find_listener(id->ps, id->dst);
+  // The application's private data: what the REQ's (SIDR REQ's) field
+  // holds, less rdma_cm's IP header for an IP id (an AF_IB id's SIDR REQ
+  // carries what a CmConnParam does).
+  const bool ib = id->dst.family == AF_IB;
+  if (r.param.private_data_len > (ib ? (ud ? abi::kCmMaxPrivateData : net::cm::req::kPrivateData.len)
+                                     : (ud ? net::cm::kSidrReqUserPrivateData : net::cm::kReqUserPrivateData)))
+    return EINVAL;
+  if (id->remote) return connect_remote(*id, r.id, r);
+  // The service ID: an AF_IB destination's as given, else the port space's
+  // and the port (rdma_get_service_id).
+  const uint64_t sid = ib ? cm_service_id(id->dst) : net::cm::service_id(id->ps, ntohs(id->dst.port));
+  const uint64_t lh = find_listener(uint32_t(sid >> 16), id->dst, ib);
   if (!lh) {
     // Nobody listens on that port: the REQ's answer is a REJ (invalid
     // service ID), a SIDR REQ's a SIDR REP "unsupported" (cm_match_req).
@@ -421,7 +463,14 @@ int CmAgent::connect(Owner* o, const abi::CmConnectRequest& r) {
   child.state = State::kRequested;
   child.src = id->dst;
   child.dst = id->src;
+  if (listener.src.family == AF_IB) {  // its ids are AF_IB too, named by the path's GIDs (cma_save_ib_info)
+    child.src = cm_ib_address(info_.gids[gid_index_for(id->dst)].gid, sid);
+    child.dst = cm_ib_address(info_.gids[gid_index_for(id->src)].gid, 0);
+  }
   child.peer = r.id;
+  uint8_t wire_private[net::cm::sidr_req::kPrivateData.len];
+  const size_t wire_len = request_private(*id, r.param, wire_private);
+  const size_t skip = listener.src.family == AF_IB || ib ? 0 : sizeof(net::cm::CmaHdr);
   const uint64_t ch = next_handle_++;
   id = &ids_.emplace(ch, child).first->second;  // (the map's nodes stay put)
   Id& active = ids_.at(r.id);
@@ -434,6 +483,8 @@ int CmAgent::connect(Owner* o, const abi::CmConnectRequest& r) {
   ev.src = child.src;
   ev.dst = child.dst;
   ev.param = r.param;
+  ev.param.private_data_len = uint8_t(std::min(wire_len - skip, sizeof(ev.param.private_data)));
+  std::memcpy(ev.param.private_data, wire_private + skip, ev.param.private_data_len);
   // The receiver's view: the REQ's initiator depth is what it may answer
   // with responder resources, and the other way (cm_format_req_event).
   ev.param.responder_resources = r.param.initiator_depth;

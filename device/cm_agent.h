@@ -10,8 +10,11 @@
 // (Linux's cm.c and cma.c, another engine) is the other end.
 #pragma once
 
+#include <arpa/inet.h>
+
 #include <array>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <map>
 #include <netinet/in.h>
@@ -23,6 +26,18 @@
 namespace uroce::device {
 
 struct Owner;
+
+// An AF_IB address's service ID (abi::CmAddr), and the address of a GID
+// and a service ID.
+inline uint64_t cm_service_id(const abi::CmAddr& a) { return uint64_t(a.scope_id) << 16 | ntohs(a.port); }
+inline abi::CmAddr cm_ib_address(const uint8_t* gid, uint64_t sid) {
+  abi::CmAddr a{};
+  a.family = AF_IB;
+  a.port = htons(uint16_t(sid));
+  a.scope_id = uint32_t(sid >> 16);
+  std::memcpy(a.addr, gid, 16);
+  return a;
+}
 
 // <rdma/rdma_cma.h>'s values (enum rdma_cm_event_type, rdma_port_space),
 // spelled here so the engine does not need librdmacm's headers, and the REJ
@@ -151,6 +166,10 @@ class CmAgent {
     Owner* owner = nullptr;
     uint64_t channel = 0;
     uint32_t ps = 0;
+    // The port space its port is taken from: ps, or an AF_IB address's
+    // (its service ID's, cma_select_ib_ps: an RDMA_PS_IB id may bind a
+    // TCP or UDP service ID).
+    uint32_t port_ps = 0;
     uint32_t qp_type = 0;
     State state = State::kIdle;
     abi::CmAddr src{}, dst{};
@@ -210,7 +229,14 @@ class CmAgent {
   uint8_t gid_index_for(const abi::CmAddr& a) const;
   int gid_index_of(const abi::CmAddr& a) const;
   void fill_local(const Id& id, abi::CmBindReply* rep) const;
-  uint64_t find_listener(uint32_t ps, const abi::CmAddr& dst) const;
+  // The listener of a request for port space ps and address dst; an AF_IB
+  // request (no IP header: ib_request) reaches AF_IB listeners only.
+  uint64_t find_listener(uint32_t ps, const abi::CmAddr& dst, bool ib_request) const;
+  // A request's private data as on the wire, its length returned: rdma_cm's
+  // IP header first for an IP id (cma_user_data_offset), then the
+  // application's. A new id of an AF_IB listener reports all of it, of an
+  // IP listener what follows the header.
+  static size_t request_private(const Id& active, const abi::CmConnParam& p, uint8_t* out);
   void post(const Id& to, uint64_t to_handle, abi::CmEventRecord ev);
   void post_simple(uint64_t h, uint32_t event, int32_t status);
   // DISCONNECTED, and TIMEWAIT_EXIT a time-wait later for a connected id

@@ -2,7 +2,9 @@
 // system's librdmacm and libibverbs, run under `uroce run` (rdmacm_test.sh)
 // so both resolve to uroce's drop-ins. Each case states what the kernel's
 // rdma_cm gives for the same calls (drivers/infiniband/core/cma.c).
+#include <endian.h>
 #include <gtest/gtest.h>
+#include <infiniband/ib.h>
 #include <poll.h>
 #include <rdma/rdma_cma.h>
 #include <rdma/rdma_verbs.h>
@@ -40,6 +42,20 @@ sockaddr_storage addr(const char* ip, uint16_t port) {
   return ss;
 }
 sockaddr* sa(sockaddr_storage& s) { return reinterpret_cast<sockaddr*>(&s); }
+
+// An AF_IB address: a GID (written as an IPv6 address) and a service ID.
+constexpr uint64_t kSidPsIb = 0x013F0000, kSidPsTcp = RDMA_IB_IP_PS_TCP;
+sockaddr_storage ib_addr(const uint8_t* gid, uint64_t sid, uint64_t mask = ~uint64_t(0)) {
+  sockaddr_storage ss{};
+  auto* ib = reinterpret_cast<sockaddr_ib*>(&ss);
+  ib->sib_family = AF_IB;
+  ib->sib_pkey = htobe16(0xffff);
+  std::memcpy(ib->sib_addr.sib_raw, gid, 16);
+  ib->sib_sid = htobe64(sid);
+  ib->sib_sid_mask = htobe64(mask);
+  return ss;
+}
+const sockaddr_ib* as_ib(const sockaddr* a) { return reinterpret_cast<const sockaddr_ib*>(a); }
 
 // The next event on a channel, within kWaitMs (the channel's fd is pollable).
 rdma_cm_event* next_event(rdma_event_channel* ch) {
@@ -687,6 +703,218 @@ TEST_F(RdmaCm, LoopbackBindNamesTheLoopbackEngine) {
   ASSERT_EQ(rdma_bind_addr(id, reinterpret_cast<sockaddr*>(&a)), 0);
   ASSERT_NE(id->verbs, nullptr);
   EXPECT_STREQ(ibv_get_device_name(id->verbs->device), "uroce0");
+}
+
+// AF_IB (struct sockaddr_ib): a GID of the device and a service ID. The
+// service ID under its mask names the port space (cma_select_ib_ps: an
+// RDMA_PS_IB id may take TCP's too, a TCP id only its own), port 0 an
+// ephemeral one, and the bound address's service ID is whole afterwards
+// (cma_bind_port). Port spaces are shared with IP ids: a wildcard overlaps
+// both, an AF_IB address never equals an IP one (cma_check_port).
+class RdmaCmAfIb : public RdmaCm {
+ protected:
+  void SetUp() override {
+    RdmaCm::SetUp();
+    int n = 0;
+    ibv_context** list = rdma_get_devices(&n);
+    ASSERT_NE(list, nullptr);
+    ibv_gid gid{};
+    ASSERT_EQ(ibv_query_gid(list[0], 1, 0, &gid), 0);
+    rdma_free_devices(list);
+    std::memcpy(gid_, gid.raw, 16);
+  }
+  uint8_t gid_[16] = {};
+};
+
+TEST_F(RdmaCmAfIb, BindTakesThePortSpaceAndPortOfTheServiceId) {
+  rdma_cm_id* a = new_id(RDMA_PS_IB);
+  auto any_port = ib_addr(gid_, kSidPsIb);
+  ASSERT_EQ(rdma_bind_addr(a, sa(any_port)), 0) << strerror(errno);
+  EXPECT_NE(a->verbs, nullptr);  // a GID of the device names it
+  const sockaddr_ib* bound = as_ib(rdma_get_local_addr(a));
+  ASSERT_EQ(bound->sib_family, AF_IB);
+  const uint16_t port = ntohs(rdma_get_src_port(a));
+  EXPECT_GE(port, 32768);
+  EXPECT_EQ(be64toh(bound->sib_sid), kSidPsIb | port);
+  EXPECT_EQ(be64toh(bound->sib_sid_mask), ~uint64_t(0));
+  EXPECT_EQ(std::memcmp(bound->sib_addr.sib_raw, gid_, 16), 0);
+  rdma_cm_id* again = new_id(RDMA_PS_IB);
+  auto same = ib_addr(gid_, kSidPsIb | port);
+  EXPECT_EQ(rdma_bind_addr(again, sa(same)), -1);
+  EXPECT_EQ(errno, EADDRINUSE);
+  // The same port of the TCP space: an RDMA_PS_IB id may take it.
+  rdma_cm_id* tcp_sid = new_id(RDMA_PS_IB);
+  auto in_tcp = ib_addr(gid_, kSidPsTcp | port);
+  ASSERT_EQ(rdma_bind_addr(tcp_sid, sa(in_tcp)), 0) << strerror(errno);
+  EXPECT_EQ(be64toh(as_ib(rdma_get_local_addr(tcp_sid))->sib_sid), kSidPsTcp | port);
+  // There an IP address is another address; the IP wildcard overlaps it.
+  rdma_cm_id* ip = new_id();
+  auto four = addr("127.0.0.1", port);
+  EXPECT_EQ(rdma_bind_addr(ip, sa(four)), 0) << strerror(errno);
+  rdma_cm_id* ip_any = new_id();
+  auto any4 = addr("0.0.0.0", port);
+  EXPECT_EQ(rdma_bind_addr(ip_any, sa(any4)), -1);
+  EXPECT_EQ(errno, EADDRNOTAVAIL);
+  // A TCP id cannot take RDMA_PS_IB's service IDs; a whole-mask service ID
+  // 0 is no port space's.
+  rdma_cm_id* tcp = new_id();
+  auto ib_sid = ib_addr(gid_, kSidPsIb | 7000);
+  EXPECT_EQ(rdma_bind_addr(tcp, sa(ib_sid)), -1);
+  EXPECT_EQ(errno, EPROTONOSUPPORT);
+  rdma_cm_id* zero = new_id(RDMA_PS_IB);
+  auto sid0 = ib_addr(gid_, 0);
+  EXPECT_EQ(rdma_bind_addr(zero, sa(sid0)), -1);
+  EXPECT_EQ(errno, EPROTONOSUPPORT);
+  // No mask: the id's own port space, an ephemeral port.
+  rdma_cm_id* unmasked = new_id();
+  auto no_mask = ib_addr(gid_, 0x1234, 0);
+  ASSERT_EQ(rdma_bind_addr(unmasked, sa(no_mask)), 0) << strerror(errno);
+  const uint64_t sid = be64toh(as_ib(rdma_get_local_addr(unmasked))->sib_sid);
+  EXPECT_EQ(sid & ~uint64_t(0xffff), kSidPsTcp);
+  EXPECT_GE(sid & 0xffff, 32768u);
+  // A GID that is not the device's names no device.
+  const uint8_t foreign[16] = {0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xde, 0xad, 0xbe, 0xef};
+  rdma_cm_id* other = new_id(RDMA_PS_IB);
+  auto not_ours = ib_addr(foreign, kSidPsIb | 7001);
+  EXPECT_EQ(rdma_bind_addr(other, sa(not_ours)), -1);
+  EXPECT_EQ(errno, ENODEV);
+}
+
+// An AF_IB request carries the service ID as given and no IP header: the
+// listener's new id is AF_IB (the path's GIDs, the service ID) and reports
+// the REQ's whole private data (92 bytes, the client's first).
+TEST_F(RdmaCmAfIb, ConnectRejectAndTheAddressesOfBothEnds) {
+  rdma_cm_id* l = new_id(RDMA_PS_IB);
+  auto la = ib_addr(gid_, kSidPsIb);
+  ASSERT_EQ(rdma_bind_addr(l, sa(la)), 0) << strerror(errno);
+  ASSERT_EQ(rdma_listen(l, 4), 0);
+  const uint16_t port = ntohs(rdma_get_src_port(l));
+  rdma_cm_id* id = new_id(RDMA_PS_IB);
+  auto dst = ib_addr(gid_, kSidPsIb | port);
+  auto ip_src = addr("127.0.0.1", 0);
+  EXPECT_EQ(rdma_resolve_addr(id, sa(ip_src), sa(dst), 2000), -1);  // families differ
+  EXPECT_EQ(errno, EINVAL);
+  ASSERT_EQ(rdma_resolve_addr(id, nullptr, sa(dst), 2000), 0) << strerror(errno);
+  expect_and_ack(ch_, RDMA_CM_EVENT_ADDR_RESOLVED);
+  const sockaddr_ib* src = as_ib(rdma_get_local_addr(id));
+  ASSERT_EQ(src->sib_family, AF_IB);
+  EXPECT_EQ(be64toh(src->sib_sid) & ~uint64_t(0xffff), kSidPsIb);
+  EXPECT_EQ(std::memcmp(src->sib_addr.sib_raw, gid_, 16), 0);
+  EXPECT_EQ(std::memcmp(rdma_get_peer_addr(id), &dst, sizeof(sockaddr_ib)), 0);  // as given
+  EXPECT_EQ(ntohs(rdma_get_dst_port(id)), port);
+  ASSERT_EQ(rdma_resolve_route(id, 2000), 0);
+  expect_and_ack(ch_, RDMA_CM_EVENT_ROUTE_RESOLVED);
+  char hello[92];
+  std::memset(hello, 'h', sizeof(hello));  // the whole field: no header to leave room for
+  rdma_conn_param p{};
+  p.private_data = hello;
+  p.private_data_len = 93;
+  EXPECT_EQ(rdma_connect(id, &p), -1);
+  EXPECT_EQ(errno, EINVAL);
+  p.private_data_len = sizeof(hello);
+  ASSERT_EQ(rdma_connect(id, &p), 0) << strerror(errno);
+  rdma_cm_event* req = expect_event(ch_, RDMA_CM_EVENT_CONNECT_REQUEST);
+  ASSERT_NE(req, nullptr);
+  rdma_cm_id* child = req->id;
+  keep(child);
+  EXPECT_EQ(req->listen_id, l);
+  ASSERT_EQ(req->param.conn.private_data_len, 92);
+  EXPECT_EQ(std::memcmp(req->param.conn.private_data, hello, sizeof(hello)), 0);
+  const sockaddr_ib* local = as_ib(rdma_get_local_addr(child));
+  const sockaddr_ib* peer = as_ib(rdma_get_peer_addr(child));
+  ASSERT_EQ(local->sib_family, AF_IB);
+  ASSERT_EQ(peer->sib_family, AF_IB);
+  EXPECT_EQ(be64toh(local->sib_sid), kSidPsIb | port);
+  EXPECT_EQ(be64toh(local->sib_sid_mask), ~uint64_t(0));
+  EXPECT_EQ(std::memcmp(local->sib_addr.sib_raw, gid_, 16), 0);
+  EXPECT_EQ(std::memcmp(peer->sib_addr.sib_raw, gid_, 16), 0);
+  EXPECT_EQ(peer->sib_sid, 0u);
+  EXPECT_EQ(ntohs(rdma_get_src_port(child)), port);
+  rdma_ack_cm_event(req);
+  ASSERT_EQ(rdma_reject(child, "no", 3), 0);
+  rdma_cm_event* rej = expect_event(ch_, RDMA_CM_EVENT_REJECTED);
+  ASSERT_NE(rej, nullptr);
+  EXPECT_EQ(rej->status, 28);  // IB_CM_REJ_CONSUMER_DEFINED
+  EXPECT_STREQ(static_cast<const char*>(rej->param.conn.private_data), "no");
+  rdma_ack_cm_event(rej);
+}
+
+// An AF_IB listener takes IP requests too (cma_match_private_data), its new
+// id AF_IB with the IP header in the private data it reports; an IP
+// listener takes no AF_IB request (cma_match_net_dev): REJECTED, invalid
+// service ID.
+TEST_F(RdmaCmAfIb, ListenersOfEachFamilyAndTheRequestsTheyTake) {
+  rdma_cm_id* l = new_id(RDMA_PS_IB);
+  auto la = ib_addr(gid_, kSidPsTcp);
+  ASSERT_EQ(rdma_bind_addr(l, sa(la)), 0) << strerror(errno);
+  ASSERT_EQ(rdma_listen(l, 4), 0);
+  const uint16_t port = ntohs(rdma_get_src_port(l));
+  rdma_cm_id* ip = resolved("127.0.0.1", port);
+  const char hello[] = "hello over IP";
+  rdma_conn_param p{};
+  p.private_data = hello;
+  p.private_data_len = sizeof(hello);
+  ASSERT_EQ(rdma_connect(ip, &p), 0);
+  rdma_cm_event* req = expect_event(ch_, RDMA_CM_EVENT_CONNECT_REQUEST);
+  ASSERT_NE(req, nullptr);
+  keep(req->id);
+  EXPECT_EQ(rdma_get_local_addr(req->id)->sa_family, AF_IB);
+  EXPECT_EQ(be64toh(as_ib(rdma_get_local_addr(req->id))->sib_sid), kSidPsTcp | port);
+  ASSERT_EQ(req->param.conn.private_data_len, 92);
+  const auto* data = static_cast<const uint8_t*>(req->param.conn.private_data);
+  EXPECT_EQ(data[0], 0);     // cma_hdr: version 0,
+  EXPECT_EQ(data[1], 0x40);  // IPv4,
+  EXPECT_STREQ(reinterpret_cast<const char*>(data + 36), hello);  // then the client's
+  ASSERT_EQ(rdma_reject(req->id, nullptr, 0), 0);
+  rdma_ack_cm_event(req);
+  expect_and_ack(ch_, RDMA_CM_EVENT_REJECTED);
+
+  const uint16_t ip_port = listen_on("0.0.0.0", 0);
+  rdma_cm_id* id = new_id(RDMA_PS_IB);
+  auto dst = ib_addr(gid_, kSidPsTcp | ip_port);
+  ASSERT_EQ(rdma_resolve_addr(id, nullptr, sa(dst), 2000), 0);
+  expect_and_ack(ch_, RDMA_CM_EVENT_ADDR_RESOLVED);
+  ASSERT_EQ(rdma_resolve_route(id, 2000), 0);
+  expect_and_ack(ch_, RDMA_CM_EVENT_ROUTE_RESOLVED);
+  rdma_conn_param none{};
+  ASSERT_EQ(rdma_connect(id, &none), 0);
+  rdma_cm_event* ev = expect_event(ch_, RDMA_CM_EVENT_REJECTED);
+  ASSERT_NE(ev, nullptr);
+  EXPECT_EQ(ev->status, 8);  // IB_CM_REJ_INVALID_SERVICE_ID
+  rdma_ack_cm_event(ev);
+}
+
+// rdma_getaddrinfo with AF_IB hints, RAI_FAMILY and RAI_NUMERICHOST: the
+// numeric host as a GID and the port space and port as the service ID with
+// its mask (rdma-core's ucma_convert_in6, ucma_set_sid).
+TEST_F(RdmaCmAfIb, GetAddrInfoGivesAfIbAddresses) {
+  rdma_addrinfo hints{}, *res = nullptr;
+  hints.ai_flags = RAI_FAMILY | RAI_NUMERICHOST;
+  hints.ai_family = AF_IB;
+  hints.ai_port_space = RDMA_PS_IB;
+  hints.ai_qp_type = IBV_QPT_RC;
+  ASSERT_EQ(rdma_getaddrinfo("::ffff:127.0.0.1", "7471", &hints, &res), 0);
+  EXPECT_EQ(res->ai_family, AF_IB);
+  ASSERT_NE(res->ai_dst_addr, nullptr);
+  ASSERT_EQ(res->ai_dst_len, socklen_t(sizeof(sockaddr_ib)));
+  const sockaddr_ib* ib = as_ib(res->ai_dst_addr);
+  EXPECT_EQ(ib->sib_family, AF_IB);
+  EXPECT_EQ(be64toh(ib->sib_sid), kSidPsIb | 7471);
+  EXPECT_EQ(be64toh(ib->sib_sid_mask), ~uint64_t(0));
+  const uint8_t mapped[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 127, 0, 0, 1};
+  EXPECT_EQ(std::memcmp(ib->sib_addr.sib_raw, mapped, 16), 0);
+  rdma_freeaddrinfo(res);
+  hints.ai_flags |= RAI_PASSIVE;  // a passive one: the source
+  ASSERT_EQ(rdma_getaddrinfo("::ffff:127.0.0.1", nullptr, &hints, &res), 0);
+  ASSERT_NE(res->ai_src_addr, nullptr);
+  EXPECT_EQ(res->ai_src_addr->sa_family, AF_IB);
+  EXPECT_EQ(be64toh(as_ib(res->ai_src_addr)->sib_sid_mask), RDMA_IB_IP_PS_MASK);  // no port: any
+  rdma_freeaddrinfo(res);
+  hints.ai_flags = RAI_NUMERICHOST;  // without RAI_FAMILY: an IP address
+  ASSERT_EQ(rdma_getaddrinfo("::1", "7471", &hints, &res), 0);
+  EXPECT_EQ(res->ai_family, AF_INET6);
+  EXPECT_EQ(res->ai_dst_addr->sa_family, AF_INET6);
+  rdma_freeaddrinfo(res);
 }
 
 TEST_F(RdmaCm, RsocketsFailCleanly) {

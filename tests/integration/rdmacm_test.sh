@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # rdma_cm on one engine: the event sequences of rdmacm_events (gtest), then
 # Debian's unmodified rdmacm-utils and perftest's -R (rdma_cm) mode under
-# `uroce run`, over IPv4 and IPv6 loopback.
-# usage: rdmacm_test.sh RDMACM_EVENTS_BINARY
+# `uroce run`, over IPv4 and IPv6 loopback, and rdmacm_afib's client and
+# server over AF_IB addresses (the device's GIDs, RDMA_PS_IB service IDs).
+# usage: rdmacm_test.sh RDMACM_EVENTS_BINARY [RDMACM_AFIB_BINARY]
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-events=${1:?usage: $0 RDMACM_EVENTS_BINARY}
+events=${1:?usage: $0 RDMACM_EVENTS_BINARY [RDMACM_AFIB_BINARY]}
+afib=${2:-}
 if ! command -v rping >/dev/null; then
   echo "SKIP: rdmacm-utils not installed"
   exit 77
@@ -61,6 +63,22 @@ pair rdma_xserver_xclient_xrc rdma_xserver -c x -p 18811 -- rdma_xclient -c x -s
 pair ib_send_bw_R ib_send_bw -R -d uroce0 -x 0 -p 18806 -n 200 -- ib_send_bw -R -d uroce0 -x 0 -p 18806 -n 200 127.0.0.1
 pair ib_send_bw_R_UD ib_send_bw -R -c UD -d uroce0 -x 0 -p 18809 -n 200 -- ib_send_bw -R -c UD -d uroce0 -x 0 -p 18809 -n 200 127.0.0.1
 pair ib_read_lat_R ib_read_lat -R -d uroce0 -x 0 -p 18807 -n 200 -- ib_read_lat -R -d uroce0 -x 0 -p 18807 -n 200 127.0.0.1
+
+# AF_IB: rdmacm_afib's pair on the IPv4 GID and on ::1 (both GIDs of the
+# loopback engine), the client bound to a source GID in the second; then
+# ucmatose (RC) and udaddy (UD, SIDR) with AF_IB addresses of their own
+# making (-f gid: rdma_getaddrinfo's RAI_FAMILY with AF_IB hints).
+if [[ -n $afib ]]; then
+  pair afib_ipv4_gid "$afib" server ::ffff:127.0.0.1 18820 -- "$afib" client ::ffff:127.0.0.1 18820
+  grep -q '^client: ok' "$RUN_PAIR_CLIENT_LOG" && grep -q '^server: ok' "$RUN_PAIR_SERVER_LOG" ||
+    bad "afib_ipv4_gid: both ends ok"
+  pair afib_ipv6_gid "$afib" server ::1 18821 -- "$afib" client ::1 18821 ::1
+  grep -q '^client: ok' "$RUN_PAIR_CLIENT_LOG" && grep -q '^server: ok' "$RUN_PAIR_SERVER_LOG" ||
+    bad "afib_ipv6_gid: both ends ok"
+fi
+pair ucmatose_gid ucmatose -f gid -P ib -b ::ffff:127.0.0.1 -p 18822 -c 2 -- \
+  ucmatose -f gid -P ib -s ::ffff:127.0.0.1 -p 18822 -c 2
+pair udaddy_gid udaddy -f gid -b ::ffff:127.0.0.1 -c 2 -- udaddy -f gid -s ::ffff:127.0.0.1 -c 2
 
 # mckey: UD multicast through rdma_join_multicast (lib.sh's mckey_pair).
 for args in "mckey_ipv4 239.1.2.3 127.0.0.1 127.0.0.1" "mckey_ipv6 ff0e::1:2:3 ::1 ::1"; do

@@ -12,9 +12,16 @@
 # slow to accept and a client slow to establish, on engines whose CM gives
 # up after 4.8 s, still connect through MRAs.
 #
-#   rdmacm_two_hosts_test.sh [RDMACM_EVENTS_BINARY]
+# With rdmacm_afib (tests/integration/rdmacm_afib.c) given: its client and
+# server connect across the engines over AF_IB addresses (the GIDs of
+# their addresses, an RDMA_PS_IB service ID: a REQ without rdma_cm's IP
+# header), IPv4 and IPv6 GIDs; and ucmatose and udaddy -f gid do (RC,
+# and UD through SIDR).
+#
+#   rdmacm_two_hosts_test.sh [RDMACM_EVENTS_BINARY [RDMACM_AFIB_BINARY]]
 set -euo pipefail
 events=${1:-}
+afib=${2:-}
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 if ! command -v rping >/dev/null; then
   echo "SKIP: rdmacm-utils not installed"
@@ -135,6 +142,16 @@ pair rdma_xserver_xclient_xrc rdma_xserver -c x -p 18909 -- rdma_xclient -c x -s
 grep -q 'rdma_xclient: end 0' "$PAIR_CLIENT_LOG" || bad "rdma_xclient -c x: did not end 0"
 pair ib_send_bw_R_UD ib_send_bw -R -c UD -d hostB -x 0 -p 18907 -n 200 -- ib_send_bw -R -c UD -d hostA -x 0 -p 18907 -n 200 "$eng_b"
 pair ib_send_bw_R ib_send_bw -R -d hostB -x 0 -p 18904 -n 200 -- ib_send_bw -R -d hostA -x 0 -p 18904 -n 200 "$eng_b"
+
+if [[ -n $afib ]]; then
+  pair afib_ipv4_gid "$afib" server "::ffff:$eng_b" 18912 -- "$afib" client "::ffff:$eng_b" 18912
+  grep -q '^client: ok' "$PAIR_CLIENT_LOG" || bad "afib_ipv4_gid: client not ok"
+  pair afib_ipv6_gid "$afib" server "$eng6_b" 18913 -- "$afib" client "$eng6_b" 18913 "$eng6_a"
+  grep -q '^client: ok' "$PAIR_CLIENT_LOG" || bad "afib_ipv6_gid: client not ok"
+fi
+pair ucmatose_gid ucmatose -f gid -P ib -b "::ffff:$eng_b" -p 18914 -c 2 -- \
+  ucmatose -f gid -P ib -s "::ffff:$eng_b" -p 18914 -c 2
+pair udaddy_gid udaddy -f gid -b "::ffff:$eng_b" -c 2 -- udaddy -f gid -s "::ffff:$eng_b" -c 2
 
 # A connect to a port nobody listens on is REJECTED (invalid service ID) by
 # the other engine at once, never a hang.

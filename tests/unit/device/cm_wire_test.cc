@@ -20,7 +20,7 @@ namespace {
 
 namespace cm = net::cm;
 
-constexpr uint32_t kPsTcp = 0x0106, kPsUdp = 0x0111;
+constexpr uint32_t kPsTcp = 0x0106, kPsUdp = 0x0111, kPsIb = 0x013F;
 enum : uint32_t { kAddrResolved = 0, kRouteResolved = 2, kConnectRequest = 4, kConnectResponse = 5,
                   kUnreachable = 7, kRejected = 8, kEstablished = 9, kDisconnected = 10, kAddrChange = 14,
                   kTimewaitExit = 15 };
@@ -347,6 +347,71 @@ TEST_F(CmWireTest, AnAddressRemovedIsAnAddrChangeForItsIds) {
   EXPECT_EQ(e->id, id);
   EXPECT_FALSE(a_.event());
   (void)listener;
+}
+
+// AF_IB ids (abi::CmAddr AF_IB: a GID, a service ID): the REQ carries the
+// destination's service ID as given and the application's private data
+// with no IP header before it (cma_user_data_offset is 0 for AF_IB); the
+// listener's new id is AF_IB, named by the REQ's GIDs and service ID, and
+// gets the whole field. Such a REQ reaches no IP listener.
+TEST_F(CmWireTest, AnAfIbConnectCarriesTheServiceIdAndNoIpHeader) {
+  auto ib = [](const uint8_t* gid, uint64_t sid) { return cm_ib_address(gid, sid); };
+  const uint64_t l = b_.new_id(kPsIb);
+  abi::CmBindReply rep{};
+  ASSERT_EQ(b_.agent.bind(&b_.owner, {l, ib(b_.gid(), uint64_t(kPsIb) << 16 | 7100), 0, 0, {}}, &rep), 0);
+  EXPECT_EQ(rep.addr.family, AF_IB);
+  ASSERT_EQ(b_.agent.listen(&b_.owner, l, 1), 0);
+  b_.listen(7101);  // an IP listener of TCP's port 7101
+  auto connect_to = [&](uint64_t sid) {
+    const uint64_t id = a_.new_id(kPsIb);
+    abi::CmResolveAddrRequest r{};
+    r.id = id;
+    r.dst = ib(b_.gid(), sid);
+    abi::CmBindReply src{};
+    EXPECT_EQ(a_.agent.resolve_addr(&a_.owner, r, &src), 0);
+    EXPECT_EQ(src.addr.family, AF_IB);
+    EXPECT_EQ(std::memcmp(src.addr.addr, a_.gid(), 16), 0);
+    EXPECT_EQ(src.addr.scope_id, kPsIb);  // an ephemeral port of RDMA_PS_IB's
+    EXPECT_EQ(a_.next_type(), kAddrResolved);
+    EXPECT_EQ(a_.agent.resolve_route(&a_.owner, id), 0);
+    EXPECT_EQ(a_.next_type(), kRouteResolved);
+    EXPECT_EQ(a_.agent.connect(&a_.owner, conn(id, 0x11, 0x100, "over AF_IB")), 0);
+    return id;
+  };
+  const uint64_t active = connect_to(uint64_t(kPsIb) << 16 | 7100);
+  const SentMad req = carry(a_, b_);
+  ASSERT_EQ(req.attr(), uint16_t(cm::Attr::kReq));
+  const auto* b = reinterpret_cast<const uint8_t*>(&req.mad);
+  const uint8_t sid[8] = {0, 0, 0, 0, 0x01, 0x3f, 7100 >> 8, 7100 & 0xff};
+  EXPECT_EQ(std::memcmp(b + 32, sid, 8), 0);
+  EXPECT_STREQ(reinterpret_cast<const char*>(b + 164), "over AF_IB");  // no cma_hdr
+  auto e = b_.event();
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->event, kConnectRequest);
+  EXPECT_EQ(e->listen_id, l);
+  EXPECT_EQ(e->src.family, AF_IB);
+  EXPECT_EQ(cm_service_id(e->src), uint64_t(kPsIb) << 16 | 7100);
+  EXPECT_EQ(std::memcmp(e->src.addr, b_.gid(), 16), 0);
+  EXPECT_EQ(e->dst.family, AF_IB);
+  EXPECT_EQ(std::memcmp(e->dst.addr, a_.gid(), 16), 0);
+  EXPECT_EQ(e->param.private_data_len, 92);
+  EXPECT_STREQ(reinterpret_cast<const char*>(e->param.private_data), "over AF_IB");
+  ASSERT_EQ(b_.agent.accept(&b_.owner, conn(e->id, 0x22, 0x200)), 0);
+  EXPECT_EQ(carry(b_, a_).attr(), uint16_t(cm::Attr::kRep));
+  EXPECT_EQ(a_.next_type(), kConnectResponse);
+  ASSERT_EQ(a_.agent.establish(&a_.owner, active), 0);
+  EXPECT_EQ(carry(a_, b_).attr(), uint16_t(cm::Attr::kRtu));
+  EXPECT_EQ(b_.next_type(), kEstablished);
+  // To TCP's port 7101, where only an IP id listens: refused.
+  const uint64_t refused = connect_to(uint64_t(kPsTcp) << 16 | 7101);
+  EXPECT_EQ(carry(a_, b_).attr(), uint16_t(cm::Attr::kReq));
+  EXPECT_FALSE(b_.event());
+  EXPECT_EQ(carry(b_, a_).attr(), uint16_t(cm::Attr::kRej));
+  auto rej = a_.event();
+  ASSERT_TRUE(rej);
+  EXPECT_EQ(rej->id, refused);
+  EXPECT_EQ(rej->event, kRejected);
+  EXPECT_EQ(rej->status, 8);  // IB_CM_REJ_INVALID_SERVICE_ID
 }
 
 TEST_F(CmWireTest, APortNobodyListensOnIsRejectedInvalidServiceId) {
