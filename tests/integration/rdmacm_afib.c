@@ -177,6 +177,7 @@ static int client(const char *gid, uint16_t port, const char *src_gid) {
   struct rdma_cm_id *id;
   CHECK(rdma_create_id(ch, &id, NULL, RDMA_PS_IB) == 0, "rdma_create_id: %s", strerror(errno));
   struct sockaddr_ib dst = ib_addr(gid, PS_IB_SID | port), src;
+  memset(&src, 0, sizeof(src));
   if (src_gid) {
     src = ib_addr(src_gid, 0);
     src.sib_sid_mask = 0; /* any port of the id's space (cma_select_ib_ps) */
