@@ -144,8 +144,31 @@ pair ib_send_bw_R_UD ib_send_bw -R -c UD -d hostB -x 0 -p 18907 -n 200 -- ib_sen
 pair ib_send_bw_R ib_send_bw -R -d hostB -x 0 -p 18904 -n 200 -- ib_send_bw -R -d hostA -x 0 -p 18904 -n 200 "$eng_b"
 
 if [[ -n $afib ]]; then
+  if command -v tshark >/dev/null; then
+    afib_cap="$UROCE_LOG_DIR/afib.pcap"
+    UROCE_RUNTIME_DIR=$run_a "$UROCE_BIN" capture --name hostA -w "$afib_cap" --count 400 --seconds 30 \
+      >"$UROCE_LOG_DIR/afib_capture.log" 2>&1 &
+    cap_pid=$!
+    sleep 0.5
+  fi
   pair afib_ipv4_gid "$afib" server "::ffff:$eng_b" 18912 -- "$afib" client "::ffff:$eng_b" 18912
   grep -q '^client: ok' "$PAIR_CLIENT_LOG" || bad "afib_ipv4_gid: client not ok"
+  if command -v tshark >/dev/null; then
+    kill -INT "$cap_pid" 2>/dev/null || true
+    wait "$cap_pid" || true
+    # The REQ carries RDMA_PS_IB's service ID as the client gave it
+    # (0x013F0000 | 18912), and no CM MAD is malformed. (The data SENDs are
+    # left out: tshark's SDP heuristic takes the first one, whose bytes
+    # count up from 0, for an SDP Hello.)
+    reqs=$(tshark -r "$afib_cap" -Y "infiniband.cm.req.serviceid == 0x013f49e0" 2>/dev/null | wc -l || true)
+    malformed=$(tshark -r "$afib_cap" -Y "infiniband.mad && (_ws.malformed || _ws.expert.severity == error)" \
+      2>/dev/null | wc -l || true)
+    if ((reqs > 0 && malformed == 0)); then
+      ok "capture: the AF_IB REQ with service ID 0x013f49e0, none malformed"
+    else
+      bad "capture: $reqs AF_IB REQs, $malformed malformed"
+    fi
+  fi
   pair afib_ipv6_gid "$afib" server "$eng6_b" 18913 -- "$afib" client "$eng6_b" 18913 "$eng6_a"
   grep -q '^client: ok' "$PAIR_CLIENT_LOG" || bad "afib_ipv6_gid: client not ok"
 fi
