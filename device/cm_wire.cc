@@ -685,6 +685,23 @@ void CmAgent::on_req(const uint8_t* sgid, const uint8_t* dgid, const cm::Mad& m)
   auto refuse = [&](uint16_t reason) {
     send_rej(sgid, sgid_index, m.hdr.tid, 0, remote_comm, cm::kRejMsgReq, reason);
   };
+  // A REQ from a QP that a connection of ours still holds is stale (its
+  // sender lost that connection, as in a restart): refused (REJ 10, stale
+  // connection) and the connection ended with a DREQ, as cm_match_req does
+  // with its table of remote QPNs. A connection in time-wait holds nothing
+  // there (cm_enter_timewait takes it out): its QPN may connect again.
+  const uint32_t remote_qpn = uint32_t(cm::get(m, kLocalQpn));
+  for (auto& [h, id] : ids_) {
+    const bool holds = id.state == State::kRequested || id.state == State::kRepSent ||
+                       id.state == State::kRepReceived || id.state == State::kEstablished ||
+                       id.state == State::kDreqSent;
+    if (!holds || !id.remote || id.ps == kPsUdp || id.remote_qpn != remote_qpn ||
+        std::memcmp(id.remote_gid, sgid, 16) != 0)
+      continue;
+    refuse(cm::kRejStaleConn);
+    if (id.state == State::kEstablished) disconnect_remote(id, h);  // (ib_send_cm_dreq: established only)
+    return;
+  }
   const uint64_t sid = cm::get(m, kServiceId);
   cm::CmaHdr hdr;
   std::memcpy(&hdr, cm::at(m, kPrivateData), sizeof(hdr));

@@ -362,7 +362,7 @@ TEST_F(CmWireTest, AnAfIbConnectCarriesTheServiceIdAndNoIpHeader) {
   EXPECT_EQ(rep.addr.family, AF_IB);
   ASSERT_EQ(b_.agent.listen(&b_.owner, l, 1), 0);
   b_.listen(7101);  // an IP listener of TCP's port 7101
-  auto connect_to = [&](uint64_t sid) {
+  auto connect_to = [&](uint64_t sid, uint32_t qpn) {
     const uint64_t id = a_.new_id(kPsIb);
     abi::CmResolveAddrRequest r{};
     r.id = id;
@@ -375,10 +375,10 @@ TEST_F(CmWireTest, AnAfIbConnectCarriesTheServiceIdAndNoIpHeader) {
     EXPECT_EQ(a_.next_type(), kAddrResolved);
     EXPECT_EQ(a_.agent.resolve_route(&a_.owner, id), 0);
     EXPECT_EQ(a_.next_type(), kRouteResolved);
-    EXPECT_EQ(a_.agent.connect(&a_.owner, conn(id, 0x11, 0x100, "over AF_IB")), 0);
+    EXPECT_EQ(a_.agent.connect(&a_.owner, conn(id, qpn, 0x100, "over AF_IB")), 0);
     return id;
   };
-  const uint64_t active = connect_to(uint64_t(kPsIb) << 16 | 7100);
+  const uint64_t active = connect_to(uint64_t(kPsIb) << 16 | 7100, 0x11);
   const SentMad req = carry(a_, b_);
   ASSERT_EQ(req.attr(), uint16_t(cm::Attr::kReq));
   const auto* b = reinterpret_cast<const uint8_t*>(&req.mad);
@@ -403,7 +403,7 @@ TEST_F(CmWireTest, AnAfIbConnectCarriesTheServiceIdAndNoIpHeader) {
   EXPECT_EQ(carry(a_, b_).attr(), uint16_t(cm::Attr::kRtu));
   EXPECT_EQ(b_.next_type(), kEstablished);
   // To TCP's port 7101, where only an IP id listens: refused.
-  const uint64_t refused = connect_to(uint64_t(kPsTcp) << 16 | 7101);
+  const uint64_t refused = connect_to(uint64_t(kPsTcp) << 16 | 7101, 0x12);
   EXPECT_EQ(carry(a_, b_).attr(), uint16_t(cm::Attr::kReq));
   EXPECT_FALSE(b_.event());
   EXPECT_EQ(carry(b_, a_).attr(), uint16_t(cm::Attr::kRej));
@@ -412,6 +412,41 @@ TEST_F(CmWireTest, AnAfIbConnectCarriesTheServiceIdAndNoIpHeader) {
   EXPECT_EQ(rej->id, refused);
   EXPECT_EQ(rej->event, kRejected);
   EXPECT_EQ(rej->status, 8);  // IB_CM_REJ_INVALID_SERVICE_ID
+}
+
+// A REQ from a QP that a connection still holds is stale (its sender lost
+// that connection): REJ 10 and the old connection ended with a DREQ, as
+// cm_match_req. Once that connection is in time-wait the QPN may connect
+// again (Linux's CM keeps nothing of a connection in time-wait).
+TEST_F(CmWireTest, AReqFromAQpAConnectionStillHoldsIsStale) {
+  b_.listen(7020);
+  const uint64_t old_active = a_.resolved("10.9.0.2", 7020);
+  connected(old_active, 7020);  // a's QP 0x11
+  const uint64_t again = a_.resolved("10.9.0.2", 7020);
+  ASSERT_EQ(a_.agent.connect(&a_.owner, conn(again, 0x11, 0x300)), 0);
+  EXPECT_EQ(carry(a_, b_).attr(), uint16_t(cm::Attr::kReq));
+  EXPECT_FALSE(b_.event());  // no CONNECT_REQUEST
+  const SentMad rej = carry(b_, a_);
+  ASSERT_EQ(rej.attr(), uint16_t(cm::Attr::kRej));
+  EXPECT_EQ(cm::get(rej.mad, cm::rej::kReason), uint64_t(10));  // IB_CM_REJ_STALE_CONN
+  auto e = a_.event();
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->id, again);
+  EXPECT_EQ(e->event, kRejected);
+  EXPECT_EQ(e->status, 10);
+  // The old connection ends: b's DREQ, a's DREP, DISCONNECTED at both ends.
+  EXPECT_EQ(carry(b_, a_).attr(), uint16_t(cm::Attr::kDreq));
+  auto d = a_.event();
+  ASSERT_TRUE(d);
+  EXPECT_EQ(d->id, old_active);
+  EXPECT_EQ(d->event, kDisconnected);
+  EXPECT_EQ(carry(a_, b_).attr(), uint16_t(cm::Attr::kDrep));
+  EXPECT_EQ(b_.next_type(), kDisconnected);
+  // In time-wait: the QPN's next REQ is a request like any other.
+  const uint64_t third = a_.resolved("10.9.0.2", 7020);
+  ASSERT_EQ(a_.agent.connect(&a_.owner, conn(third, 0x11, 0x400)), 0);
+  EXPECT_EQ(carry(a_, b_).attr(), uint16_t(cm::Attr::kReq));
+  EXPECT_EQ(b_.next_type(), kConnectRequest);
 }
 
 TEST_F(CmWireTest, APortNobodyListensOnIsRejectedInvalidServiceId) {
