@@ -90,6 +90,16 @@ static struct ibv_qp_init_attr qp_attr(void) {
   return a;
 }
 
+/* The connection's end: DISCONNECTED, then TIMEWAIT_EXIT a time-wait later;
+ * the QP, MR and id go. */
+static void finish(struct rdma_event_channel *ch, struct rdma_cm_id *id, struct ibv_mr *mr) {
+  rdma_ack_cm_event(expect(ch, RDMA_CM_EVENT_DISCONNECTED));
+  rdma_ack_cm_event(expect(ch, RDMA_CM_EVENT_TIMEWAIT_EXIT));
+  rdma_dereg_mr(mr);
+  rdma_destroy_qp(id);
+  rdma_destroy_id(id);
+}
+
 static void fill(uint8_t *buf, int i) {
   for (int b = 0; b < MSG; ++b) buf[b] = (uint8_t)(i * 31 + b);
 }
@@ -159,11 +169,7 @@ static int server(const char *gid, uint16_t port) {
   struct ibv_wc wc;
   CHECK(rdma_get_send_comp(id, &wc) == 1 && wc.status == IBV_WC_SUCCESS, "reply: %s", ibv_wc_status_str(wc.status));
 
-  rdma_ack_cm_event(expect(ch, RDMA_CM_EVENT_DISCONNECTED));
-  rdma_ack_cm_event(expect(ch, RDMA_CM_EVENT_TIMEWAIT_EXIT));
-  rdma_dereg_mr(mr);
-  rdma_destroy_qp(id);
-  rdma_destroy_id(id);
+  finish(ch, id, mr);
   rdma_destroy_id(listener);
   rdma_destroy_event_channel(ch);
   printf("server: ok\n");
@@ -232,11 +238,7 @@ static int client(const char *gid, uint16_t port, const char *src_gid) {
   printf("client: %d messages sent, reply checked\n", COUNT);
 
   CHECK(rdma_disconnect(id) == 0, "rdma_disconnect: %s", strerror(errno));
-  rdma_ack_cm_event(expect(ch, RDMA_CM_EVENT_DISCONNECTED));
-  rdma_ack_cm_event(expect(ch, RDMA_CM_EVENT_TIMEWAIT_EXIT));
-  rdma_dereg_mr(mr);
-  rdma_destroy_qp(id);
-  rdma_destroy_id(id);
+  finish(ch, id, mr);
   rdma_destroy_event_channel(ch);
   printf("client: ok\n");
   return 0;

@@ -284,6 +284,26 @@ class RdmaCm : public ::testing::Test {
     expect_and_ack(ch_, RDMA_CM_EVENT_ROUTE_RESOLVED);
     return id;
   }
+  // Connects id (resolved) with private data and returns the listener's
+  // CONNECT_REQUEST (unacked; its new id kept).
+  rdma_cm_event* request_with(rdma_cm_id* id, const void* data, uint8_t len) {
+    rdma_conn_param p{};
+    p.private_data = data;
+    p.private_data_len = len;
+    EXPECT_EQ(rdma_connect(id, &p), 0) << strerror(errno);
+    rdma_cm_event* req = expect_event(ch_, RDMA_CM_EVENT_CONNECT_REQUEST);
+    if (req) keep(req->id);
+    return req;
+  }
+  // Connects id (resolved) and expects REJECTED with that status.
+  void expect_rejected(rdma_cm_id* id, int status) {
+    rdma_conn_param p{};
+    ASSERT_EQ(rdma_connect(id, &p), 0) << strerror(errno);
+    rdma_cm_event* ev = expect_event(ch_, RDMA_CM_EVENT_REJECTED);
+    ASSERT_NE(ev, nullptr);
+    EXPECT_EQ(ev->status, status);
+    rdma_ack_cm_event(ev);
+  }
   ibv_qp_init_attr rc_attr() {
     ibv_qp_init_attr a{};
     a.qp_type = IBV_QPT_RC;
@@ -369,13 +389,7 @@ TEST_F(RdmaCm, ResolveOffTheEngineIsAnAddrError) {
 }
 
 TEST_F(RdmaCm, ConnectToAPortNobodyListensOnIsRejected) {
-  rdma_cm_id* id = resolved("127.0.0.1", 1);
-  rdma_conn_param p{};
-  ASSERT_EQ(rdma_connect(id, &p), 0);
-  rdma_cm_event* ev = expect_event(ch_, RDMA_CM_EVENT_REJECTED);
-  ASSERT_NE(ev, nullptr);
-  EXPECT_EQ(ev->status, 8);  // IB_CM_REJ_INVALID_SERVICE_ID
-  rdma_ack_cm_event(ev);
+  expect_rejected(resolved("127.0.0.1", 1), 8);  // IB_CM_REJ_INVALID_SERVICE_ID
 }
 
 // A SIDR REQ nobody serves: its SIDR REP says "unsupported" (status 1),
@@ -411,17 +425,12 @@ TEST_F(RdmaCm, RejectCarriesPrivateData) {
   const uint16_t port = listen_on("127.0.0.1", 0);
   rdma_cm_id* id = resolved("127.0.0.1", port);
   const char hello[] = "hello, server";
-  rdma_conn_param p{};
-  p.private_data = hello;
-  p.private_data_len = sizeof(hello);
-  ASSERT_EQ(rdma_connect(id, &p), 0);
-  rdma_cm_event* req = expect_event(ch_, RDMA_CM_EVENT_CONNECT_REQUEST);
+  rdma_cm_event* req = request_with(id, hello, sizeof(hello));
   ASSERT_NE(req, nullptr);
   ASSERT_NE(req->listen_id, nullptr);
   ASSERT_GE(req->param.conn.private_data_len, sizeof(hello));
   EXPECT_STREQ(static_cast<const char*>(req->param.conn.private_data), hello);
   rdma_cm_id* child = req->id;
-  keep(child);
   EXPECT_EQ(child->context, this);  // the listener's
   EXPECT_EQ(ntohs(rdma_get_src_port(child)), port);
   EXPECT_EQ(rdma_get_dst_port(child), rdma_get_src_port(id));
@@ -723,6 +732,16 @@ class RdmaCmAfIb : public RdmaCm {
     rdma_free_devices(list);
     std::memcpy(gid_, gid.raw, 16);
   }
+  // A listener on the device's GID and an ephemeral port of the service
+  // IDs of sid_ps (a port space's RDMA_IB_IP_PS_*).
+  rdma_cm_id* ib_listener(uint64_t sid_ps, uint16_t* port) {
+    rdma_cm_id* l = new_id(RDMA_PS_IB);
+    auto la = ib_addr(gid_, sid_ps);
+    EXPECT_EQ(rdma_bind_addr(l, sa(la)), 0) << strerror(errno);
+    EXPECT_EQ(rdma_listen(l, 4), 0);
+    *port = ntohs(rdma_get_src_port(l));
+    return l;
+  }
   uint8_t gid_[16] = {};
 };
 
@@ -784,11 +803,8 @@ TEST_F(RdmaCmAfIb, BindTakesThePortSpaceAndPortOfTheServiceId) {
 // listener's new id is AF_IB (the path's GIDs, the service ID) and reports
 // the REQ's whole private data (92 bytes, the client's first).
 TEST_F(RdmaCmAfIb, ConnectRejectAndTheAddressesOfBothEnds) {
-  rdma_cm_id* l = new_id(RDMA_PS_IB);
-  auto la = ib_addr(gid_, kSidPsIb);
-  ASSERT_EQ(rdma_bind_addr(l, sa(la)), 0) << strerror(errno);
-  ASSERT_EQ(rdma_listen(l, 4), 0);
-  const uint16_t port = ntohs(rdma_get_src_port(l));
+  uint16_t port = 0;
+  rdma_cm_id* l = ib_listener(kSidPsIb, &port);
   rdma_cm_id* id = new_id(RDMA_PS_IB);
   auto dst = ib_addr(gid_, kSidPsIb | port);
   auto ip_src = addr("127.0.0.1", 0);
@@ -811,12 +827,9 @@ TEST_F(RdmaCmAfIb, ConnectRejectAndTheAddressesOfBothEnds) {
   p.private_data_len = 93;
   EXPECT_EQ(rdma_connect(id, &p), -1);
   EXPECT_EQ(errno, EINVAL);
-  p.private_data_len = sizeof(hello);
-  ASSERT_EQ(rdma_connect(id, &p), 0) << strerror(errno);
-  rdma_cm_event* req = expect_event(ch_, RDMA_CM_EVENT_CONNECT_REQUEST);
+  rdma_cm_event* req = request_with(id, hello, sizeof(hello));
   ASSERT_NE(req, nullptr);
   rdma_cm_id* child = req->id;
-  keep(child);
   EXPECT_EQ(req->listen_id, l);
   ASSERT_EQ(req->param.conn.private_data_len, 92);
   EXPECT_EQ(std::memcmp(req->param.conn.private_data, hello, sizeof(hello)), 0);
@@ -844,20 +857,12 @@ TEST_F(RdmaCmAfIb, ConnectRejectAndTheAddressesOfBothEnds) {
 // listener takes no AF_IB request (cma_match_net_dev): REJECTED, invalid
 // service ID.
 TEST_F(RdmaCmAfIb, ListenersOfEachFamilyAndTheRequestsTheyTake) {
-  rdma_cm_id* l = new_id(RDMA_PS_IB);
-  auto la = ib_addr(gid_, kSidPsTcp);
-  ASSERT_EQ(rdma_bind_addr(l, sa(la)), 0) << strerror(errno);
-  ASSERT_EQ(rdma_listen(l, 4), 0);
-  const uint16_t port = ntohs(rdma_get_src_port(l));
+  uint16_t port = 0;
+  ib_listener(kSidPsTcp, &port);
   rdma_cm_id* ip = resolved("127.0.0.1", port);
   const char hello[] = "hello over IP";
-  rdma_conn_param p{};
-  p.private_data = hello;
-  p.private_data_len = sizeof(hello);
-  ASSERT_EQ(rdma_connect(ip, &p), 0);
-  rdma_cm_event* req = expect_event(ch_, RDMA_CM_EVENT_CONNECT_REQUEST);
+  rdma_cm_event* req = request_with(ip, hello, sizeof(hello));
   ASSERT_NE(req, nullptr);
-  keep(req->id);
   EXPECT_EQ(rdma_get_local_addr(req->id)->sa_family, AF_IB);
   EXPECT_EQ(be64toh(as_ib(rdma_get_local_addr(req->id))->sib_sid), kSidPsTcp | port);
   ASSERT_EQ(req->param.conn.private_data_len, 92);
@@ -876,12 +881,7 @@ TEST_F(RdmaCmAfIb, ListenersOfEachFamilyAndTheRequestsTheyTake) {
   expect_and_ack(ch_, RDMA_CM_EVENT_ADDR_RESOLVED);
   ASSERT_EQ(rdma_resolve_route(id, 2000), 0);
   expect_and_ack(ch_, RDMA_CM_EVENT_ROUTE_RESOLVED);
-  rdma_conn_param none{};
-  ASSERT_EQ(rdma_connect(id, &none), 0);
-  rdma_cm_event* ev = expect_event(ch_, RDMA_CM_EVENT_REJECTED);
-  ASSERT_NE(ev, nullptr);
-  EXPECT_EQ(ev->status, 8);  // IB_CM_REJ_INVALID_SERVICE_ID
-  rdma_ack_cm_event(ev);
+  expect_rejected(id, 8);  // IB_CM_REJ_INVALID_SERVICE_ID
 }
 
 // rdma_getaddrinfo with AF_IB hints, RAI_FAMILY and RAI_NUMERICHOST: the

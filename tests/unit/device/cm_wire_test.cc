@@ -163,14 +163,18 @@ class CmWireTest : public ::testing::Test {
     auto req = b_.event();
     EXPECT_TRUE(req && req->event == kConnectRequest);
     if (!req) return 0;
-    EXPECT_EQ(b_.agent.accept(&b_.owner, conn(req->id, 0x22, 0x200)), 0);
+    accepted(active, req->id);
+    (void)port;
+    return req->id;
+  }
+  // b's passive id accepts a's request: REP, RTU, both ends up.
+  void accepted(uint64_t active, uint64_t passive) {
+    EXPECT_EQ(b_.agent.accept(&b_.owner, conn(passive, 0x22, 0x200)), 0);
     EXPECT_EQ(carry(b_, a_).attr(), uint16_t(cm::Attr::kRep));
     EXPECT_EQ(a_.next_type(), kConnectResponse);
     EXPECT_EQ(a_.agent.establish(&a_.owner, active), 0);
     EXPECT_EQ(carry(a_, b_).attr(), uint16_t(cm::Attr::kRtu));
     EXPECT_EQ(b_.next_type(), kEstablished);
-    (void)port;
-    return req->id;
   }
 
   uint64_t now_ = 1'000'000;
@@ -396,12 +400,7 @@ TEST_F(CmWireTest, AnAfIbConnectCarriesTheServiceIdAndNoIpHeader) {
   EXPECT_EQ(std::memcmp(e->dst.addr, a_.gid(), 16), 0);
   EXPECT_EQ(e->param.private_data_len, 92);
   EXPECT_STREQ(reinterpret_cast<const char*>(e->param.private_data), "over AF_IB");
-  ASSERT_EQ(b_.agent.accept(&b_.owner, conn(e->id, 0x22, 0x200)), 0);
-  EXPECT_EQ(carry(b_, a_).attr(), uint16_t(cm::Attr::kRep));
-  EXPECT_EQ(a_.next_type(), kConnectResponse);
-  ASSERT_EQ(a_.agent.establish(&a_.owner, active), 0);
-  EXPECT_EQ(carry(a_, b_).attr(), uint16_t(cm::Attr::kRtu));
-  EXPECT_EQ(b_.next_type(), kEstablished);
+  accepted(active, e->id);
   // To TCP's port 7101, where only an IP id listens: refused.
   const uint64_t refused = connect_to(uint64_t(kPsTcp) << 16 | 7101, 0x12);
   EXPECT_EQ(carry(a_, b_).attr(), uint16_t(cm::Attr::kReq));
