@@ -35,6 +35,13 @@ bool is_any(const abi::CmAddr& a) {
   return true;
 }
 
+constexpr uint8_t kZeroGid[16] = {};
+
+bool is_loopback_gid(const abi::CmAddr& a) {
+  static const uint8_t kLoopback[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+  return std::memcmp(a.addr, kLoopback, 16) == 0;
+}
+
 bool is_multicast(const abi::CmAddr& a) {
   return a.family == AF_INET ? (a.addr[0] & 0xf0) == 0xe0 : a.family == AF_INET6 && a.addr[0] == 0xff;
 }
@@ -205,7 +212,7 @@ void CmAgent::address_removed(const uint8_t gid[16]) {
 // The addresses this engine answers for: its own, the loopback ones (its
 // default port is bound to lo) and the wildcards.
 bool CmAgent::is_local(const abi::CmAddr& addr) const {
-  if (addr.family == AF_IB) return is_any(addr) || gid_index_of(addr) >= 0;  // one of the device's GIDs
+  if (addr.family == AF_IB) return is_any(addr) || is_loopback_gid(addr) || gid_index_of(addr) >= 0;
   const abi::CmAddr a = unmapped(addr);
   if (is_any(a)) return true;
   if (a.family == AF_INET && (a.addr[0] == 127 || std::memcmp(a.addr, ip_.data(), 4) == 0)) return true;
@@ -280,9 +287,12 @@ int CmAgent::port_conflict(const Id& self, const abi::CmAddr& a) const {
 
 int CmAgent::bind_to(Id& id, abi::CmAddr a) {
   if (a.family != AF_INET && a.family != AF_INET6 && a.family != AF_IB) return EAFNOSUPPORT;
-  // A GID that is none of the device's names no device (ENODEV, as
-  // cma_acquire_dev_by_src_ip finds none).
-  if (!is_local(a)) return a.family == AF_IB ? ENODEV : EADDRNOTAVAIL;
+  // An AF_IB address names a device by its GID: on a RoCE port none
+  // (cma_validate_port refuses an ARPHRD_INFINIBAND address on a port that
+  // is not InfiniBand: ENODEV); only its wildcards (the zero GID, ::1:
+  // cma_any_addr) bind, to no device.
+  if (a.family == AF_IB && !is_any(a) && !is_loopback_gid(a)) return ENODEV;
+  if (!is_local(a)) return EADDRNOTAVAIL;
   id.port_ps = id.ps;
   if (a.family == AF_IB) {
     // cma_select_ib_ps: an RDMA_PS_IB id takes the service IDs of rdma_cm's
@@ -332,6 +342,13 @@ int CmAgent::resolve_addr(Owner* o, const abi::CmResolveAddrRequest& r, abi::CmB
   const bool ib = r.dst.family == AF_IB;
   if ((r.src.family && (r.src.family == AF_IB) != ib) || (id->state == State::kBound && (id->src.family == AF_IB) != ib))
     return EINVAL;
+  // cma_resolve_ib_dev: the device with the destination's GID, else one
+  // with a GID of its subnet prefix; none is ENODEV.
+  if (ib && !is_any(r.dst) && !is_loopback_gid(r.dst)) {
+    bool found = false;
+    for (const auto& g : info_.gids) found |= g.valid && std::memcmp(g.gid, r.dst.addr, 8) == 0;
+    if (!found) return ENODEV;
+  }
   const uint64_t h = r.id;
   id->dst = r.dst;
   // A multicast group is reached through this engine's own address (mckey
@@ -358,12 +375,12 @@ int CmAgent::resolve_addr(Owner* o, const abi::CmResolveAddrRequest& r, abi::CmB
   if (id->state == State::kIdle) {
     abi::CmAddr src = r.src.family ? r.src : group ? own_address(r.dst.family) : id->dst;
     if (!r.src.family) src.port = 0;
-    if (!r.src.family && ib) src.scope_id = id->ps;  // cma_bind_addr's AF_IB wildcard: the id's port space
+    if (!r.src.family && ib) src = cm_ib_address(kZeroGid, uint64_t(id->ps) << 16);  // cma_bind_addr's AF_IB wildcard
     id->reuseaddr = r.reuseaddr;
     id->afonly = r.afonly;
     if (int err = bind_to(*id, src)) return err;
   }
-  if (is_any(id->src)) {  // bound to a wildcard: the source is the destination's
+  if (is_any(id->src) || (ib && is_loopback_gid(id->src))) {  // bound to a wildcard: the source is the destination's
     abi::CmAddr src = group ? own_address(id->src.family) : id->dst;
     src.port = id->src.port;
     if (ib) src.scope_id = id->src.scope_id;  // its service ID's port space
@@ -381,6 +398,11 @@ int CmAgent::resolve_route(Owner* o, uint64_t h) {
   Id* id = find_id(o, h);
   if (!id) return ENOENT;
   if (id->state != State::kAddrResolved && id->state != State::kRouteResolved) return EINVAL;
+  // An AF_IB id has no netdev: on a RoCE port the kernel cannot build its
+  // path (cma_resolve_iboe_route: cma_iboe_set_path_rec_l2_fields finds no
+  // bound netdev) and rdma_resolve_route fails at once with ENODEV, the id
+  // left address-resolved (so rdma_connect is EINVAL).
+  if (id->src.family == AF_IB) return ENODEV;
   id->state = State::kRouteResolved;
   abi::CmEventRecord ev{};
   ev.event = kRouteResolved;
@@ -409,18 +431,24 @@ int CmAgent::listen(Owner* o, uint64_t h, int backlog) {
 }
 
 // A specific address's listener before a wildcard's (cma_find_listener).
-// An AF_IB listener takes every request for its service ID that reaches
-// its device, IP ones too (cma_match_private_data); an IP listener no AF_IB
-// request (cma_match_net_dev).
-uint64_t CmAgent::find_listener(uint32_t ps, const abi::CmAddr& dst, bool ib_request) const {
+// An AF_IB listener takes every IP request for its service ID that reaches
+// its device (cma_match_private_data).
+uint64_t CmAgent::find_listener(uint32_t ps, const abi::CmAddr& dst) const {
   uint64_t wildcard = 0;
   for (const auto& [h, id] : ids_) {
     if (id.state != State::kListen || id.port_ps != ps || id.src.port != dst.port) continue;
-    if (id.src.family != AF_IB && (ib_request || !covers(id.src, id.afonly, dst))) continue;
+    if (id.src.family != AF_IB && !covers(id.src, id.afonly, dst)) continue;
     if (!is_any(id.src)) return h;
     if (!wildcard) wildcard = h;
   }
   return wildcard;
+}
+
+bool CmAgent::listens_on(uint64_t sid) const {
+  for (const auto& [h, id] : ids_)
+    if (id.state == State::kListen && id.port_ps == uint32_t(sid >> 16) && ntohs(id.src.port) == uint16_t(sid))
+      return true;
+  return false;
 }
 
 int CmAgent::connect(Owner* o, const abi::CmConnectRequest& r) {
@@ -431,17 +459,14 @@ int CmAgent::connect(Owner* o, const abi::CmConnectRequest& r) {
   if (r.param.qp_type) id->qp_type = r.param.qp_type;  // the QP's (an XRC initiator's)
   const bool ud = id->ps == kPsUdp;
   // The application's private data: what the REQ's (SIDR REQ's) field
-  // holds, less rdma_cm's IP header for an IP id (an AF_IB id's SIDR REQ
-  // carries what a CmConnParam does).
-  const bool ib = id->dst.family == AF_IB;
-  if (r.param.private_data_len > (ib ? (ud ? abi::kCmMaxPrivateData : net::cm::req::kPrivateData.len)
-                                     : (ud ? net::cm::kSidrReqUserPrivateData : net::cm::kReqUserPrivateData)))
+  // holds less rdma_cm's IP header (an AF_IB id has no route: it never
+  // gets here).
+  if (r.param.private_data_len > (ud ? net::cm::kSidrReqUserPrivateData : net::cm::kReqUserPrivateData))
     return EINVAL;
   if (id->remote) return connect_remote(*id, r.id, r);
-  // The service ID: an AF_IB destination's as given, else the port space's
-  // and the port (rdma_get_service_id).
-  const uint64_t sid = ib ? cm_service_id(id->dst) : net::cm::service_id(id->ps, ntohs(id->dst.port));
-  const uint64_t lh = find_listener(uint32_t(sid >> 16), id->dst, ib);
+  // The service ID: the port space's and the port (rdma_get_service_id).
+  const uint64_t sid = net::cm::service_id(id->ps, ntohs(id->dst.port));
+  const uint64_t lh = find_listener(id->ps, id->dst);
   if (!lh) {
     // Nobody listens on that port: the REQ's answer is a REJ (invalid
     // service ID), a SIDR REQ's a SIDR REP "unsupported" (cm_match_req).
@@ -470,7 +495,7 @@ int CmAgent::connect(Owner* o, const abi::CmConnectRequest& r) {
   child.peer = r.id;
   uint8_t wire_private[net::cm::sidr_req::kPrivateData.len];
   const size_t wire_len = request_private(*id, r.param, wire_private);
-  const size_t skip = listener.src.family == AF_IB || ib ? 0 : sizeof(net::cm::CmaHdr);
+  const size_t skip = listener.src.family == AF_IB ? 0 : sizeof(net::cm::CmaHdr);
   const uint64_t ch = next_handle_++;
   id = &ids_.emplace(ch, child).first->second;  // (the map's nodes stay put)
   Id& active = ids_.at(r.id);

@@ -27,9 +27,7 @@ namespace uroce::device {
 
 struct Owner;
 
-// An AF_IB address's service ID (abi::CmAddr), and the address of a GID
-// and a service ID.
-inline uint64_t cm_service_id(const abi::CmAddr& a) { return uint64_t(a.scope_id) << 16 | ntohs(a.port); }
+// The AF_IB address (abi::CmAddr) of a GID and a service ID.
 inline abi::CmAddr cm_ib_address(const uint8_t* gid, uint64_t sid) {
   abi::CmAddr a{};
   a.family = AF_IB;
@@ -229,13 +227,17 @@ class CmAgent {
   uint8_t gid_index_for(const abi::CmAddr& a) const;
   int gid_index_of(const abi::CmAddr& a) const;
   void fill_local(const Id& id, abi::CmBindReply* rep) const;
-  // The listener of a request for port space ps and address dst; an AF_IB
-  // request (no IP header: ib_request) reaches AF_IB listeners only.
-  uint64_t find_listener(uint32_t ps, const abi::CmAddr& dst, bool ib_request) const;
+  // The listener of an (IP) request for port space ps and address dst.
+  uint64_t find_listener(uint32_t ps, const abi::CmAddr& dst) const;
+  // Does an id listen on service ID sid (the CM's listener that a REQ for
+  // it reaches, whatever rdma_cm then makes of the REQ)?
+  bool listens_on(uint64_t sid) const;
+  static bool ip_request(const net::cm::Mad& m, net::cm::Bytes private_data, uint64_t sid, abi::CmAddr* local,
+                         abi::CmAddr* peer);
   // A request's private data as on the wire, its length returned: rdma_cm's
-  // IP header first for an IP id (cma_user_data_offset), then the
-  // application's. A new id of an AF_IB listener reports all of it, of an
-  // IP listener what follows the header.
+  // IP header first (cma_user_data_offset), then the application's. A new
+  // id of an AF_IB listener reports all of it, of an IP listener what
+  // follows the header.
   static size_t request_private(const Id& active, const abi::CmConnParam& p, uint8_t* out);
   void post(const Id& to, uint64_t to_handle, abi::CmEventRecord ev);
   void post_simple(uint64_t h, uint32_t event, int32_t status);

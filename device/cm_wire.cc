@@ -93,22 +93,17 @@ const CmAgent::MadRoute CmAgent::kMadRoutes[] = {
 // ---- the active and passive calls for remote ids ----
 
 // A REQ's (or SIDR REQ's) private data: rdma_cm's IP header, then the
-// application's; an AF_IB id's carries the application's alone
-// (cma_user_data_offset is 0 for AF_IB).
+// application's.
 size_t CmAgent::request_private(const Id& active, const abi::CmConnParam& p, uint8_t* out) {
-  size_t n = 0;
-  if (active.dst.family != AF_IB) {
-    cm::CmaHdr hdr{};
-    hdr.cma_version = cm::kCmaVersion;
-    hdr.ip_version = uint8_t((active.src.family == AF_INET6 ? 6 : 4) << 4);
-    hdr.port = ntohs(active.src.port);
-    to_cma_addr(active.src, hdr.src_addr);
-    to_cma_addr(active.dst, hdr.dst_addr);
-    std::memcpy(out, &hdr, sizeof(hdr));
-    n = sizeof(hdr);
-  }
-  std::memcpy(out + n, p.private_data, p.private_data_len);
-  return n + p.private_data_len;
+  cm::CmaHdr hdr{};
+  hdr.cma_version = cm::kCmaVersion;
+  hdr.ip_version = uint8_t((active.src.family == AF_INET6 ? 6 : 4) << 4);
+  hdr.port = ntohs(active.src.port);
+  to_cma_addr(active.src, hdr.src_addr);
+  to_cma_addr(active.dst, hdr.dst_addr);
+  std::memcpy(out, &hdr, sizeof(hdr));
+  std::memcpy(out + sizeof(hdr), p.private_data, p.private_data_len);
+  return sizeof(hdr) + p.private_data_len;
 }
 
 // The source the kernel's routing would pick toward a remote address: the
@@ -142,11 +137,13 @@ int CmAgent::resolve_remote(Id& id, uint64_t h, const abi::CmResolveAddrRequest&
   if (id.state == State::kIdle) {
     abi::CmAddr src = r.src.family ? (ib ? r.src : unmapped_addr(r.src)) : ours;
     if (!r.src.family) src.port = 0;
+    if (!r.src.family && ib) std::memset(src.addr, 0, 16);  // cma_bind_addr's AF_IB wildcard
     id.reuseaddr = r.reuseaddr;
     id.afonly = r.afonly;
     if (int err = bind_to(id, src)) return err;
   }
-  if (is_zero(id.src.addr, 16) || (!ib && id.src.addr[0] == 127)) {  // wildcard or loopback: ours
+  const bool loopback = ib ? is_zero(id.src.addr, 15) && id.src.addr[15] == 1 : id.src.addr[0] == 127;
+  if (is_zero(id.src.addr, 16) || loopback) {  // wildcard or loopback: ours
     const uint16_t port = id.src.port;
     const uint32_t port_space = id.src.scope_id;
     id.src = ours;
@@ -210,15 +207,13 @@ bool CmAgent::poll_resolving(uint64_t now) {
 // and cma_connect_ib / cma_resolve_ib_udp fill them for RoCE.
 int CmAgent::connect_remote(Id& id, uint64_t h, const abi::CmConnectRequest& r) {
   const bool ud = id.ps == kPsUdp;
-  // (connect() checked the private data's length: an AF_IB id's has the
-  // whole field, an IP id's what the IP header leaves.)
+  // (connect() checked the private data's length.)
   id.tid = uint64_t(tid_high_) << 32 | comm_id(h);
   cm::Mad m = new_mad(ud ? cm::Attr::kSidrReq : cm::Attr::kReq, id.tid);
   request_private(id, r.param, cm::at(m, ud ? cm::sidr_req::kPrivateData : cm::req::kPrivateData));
-  // An AF_IB destination's service ID as given; an IP one's the port
-  // space's and the port (rdma_get_service_id; rdma_cm's port spaces are the IBA's).
-  const uint64_t sid =
-      id.dst.family == AF_IB ? cm_service_id(id.dst) : cm::service_id(id.ps, ntohs(id.dst.port));
+  // The port space's and the port (rdma_get_service_id; rdma_cm's port
+  // spaces are the IBA's).
+  const uint64_t sid = cm::service_id(id.ps, ntohs(id.dst.port));
   if (ud) {
     cm::set(m, cm::sidr_req::kRequestId, comm_id(h));
     cm::set(m, cm::sidr_req::kPartitionKey, cm::kGsiPkey);
@@ -703,22 +698,34 @@ void CmAgent::on_req(const uint8_t* sgid, const uint8_t* dgid, const cm::Mad& m)
     return;
   }
   const uint64_t sid = cm::get(m, kServiceId);
-  cm::CmaHdr hdr;
-  std::memcpy(&hdr, cm::at(m, kPrivateData), sizeof(hdr));
-  const uint8_t ipv = hdr.ip_version >> 4;
-  // An IP id's request starts with rdma_cm's header; one without is an
-  // AF_IB id's (cma_get_net_dev's EAFNOSUPPORT: "assuming the protocol is
-  // AF_IB"), addressed by its GIDs and service ID.
-  const bool ip = hdr.cma_version == cm::kCmaVersion && (ipv == 4 || ipv == 6);
   // RDMA_PS_TCP's or RDMA_PS_IB's service IDs (cma_get_service_id).
   const uint64_t ps = sid >> 16;
   if (ps != cm::kPsTcp && ps != cm::kPsIb) return refuse(cm::kRejInvalidServiceId);
-  const abi::CmAddr local = ip ? from_cma_addr(ipv, hdr.dst_addr, uint16_t(sid)) : cm_ib_address(dgid, sid);
-  const abi::CmAddr peer = ip ? from_cma_addr(ipv, hdr.src_addr, hdr.port) : cm_ib_address(sgid, 0);
-  const uint64_t lh = find_listener(uint32_t(ps), local, !ip);
+  abi::CmAddr local, peer;
+  if (!ip_request(m, kPrivateData, sid, &local, &peer))
+    return refuse(listens_on(sid) ? cm::kRejConsumerDefined : cm::kRejInvalidServiceId);
+  const uint64_t lh = find_listener(uint32_t(ps), local);
   if (!lh || !is_local(local)) return refuse(cm::kRejInvalidServiceId);
   if (ids_.size() >= kMaxIds) return refuse(cm::kRejConsumerDefined);
   request_from_wire(lh, sgid, dgid, m, local, peer, remote_comm, false);
+}
+
+// A request's addresses from rdma_cm's IP header (cma_save_ip_info); false
+// when it has none. Over RoCE the kernel takes no request without one: with
+// no netdev it is an AF_IB id's, matched to AF_IB listeners only, and their
+// new id fails to take the port (cma_ib_acquire_dev: cma_validate_port
+// refuses an AF_IB address on a RoCE port); any listener's failure is a
+// REJ, consumer defined (a SIDR REP "reject"), where the CM has a listener
+// for the service ID.
+bool CmAgent::ip_request(const cm::Mad& m, cm::Bytes private_data, uint64_t sid, abi::CmAddr* local,
+                         abi::CmAddr* peer) {
+  cm::CmaHdr hdr;
+  std::memcpy(&hdr, cm::at(m, private_data), sizeof(hdr));
+  const uint8_t ipv = hdr.ip_version >> 4;
+  if (hdr.cma_version != cm::kCmaVersion || (ipv != 4 && ipv != 6)) return false;
+  *local = from_cma_addr(ipv, hdr.dst_addr, uint16_t(sid));
+  *peer = from_cma_addr(ipv, hdr.src_addr, hdr.port);
+  return true;
 }
 
 void CmAgent::on_sidr_req(const uint8_t* sgid, const uint8_t* dgid, const cm::Mad& m) {
@@ -733,20 +740,20 @@ void CmAgent::on_sidr_req(const uint8_t* sgid, const uint8_t* dgid, const cm::Ma
   }
   const uint8_t sgid_index = sgid_index_of(dgid);
   const uint64_t sid = cm::get(m, kServiceId);
-  cm::CmaHdr hdr;
-  std::memcpy(&hdr, cm::at(m, kPrivateData), sizeof(hdr));
-  const uint8_t ipv = hdr.ip_version >> 4;
-  const bool ip = hdr.cma_version == cm::kCmaVersion && (ipv == 4 || ipv == 6);  // else AF_IB's (on_req)
-  const abi::CmAddr local = ip ? from_cma_addr(ipv, hdr.dst_addr, uint16_t(sid)) : cm_ib_address(dgid, sid);
+  abi::CmAddr local, peer;
+  if (!ip_request(m, kPrivateData, sid, &local, &peer)) {
+    send_sidr_status(sgid, sgid_index, m.hdr.tid, request_id, sid,
+                     listens_on(sid) ? cm::kSidrReject : cm::kSidrUnsupported);
+    return;
+  }
   const uint64_t lh = (sid & cm::kServiceIdPsMask) == cm::service_id(cm::kPsUdp, 0) && is_local(local)
-                          ? find_listener(kPsUdp, local, !ip)
+                          ? find_listener(kPsUdp, local)
                           : 0;
   if (!lh || ids_.size() >= kMaxIds) {
     // cm_sidr_req_handler: no listener is "unsupported" (IBA table 121).
     send_sidr_status(sgid, sgid_index, m.hdr.tid, request_id, sid, lh ? cm::kSidrReject : cm::kSidrUnsupported);
     return;
   }
-  const abi::CmAddr peer = ip ? from_cma_addr(ipv, hdr.src_addr, hdr.port) : cm_ib_address(sgid, 0);
   request_from_wire(lh, sgid, dgid, m, local, peer, request_id, true);
 }
 

@@ -1,19 +1,28 @@
-/* A client and a server that connect over AF_IB addresses (struct
- * sockaddr_ib: a GID and a service ID) with rdma_cm, as an InfiniBand
- * application would: the server binds GID and service ID 0x013F0000|PORT
- * (RDMA_PS_IB) and listens; the client resolves the GID and the service ID,
- * connects with private data, sends COUNT messages whose bytes the server
- * checks, gets one back and disconnects. Each side checks its event
- * sequence and the addresses rdma_cm reports (family AF_IB, the service
- * IDs, the GIDs), and that the request's private data has no IP header
- * (cma_user_data_offset is 0 for AF_IB). Linked against the system's
- * librdmacm; run under `uroce run` (rdmacm_test.sh, rdmacm_two_hosts_test.sh).
+/* rdma_cm's AF_IB addresses (struct sockaddr_ib: a GID and a service ID)
+ * as the kernel's rdma_cm takes them on a RoCE port (drivers/infiniband/
+ * core/cma.c), which is all a RoCE device can do with them:
  *
- *   rdmacm_afib server GID PORT
- *   rdmacm_afib client GID PORT [SOURCE_GID]
+ *   server GID PORT: binding GID itself fails with ENODEV
+ *     (cma_validate_port: an ARPHRD_INFINIBAND address on a port that is not
+ *     InfiniBand); the zero GID with service ID RDMA_IB_IP_PS_TCP|PORT binds
+ *     (an RDMA_PS_IB id may take a TCP service ID, cma_select_ib_ps) and
+ *     listens. It takes one request from an IP client (rdmacm_afib client),
+ *     whose new id is AF_IB (cma_save_ib_info: the path's GIDs, GID here, and
+ *     the service ID) and reports the request's whole private data, rdma_cm's
+ *     IP header first (cma_user_data_offset is 0 for an AF_IB listener);
+ *     it accepts, checks COUNT messages, sends one back, disconnects.
+ *   client ADDR PORT: an RDMA_PS_TCP client over IP (IPv4 or IPv6) that
+ *     connects with private data, sends COUNT messages, checks the reply.
+ *   ibclient GID PORT: an AF_IB client: rdma_resolve_addr works
+ *     (cma_resolve_ib_dev, ADDR_RESOLVED), rdma_resolve_route fails at once
+ *     with ENODEV (cma_resolve_iboe_route: an AF_IB id has no netdev), and
+ *     rdma_connect with EINVAL (no route).
  *
- * GID is written as an IPv6 address (::ffff:a.b.c.d for an IPv4 GID).
- * Exit 0 and "server: ok" / "client: ok" when everything held. */
+ * Each side checks its event sequence and the addresses rdma_cm reports.
+ * Linked against the system's librdmacm; run under `uroce run`
+ * (rdmacm_test.sh, rdmacm_two_hosts_test.sh). GID is written as an IPv6
+ * address (::ffff:a.b.c.d for an IPv4 GID). Exit 0 and "server: ok" /
+ * "client: ok" / "ibclient: ok" when everything held. */
 #include <arpa/inet.h>
 #include <endian.h>
 #include <errno.h>
@@ -26,7 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define PS_IB_SID 0x013F0000ULL /* RDMA_IB_IP_PS_IB */
+#define PS_TCP_SID 0x01060000ULL /* RDMA_IB_IP_PS_TCP */
 #define COUNT 10
 #define MSG 64
 #define WAIT_MS 15000
@@ -110,13 +119,24 @@ static int server(const char *gid, uint16_t port) {
   CHECK(ch, "rdma_create_event_channel: %s", strerror(errno));
   struct rdma_cm_id *listener;
   CHECK(rdma_create_id(ch, &listener, NULL, RDMA_PS_IB) == 0, "rdma_create_id: %s", strerror(errno));
-  struct sockaddr_ib a = ib_addr(gid, PS_IB_SID | port);
-  CHECK(rdma_bind_addr(listener, (struct sockaddr *)&a) == 0, "rdma_bind_addr: %s", strerror(errno));
+  /* A GID binds no device on a RoCE port (ENODEV); ::1 is a wildcard
+   * (cma_any_addr) and binds. */
+  struct sockaddr_ib a = ib_addr(gid, PS_TCP_SID | port);
+  struct rdma_cm_id *probe;
+  CHECK(rdma_create_id(ch, &probe, NULL, RDMA_PS_IB) == 0, "rdma_create_id: %s", strerror(errno));
+  errno = 0;
+  if (strcmp(gid, "::1") == 0)
+    CHECK(rdma_bind_addr(probe, (struct sockaddr *)&a) == 0, "rdma_bind_addr to ::1: %s", strerror(errno));
+  else
+    CHECK(rdma_bind_addr(probe, (struct sockaddr *)&a) == -1 && errno == ENODEV,
+          "rdma_bind_addr to GID %s: %s, not ENODEV", gid, strerror(errno));
+  rdma_destroy_id(probe);
+  struct sockaddr_ib any = ib_addr("::", PS_TCP_SID | port);
+  CHECK(rdma_bind_addr(listener, (struct sockaddr *)&any) == 0, "rdma_bind_addr to the zero GID: %s", strerror(errno));
   check_ib(rdma_get_local_addr(listener), "listener's address");
   CHECK(ntohs(rdma_get_src_port(listener)) == port, "listener's port %u", ntohs(rdma_get_src_port(listener)));
-  CHECK(listener->verbs, "a bound GID names no device");
   CHECK(rdma_listen(listener, 4) == 0, "rdma_listen: %s", strerror(errno));
-  printf("server: listening on %s service ID 0x%llx\n", gid, (unsigned long long)(PS_IB_SID | port));
+  printf("server: listening on the zero GID, service ID 0x%llx\n", (unsigned long long)(PS_TCP_SID | port));
   fflush(stdout);
 
   struct rdma_cm_event *ev = expect(ch, RDMA_CM_EVENT_CONNECT_REQUEST);
@@ -126,15 +146,19 @@ static int server(const char *gid, uint16_t port) {
   check_ib(rdma_get_local_addr(id), "request's local address");
   check_ib(rdma_get_peer_addr(id), "request's peer address");
   const struct sockaddr_ib *local = (const struct sockaddr_ib *)rdma_get_local_addr(id);
-  CHECK(be64toh(local->sib_sid) == (PS_IB_SID | port), "request's service ID 0x%llx",
+  CHECK(be64toh(local->sib_sid) == (PS_TCP_SID | port), "request's service ID 0x%llx",
         (unsigned long long)be64toh(local->sib_sid));
+  CHECK(be64toh(local->sib_sid_mask) == ~0ULL, "request's service ID mask");
   CHECK(memcmp(local->sib_addr.sib_raw, a.sib_addr.sib_raw, 16) == 0, "request's local GID %s",
         gid_str(rdma_get_local_addr(id), g));
   CHECK(ntohs(rdma_get_src_port(id)) == port, "request's source port");
-  /* No IP header: the whole REQ private data field, the client's first. */
+  /* The whole REQ private data field: the client's IP header (version 0,
+   * its IP version), then its data. */
+  const uint8_t *priv = ev->param.conn.private_data;
   CHECK(ev->param.conn.private_data_len == 92, "request's private data: %u bytes", ev->param.conn.private_data_len);
-  CHECK(memcmp(ev->param.conn.private_data, hello, sizeof(hello)) == 0, "request's private data: %.16s",
-        (const char *)ev->param.conn.private_data);
+  CHECK(priv[0] == 0 && ((priv[1] >> 4) == 4 || (priv[1] >> 4) == 6), "request's IP header: %02x %02x", priv[0],
+        priv[1]);
+  CHECK(memcmp(priv + 36, hello, sizeof(hello)) == 0, "request's private data: %.16s", (const char *)(priv + 36));
   printf("server: request from %s\n", gid_str(rdma_get_peer_addr(id), g));
   rdma_ack_cm_event(ev);
 
@@ -176,32 +200,26 @@ static int server(const char *gid, uint16_t port) {
   return 0;
 }
 
-static int client(const char *gid, uint16_t port, const char *src_gid) {
+static int client(const char *addr, uint16_t port) {
   who = "client";
   struct rdma_event_channel *ch = rdma_create_event_channel();
   CHECK(ch, "rdma_create_event_channel: %s", strerror(errno));
   struct rdma_cm_id *id;
-  CHECK(rdma_create_id(ch, &id, NULL, RDMA_PS_IB) == 0, "rdma_create_id: %s", strerror(errno));
-  struct sockaddr_ib dst = ib_addr(gid, PS_IB_SID | port), src;
-  memset(&src, 0, sizeof(src));
-  if (src_gid) {
-    src = ib_addr(src_gid, 0);
-    src.sib_sid_mask = 0; /* any port of the id's space (cma_select_ib_ps) */
+  CHECK(rdma_create_id(ch, &id, NULL, RDMA_PS_TCP) == 0, "rdma_create_id: %s", strerror(errno));
+  struct sockaddr_storage dst;
+  memset(&dst, 0, sizeof(dst));
+  struct sockaddr_in *in = (struct sockaddr_in *)&dst;
+  struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&dst;
+  if (inet_pton(AF_INET, addr, &in->sin_addr) == 1) {
+    in->sin_family = AF_INET;
+    in->sin_port = htons(port);
+  } else {
+    CHECK(inet_pton(AF_INET6, addr, &in6->sin6_addr) == 1, "not an address: %s", addr);
+    in6->sin6_family = AF_INET6;
+    in6->sin6_port = htons(port);
   }
-  CHECK(rdma_resolve_addr(id, src_gid ? (struct sockaddr *)&src : NULL, (struct sockaddr *)&dst, 2000) == 0,
-        "rdma_resolve_addr: %s", strerror(errno));
+  CHECK(rdma_resolve_addr(id, NULL, (struct sockaddr *)&dst, 2000) == 0, "rdma_resolve_addr: %s", strerror(errno));
   rdma_ack_cm_event(expect(ch, RDMA_CM_EVENT_ADDR_RESOLVED));
-  check_ib(rdma_get_local_addr(id), "local address");
-  check_ib(rdma_get_peer_addr(id), "peer address");
-  const struct sockaddr_ib *local = (const struct sockaddr_ib *)rdma_get_local_addr(id);
-  const uint64_t sid = be64toh(local->sib_sid);
-  /* An ephemeral port in RDMA_PS_IB's service IDs (cma_alloc_any_port). */
-  CHECK((sid & ~0xffffULL) == PS_IB_SID && (sid & 0xffff) != 0, "local service ID 0x%llx", (unsigned long long)sid);
-  CHECK(be64toh(local->sib_sid_mask) == ~0ULL, "local service ID mask");
-  CHECK(ntohs(rdma_get_dst_port(id)) == port, "destination port %u", ntohs(rdma_get_dst_port(id)));
-  char g[INET6_ADDRSTRLEN];
-  printf("client: from %s service ID 0x%llx\n", gid_str(rdma_get_local_addr(id), g), (unsigned long long)sid);
-  if (src_gid) CHECK(memcmp(local->sib_addr.sib_raw, src.sib_addr.sib_raw, 16) == 0, "source GID %s", g);
   CHECK(rdma_resolve_route(id, 2000) == 0, "rdma_resolve_route: %s", strerror(errno));
   rdma_ack_cm_event(expect(ch, RDMA_CM_EVENT_ROUTE_RESOLVED));
 
@@ -244,11 +262,35 @@ static int client(const char *gid, uint16_t port, const char *src_gid) {
   return 0;
 }
 
+static int ibclient(const char *gid, uint16_t port) {
+  who = "ibclient";
+  struct rdma_event_channel *ch = rdma_create_event_channel();
+  CHECK(ch, "rdma_create_event_channel: %s", strerror(errno));
+  struct rdma_cm_id *id;
+  CHECK(rdma_create_id(ch, &id, NULL, RDMA_PS_IB) == 0, "rdma_create_id: %s", strerror(errno));
+  struct sockaddr_ib dst = ib_addr(gid, PS_TCP_SID | port);
+  CHECK(rdma_resolve_addr(id, NULL, (struct sockaddr *)&dst, 2000) == 0, "rdma_resolve_addr: %s", strerror(errno));
+  rdma_ack_cm_event(expect(ch, RDMA_CM_EVENT_ADDR_RESOLVED));
+  check_ib(rdma_get_local_addr(id), "local address");
+  check_ib(rdma_get_peer_addr(id), "peer address");
+  errno = 0;
+  CHECK(rdma_resolve_route(id, 2000) == -1 && errno == ENODEV, "rdma_resolve_route: %s, not ENODEV", strerror(errno));
+  printf("ibclient: rdma_resolve_route: %s\n", strerror(errno));
+  struct pollfd p = {ch->fd, POLLIN, 0};
+  CHECK(poll(&p, 1, 500) == 0, "an event after a failed rdma_resolve_route");
+  errno = 0;
+  CHECK(rdma_connect(id, NULL) == -1 && errno == EINVAL, "rdma_connect: %s, not EINVAL", strerror(errno));
+  rdma_destroy_id(id);
+  rdma_destroy_event_channel(ch);
+  printf("ibclient: ok\n");
+  return 0;
+}
+
 int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   if (argc == 4 && strcmp(argv[1], "server") == 0) return server(argv[2], (uint16_t)atoi(argv[3]));
-  if ((argc == 4 || argc == 5) && strcmp(argv[1], "client") == 0)
-    return client(argv[2], (uint16_t)atoi(argv[3]), argc == 5 ? argv[4] : NULL);
-  fprintf(stderr, "usage: %s server GID PORT | client GID PORT [SOURCE_GID]\n", argv[0]);
+  if (argc == 4 && strcmp(argv[1], "client") == 0) return client(argv[2], (uint16_t)atoi(argv[3]));
+  if (argc == 4 && strcmp(argv[1], "ibclient") == 0) return ibclient(argv[2], (uint16_t)atoi(argv[3]));
+  fprintf(stderr, "usage: %s server GID PORT | client ADDRESS PORT | ibclient GID PORT\n", argv[0]);
   return 2;
 }

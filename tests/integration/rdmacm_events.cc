@@ -714,12 +714,15 @@ TEST_F(RdmaCm, LoopbackBindNamesTheLoopbackEngine) {
   EXPECT_STREQ(ibv_get_device_name(id->verbs->device), "uroce0");
 }
 
-// AF_IB (struct sockaddr_ib): a GID of the device and a service ID. The
-// service ID under its mask names the port space (cma_select_ib_ps: an
-// RDMA_PS_IB id may take TCP's too, a TCP id only its own), port 0 an
-// ephemeral one, and the bound address's service ID is whole afterwards
-// (cma_bind_port). Port spaces are shared with IP ids: a wildcard overlaps
-// both, an AF_IB address never equals an IP one (cma_check_port).
+// AF_IB (struct sockaddr_ib): a GID and a service ID, as the kernel's
+// rdma_cm takes them on a RoCE port. A GID names no device there
+// (cma_validate_port: an ARPHRD_INFINIBAND address on a port that is not
+// InfiniBand): a bind to one is ENODEV, and only the wildcards (the zero
+// GID, ::1: cma_any_addr) bind. The service ID under its mask names the port
+// space (cma_select_ib_ps: an RDMA_PS_IB id may take TCP's too, a TCP id
+// only its own), port 0 an ephemeral one, and the bound address's service
+// ID is whole afterwards (cma_bind_port). Port spaces are shared with IP
+// ids, which an AF_IB wildcard overlaps (cma_check_port).
 class RdmaCmAfIb : public RdmaCm {
  protected:
   void SetUp() override {
@@ -732,84 +735,112 @@ class RdmaCmAfIb : public RdmaCm {
     rdma_free_devices(list);
     std::memcpy(gid_, gid.raw, 16);
   }
-  // A listener on the device's GID and an ephemeral port of the service
-  // IDs of sid_ps (a port space's RDMA_IB_IP_PS_*).
+  // A listener on the zero GID and an ephemeral port of the service IDs of
+  // sid_ps (a port space's RDMA_IB_IP_PS_*).
   rdma_cm_id* ib_listener(uint64_t sid_ps, uint16_t* port) {
     rdma_cm_id* l = new_id(RDMA_PS_IB);
-    auto la = ib_addr(gid_, sid_ps);
+    auto la = ib_addr(kZeroGid, sid_ps);
     EXPECT_EQ(rdma_bind_addr(l, sa(la)), 0) << strerror(errno);
     EXPECT_EQ(rdma_listen(l, 4), 0);
     *port = ntohs(rdma_get_src_port(l));
     return l;
   }
+  static constexpr uint8_t kZeroGid[16] = {};
   uint8_t gid_[16] = {};
 };
 
-TEST_F(RdmaCmAfIb, BindTakesThePortSpaceAndPortOfTheServiceId) {
+TEST_F(RdmaCmAfIb, ABindToAGidIsEnodevTheZeroGidTakesTheServiceId) {
+  // The device's own GID, another, and (ENODEV before the service ID is
+  // looked at) a TCP id with RDMA_PS_IB's service ID.
+  const uint8_t foreign[16] = {0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xde, 0xad, 0xbe, 0xef};
+  for (const uint8_t* gid : {static_cast<const uint8_t*>(gid_), foreign}) {
+    rdma_cm_id* id = new_id(RDMA_PS_IB);
+    auto a = ib_addr(gid, kSidPsIb | 7001);
+    EXPECT_EQ(rdma_bind_addr(id, sa(a)), -1);
+    EXPECT_EQ(errno, ENODEV);
+  }
+  rdma_cm_id* tcp_id = new_id();
+  auto ib_sid_at_gid = ib_addr(gid_, kSidPsIb | 7002);
+  EXPECT_EQ(rdma_bind_addr(tcp_id, sa(ib_sid_at_gid)), -1);
+  EXPECT_EQ(errno, ENODEV);
+
   rdma_cm_id* a = new_id(RDMA_PS_IB);
-  auto any_port = ib_addr(gid_, kSidPsIb);
+  auto any_port = ib_addr(kZeroGid, kSidPsIb);
   ASSERT_EQ(rdma_bind_addr(a, sa(any_port)), 0) << strerror(errno);
-  EXPECT_NE(a->verbs, nullptr);  // a GID of the device names it
+  EXPECT_EQ(a->verbs, nullptr);  // a wildcard names no device
   const sockaddr_ib* bound = as_ib(rdma_get_local_addr(a));
   ASSERT_EQ(bound->sib_family, AF_IB);
   const uint16_t port = ntohs(rdma_get_src_port(a));
   EXPECT_GE(port, 32768);
   EXPECT_EQ(be64toh(bound->sib_sid), kSidPsIb | port);
   EXPECT_EQ(be64toh(bound->sib_sid_mask), ~uint64_t(0));
-  EXPECT_EQ(std::memcmp(bound->sib_addr.sib_raw, gid_, 16), 0);
+  EXPECT_EQ(std::memcmp(bound->sib_addr.sib_raw, kZeroGid, 16), 0);
   rdma_cm_id* again = new_id(RDMA_PS_IB);
-  auto same = ib_addr(gid_, kSidPsIb | port);
+  auto same = ib_addr(kZeroGid, kSidPsIb | port);
   EXPECT_EQ(rdma_bind_addr(again, sa(same)), -1);
-  EXPECT_EQ(errno, EADDRINUSE);
-  // The same port of the TCP space: an RDMA_PS_IB id may take it.
+  EXPECT_EQ(errno, EADDRNOTAVAIL);  // a wildcard's port (cma_check_port)
+  // The same port of the TCP space: an RDMA_PS_IB id may take it; an IP
+  // address there is within the wildcard.
   rdma_cm_id* tcp_sid = new_id(RDMA_PS_IB);
-  auto in_tcp = ib_addr(gid_, kSidPsTcp | port);
+  auto in_tcp = ib_addr(kZeroGid, kSidPsTcp | port);
   ASSERT_EQ(rdma_bind_addr(tcp_sid, sa(in_tcp)), 0) << strerror(errno);
   EXPECT_EQ(be64toh(as_ib(rdma_get_local_addr(tcp_sid))->sib_sid), kSidPsTcp | port);
-  // There an IP address is another address; the IP wildcard overlaps it.
   rdma_cm_id* ip = new_id();
   auto four = addr("127.0.0.1", port);
-  EXPECT_EQ(rdma_bind_addr(ip, sa(four)), 0) << strerror(errno);
-  rdma_cm_id* ip_any = new_id();
-  auto any4 = addr("0.0.0.0", port);
-  EXPECT_EQ(rdma_bind_addr(ip_any, sa(any4)), -1);
+  EXPECT_EQ(rdma_bind_addr(ip, sa(four)), -1);
   EXPECT_EQ(errno, EADDRNOTAVAIL);
   // A TCP id cannot take RDMA_PS_IB's service IDs; a whole-mask service ID
   // 0 is no port space's.
   rdma_cm_id* tcp = new_id();
-  auto ib_sid = ib_addr(gid_, kSidPsIb | 7000);
+  auto ib_sid = ib_addr(kZeroGid, kSidPsIb | 7000);
   EXPECT_EQ(rdma_bind_addr(tcp, sa(ib_sid)), -1);
   EXPECT_EQ(errno, EPROTONOSUPPORT);
   rdma_cm_id* zero = new_id(RDMA_PS_IB);
-  auto sid0 = ib_addr(gid_, 0);
+  auto sid0 = ib_addr(kZeroGid, 0);
   EXPECT_EQ(rdma_bind_addr(zero, sa(sid0)), -1);
   EXPECT_EQ(errno, EPROTONOSUPPORT);
   // No mask: the id's own port space, an ephemeral port.
   rdma_cm_id* unmasked = new_id();
-  auto no_mask = ib_addr(gid_, 0x1234, 0);
+  auto no_mask = ib_addr(kZeroGid, 0x1234, 0);
   ASSERT_EQ(rdma_bind_addr(unmasked, sa(no_mask)), 0) << strerror(errno);
   const uint64_t sid = be64toh(as_ib(rdma_get_local_addr(unmasked))->sib_sid);
   EXPECT_EQ(sid & ~uint64_t(0xffff), kSidPsTcp);
   EXPECT_GE(sid & 0xffff, 32768u);
-  // A GID that is not the device's names no device.
-  const uint8_t foreign[16] = {0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xde, 0xad, 0xbe, 0xef};
-  rdma_cm_id* other = new_id(RDMA_PS_IB);
-  auto not_ours = ib_addr(foreign, kSidPsIb | 7001);
-  EXPECT_EQ(rdma_bind_addr(other, sa(not_ours)), -1);
-  EXPECT_EQ(errno, ENODEV);
+  // ::1 is a wildcard too.
+  const uint8_t loopback[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+  rdma_cm_id* lo = new_id(RDMA_PS_IB);
+  auto lo_addr = ib_addr(loopback, kSidPsIb);
+  ASSERT_EQ(rdma_bind_addr(lo, sa(lo_addr)), 0) << strerror(errno);
+  EXPECT_EQ(lo->verbs, nullptr);
 }
 
-// An AF_IB request carries the service ID as given and no IP header: the
-// listener's new id is AF_IB (the path's GIDs, the service ID) and reports
-// the REQ's whole private data (92 bytes, the client's first).
-TEST_F(RdmaCmAfIb, ConnectRejectAndTheAddressesOfBothEnds) {
+// An AF_IB id resolves its destination (cma_resolve_ib_dev: the device with
+// that GID, or one of its subnet prefix, and the P_Key) but not its route:
+// rdma_resolve_route fails at once with ENODEV and no event
+// (cma_resolve_iboe_route: an AF_IB id has no netdev), so rdma_connect is
+// EINVAL.
+TEST_F(RdmaCmAfIb, AnAfIbIdResolvesItsAddressButNotItsRoute) {
   uint16_t port = 0;
-  rdma_cm_id* l = ib_listener(kSidPsIb, &port);
+  ib_listener(kSidPsIb, &port);
   rdma_cm_id* id = new_id(RDMA_PS_IB);
   auto dst = ib_addr(gid_, kSidPsIb | port);
   auto ip_src = addr("127.0.0.1", 0);
   EXPECT_EQ(rdma_resolve_addr(id, sa(ip_src), sa(dst), 2000), -1);  // families differ
   EXPECT_EQ(errno, EINVAL);
+  auto src_gid = ib_addr(gid_, 0, 0);
+  EXPECT_EQ(rdma_resolve_addr(id, sa(src_gid), sa(dst), 2000), -1);  // its bind to a GID
+  EXPECT_EQ(errno, ENODEV);
+  rdma_cm_id* no_pkey = new_id(RDMA_PS_IB);
+  auto pkey0 = ib_addr(gid_, kSidPsIb | port);
+  reinterpret_cast<sockaddr_ib*>(&pkey0)->sib_pkey = 0;
+  EXPECT_EQ(rdma_resolve_addr(no_pkey, nullptr, sa(pkey0), 2000), -1);  // not in the P_Key table
+  EXPECT_EQ(errno, ENODEV);
+  const uint8_t elsewhere[16] = {0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 9};
+  rdma_cm_id* far = new_id(RDMA_PS_IB);
+  auto no_prefix = ib_addr(elsewhere, kSidPsIb | port);
+  EXPECT_EQ(rdma_resolve_addr(far, nullptr, sa(no_prefix), 2000), -1);  // no GID of its subnet prefix
+  EXPECT_EQ(errno, ENODEV);
+
   ASSERT_EQ(rdma_resolve_addr(id, nullptr, sa(dst), 2000), 0) << strerror(errno);
   expect_and_ack(ch_, RDMA_CM_EVENT_ADDR_RESOLVED);
   const sockaddr_ib* src = as_ib(rdma_get_local_addr(id));
@@ -818,70 +849,60 @@ TEST_F(RdmaCmAfIb, ConnectRejectAndTheAddressesOfBothEnds) {
   EXPECT_EQ(std::memcmp(src->sib_addr.sib_raw, gid_, 16), 0);
   EXPECT_EQ(std::memcmp(rdma_get_peer_addr(id), &dst, sizeof(sockaddr_ib)), 0);  // as given
   EXPECT_EQ(ntohs(rdma_get_dst_port(id)), port);
-  ASSERT_EQ(rdma_resolve_route(id, 2000), 0);
-  expect_and_ack(ch_, RDMA_CM_EVENT_ROUTE_RESOLVED);
-  char hello[92];
-  std::memset(hello, 'h', sizeof(hello));  // the whole field: no header to leave room for
-  rdma_conn_param p{};
-  p.private_data = hello;
-  p.private_data_len = 93;
-  EXPECT_EQ(rdma_connect(id, &p), -1);
+  EXPECT_EQ(rdma_resolve_route(id, 2000), -1);
+  EXPECT_EQ(errno, ENODEV);
+  pollfd p{ch_->fd, POLLIN, 0};
+  EXPECT_EQ(poll(&p, 1, 300), 0) << "an event after a failed rdma_resolve_route";
+  EXPECT_EQ(rdma_resolve_route(id, 2000), -1);  // still address-resolved
+  EXPECT_EQ(errno, ENODEV);
+  rdma_conn_param cp{};
+  EXPECT_EQ(rdma_connect(id, &cp), -1);
   EXPECT_EQ(errno, EINVAL);
-  rdma_cm_event* req = request_with(id, hello, sizeof(hello));
-  ASSERT_NE(req, nullptr);
-  rdma_cm_id* child = req->id;
-  EXPECT_EQ(req->listen_id, l);
-  ASSERT_EQ(req->param.conn.private_data_len, 92);
-  EXPECT_EQ(std::memcmp(req->param.conn.private_data, hello, sizeof(hello)), 0);
-  const sockaddr_ib* local = as_ib(rdma_get_local_addr(child));
-  const sockaddr_ib* peer = as_ib(rdma_get_peer_addr(child));
-  ASSERT_EQ(local->sib_family, AF_IB);
-  ASSERT_EQ(peer->sib_family, AF_IB);
-  EXPECT_EQ(be64toh(local->sib_sid), kSidPsIb | port);
-  EXPECT_EQ(be64toh(local->sib_sid_mask), ~uint64_t(0));
-  EXPECT_EQ(std::memcmp(local->sib_addr.sib_raw, gid_, 16), 0);
-  EXPECT_EQ(std::memcmp(peer->sib_addr.sib_raw, gid_, 16), 0);
-  EXPECT_EQ(peer->sib_sid, 0u);
-  EXPECT_EQ(ntohs(rdma_get_src_port(child)), port);
-  rdma_ack_cm_event(req);
-  ASSERT_EQ(rdma_reject(child, "no", 3), 0);
-  rdma_cm_event* rej = expect_event(ch_, RDMA_CM_EVENT_REJECTED);
-  ASSERT_NE(rej, nullptr);
-  EXPECT_EQ(rej->status, 28);  // IB_CM_REJ_CONSUMER_DEFINED
-  EXPECT_STREQ(static_cast<const char*>(rej->param.conn.private_data), "no");
-  rdma_ack_cm_event(rej);
 }
 
-// An AF_IB listener takes IP requests too (cma_match_private_data), its new
-// id AF_IB with the IP header in the private data it reports; an IP
-// listener takes no AF_IB request (cma_match_net_dev): REJECTED, invalid
-// service ID.
-TEST_F(RdmaCmAfIb, ListenersOfEachFamilyAndTheRequestsTheyTake) {
+// An AF_IB listener on the zero GID takes IP requests (cma_match_private_data):
+// its new id is AF_IB (cma_save_ib_info: the path's GIDs, the service ID)
+// and reports the REQ's whole private data, rdma_cm's IP header first
+// (cma_user_data_offset is 0 for an AF_IB listener).
+TEST_F(RdmaCmAfIb, AnAfIbListenerTakesIpRequests) {
   uint16_t port = 0;
   ib_listener(kSidPsTcp, &port);
-  rdma_cm_id* ip = resolved("127.0.0.1", port);
-  const char hello[] = "hello over IP";
-  rdma_cm_event* req = request_with(ip, hello, sizeof(hello));
-  ASSERT_NE(req, nullptr);
-  EXPECT_EQ(rdma_get_local_addr(req->id)->sa_family, AF_IB);
-  EXPECT_EQ(be64toh(as_ib(rdma_get_local_addr(req->id))->sib_sid), kSidPsTcp | port);
-  ASSERT_EQ(req->param.conn.private_data_len, 92);
-  const auto* data = static_cast<const uint8_t*>(req->param.conn.private_data);
-  EXPECT_EQ(data[0], 0);     // cma_hdr: version 0,
-  EXPECT_EQ(data[1], 0x40);  // IPv4,
-  EXPECT_STREQ(reinterpret_cast<const char*>(data + 36), hello);  // then the client's
-  ASSERT_EQ(rdma_reject(req->id, nullptr, 0), 0);
-  rdma_ack_cm_event(req);
-  expect_and_ack(ch_, RDMA_CM_EVENT_REJECTED);
-
-  const uint16_t ip_port = listen_on("0.0.0.0", 0);
-  rdma_cm_id* id = new_id(RDMA_PS_IB);
-  auto dst = ib_addr(gid_, kSidPsTcp | ip_port);
-  ASSERT_EQ(rdma_resolve_addr(id, nullptr, sa(dst), 2000), 0);
-  expect_and_ack(ch_, RDMA_CM_EVENT_ADDR_RESOLVED);
-  ASSERT_EQ(rdma_resolve_route(id, 2000), 0);
-  expect_and_ack(ch_, RDMA_CM_EVENT_ROUTE_RESOLVED);
-  expect_rejected(id, 8);  // IB_CM_REJ_INVALID_SERVICE_ID
+  const uint8_t mapped[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 127, 0, 0, 1};
+  const uint8_t loopback[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+  struct Case {
+    const char* ip;
+    const uint8_t* gid;
+    uint8_t ip_version;
+  };
+  for (const Case& c : {Case{"127.0.0.1", mapped, 0x40}, Case{"::1", loopback, 0x60}}) {
+    SCOPED_TRACE(c.ip);
+    rdma_cm_id* ip = resolved(c.ip, port);
+    const char hello[] = "hello over IP";
+    rdma_cm_event* req = request_with(ip, hello, sizeof(hello));
+    ASSERT_NE(req, nullptr);
+    const sockaddr_ib* local = as_ib(rdma_get_local_addr(req->id));
+    const sockaddr_ib* peer = as_ib(rdma_get_peer_addr(req->id));
+    ASSERT_EQ(local->sib_family, AF_IB);
+    ASSERT_EQ(peer->sib_family, AF_IB);
+    EXPECT_EQ(be64toh(local->sib_sid), kSidPsTcp | port);
+    EXPECT_EQ(be64toh(local->sib_sid_mask), ~uint64_t(0));
+    EXPECT_EQ(std::memcmp(local->sib_addr.sib_raw, c.gid, 16), 0);
+    EXPECT_EQ(std::memcmp(peer->sib_addr.sib_raw, c.gid, 16), 0);
+    EXPECT_EQ(peer->sib_sid, 0u);
+    EXPECT_EQ(ntohs(rdma_get_src_port(req->id)), port);
+    ASSERT_EQ(req->param.conn.private_data_len, 92);
+    const auto* data = static_cast<const uint8_t*>(req->param.conn.private_data);
+    EXPECT_EQ(data[0], 0);             // cma_hdr: version 0,
+    EXPECT_EQ(data[1], c.ip_version);  // the IP version,
+    EXPECT_STREQ(reinterpret_cast<const char*>(data + 36), hello);  // then the client's
+    ASSERT_EQ(rdma_reject(req->id, "no", 3), 0);
+    rdma_ack_cm_event(req);
+    rdma_cm_event* rej = expect_event(ch_, RDMA_CM_EVENT_REJECTED);
+    ASSERT_NE(rej, nullptr);
+    EXPECT_EQ(rej->status, 28);  // IB_CM_REJ_CONSUMER_DEFINED
+    EXPECT_STREQ(static_cast<const char*>(rej->param.conn.private_data), "no");
+    rdma_ack_cm_event(rej);
+  }
 }
 
 // rdma_getaddrinfo with AF_IB hints, RAI_FAMILY and RAI_NUMERICHOST: the

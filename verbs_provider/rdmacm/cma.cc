@@ -152,6 +152,7 @@ void bind_device(Id* id) {
 // engine whose own address is the loopback (the default engine, GID 0
 // ::ffff:127.0.0.1), the loopback is the device's address and names it.
 bool names_device(const Engine* e, const abi::CmAddr& a) {
+  if (a.family == AF_IB) return false;  // (only its wildcards bind: no device)
   const bool v4 = a.family == AF_INET;
   const bool mapped = a.family == AF_INET6 && std::all_of(a.addr, a.addr + 10, [](uint8_t b) { return b == 0; }) &&
                       a.addr[10] == 0xff && a.addr[11] == 0xff;
@@ -317,6 +318,12 @@ RDMACM_EXPORT int rdma_resolve_addr(rdma_cm_id* cm_id, sockaddr* src, sockaddr* 
   req.id = id->handle;
   if (int err = to_cm_bind_addr(id->id.ps, src, &req.src)) return fail(err);
   if (int err = to_cm_addr(dst, &req.dst)) return fail(err);
+  // An AF_IB destination's P_Key must be in the port's table (cma_resolve_ib_dev's
+  // ib_find_cached_pkey; a RoCE port's holds the default 0xffff only),
+  // else no device: ENODEV. (Its wildcards resolve to the loopback.)
+  if (req.dst.family == AF_IB && (be16toh(reinterpret_cast<const sockaddr_ib*>(dst)->sib_pkey) & 0x7fff) != 0x7fff &&
+      !ib_wildcard(req.dst.addr))
+    return fail(ENODEV);
   req.reuseaddr = id->reuseaddr;
   req.afonly = id->afonly;
   abi::CmBindReply rep{};
@@ -367,11 +374,7 @@ RDMACM_EXPORT int rdma_connect(rdma_cm_id* cm_id, rdma_conn_param* param) {
   Id* id = to_id(cm_id);
   const int max_rd = device_max_rd_atom(id->id.verbs);
   if (param) {
-    // An AF_IB id's REQ has no IP header; its SIDR REQ carries what the
-    // engine's CmConnParam holds.
-    const size_t max_private = is_ib(id) ? (id->id.ps == RDMA_PS_UDP ? abi::kCmMaxPrivateData : kReqPrivateData)
-                               : id->id.ps == RDMA_PS_UDP ? kSidrReqUserPrivateData
-                                                          : kReqUserPrivateData;
+    const size_t max_private = id->id.ps == RDMA_PS_UDP ? kSidrReqUserPrivateData : kReqUserPrivateData;
     if (param->private_data_len > max_private) return fail(EINVAL);
     id->responder_resources = capped(param->responder_resources, max_rd);
     id->initiator_depth = capped(param->initiator_depth, max_rd);

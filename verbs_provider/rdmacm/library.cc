@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -139,6 +140,10 @@ int to_cm_addr(const sockaddr* sa, abi::CmAddr* out) {
   return EAFNOSUPPORT;
 }
 
+bool ib_wildcard(const uint8_t gid[16]) {
+  return std::all_of(gid, gid + 15, [](uint8_t b) { return b == 0; }) && gid[15] <= 1;
+}
+
 // cma_select_ib_ps: the port space an AF_IB address's service ID names
 // under its mask (an RDMA_PS_IB id may take any of rdma_cm's three, another
 // id only its own) and the port (the service ID under the mask); the engine
@@ -147,6 +152,9 @@ int to_cm_bind_addr(rdma_port_space id_ps, const sockaddr* sa, abi::CmAddr* out)
   if (int err = to_cm_addr(sa, out)) return err;
   if (!sa || sa->sa_family != AF_IB) return 0;
   const auto* ib = reinterpret_cast<const sockaddr_ib*>(sa);
+  // A GID names no device on a RoCE port (cma_validate_port), before the
+  // service ID is looked at; the zero GID and ::1 are wildcards (cma_any_addr).
+  if (!ib_wildcard(ib->sib_addr.sib_raw)) return ENODEV;
   const uint64_t given_mask = be64toh(ib->sib_sid_mask);
   const uint64_t mask = given_mask & RDMA_IB_IP_PS_MASK;
   const uint64_t sid = be64toh(ib->sib_sid) & mask;

@@ -142,8 +142,11 @@ inline int fail(int err) {
 
 // Socket addresses to and from the engine's form (AF_IB: abi::CmAddr's).
 int to_cm_addr(const sockaddr* sa, abi::CmAddr* out);
+// Is an AF_IB address's GID a wildcard (the zero GID or ::1: cma_any_addr)?
+bool ib_wildcard(const uint8_t gid[16]);
 // An address to bind an id of port space ps to: an AF_IB one's service ID
-// under its mask names the port space and port (EPROTONOSUPPORT if none).
+// under its mask names the port space and port (EPROTONOSUPPORT if none);
+// an AF_IB GID that is no wildcard is ENODEV (a RoCE port's rdma_cm).
 int to_cm_bind_addr(rdma_port_space ps, const sockaddr* sa, abi::CmAddr* out);
 void from_cm_addr(const abi::CmAddr& a, sockaddr_storage* out);
 
