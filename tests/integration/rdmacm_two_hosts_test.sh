@@ -12,11 +12,12 @@
 # slow to accept and a client slow to establish, on engines whose CM gives
 # up after 4.8 s, still connect through MRAs.
 #
-# With rdmacm_afib (tests/integration/rdmacm_afib.c) given: its client and
-# server connect across the engines over AF_IB addresses (the GIDs of
-# their addresses, an RDMA_PS_IB service ID: a REQ without rdma_cm's IP
-# header), IPv4 and IPv6 GIDs; and ucmatose and udaddy -f gid do (RC,
-# and UD through SIDR).
+# AF_IB as the kernel's rdma_cm over RoCE: with rdmacm_afib
+# (tests/integration/rdmacm_afib.c) given, its AF_IB listener on the zero
+# GID takes an IPv4 and an IPv6 client's connection from the other engine
+# (their REQs carry rdma_cm's IP header, as a kernel client's; captured),
+# and its AF_IB client resolves the other engine's GID but not the route
+# (ENODEV). ucmatose and udaddy -f gid fail as on a kernel RoCE device.
 #
 #   rdmacm_two_hosts_test.sh [RDMACM_EVENTS_BINARY [RDMACM_AFIB_BINARY]]
 set -euo pipefail
@@ -99,7 +100,7 @@ pair() {
     bad "$label (client $crc, server $src)"
     tail -n 15 "$clog" "$slog"
   fi
-  PAIR_CLIENT_LOG=$clog
+  PAIR_CLIENT_LOG=$clog PAIR_SERVER_LOG=$slog
 }
 
 cap="$UROCE_LOG_DIR/cm.pcap"
@@ -151,30 +152,55 @@ if [[ -n $afib ]]; then
     cap_pid=$!
     sleep 0.5
   fi
-  pair afib_ipv4_gid "$afib" server "::ffff:$eng_b" 18912 -- "$afib" client "::ffff:$eng_b" 18912
-  grep -q '^client: ok' "$PAIR_CLIENT_LOG" || bad "afib_ipv4_gid: client not ok"
+  pair afib_listener_ipv4 "$afib" server "::ffff:$eng_b" 18912 -- "$afib" client "$eng_b" 18912
+  grep -q '^client: ok' "$PAIR_CLIENT_LOG" && grep -q '^server: ok' "$PAIR_SERVER_LOG" ||
+    bad "afib_listener_ipv4: both ends ok"
   if command -v tshark >/dev/null; then
     kill -INT "$cap_pid" 2>/dev/null || true
     wait "$cap_pid" || true
-    # The REQ carries RDMA_PS_IB's service ID as the client gave it
-    # (0x013F0000 | 18912), and no CM MAD is malformed. (The data SENDs are
-    # left out: tshark's SDP heuristic takes the first one, whose bytes
-    # count up from 0, for an SDP Hello.)
-    reqs=$(tshark -r "$afib_cap" -Y "infiniband.cm.req.serviceid == 0x013f49e0" 2>/dev/null | wc -l || true)
+    # The REQ carries RDMA_PS_TCP's service ID (0x01060000 | 18912), which
+    # the AF_IB listener bound, and rdma_cm's IP header (the server checked
+    # it); no CM MAD is malformed. (The data SENDs are left out: tshark's
+    # SDP heuristic takes the first one, whose bytes count up from 0, for an
+    # SDP Hello.)
+    reqs=$(tshark -r "$afib_cap" -Y "infiniband.cm.req.serviceid == 0x010649e0" 2>/dev/null | wc -l || true)
     malformed=$(tshark -r "$afib_cap" -Y "infiniband.mad && (_ws.malformed || _ws.expert.severity == error)" \
       2>/dev/null | wc -l || true)
     if ((reqs > 0 && malformed == 0)); then
-      ok "capture: the AF_IB REQ with service ID 0x013f49e0, none malformed"
+      ok "capture: the REQ to the AF_IB listener, service ID 0x010649e0, none malformed"
     else
-      bad "capture: $reqs AF_IB REQs, $malformed malformed"
+      bad "capture: $reqs REQs to the AF_IB listener, $malformed malformed"
     fi
   fi
-  pair afib_ipv6_gid "$afib" server "$eng6_b" 18913 -- "$afib" client "$eng6_b" 18913 "$eng6_a"
-  grep -q '^client: ok' "$PAIR_CLIENT_LOG" || bad "afib_ipv6_gid: client not ok"
+  pair afib_listener_ipv6 "$afib" server "$eng6_b" 18913 -- "$afib" client "$eng6_b" 18913
+  grep -q '^client: ok' "$PAIR_CLIENT_LOG" && grep -q '^server: ok' "$PAIR_SERVER_LOG" ||
+    bad "afib_listener_ipv6: both ends ok"
+  if on_a timeout 30 "$UROCE_BIN" run -- "$afib" ibclient "::ffff:$eng_b" 18912 >"$UROCE_LOG_DIR/afib_ibclient.log" 2>&1 &&
+     grep -q '^ibclient: ok' "$UROCE_LOG_DIR/afib_ibclient.log"; then
+    ok "afib_ibclient: the other engine's GID resolves, the route is ENODEV"
+  else
+    cat "$UROCE_LOG_DIR/afib_ibclient.log"
+    bad afib_ibclient
+  fi
 fi
-pair ucmatose_gid ucmatose -f gid -P ib -b "::ffff:$eng_b" -p 18914 -c 2 -- \
-  ucmatose -f gid -P ib -s "::ffff:$eng_b" -p 18914 -c 2
-pair udaddy_gid udaddy -f gid -b "::ffff:$eng_b" -c 2 -- udaddy -f gid -s "::ffff:$eng_b" -c 2
+# expect_enodev LABEL PATTERN CMD... (on hostA): CMD exits non-zero (not
+# the timeout's 124) and prints PATTERN.
+expect_enodev() {
+  local label=$1 pattern=$2 rc=0
+  shift 2
+  on_a timeout 30 "$UROCE_BIN" run -- "$@" </dev/null >"$UROCE_LOG_DIR/$label.log" 2>&1 || rc=$?
+  if ((rc != 0 && rc != 124)) && grep -q "$pattern" "$UROCE_LOG_DIR/$label.log"; then
+    ok "$label: exit $rc, $(grep -m1 "$pattern" "$UROCE_LOG_DIR/$label.log")"
+  else
+    cat "$UROCE_LOG_DIR/$label.log"
+    bad "$label: exit $rc"
+  fi
+}
+expect_enodev ucmatose_gid_server 'bind address failed: No such device' \
+  ucmatose -f gid -P ib -b "::ffff:$eng_a" -p 18914 -c 1
+expect_enodev ucmatose_gid_client 'resolve route failed: No such device' \
+  ucmatose -f gid -P ib -s "::ffff:$eng_b" -p 18914 -c 1
+expect_enodev udaddy_gid_client 'resolve route failed: No such device' udaddy -f gid -s "::ffff:$eng_b" -c 1
 
 # A connect to a port nobody listens on is REJECTED (invalid service ID) by
 # the other engine at once, never a hang.
