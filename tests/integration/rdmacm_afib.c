@@ -113,12 +113,19 @@ static void fill(uint8_t *buf, int i) {
   for (int b = 0; b < MSG; ++b) buf[b] = (uint8_t)(i * 31 + b);
 }
 
+/* An event channel and an id of port space ps on it. */
+static struct rdma_cm_id *channel_and_id(struct rdma_event_channel **ch, enum rdma_port_space ps) {
+  *ch = rdma_create_event_channel();
+  CHECK(*ch, "rdma_create_event_channel: %s", strerror(errno));
+  struct rdma_cm_id *id;
+  CHECK(rdma_create_id(*ch, &id, NULL, ps) == 0, "rdma_create_id: %s", strerror(errno));
+  return id;
+}
+
 static int server(const char *gid, uint16_t port) {
   who = "server";
-  struct rdma_event_channel *ch = rdma_create_event_channel();
-  CHECK(ch, "rdma_create_event_channel: %s", strerror(errno));
-  struct rdma_cm_id *listener;
-  CHECK(rdma_create_id(ch, &listener, NULL, RDMA_PS_IB) == 0, "rdma_create_id: %s", strerror(errno));
+  struct rdma_event_channel *ch;
+  struct rdma_cm_id *listener = channel_and_id(&ch, RDMA_PS_IB);
   /* A GID binds no device on a RoCE port (ENODEV); ::1 is a wildcard
    * (cma_any_addr) and binds. */
   struct sockaddr_ib a = ib_addr(gid, PS_TCP_SID | port);
@@ -202,10 +209,8 @@ static int server(const char *gid, uint16_t port) {
 
 static int client(const char *addr, uint16_t port) {
   who = "client";
-  struct rdma_event_channel *ch = rdma_create_event_channel();
-  CHECK(ch, "rdma_create_event_channel: %s", strerror(errno));
-  struct rdma_cm_id *id;
-  CHECK(rdma_create_id(ch, &id, NULL, RDMA_PS_TCP) == 0, "rdma_create_id: %s", strerror(errno));
+  struct rdma_event_channel *ch;
+  struct rdma_cm_id *id = channel_and_id(&ch, RDMA_PS_TCP);
   struct sockaddr_storage dst;
   memset(&dst, 0, sizeof(dst));
   struct sockaddr_in *in = (struct sockaddr_in *)&dst;
@@ -264,10 +269,8 @@ static int client(const char *addr, uint16_t port) {
 
 static int ibclient(const char *gid, uint16_t port) {
   who = "ibclient";
-  struct rdma_event_channel *ch = rdma_create_event_channel();
-  CHECK(ch, "rdma_create_event_channel: %s", strerror(errno));
-  struct rdma_cm_id *id;
-  CHECK(rdma_create_id(ch, &id, NULL, RDMA_PS_IB) == 0, "rdma_create_id: %s", strerror(errno));
+  struct rdma_event_channel *ch;
+  struct rdma_cm_id *id = channel_and_id(&ch, RDMA_PS_IB);
   struct sockaddr_ib dst = ib_addr(gid, PS_TCP_SID | port);
   CHECK(rdma_resolve_addr(id, NULL, (struct sockaddr *)&dst, 2000) == 0, "rdma_resolve_addr: %s", strerror(errno));
   rdma_ack_cm_event(expect(ch, RDMA_CM_EVENT_ADDR_RESOLVED));

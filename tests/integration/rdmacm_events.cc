@@ -745,6 +745,13 @@ class RdmaCmAfIb : public RdmaCm {
     *port = ntohs(rdma_get_src_port(l));
     return l;
   }
+  // A bind of a new id of port space ps to gid and sid fails with err.
+  void expect_bind_fails(rdma_port_space ps, const uint8_t* gid, uint64_t sid, int err) {
+    rdma_cm_id* id = new_id(ps);
+    auto a = ib_addr(gid, sid);
+    EXPECT_EQ(rdma_bind_addr(id, sa(a)), -1);
+    EXPECT_EQ(errno, err);
+  }
   static constexpr uint8_t kZeroGid[16] = {};
   uint8_t gid_[16] = {};
 };
@@ -753,16 +760,9 @@ TEST_F(RdmaCmAfIb, ABindToAGidIsEnodevTheZeroGidTakesTheServiceId) {
   // The device's own GID, another, and (ENODEV before the service ID is
   // looked at) a TCP id with RDMA_PS_IB's service ID.
   const uint8_t foreign[16] = {0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xde, 0xad, 0xbe, 0xef};
-  for (const uint8_t* gid : {static_cast<const uint8_t*>(gid_), foreign}) {
-    rdma_cm_id* id = new_id(RDMA_PS_IB);
-    auto a = ib_addr(gid, kSidPsIb | 7001);
-    EXPECT_EQ(rdma_bind_addr(id, sa(a)), -1);
-    EXPECT_EQ(errno, ENODEV);
-  }
-  rdma_cm_id* tcp_id = new_id();
-  auto ib_sid_at_gid = ib_addr(gid_, kSidPsIb | 7002);
-  EXPECT_EQ(rdma_bind_addr(tcp_id, sa(ib_sid_at_gid)), -1);
-  EXPECT_EQ(errno, ENODEV);
+  expect_bind_fails(RDMA_PS_IB, gid_, kSidPsIb | 7001, ENODEV);
+  expect_bind_fails(RDMA_PS_IB, foreign, kSidPsIb | 7001, ENODEV);
+  expect_bind_fails(RDMA_PS_TCP, gid_, kSidPsIb | 7002, ENODEV);
 
   rdma_cm_id* a = new_id(RDMA_PS_IB);
   auto any_port = ib_addr(kZeroGid, kSidPsIb);
@@ -775,10 +775,7 @@ TEST_F(RdmaCmAfIb, ABindToAGidIsEnodevTheZeroGidTakesTheServiceId) {
   EXPECT_EQ(be64toh(bound->sib_sid), kSidPsIb | port);
   EXPECT_EQ(be64toh(bound->sib_sid_mask), ~uint64_t(0));
   EXPECT_EQ(std::memcmp(bound->sib_addr.sib_raw, kZeroGid, 16), 0);
-  rdma_cm_id* again = new_id(RDMA_PS_IB);
-  auto same = ib_addr(kZeroGid, kSidPsIb | port);
-  EXPECT_EQ(rdma_bind_addr(again, sa(same)), -1);
-  EXPECT_EQ(errno, EADDRNOTAVAIL);  // a wildcard's port (cma_check_port)
+  expect_bind_fails(RDMA_PS_IB, kZeroGid, kSidPsIb | port, EADDRNOTAVAIL);  // a wildcard's port (cma_check_port)
   // The same port of the TCP space: an RDMA_PS_IB id may take it; an IP
   // address there is within the wildcard.
   rdma_cm_id* tcp_sid = new_id(RDMA_PS_IB);
@@ -791,14 +788,8 @@ TEST_F(RdmaCmAfIb, ABindToAGidIsEnodevTheZeroGidTakesTheServiceId) {
   EXPECT_EQ(errno, EADDRNOTAVAIL);
   // A TCP id cannot take RDMA_PS_IB's service IDs; a whole-mask service ID
   // 0 is no port space's.
-  rdma_cm_id* tcp = new_id();
-  auto ib_sid = ib_addr(kZeroGid, kSidPsIb | 7000);
-  EXPECT_EQ(rdma_bind_addr(tcp, sa(ib_sid)), -1);
-  EXPECT_EQ(errno, EPROTONOSUPPORT);
-  rdma_cm_id* zero = new_id(RDMA_PS_IB);
-  auto sid0 = ib_addr(kZeroGid, 0);
-  EXPECT_EQ(rdma_bind_addr(zero, sa(sid0)), -1);
-  EXPECT_EQ(errno, EPROTONOSUPPORT);
+  expect_bind_fails(RDMA_PS_TCP, kZeroGid, kSidPsIb | 7000, EPROTONOSUPPORT);
+  expect_bind_fails(RDMA_PS_IB, kZeroGid, 0, EPROTONOSUPPORT);
   // No mask: the id's own port space, an ephemeral port.
   rdma_cm_id* unmasked = new_id();
   auto no_mask = ib_addr(kZeroGid, 0x1234, 0);
