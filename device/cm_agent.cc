@@ -35,6 +35,13 @@ bool is_any(const abi::CmAddr& a) {
   return true;
 }
 
+constexpr uint8_t kZeroGid[16] = {};
+
+bool is_loopback_gid(const abi::CmAddr& a) {
+  static const uint8_t kLoopback[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+  return std::memcmp(a.addr, kLoopback, 16) == 0;
+}
+
 bool is_multicast(const abi::CmAddr& a) {
   return a.family == AF_INET ? (a.addr[0] & 0xf0) == 0xe0 : a.family == AF_INET6 && a.addr[0] == 0xff;
 }
@@ -50,17 +57,26 @@ abi::CmAddr unmapped(abi::CmAddr a) {
   return a;
 }
 
+// An AF_IB address as the IP address its GID is (RoCE GIDs are).
+abi::CmAddr ip_view(abi::CmAddr a) {
+  if (a.family == AF_IB) a.family = AF_INET6;
+  return unmapped(a);
+}
+
 bool same_ip(const abi::CmAddr& x, const abi::CmAddr& y) {
-  const abi::CmAddr a = unmapped(x), b = unmapped(y);
+  const abi::CmAddr a = ip_view(x), b = ip_view(y);
   return a.family == b.family && std::memcmp(a.addr, b.addr, a.family == AF_INET ? 4 : 16) == 0;
 }
 
 // Does an id bound to `bound` take connections or ports at `a`? A wildcard
 // takes its family, and an IPv6 wildcard IPv4 too unless AFONLY (as
-// IPV6_V6ONLY, cma_any_addr/cma_check_port).
+// IPV6_V6ONLY, cma_any_addr/cma_check_port); an AF_IB wildcard (no AFONLY
+// of its own) every address. An AF_IB address is never the same as an IP
+// one (cma_addr_cmp compares families first).
 bool covers(const abi::CmAddr& bound, bool afonly, const abi::CmAddr& a) {
-  const abi::CmAddr b = unmapped(bound), x = unmapped(a);
+  const abi::CmAddr b = ip_view(bound), x = ip_view(a);
   if (is_any(b)) return b.family == x.family || (b.family == AF_INET6 && !afonly);
+  if ((bound.family == AF_IB) != (a.family == AF_IB)) return false;
   return same_ip(b, x);
 }
 
@@ -196,6 +212,7 @@ void CmAgent::address_removed(const uint8_t gid[16]) {
 // The addresses this engine answers for: its own, the loopback ones (its
 // default port is bound to lo) and the wildcards.
 bool CmAgent::is_local(const abi::CmAddr& addr) const {
+  if (addr.family == AF_IB) return is_any(addr) || is_loopback_gid(addr) || gid_index_of(addr) >= 0;
   const abi::CmAddr a = unmapped(addr);
   if (is_any(a)) return true;
   if (a.family == AF_INET && (a.addr[0] == 127 || std::memcmp(a.addr, ip_.data(), 4) == 0)) return true;
@@ -259,7 +276,7 @@ void CmAgent::fill_local(const Id& id, abi::CmBindReply* rep) const {
 // wildcard, EADDRINUSE when both name the same address; 0 when free.
 int CmAgent::port_conflict(const Id& self, const abi::CmAddr& a) const {
   for (const auto& [h, other] : ids_) {
-    if (&other == &self || other.child || other.ps != self.ps || other.state == State::kIdle) continue;
+    if (&other == &self || other.child || other.port_ps != self.port_ps || other.state == State::kIdle) continue;
     if (other.src.port != a.port) continue;
     if (self.reuseaddr && other.reuseaddr && other.state != State::kListen) continue;
     if (!covers(other.src, other.afonly, a) && !covers(a, self.afonly, other.src)) continue;
@@ -269,8 +286,21 @@ int CmAgent::port_conflict(const Id& self, const abi::CmAddr& a) const {
 }
 
 int CmAgent::bind_to(Id& id, abi::CmAddr a) {
-  if (a.family != AF_INET && a.family != AF_INET6) return EAFNOSUPPORT;
+  if (a.family != AF_INET && a.family != AF_INET6 && a.family != AF_IB) return EAFNOSUPPORT;
+  // An AF_IB address names a device by its GID: on a RoCE port none
+  // (cma_validate_port refuses an ARPHRD_INFINIBAND address on a port that
+  // is not InfiniBand: ENODEV); only its wildcards (the zero GID, ::1:
+  // cma_any_addr) bind, to no device.
+  if (a.family == AF_IB && !is_any(a) && !is_loopback_gid(a)) return ENODEV;
   if (!is_local(a)) return EADDRNOTAVAIL;
+  id.port_ps = id.ps;
+  if (a.family == AF_IB) {
+    // cma_select_ib_ps: an RDMA_PS_IB id takes the service IDs of rdma_cm's
+    // port spaces, another id its own; anything else is EPROTONOSUPPORT.
+    const uint32_t ps = a.scope_id;
+    if ((ps != kPsTcp && ps != kPsUdp && ps != kPsIb) || (id.ps != kPsIb && id.ps != ps)) return EPROTONOSUPPORT;
+    id.port_ps = ps;
+  }
   if (a.port == 0) {
     const uint32_t range = kEphemeralHigh - kEphemeralLow + 1;
     bool found = false;
@@ -306,7 +336,19 @@ int CmAgent::resolve_addr(Owner* o, const abi::CmResolveAddrRequest& r, abi::CmB
   Id* id = find_id(o, r.id);
   if (!id) return ENOENT;
   if (id->state != State::kIdle && id->state != State::kBound) return EINVAL;
-  if (r.dst.family != AF_INET && r.dst.family != AF_INET6) return EAFNOSUPPORT;
+  if (r.dst.family != AF_INET && r.dst.family != AF_INET6 && r.dst.family != AF_IB) return EAFNOSUPPORT;
+  // An AF_IB destination from an AF_IB source only, and the other way
+  // (resolve_prepare_src: the id's family is the destination's).
+  const bool ib = r.dst.family == AF_IB;
+  if ((r.src.family && (r.src.family == AF_IB) != ib) || (id->state == State::kBound && (id->src.family == AF_IB) != ib))
+    return EINVAL;
+  // cma_resolve_ib_dev: the device with the destination's GID, else one
+  // with a GID of its subnet prefix; none is ENODEV.
+  if (ib && !is_any(r.dst) && !is_loopback_gid(r.dst)) {
+    bool found = false;
+    for (const auto& g : info_.gids) found |= g.valid && std::memcmp(g.gid, r.dst.addr, 8) == 0;
+    if (!found) return ENODEV;
+  }
   const uint64_t h = r.id;
   id->dst = r.dst;
   // A multicast group is reached through this engine's own address (mckey
@@ -323,22 +365,26 @@ int CmAgent::resolve_addr(Owner* o, const abi::CmResolveAddrRequest& r, abi::CmB
     return 0;
   }
   if (is_any(id->dst)) {
-    // rdma_resolve_addr to a wildcard means the loopback (cma_resolve_loopback).
+    // rdma_resolve_addr to a wildcard means the loopback (cma_resolve_loopback),
+    // for AF_IB the device's own GID.
     std::memset(id->dst.addr, 0, 16);
-    if (id->dst.family == AF_INET) id->dst.addr[0] = 127, id->dst.addr[3] = 1;
+    if (ib) std::memcpy(id->dst.addr, info_.gids[0].gid, 16);
+    else if (id->dst.family == AF_INET) id->dst.addr[0] = 127, id->dst.addr[3] = 1;
     else id->dst.addr[15] = 1;
   }
   if (id->state == State::kIdle) {
     abi::CmAddr src = r.src.family ? r.src : group ? own_address(r.dst.family) : id->dst;
     if (!r.src.family) src.port = 0;
+    if (!r.src.family && ib) src = cm_ib_address(kZeroGid, uint64_t(id->ps) << 16);  // cma_bind_addr's AF_IB wildcard
     id->reuseaddr = r.reuseaddr;
     id->afonly = r.afonly;
     if (int err = bind_to(*id, src)) return err;
   }
-  if (is_any(id->src)) {  // bound to a wildcard: the source is the destination's
-    const uint16_t port = id->src.port;
-    id->src = group ? own_address(id->src.family) : id->dst;
-    id->src.port = port;
+  if (is_any(id->src) || (ib && is_loopback_gid(id->src))) {  // bound to a wildcard: the source is the destination's
+    abi::CmAddr src = group ? own_address(id->src.family) : id->dst;
+    src.port = id->src.port;
+    if (ib) src.scope_id = id->src.scope_id;  // its service ID's port space
+    id->src = src;
   }
   id->state = State::kAddrResolved;
   fill_local(*id, rep);
@@ -352,6 +398,11 @@ int CmAgent::resolve_route(Owner* o, uint64_t h) {
   Id* id = find_id(o, h);
   if (!id) return ENOENT;
   if (id->state != State::kAddrResolved && id->state != State::kRouteResolved) return EINVAL;
+  // An AF_IB id has no netdev: on a RoCE port the kernel cannot build its
+  // path (cma_resolve_iboe_route: cma_iboe_set_path_rec_l2_fields finds no
+  // bound netdev) and rdma_resolve_route fails at once with ENODEV, the id
+  // left address-resolved (so rdma_connect is EINVAL).
+  if (id->src.family == AF_IB) return ENODEV;
   id->state = State::kRouteResolved;
   abi::CmEventRecord ev{};
   ev.event = kRouteResolved;
@@ -372,7 +423,7 @@ int CmAgent::listen(Owner* o, uint64_t h, int backlog) {
   if (id->state != State::kBound) return EINVAL;
   // Only one listener per address and port (cma_check_port with listening ids).
   for (const auto& [oh, other] : ids_)
-    if (oh != h && other.state == State::kListen && other.ps == id->ps && other.src.port == id->src.port &&
+    if (oh != h && other.state == State::kListen && other.port_ps == id->port_ps && other.src.port == id->src.port &&
         (covers(other.src, other.afonly, id->src) || covers(id->src, id->afonly, other.src)))
       return EADDRINUSE;
   id->state = State::kListen;
@@ -380,15 +431,24 @@ int CmAgent::listen(Owner* o, uint64_t h, int backlog) {
 }
 
 // A specific address's listener before a wildcard's (cma_find_listener).
+// An AF_IB listener takes every IP request for its service ID that reaches
+// its device (cma_match_private_data).
 uint64_t CmAgent::find_listener(uint32_t ps, const abi::CmAddr& dst) const {
   uint64_t wildcard = 0;
   for (const auto& [h, id] : ids_) {
-    if (id.state != State::kListen || id.ps != ps || id.src.port != dst.port) continue;
-    if (!covers(id.src, id.afonly, dst)) continue;
+    if (id.state != State::kListen || id.port_ps != ps || id.src.port != dst.port) continue;
+    if (id.src.family != AF_IB && !covers(id.src, id.afonly, dst)) continue;
     if (!is_any(id.src)) return h;
     if (!wildcard) wildcard = h;
   }
   return wildcard;
+}
+
+bool CmAgent::listens_on(uint64_t sid) const {
+  for (const auto& [h, id] : ids_)
+    if (id.state == State::kListen && id.port_ps == uint32_t(sid >> 16) && ntohs(id.src.port) == uint16_t(sid))
+      return true;
+  return false;
 }
 
 int CmAgent::connect(Owner* o, const abi::CmConnectRequest& r) {
@@ -397,8 +457,15 @@ int CmAgent::connect(Owner* o, const abi::CmConnectRequest& r) {
   if (id->state != State::kRouteResolved) return EINVAL;
   if (r.param.private_data_len > abi::kCmMaxPrivateData) return EINVAL;
   if (r.param.qp_type) id->qp_type = r.param.qp_type;  // the QP's (an XRC initiator's)
-  if (id->remote) return connect_remote(*id, r.id, r);
   const bool ud = id->ps == kPsUdp;
+  // The application's private data: what the REQ's (SIDR REQ's) field
+  // holds less rdma_cm's IP header (an AF_IB id has no route: it never
+  // gets here).
+  if (r.param.private_data_len > (ud ? net::cm::kSidrReqUserPrivateData : net::cm::kReqUserPrivateData))
+    return EINVAL;
+  if (id->remote) return connect_remote(*id, r.id, r);
+  // The service ID: the port space's and the port (rdma_get_service_id).
+  const uint64_t sid = net::cm::service_id(id->ps, ntohs(id->dst.port));
   const uint64_t lh = find_listener(id->ps, id->dst);
   if (!lh) {
     // Nobody listens on that port: the REQ's answer is a REJ (invalid
@@ -421,7 +488,14 @@ int CmAgent::connect(Owner* o, const abi::CmConnectRequest& r) {
   child.state = State::kRequested;
   child.src = id->dst;
   child.dst = id->src;
+  if (listener.src.family == AF_IB) {  // its ids are AF_IB too, named by the path's GIDs (cma_save_ib_info)
+    child.src = cm_ib_address(info_.gids[gid_index_for(id->dst)].gid, sid);
+    child.dst = cm_ib_address(info_.gids[gid_index_for(id->src)].gid, 0);
+  }
   child.peer = r.id;
+  uint8_t wire_private[net::cm::sidr_req::kPrivateData.len];
+  const size_t wire_len = request_private(*id, r.param, wire_private);
+  const size_t skip = listener.src.family == AF_IB ? 0 : sizeof(net::cm::CmaHdr);
   const uint64_t ch = next_handle_++;
   id = &ids_.emplace(ch, child).first->second;  // (the map's nodes stay put)
   Id& active = ids_.at(r.id);
@@ -434,6 +508,8 @@ int CmAgent::connect(Owner* o, const abi::CmConnectRequest& r) {
   ev.src = child.src;
   ev.dst = child.dst;
   ev.param = r.param;
+  ev.param.private_data_len = uint8_t(std::min(wire_len - skip, sizeof(ev.param.private_data)));
+  std::memcpy(ev.param.private_data, wire_private + skip, ev.param.private_data_len);
   // The receiver's view: the REQ's initiator depth is what it may answer
   // with responder resources, and the other way (cm_format_req_event).
   ev.param.responder_resources = r.param.initiator_depth;

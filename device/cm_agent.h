@@ -10,8 +10,11 @@
 // (Linux's cm.c and cma.c, another engine) is the other end.
 #pragma once
 
+#include <arpa/inet.h>
+
 #include <array>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <map>
 #include <netinet/in.h>
@@ -23,6 +26,16 @@
 namespace uroce::device {
 
 struct Owner;
+
+// The AF_IB address (abi::CmAddr) of a GID and a service ID.
+inline abi::CmAddr cm_ib_address(const uint8_t* gid, uint64_t sid) {
+  abi::CmAddr a{};
+  a.family = AF_IB;
+  a.port = htons(uint16_t(sid));
+  a.scope_id = uint32_t(sid >> 16);
+  std::memcpy(a.addr, gid, 16);
+  return a;
+}
 
 // <rdma/rdma_cma.h>'s values (enum rdma_cm_event_type, rdma_port_space),
 // spelled here so the engine does not need librdmacm's headers, and the REJ
@@ -151,6 +164,10 @@ class CmAgent {
     Owner* owner = nullptr;
     uint64_t channel = 0;
     uint32_t ps = 0;
+    // The port space its port is taken from: ps, or an AF_IB address's
+    // (its service ID's, cma_select_ib_ps: an RDMA_PS_IB id may bind a
+    // TCP or UDP service ID).
+    uint32_t port_ps = 0;
     uint32_t qp_type = 0;
     State state = State::kIdle;
     abi::CmAddr src{}, dst{};
@@ -210,7 +227,18 @@ class CmAgent {
   uint8_t gid_index_for(const abi::CmAddr& a) const;
   int gid_index_of(const abi::CmAddr& a) const;
   void fill_local(const Id& id, abi::CmBindReply* rep) const;
+  // The listener of an (IP) request for port space ps and address dst.
   uint64_t find_listener(uint32_t ps, const abi::CmAddr& dst) const;
+  // Does an id listen on service ID sid (the CM's listener that a REQ for
+  // it reaches, whatever rdma_cm then makes of the REQ)?
+  bool listens_on(uint64_t sid) const;
+  static bool ip_request(const net::cm::Mad& m, net::cm::Bytes private_data, uint64_t sid, abi::CmAddr* local,
+                         abi::CmAddr* peer);
+  // A request's private data as on the wire, its length returned: rdma_cm's
+  // IP header first (cma_user_data_offset), then the application's. A new
+  // id of an AF_IB listener reports all of it, of an IP listener what
+  // follows the header.
+  static size_t request_private(const Id& active, const abi::CmConnParam& p, uint8_t* out);
   void post(const Id& to, uint64_t to_handle, abi::CmEventRecord ev);
   void post_simple(uint64_t h, uint32_t event, int32_t status);
   // DISCONNECTED, and TIMEWAIT_EXIT a time-wait later for a connected id

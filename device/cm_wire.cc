@@ -32,7 +32,7 @@ constexpr uint8_t kMapped4[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
 
 // The GID of an IP address: IPv6 as is, IPv4 as ::ffff:a.b.c.d (RoCEv2, A17.4.5.2).
 void gid_of(const abi::CmAddr& a, uint8_t gid[16]) {
-  if (a.family == AF_INET6) {
+  if (a.family == AF_INET6 || a.family == AF_IB) {
     std::memcpy(gid, a.addr, 16);
     return;
   }
@@ -92,15 +92,35 @@ const CmAgent::MadRoute CmAgent::kMadRoutes[] = {
 
 // ---- the active and passive calls for remote ids ----
 
+// A REQ's (or SIDR REQ's) private data: rdma_cm's IP header, then the
+// application's.
+size_t CmAgent::request_private(const Id& active, const abi::CmConnParam& p, uint8_t* out) {
+  cm::CmaHdr hdr{};
+  hdr.cma_version = cm::kCmaVersion;
+  hdr.ip_version = uint8_t((active.src.family == AF_INET6 ? 6 : 4) << 4);
+  hdr.port = ntohs(active.src.port);
+  to_cma_addr(active.src, hdr.src_addr);
+  to_cma_addr(active.dst, hdr.dst_addr);
+  std::memcpy(out, &hdr, sizeof(hdr));
+  std::memcpy(out + sizeof(hdr), p.private_data, p.private_data_len);
+  return sizeof(hdr) + p.private_data_len;
+}
+
 // The source the kernel's routing would pick toward a remote address: the
 // engine's own address of that family (its --ip/--ip6 on the wire port);
 // the neighbour is resolved as for any send (ARP/NDP in net/), when the
 // first MAD goes out.
 int CmAgent::resolve_remote(Id& id, uint64_t h, const abi::CmResolveAddrRequest& r, abi::CmBindReply* rep) {
-  const abi::CmAddr dst = unmapped_addr(r.dst);
+  // An AF_IB destination is a GID: an IPv4-mapped one is reached from our
+  // IPv4 GID, another from our IPv6 one.
+  const bool ib = r.dst.family == AF_IB;
+  const abi::CmAddr dst = ib ? r.dst : unmapped_addr(r.dst);
   abi::CmAddr ours{};
   ours.family = dst.family;
-  if (dst.family == AF_INET) {
+  if (ib && std::memcmp(dst.addr, kMapped4, 12) == 0) {
+    std::memcpy(ours.addr, kMapped4, 12);
+    std::memcpy(ours.addr + 12, ip_.data(), 4);
+  } else if (dst.family == AF_INET) {
     std::memcpy(ours.addr, ip_.data(), 4);
   } else {
     if (is_zero(ip6_.data(), 16)) {  // no IPv6 address: no route
@@ -112,18 +132,23 @@ int CmAgent::resolve_remote(Id& id, uint64_t h, const abi::CmResolveAddrRequest&
     }
     std::memcpy(ours.addr, ip6_.data(), 16);
   }
+  if (ib) ours.scope_id = id.ps;  // cma_bind_addr's AF_IB wildcard: the id's port space
   id.dst = dst;
   if (id.state == State::kIdle) {
-    abi::CmAddr src = r.src.family ? unmapped_addr(r.src) : ours;
+    abi::CmAddr src = r.src.family ? (ib ? r.src : unmapped_addr(r.src)) : ours;
     if (!r.src.family) src.port = 0;
+    if (!r.src.family && ib) std::memset(src.addr, 0, 16);  // cma_bind_addr's AF_IB wildcard
     id.reuseaddr = r.reuseaddr;
     id.afonly = r.afonly;
     if (int err = bind_to(id, src)) return err;
   }
-  if (is_zero(id.src.addr, 16) || id.src.addr[0] == 127) {  // wildcard or loopback: ours
+  const bool loopback = ib ? is_zero(id.src.addr, 15) && id.src.addr[15] == 1 : id.src.addr[0] == 127;
+  if (is_zero(id.src.addr, 16) || loopback) {  // wildcard or loopback: ours
     const uint16_t port = id.src.port;
+    const uint32_t port_space = id.src.scope_id;
     id.src = ours;
     id.src.port = port;
+    if (ib) id.src.scope_id = port_space;
   }
   id.remote = true;
   gid_of(id.dst, id.remote_gid);
@@ -182,20 +207,13 @@ bool CmAgent::poll_resolving(uint64_t now) {
 // and cma_connect_ib / cma_resolve_ib_udp fill them for RoCE.
 int CmAgent::connect_remote(Id& id, uint64_t h, const abi::CmConnectRequest& r) {
   const bool ud = id.ps == kPsUdp;
-  const size_t user_max = ud ? cm::kSidrReqUserPrivateData : cm::kReqUserPrivateData;
-  if (r.param.private_data_len > user_max) return EINVAL;
+  // (connect() checked the private data's length.)
   id.tid = uint64_t(tid_high_) << 32 | comm_id(h);
   cm::Mad m = new_mad(ud ? cm::Attr::kSidrReq : cm::Attr::kReq, id.tid);
-  cm::CmaHdr hdr{};
-  hdr.cma_version = cm::kCmaVersion;
-  hdr.ip_version = uint8_t((id.src.family == AF_INET6 ? 6 : 4) << 4);
-  hdr.port = ntohs(id.src.port);
-  to_cma_addr(id.src, hdr.src_addr);
-  to_cma_addr(id.dst, hdr.dst_addr);
-  const cm::Bytes priv = ud ? cm::sidr_req::kPrivateData : cm::req::kPrivateData;
-  std::memcpy(cm::at(m, priv), &hdr, sizeof(hdr));
-  std::memcpy(cm::at(m, priv) + sizeof(hdr), r.param.private_data, r.param.private_data_len);
-  const uint64_t sid = cm::service_id(id.ps, ntohs(id.dst.port));  // (rdma_cm's port spaces are the IBA's)
+  request_private(id, r.param, cm::at(m, ud ? cm::sidr_req::kPrivateData : cm::req::kPrivateData));
+  // The port space's and the port (rdma_get_service_id; rdma_cm's port
+  // spaces are the IBA's).
+  const uint64_t sid = cm::service_id(id.ps, ntohs(id.dst.port));
   if (ud) {
     cm::set(m, cm::sidr_req::kRequestId, comm_id(h));
     cm::set(m, cm::sidr_req::kPartitionKey, cm::kGsiPkey);
@@ -587,6 +605,15 @@ uint64_t CmAgent::request_from_wire(uint64_t lh, const uint8_t* sgid, const uint
   child.state = State::kRequested;
   child.src = local;
   child.dst = peer;
+  // A new id of an AF_IB listener is AF_IB, named by the path's GIDs and
+  // the service ID (cma_save_ib_info), and reports the whole private data
+  // (an IP request's header too: cma_user_data_offset).
+  const bool ib_child = listener.src.family == AF_IB;
+  if (ib_child) {
+    child.src = cm_ib_address(dgid, cm::get(m, ud ? cm::sidr_req::kServiceId : cm::req::kServiceId));
+    child.dst = cm_ib_address(sgid, 0);
+  }
+  const size_t skip = ib_child ? 0 : sizeof(cm::CmaHdr);
   child.remote = true;
   child.remote_comm_id = remote_comm_id;
   std::memcpy(child.remote_gid, sgid, 16);
@@ -595,13 +622,13 @@ uint64_t CmAgent::request_from_wire(uint64_t lh, const uint8_t* sgid, const uint
   abi::CmEventRecord ev{};
   ev.event = kConnectRequest;
   ev.listen_id = lh;
-  ev.src = local;
-  ev.dst = peer;
+  ev.src = child.src;
+  ev.dst = child.dst;
   ev.param.qp_type = uint8_t(child.qp_type);
   std::memcpy(ev.peer_gid, sgid, 16);
   ev.local_gid_index = child.sgid_index;
   if (ud) {
-    copy_private(ev.param, cm::at(m, cm::sidr_req::kPrivateData) + sizeof(cm::CmaHdr), cm::kSidrReqUserPrivateData);
+    copy_private(ev.param, cm::at(m, cm::sidr_req::kPrivateData) + skip, cm::sidr_req::kPrivateData.len - skip);
   } else {
     using namespace cm::req;
     child.remote_qpn = uint32_t(cm::get(m, kLocalQpn));
@@ -616,7 +643,7 @@ uint64_t CmAgent::request_from_wire(uint64_t lh, const uint8_t* sgid, const uint
     ev.param.retry_count = uint8_t(cm::get(m, kRetryCount));
     ev.param.rnr_retry_count = uint8_t(cm::get(m, kRnrRetryCount));
     ev.param.srq = uint8_t(cm::get(m, kSrq));
-    copy_private(ev.param, cm::at(m, kPrivateData) + sizeof(cm::CmaHdr), cm::kReqUserPrivateData);
+    copy_private(ev.param, cm::at(m, kPrivateData) + skip, kPrivateData.len - skip);
   }
   const uint64_t ch = next_handle_++;
   Id& made = ids_.emplace(ch, child).first->second;
@@ -653,20 +680,52 @@ void CmAgent::on_req(const uint8_t* sgid, const uint8_t* dgid, const cm::Mad& m)
   auto refuse = [&](uint16_t reason) {
     send_rej(sgid, sgid_index, m.hdr.tid, 0, remote_comm, cm::kRejMsgReq, reason);
   };
+  // A REQ from a QP that a connection of ours still holds is stale (its
+  // sender lost that connection, as in a restart): refused (REJ 10, stale
+  // connection) and the connection ended with a DREQ, as cm_match_req does
+  // with its table of remote QPNs. A connection in time-wait holds nothing
+  // there (cm_enter_timewait takes it out): its QPN may connect again.
+  const uint32_t remote_qpn = uint32_t(cm::get(m, kLocalQpn));
+  for (auto& [h, id] : ids_) {
+    const bool holds = id.state == State::kRequested || id.state == State::kRepSent ||
+                       id.state == State::kRepReceived || id.state == State::kEstablished ||
+                       id.state == State::kDreqSent;
+    if (!holds || !id.remote || id.ps == kPsUdp || id.remote_qpn != remote_qpn ||
+        std::memcmp(id.remote_gid, sgid, 16) != 0)
+      continue;
+    refuse(cm::kRejStaleConn);
+    if (id.state == State::kEstablished) disconnect_remote(id, h);  // (ib_send_cm_dreq: established only)
+    return;
+  }
   const uint64_t sid = cm::get(m, kServiceId);
-  cm::CmaHdr hdr;
-  std::memcpy(&hdr, cm::at(m, kPrivateData), sizeof(hdr));
-  const uint8_t ipv = hdr.ip_version >> 4;
   // RDMA_PS_TCP's or RDMA_PS_IB's service IDs (cma_get_service_id).
   const uint64_t ps = sid >> 16;
-  if ((ps != cm::kPsTcp && ps != cm::kPsIb) || hdr.cma_version != cm::kCmaVersion || (ipv != 4 && ipv != 6))
-    return refuse(cm::kRejInvalidServiceId);
-  const abi::CmAddr local = from_cma_addr(ipv, hdr.dst_addr, uint16_t(sid));
-  const abi::CmAddr peer = from_cma_addr(ipv, hdr.src_addr, hdr.port);
+  if (ps != cm::kPsTcp && ps != cm::kPsIb) return refuse(cm::kRejInvalidServiceId);
+  abi::CmAddr local, peer;
+  if (!ip_request(m, kPrivateData, sid, &local, &peer))
+    return refuse(listens_on(sid) ? cm::kRejConsumerDefined : cm::kRejInvalidServiceId);
   const uint64_t lh = find_listener(uint32_t(ps), local);
   if (!lh || !is_local(local)) return refuse(cm::kRejInvalidServiceId);
   if (ids_.size() >= kMaxIds) return refuse(cm::kRejConsumerDefined);
   request_from_wire(lh, sgid, dgid, m, local, peer, remote_comm, false);
+}
+
+// A request's addresses from rdma_cm's IP header (cma_save_ip_info); false
+// when it has none. Over RoCE the kernel takes no request without one: with
+// no netdev it is an AF_IB id's, matched to AF_IB listeners only, and their
+// new id fails to take the port (cma_ib_acquire_dev: cma_validate_port
+// refuses an AF_IB address on a RoCE port); any listener's failure is a
+// REJ, consumer defined (a SIDR REP "reject"), where the CM has a listener
+// for the service ID.
+bool CmAgent::ip_request(const cm::Mad& m, cm::Bytes private_data, uint64_t sid, abi::CmAddr* local,
+                         abi::CmAddr* peer) {
+  cm::CmaHdr hdr;
+  std::memcpy(&hdr, cm::at(m, private_data), sizeof(hdr));
+  const uint8_t ipv = hdr.ip_version >> 4;
+  if (hdr.cma_version != cm::kCmaVersion || (ipv != 4 && ipv != 6)) return false;
+  *local = from_cma_addr(ipv, hdr.dst_addr, uint16_t(sid));
+  *peer = from_cma_addr(ipv, hdr.src_addr, hdr.port);
+  return true;
 }
 
 void CmAgent::on_sidr_req(const uint8_t* sgid, const uint8_t* dgid, const cm::Mad& m) {
@@ -681,12 +740,13 @@ void CmAgent::on_sidr_req(const uint8_t* sgid, const uint8_t* dgid, const cm::Ma
   }
   const uint8_t sgid_index = sgid_index_of(dgid);
   const uint64_t sid = cm::get(m, kServiceId);
-  cm::CmaHdr hdr;
-  std::memcpy(&hdr, cm::at(m, kPrivateData), sizeof(hdr));
-  const uint8_t ipv = hdr.ip_version >> 4;
-  const abi::CmAddr local = from_cma_addr(ipv, hdr.dst_addr, uint16_t(sid));
-  const uint64_t lh = (sid & cm::kServiceIdPsMask) == cm::service_id(cm::kPsUdp, 0) &&
-                              hdr.cma_version == cm::kCmaVersion && (ipv == 4 || ipv == 6) && is_local(local)
+  abi::CmAddr local, peer;
+  if (!ip_request(m, kPrivateData, sid, &local, &peer)) {
+    send_sidr_status(sgid, sgid_index, m.hdr.tid, request_id, sid,
+                     listens_on(sid) ? cm::kSidrReject : cm::kSidrUnsupported);
+    return;
+  }
+  const uint64_t lh = (sid & cm::kServiceIdPsMask) == cm::service_id(cm::kPsUdp, 0) && is_local(local)
                           ? find_listener(kPsUdp, local)
                           : 0;
   if (!lh || ids_.size() >= kMaxIds) {
@@ -694,7 +754,6 @@ void CmAgent::on_sidr_req(const uint8_t* sgid, const uint8_t* dgid, const cm::Ma
     send_sidr_status(sgid, sgid_index, m.hdr.tid, request_id, sid, lh ? cm::kSidrReject : cm::kSidrUnsupported);
     return;
   }
-  const abi::CmAddr peer = from_cma_addr(ipv, hdr.src_addr, hdr.port);
   request_from_wire(lh, sgid, dgid, m, local, peer, request_id, true);
 }
 

@@ -233,6 +233,7 @@ static_assert(sizeof(MadHdr) + req::kPrivateData.byte == 164);
 // this CM sends or reports.
 constexpr uint16_t kRejTimeout = 1;
 constexpr uint16_t kRejInvalidServiceId = 8;
+constexpr uint16_t kRejStaleConn = 10;
 constexpr uint16_t kRejConsumerDefined = 28;
 constexpr uint8_t kRejMsgReq = 0, kRejMsgRep = 1, kRejMsgOther = 2;
 constexpr uint8_t kSidrSuccess = 0, kSidrUnsupported = 1, kSidrReject = 2;

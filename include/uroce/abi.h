@@ -977,9 +977,14 @@ struct CreateRssQpReply {
 // rdma-core's librdmacm does with the attributes the kernel's rdma_cm gives.
 // ---------------------------------------------------------------------------
 
-// An IPv4 or IPv6 socket address (AF_INET: addr[0..3]).
+// An IPv4 or IPv6 socket address (AF_INET: addr[0..3]), or an AF_IB one
+// (struct sockaddr_ib): addr is its GID, and its service ID is port (bits
+// 0..15, network order) and scope_id (bits 16..47, host order: the port
+// space of rdma_cm's service IDs, RDMA_IB_IP_PS_*); a bound address's is
+// the port space its port is taken from (librdmacm applies sib_sid_mask as
+// cma_select_ib_ps does). Its P_Key, flow label and scope are the library's.
 struct CmAddr {
-  uint16_t family;   // AF_INET, AF_INET6
+  uint16_t family;   // AF_INET, AF_INET6, AF_IB
   uint16_t port;     // network order
   uint32_t scope_id;
   uint8_t addr[16];

@@ -150,6 +150,22 @@ _uroce_describe_rc() {
   esac
 }
 
+# expect_failure LABEL PATTERN CMD...: CMD under `uroce run` (on the host
+# ${ON_HOST:-}, a function such as on_a, when set) exits non-zero within
+# 30 s, not by the timeout (124), and prints PATTERN; the test's ok/bad
+# tell which.
+expect_failure() {
+  local label=$1 pattern=$2 rc=0
+  shift 2
+  ${ON_HOST:-} timeout 30 "$UROCE_BIN" run -- "$@" </dev/null >"$UROCE_LOG_DIR/$label.log" 2>&1 || rc=$?
+  if ((rc != 0 && rc != 124)) && grep -q "$pattern" "$UROCE_LOG_DIR/$label.log"; then
+    ok "$label: exit $rc, $(grep -m1 "$pattern" "$UROCE_LOG_DIR/$label.log")"
+  else
+    cat "$UROCE_LOG_DIR/$label.log"
+    bad "$label: exit $rc"
+  fi
+}
+
 # run_pair [--forbid ERE]... [--delay SECONDS] [--listen [NETNS:]PORT] [--label NAME] \
 #          [--as FUNCTION] TIMEOUT SERVER_CMD... -- CLIENT_CMD...
 #

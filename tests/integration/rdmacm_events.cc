@@ -2,7 +2,9 @@
 // system's librdmacm and libibverbs, run under `uroce run` (rdmacm_test.sh)
 // so both resolve to uroce's drop-ins. Each case states what the kernel's
 // rdma_cm gives for the same calls (drivers/infiniband/core/cma.c).
+#include <endian.h>
 #include <gtest/gtest.h>
+#include <infiniband/ib.h>
 #include <poll.h>
 #include <rdma/rdma_cma.h>
 #include <rdma/rdma_verbs.h>
@@ -40,6 +42,20 @@ sockaddr_storage addr(const char* ip, uint16_t port) {
   return ss;
 }
 sockaddr* sa(sockaddr_storage& s) { return reinterpret_cast<sockaddr*>(&s); }
+
+// An AF_IB address: a GID (written as an IPv6 address) and a service ID.
+constexpr uint64_t kSidPsIb = 0x013F0000, kSidPsTcp = RDMA_IB_IP_PS_TCP;
+sockaddr_storage ib_addr(const uint8_t* gid, uint64_t sid, uint64_t mask = ~uint64_t(0)) {
+  sockaddr_storage ss{};
+  auto* ib = reinterpret_cast<sockaddr_ib*>(&ss);
+  ib->sib_family = AF_IB;
+  ib->sib_pkey = htobe16(0xffff);
+  std::memcpy(ib->sib_addr.sib_raw, gid, 16);
+  ib->sib_sid = htobe64(sid);
+  ib->sib_sid_mask = htobe64(mask);
+  return ss;
+}
+const sockaddr_ib* as_ib(const sockaddr* a) { return reinterpret_cast<const sockaddr_ib*>(a); }
 
 // The next event on a channel, within kWaitMs (the channel's fd is pollable).
 rdma_cm_event* next_event(rdma_event_channel* ch) {
@@ -268,6 +284,26 @@ class RdmaCm : public ::testing::Test {
     expect_and_ack(ch_, RDMA_CM_EVENT_ROUTE_RESOLVED);
     return id;
   }
+  // Connects id (resolved) with private data and returns the listener's
+  // CONNECT_REQUEST (unacked; its new id kept).
+  rdma_cm_event* request_with(rdma_cm_id* id, const void* data, uint8_t len) {
+    rdma_conn_param p{};
+    p.private_data = data;
+    p.private_data_len = len;
+    EXPECT_EQ(rdma_connect(id, &p), 0) << strerror(errno);
+    rdma_cm_event* req = expect_event(ch_, RDMA_CM_EVENT_CONNECT_REQUEST);
+    if (req) keep(req->id);
+    return req;
+  }
+  // Connects id (resolved) and expects REJECTED with that status.
+  void expect_rejected(rdma_cm_id* id, int status) {
+    rdma_conn_param p{};
+    ASSERT_EQ(rdma_connect(id, &p), 0) << strerror(errno);
+    rdma_cm_event* ev = expect_event(ch_, RDMA_CM_EVENT_REJECTED);
+    ASSERT_NE(ev, nullptr);
+    EXPECT_EQ(ev->status, status);
+    rdma_ack_cm_event(ev);
+  }
   ibv_qp_init_attr rc_attr() {
     ibv_qp_init_attr a{};
     a.qp_type = IBV_QPT_RC;
@@ -353,13 +389,7 @@ TEST_F(RdmaCm, ResolveOffTheEngineIsAnAddrError) {
 }
 
 TEST_F(RdmaCm, ConnectToAPortNobodyListensOnIsRejected) {
-  rdma_cm_id* id = resolved("127.0.0.1", 1);
-  rdma_conn_param p{};
-  ASSERT_EQ(rdma_connect(id, &p), 0);
-  rdma_cm_event* ev = expect_event(ch_, RDMA_CM_EVENT_REJECTED);
-  ASSERT_NE(ev, nullptr);
-  EXPECT_EQ(ev->status, 8);  // IB_CM_REJ_INVALID_SERVICE_ID
-  rdma_ack_cm_event(ev);
+  expect_rejected(resolved("127.0.0.1", 1), 8);  // IB_CM_REJ_INVALID_SERVICE_ID
 }
 
 // A SIDR REQ nobody serves: its SIDR REP says "unsupported" (status 1),
@@ -395,17 +425,12 @@ TEST_F(RdmaCm, RejectCarriesPrivateData) {
   const uint16_t port = listen_on("127.0.0.1", 0);
   rdma_cm_id* id = resolved("127.0.0.1", port);
   const char hello[] = "hello, server";
-  rdma_conn_param p{};
-  p.private_data = hello;
-  p.private_data_len = sizeof(hello);
-  ASSERT_EQ(rdma_connect(id, &p), 0);
-  rdma_cm_event* req = expect_event(ch_, RDMA_CM_EVENT_CONNECT_REQUEST);
+  rdma_cm_event* req = request_with(id, hello, sizeof(hello));
   ASSERT_NE(req, nullptr);
   ASSERT_NE(req->listen_id, nullptr);
   ASSERT_GE(req->param.conn.private_data_len, sizeof(hello));
   EXPECT_STREQ(static_cast<const char*>(req->param.conn.private_data), hello);
   rdma_cm_id* child = req->id;
-  keep(child);
   EXPECT_EQ(child->context, this);  // the listener's
   EXPECT_EQ(ntohs(rdma_get_src_port(child)), port);
   EXPECT_EQ(rdma_get_dst_port(child), rdma_get_src_port(id));
@@ -687,6 +712,221 @@ TEST_F(RdmaCm, LoopbackBindNamesTheLoopbackEngine) {
   ASSERT_EQ(rdma_bind_addr(id, reinterpret_cast<sockaddr*>(&a)), 0);
   ASSERT_NE(id->verbs, nullptr);
   EXPECT_STREQ(ibv_get_device_name(id->verbs->device), "uroce0");
+}
+
+// AF_IB (struct sockaddr_ib): a GID and a service ID, as the kernel's
+// rdma_cm takes them on a RoCE port. A GID names no device there
+// (cma_validate_port: an ARPHRD_INFINIBAND address on a port that is not
+// InfiniBand): a bind to one is ENODEV, and only the wildcards (the zero
+// GID, ::1: cma_any_addr) bind. The service ID under its mask names the port
+// space (cma_select_ib_ps: an RDMA_PS_IB id may take TCP's too, a TCP id
+// only its own), port 0 an ephemeral one, and the bound address's service
+// ID is whole afterwards (cma_bind_port). Port spaces are shared with IP
+// ids, which an AF_IB wildcard overlaps (cma_check_port).
+class RdmaCmAfIb : public RdmaCm {
+ protected:
+  void SetUp() override {
+    RdmaCm::SetUp();
+    int n = 0;
+    ibv_context** list = rdma_get_devices(&n);
+    ASSERT_NE(list, nullptr);
+    ibv_gid gid{};
+    ASSERT_EQ(ibv_query_gid(list[0], 1, 0, &gid), 0);
+    rdma_free_devices(list);
+    std::memcpy(gid_, gid.raw, 16);
+  }
+  // A listener on the zero GID and an ephemeral port of the service IDs of
+  // sid_ps (a port space's RDMA_IB_IP_PS_*).
+  rdma_cm_id* ib_listener(uint64_t sid_ps, uint16_t* port) {
+    rdma_cm_id* l = new_id(RDMA_PS_IB);
+    auto la = ib_addr(kZeroGid, sid_ps);
+    EXPECT_EQ(rdma_bind_addr(l, sa(la)), 0) << strerror(errno);
+    EXPECT_EQ(rdma_listen(l, 4), 0);
+    *port = ntohs(rdma_get_src_port(l));
+    return l;
+  }
+  // A bind of a new id of port space ps to gid and sid fails with err.
+  void expect_bind_fails(rdma_port_space ps, const uint8_t* gid, uint64_t sid, int err) {
+    rdma_cm_id* id = new_id(ps);
+    auto a = ib_addr(gid, sid);
+    EXPECT_EQ(rdma_bind_addr(id, sa(a)), -1);
+    EXPECT_EQ(errno, err);
+  }
+  static constexpr uint8_t kZeroGid[16] = {};
+  uint8_t gid_[16] = {};
+};
+
+TEST_F(RdmaCmAfIb, ABindToAGidIsEnodevTheZeroGidTakesTheServiceId) {
+  // The device's own GID, another, and (ENODEV before the service ID is
+  // looked at) a TCP id with RDMA_PS_IB's service ID.
+  const uint8_t foreign[16] = {0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xde, 0xad, 0xbe, 0xef};
+  expect_bind_fails(RDMA_PS_IB, gid_, kSidPsIb | 7001, ENODEV);
+  expect_bind_fails(RDMA_PS_IB, foreign, kSidPsIb | 7001, ENODEV);
+  expect_bind_fails(RDMA_PS_TCP, gid_, kSidPsIb | 7002, ENODEV);
+
+  rdma_cm_id* a = new_id(RDMA_PS_IB);
+  auto any_port = ib_addr(kZeroGid, kSidPsIb);
+  ASSERT_EQ(rdma_bind_addr(a, sa(any_port)), 0) << strerror(errno);
+  EXPECT_EQ(a->verbs, nullptr);  // a wildcard names no device
+  const sockaddr_ib* bound = as_ib(rdma_get_local_addr(a));
+  ASSERT_EQ(bound->sib_family, AF_IB);
+  const uint16_t port = ntohs(rdma_get_src_port(a));
+  EXPECT_GE(port, 32768);
+  EXPECT_EQ(be64toh(bound->sib_sid), kSidPsIb | port);
+  EXPECT_EQ(be64toh(bound->sib_sid_mask), ~uint64_t(0));
+  EXPECT_EQ(std::memcmp(bound->sib_addr.sib_raw, kZeroGid, 16), 0);
+  expect_bind_fails(RDMA_PS_IB, kZeroGid, kSidPsIb | port, EADDRNOTAVAIL);  // a wildcard's port (cma_check_port)
+  // The same port of the TCP space: an RDMA_PS_IB id may take it; an IP
+  // address there is within the wildcard.
+  rdma_cm_id* tcp_sid = new_id(RDMA_PS_IB);
+  auto in_tcp = ib_addr(kZeroGid, kSidPsTcp | port);
+  ASSERT_EQ(rdma_bind_addr(tcp_sid, sa(in_tcp)), 0) << strerror(errno);
+  EXPECT_EQ(be64toh(as_ib(rdma_get_local_addr(tcp_sid))->sib_sid), kSidPsTcp | port);
+  rdma_cm_id* ip = new_id();
+  auto four = addr("127.0.0.1", port);
+  EXPECT_EQ(rdma_bind_addr(ip, sa(four)), -1);
+  EXPECT_EQ(errno, EADDRNOTAVAIL);
+  // A TCP id cannot take RDMA_PS_IB's service IDs; a whole-mask service ID
+  // 0 is no port space's.
+  expect_bind_fails(RDMA_PS_TCP, kZeroGid, kSidPsIb | 7000, EPROTONOSUPPORT);
+  expect_bind_fails(RDMA_PS_IB, kZeroGid, 0, EPROTONOSUPPORT);
+  // No mask: the id's own port space, an ephemeral port.
+  rdma_cm_id* unmasked = new_id();
+  auto no_mask = ib_addr(kZeroGid, 0x1234, 0);
+  ASSERT_EQ(rdma_bind_addr(unmasked, sa(no_mask)), 0) << strerror(errno);
+  const uint64_t sid = be64toh(as_ib(rdma_get_local_addr(unmasked))->sib_sid);
+  EXPECT_EQ(sid & ~uint64_t(0xffff), kSidPsTcp);
+  EXPECT_GE(sid & 0xffff, 32768u);
+  // ::1 is a wildcard too.
+  const uint8_t loopback[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+  rdma_cm_id* lo = new_id(RDMA_PS_IB);
+  auto lo_addr = ib_addr(loopback, kSidPsIb);
+  ASSERT_EQ(rdma_bind_addr(lo, sa(lo_addr)), 0) << strerror(errno);
+  EXPECT_EQ(lo->verbs, nullptr);
+}
+
+// An AF_IB id resolves its destination (cma_resolve_ib_dev: the device with
+// that GID, or one of its subnet prefix, and the P_Key) but not its route:
+// rdma_resolve_route fails at once with ENODEV and no event
+// (cma_resolve_iboe_route: an AF_IB id has no netdev), so rdma_connect is
+// EINVAL.
+TEST_F(RdmaCmAfIb, AnAfIbIdResolvesItsAddressButNotItsRoute) {
+  uint16_t port = 0;
+  ib_listener(kSidPsIb, &port);
+  rdma_cm_id* id = new_id(RDMA_PS_IB);
+  auto dst = ib_addr(gid_, kSidPsIb | port);
+  auto ip_src = addr("127.0.0.1", 0);
+  EXPECT_EQ(rdma_resolve_addr(id, sa(ip_src), sa(dst), 2000), -1);  // families differ
+  EXPECT_EQ(errno, EINVAL);
+  auto src_gid = ib_addr(gid_, 0, 0);
+  EXPECT_EQ(rdma_resolve_addr(id, sa(src_gid), sa(dst), 2000), -1);  // its bind to a GID
+  EXPECT_EQ(errno, ENODEV);
+  rdma_cm_id* no_pkey = new_id(RDMA_PS_IB);
+  auto pkey0 = ib_addr(gid_, kSidPsIb | port);
+  reinterpret_cast<sockaddr_ib*>(&pkey0)->sib_pkey = 0;
+  EXPECT_EQ(rdma_resolve_addr(no_pkey, nullptr, sa(pkey0), 2000), -1);  // not in the P_Key table
+  EXPECT_EQ(errno, ENODEV);
+  const uint8_t elsewhere[16] = {0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 9};
+  rdma_cm_id* far = new_id(RDMA_PS_IB);
+  auto no_prefix = ib_addr(elsewhere, kSidPsIb | port);
+  EXPECT_EQ(rdma_resolve_addr(far, nullptr, sa(no_prefix), 2000), -1);  // no GID of its subnet prefix
+  EXPECT_EQ(errno, ENODEV);
+
+  ASSERT_EQ(rdma_resolve_addr(id, nullptr, sa(dst), 2000), 0) << strerror(errno);
+  expect_and_ack(ch_, RDMA_CM_EVENT_ADDR_RESOLVED);
+  const sockaddr_ib* src = as_ib(rdma_get_local_addr(id));
+  ASSERT_EQ(src->sib_family, AF_IB);
+  EXPECT_EQ(be64toh(src->sib_sid) & ~uint64_t(0xffff), kSidPsIb);
+  EXPECT_EQ(std::memcmp(src->sib_addr.sib_raw, gid_, 16), 0);
+  EXPECT_EQ(std::memcmp(rdma_get_peer_addr(id), &dst, sizeof(sockaddr_ib)), 0);  // as given
+  EXPECT_EQ(ntohs(rdma_get_dst_port(id)), port);
+  EXPECT_EQ(rdma_resolve_route(id, 2000), -1);
+  EXPECT_EQ(errno, ENODEV);
+  pollfd p{ch_->fd, POLLIN, 0};
+  EXPECT_EQ(poll(&p, 1, 300), 0) << "an event after a failed rdma_resolve_route";
+  EXPECT_EQ(rdma_resolve_route(id, 2000), -1);  // still address-resolved
+  EXPECT_EQ(errno, ENODEV);
+  rdma_conn_param cp{};
+  EXPECT_EQ(rdma_connect(id, &cp), -1);
+  EXPECT_EQ(errno, EINVAL);
+}
+
+// An AF_IB listener on the zero GID takes IP requests (cma_match_private_data):
+// its new id is AF_IB (cma_save_ib_info: the path's GIDs, the service ID)
+// and reports the REQ's whole private data, rdma_cm's IP header first
+// (cma_user_data_offset is 0 for an AF_IB listener).
+TEST_F(RdmaCmAfIb, AnAfIbListenerTakesIpRequests) {
+  uint16_t port = 0;
+  ib_listener(kSidPsTcp, &port);
+  const uint8_t mapped[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 127, 0, 0, 1};
+  const uint8_t loopback[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+  struct Case {
+    const char* ip;
+    const uint8_t* gid;
+    uint8_t ip_version;
+  };
+  for (const Case& c : {Case{"127.0.0.1", mapped, 0x40}, Case{"::1", loopback, 0x60}}) {
+    SCOPED_TRACE(c.ip);
+    rdma_cm_id* ip = resolved(c.ip, port);
+    const char hello[] = "hello over IP";
+    rdma_cm_event* req = request_with(ip, hello, sizeof(hello));
+    ASSERT_NE(req, nullptr);
+    const sockaddr_ib* local = as_ib(rdma_get_local_addr(req->id));
+    const sockaddr_ib* peer = as_ib(rdma_get_peer_addr(req->id));
+    ASSERT_EQ(local->sib_family, AF_IB);
+    ASSERT_EQ(peer->sib_family, AF_IB);
+    EXPECT_EQ(be64toh(local->sib_sid), kSidPsTcp | port);
+    EXPECT_EQ(be64toh(local->sib_sid_mask), ~uint64_t(0));
+    EXPECT_EQ(std::memcmp(local->sib_addr.sib_raw, c.gid, 16), 0);
+    EXPECT_EQ(std::memcmp(peer->sib_addr.sib_raw, c.gid, 16), 0);
+    EXPECT_EQ(peer->sib_sid, 0u);
+    EXPECT_EQ(ntohs(rdma_get_src_port(req->id)), port);
+    ASSERT_EQ(req->param.conn.private_data_len, 92);
+    const auto* data = static_cast<const uint8_t*>(req->param.conn.private_data);
+    EXPECT_EQ(data[0], 0);             // cma_hdr: version 0,
+    EXPECT_EQ(data[1], c.ip_version);  // the IP version,
+    EXPECT_STREQ(reinterpret_cast<const char*>(data + 36), hello);  // then the client's
+    ASSERT_EQ(rdma_reject(req->id, "no", 3), 0);
+    rdma_ack_cm_event(req);
+    rdma_cm_event* rej = expect_event(ch_, RDMA_CM_EVENT_REJECTED);
+    ASSERT_NE(rej, nullptr);
+    EXPECT_EQ(rej->status, 28);  // IB_CM_REJ_CONSUMER_DEFINED
+    EXPECT_STREQ(static_cast<const char*>(rej->param.conn.private_data), "no");
+    rdma_ack_cm_event(rej);
+  }
+}
+
+// rdma_getaddrinfo with AF_IB hints, RAI_FAMILY and RAI_NUMERICHOST: the
+// numeric host as a GID and the port space and port as the service ID with
+// its mask (rdma-core's ucma_convert_in6, ucma_set_sid).
+TEST_F(RdmaCmAfIb, GetAddrInfoGivesAfIbAddresses) {
+  rdma_addrinfo hints{}, *res = nullptr;
+  hints.ai_flags = RAI_FAMILY | RAI_NUMERICHOST;
+  hints.ai_family = AF_IB;
+  hints.ai_port_space = RDMA_PS_IB;
+  hints.ai_qp_type = IBV_QPT_RC;
+  ASSERT_EQ(rdma_getaddrinfo("::ffff:127.0.0.1", "7471", &hints, &res), 0);
+  EXPECT_EQ(res->ai_family, AF_IB);
+  ASSERT_NE(res->ai_dst_addr, nullptr);
+  ASSERT_EQ(res->ai_dst_len, socklen_t(sizeof(sockaddr_ib)));
+  const sockaddr_ib* ib = as_ib(res->ai_dst_addr);
+  EXPECT_EQ(ib->sib_family, AF_IB);
+  EXPECT_EQ(be64toh(ib->sib_sid), kSidPsIb | 7471);
+  EXPECT_EQ(be64toh(ib->sib_sid_mask), ~uint64_t(0));
+  const uint8_t mapped[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 127, 0, 0, 1};
+  EXPECT_EQ(std::memcmp(ib->sib_addr.sib_raw, mapped, 16), 0);
+  rdma_freeaddrinfo(res);
+  hints.ai_flags |= RAI_PASSIVE;  // a passive one: the source
+  ASSERT_EQ(rdma_getaddrinfo("::ffff:127.0.0.1", nullptr, &hints, &res), 0);
+  ASSERT_NE(res->ai_src_addr, nullptr);
+  EXPECT_EQ(res->ai_src_addr->sa_family, AF_IB);
+  EXPECT_EQ(be64toh(as_ib(res->ai_src_addr)->sib_sid_mask), RDMA_IB_IP_PS_MASK);  // no port: any
+  rdma_freeaddrinfo(res);
+  hints.ai_flags = RAI_NUMERICHOST;  // without RAI_FAMILY: an IP address
+  ASSERT_EQ(rdma_getaddrinfo("::1", "7471", &hints, &res), 0);
+  EXPECT_EQ(res->ai_family, AF_INET6);
+  EXPECT_EQ(res->ai_dst_addr->sa_family, AF_INET6);
+  rdma_freeaddrinfo(res);
 }
 
 TEST_F(RdmaCm, RsocketsFailCleanly) {

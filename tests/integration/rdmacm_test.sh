@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # rdma_cm on one engine: the event sequences of rdmacm_events (gtest), then
 # Debian's unmodified rdmacm-utils and perftest's -R (rdma_cm) mode under
-# `uroce run`, over IPv4 and IPv6 loopback.
-# usage: rdmacm_test.sh RDMACM_EVENTS_BINARY
+# `uroce run`, over IPv4 and IPv6 loopback, and AF_IB addresses as the
+# kernel takes them over RoCE (rdmacm_afib; ucmatose and udaddy -f gid).
+# usage: rdmacm_test.sh RDMACM_EVENTS_BINARY [RDMACM_AFIB_BINARY]
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-events=${1:?usage: $0 RDMACM_EVENTS_BINARY}
+events=${1:?usage: $0 RDMACM_EVENTS_BINARY [RDMACM_AFIB_BINARY]}
+afib=${2:-}
 if ! command -v rping >/dev/null; then
   echo "SKIP: rdmacm-utils not installed"
   exit 77
@@ -61,6 +63,34 @@ pair rdma_xserver_xclient_xrc rdma_xserver -c x -p 18811 -- rdma_xclient -c x -s
 pair ib_send_bw_R ib_send_bw -R -d uroce0 -x 0 -p 18806 -n 200 -- ib_send_bw -R -d uroce0 -x 0 -p 18806 -n 200 127.0.0.1
 pair ib_send_bw_R_UD ib_send_bw -R -c UD -d uroce0 -x 0 -p 18809 -n 200 -- ib_send_bw -R -c UD -d uroce0 -x 0 -p 18809 -n 200 127.0.0.1
 pair ib_read_lat_R ib_read_lat -R -d uroce0 -x 0 -p 18807 -n 200 -- ib_read_lat -R -d uroce0 -x 0 -p 18807 -n 200 127.0.0.1
+
+# AF_IB, as the kernel's rdma_cm over a RoCE port: rdmacm_afib's AF_IB
+# listener on the zero GID (its bind to the GID itself ENODEV) takes an
+# IPv4 and an IPv6 client's connection; its AF_IB client resolves the
+# address but not the route (ENODEV). Debian's ucmatose and udaddy with
+# AF_IB addresses of their own making (-f gid: rdma_getaddrinfo's
+# RAI_FAMILY with AF_IB hints) fail as on a kernel RoCE device: a server
+# bound to a GID at rdma_bind_addr, a client at rdma_resolve_route.
+if [[ -n $afib ]]; then
+  pair afib_listener_ipv4 "$afib" server ::ffff:127.0.0.1 18820 -- "$afib" client 127.0.0.1 18820
+  grep -q '^client: ok' "$RUN_PAIR_CLIENT_LOG" && grep -q '^server: ok' "$RUN_PAIR_SERVER_LOG" ||
+    bad "afib_listener_ipv4: both ends ok"
+  pair afib_listener_ipv6 "$afib" server ::1 18821 -- "$afib" client ::1 18821
+  grep -q '^client: ok' "$RUN_PAIR_CLIENT_LOG" && grep -q '^server: ok' "$RUN_PAIR_SERVER_LOG" ||
+    bad "afib_listener_ipv6: both ends ok"
+  if timeout 30 "$UROCE_BIN" run -- "$afib" ibclient ::ffff:127.0.0.1 18820 >"$UROCE_LOG_DIR/afib_ibclient.log" 2>&1 &&
+     grep -q '^ibclient: ok' "$UROCE_LOG_DIR/afib_ibclient.log"; then
+    ok "afib_ibclient: route ENODEV, connect EINVAL"
+  else
+    cat "$UROCE_LOG_DIR/afib_ibclient.log"
+    bad afib_ibclient
+  fi
+fi
+expect_failure ucmatose_gid_server 'bind address failed: No such device' \
+  ucmatose -f gid -P ib -b ::ffff:127.0.0.1 -p 18822 -c 1
+expect_failure ucmatose_gid_client 'resolve route failed: No such device' \
+  ucmatose -f gid -P ib -s ::ffff:127.0.0.1 -p 18822 -c 1
+expect_failure udaddy_gid_client 'resolve route failed: No such device' udaddy -f gid -s ::ffff:127.0.0.1 -c 1
 
 # mckey: UD multicast through rdma_join_multicast (lib.sh's mckey_pair).
 for args in "mckey_ipv4 239.1.2.3 127.0.0.1 127.0.0.1" "mckey_ipv6 ff0e::1:2:3 ::1 ::1"; do

@@ -12,9 +12,17 @@
 # slow to accept and a client slow to establish, on engines whose CM gives
 # up after 4.8 s, still connect through MRAs.
 #
-#   rdmacm_two_hosts_test.sh [RDMACM_EVENTS_BINARY]
+# AF_IB as the kernel's rdma_cm over RoCE: with rdmacm_afib
+# (tests/integration/rdmacm_afib.c) given, its AF_IB listener on the zero
+# GID takes an IPv4 and an IPv6 client's connection from the other engine
+# (their REQs carry rdma_cm's IP header, as a kernel client's; captured),
+# and its AF_IB client resolves the other engine's GID but not the route
+# (ENODEV). ucmatose and udaddy -f gid fail as on a kernel RoCE device.
+#
+#   rdmacm_two_hosts_test.sh [RDMACM_EVENTS_BINARY [RDMACM_AFIB_BINARY]]
 set -euo pipefail
 events=${1:-}
+afib=${2:-}
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 if ! command -v rping >/dev/null; then
   echo "SKIP: rdmacm-utils not installed"
@@ -92,7 +100,7 @@ pair() {
     bad "$label (client $crc, server $src)"
     tail -n 15 "$clog" "$slog"
   fi
-  PAIR_CLIENT_LOG=$clog
+  PAIR_CLIENT_LOG=$clog PAIR_SERVER_LOG=$slog
 }
 
 cap="$UROCE_LOG_DIR/cm.pcap"
@@ -135,6 +143,51 @@ pair rdma_xserver_xclient_xrc rdma_xserver -c x -p 18909 -- rdma_xclient -c x -s
 grep -q 'rdma_xclient: end 0' "$PAIR_CLIENT_LOG" || bad "rdma_xclient -c x: did not end 0"
 pair ib_send_bw_R_UD ib_send_bw -R -c UD -d hostB -x 0 -p 18907 -n 200 -- ib_send_bw -R -c UD -d hostA -x 0 -p 18907 -n 200 "$eng_b"
 pair ib_send_bw_R ib_send_bw -R -d hostB -x 0 -p 18904 -n 200 -- ib_send_bw -R -d hostA -x 0 -p 18904 -n 200 "$eng_b"
+
+if [[ -n $afib ]]; then
+  if command -v tshark >/dev/null; then
+    afib_cap="$UROCE_LOG_DIR/afib.pcap"
+    UROCE_RUNTIME_DIR=$run_a "$UROCE_BIN" capture --name hostA -w "$afib_cap" --count 400 --seconds 30 \
+      >"$UROCE_LOG_DIR/afib_capture.log" 2>&1 &
+    cap_pid=$!
+    sleep 0.5
+  fi
+  pair afib_listener_ipv4 "$afib" server "::ffff:$eng_b" 18912 -- "$afib" client "$eng_b" 18912
+  grep -q '^client: ok' "$PAIR_CLIENT_LOG" && grep -q '^server: ok' "$PAIR_SERVER_LOG" ||
+    bad "afib_listener_ipv4: both ends ok"
+  if command -v tshark >/dev/null; then
+    kill -INT "$cap_pid" 2>/dev/null || true
+    wait "$cap_pid" || true
+    # The REQ carries RDMA_PS_TCP's service ID (0x01060000 | 18912), which
+    # the AF_IB listener bound, and rdma_cm's IP header (the server checked
+    # it); no CM MAD is malformed. (The data SENDs are left out: tshark's
+    # SDP heuristic takes the first one, whose bytes count up from 0, for an
+    # SDP Hello.)
+    reqs=$(tshark -r "$afib_cap" -Y "infiniband.cm.req.serviceid == 0x010649e0" 2>/dev/null | wc -l || true)
+    malformed=$(tshark -r "$afib_cap" -Y "infiniband.mad && (_ws.malformed || _ws.expert.severity == error)" \
+      2>/dev/null | wc -l || true)
+    if ((reqs > 0 && malformed == 0)); then
+      ok "capture: the REQ to the AF_IB listener, service ID 0x010649e0, none malformed"
+    else
+      bad "capture: $reqs REQs to the AF_IB listener, $malformed malformed"
+    fi
+  fi
+  pair afib_listener_ipv6 "$afib" server "$eng6_b" 18913 -- "$afib" client "$eng6_b" 18913
+  grep -q '^client: ok' "$PAIR_CLIENT_LOG" && grep -q '^server: ok' "$PAIR_SERVER_LOG" ||
+    bad "afib_listener_ipv6: both ends ok"
+  if on_a timeout 30 "$UROCE_BIN" run -- "$afib" ibclient "::ffff:$eng_b" 18912 >"$UROCE_LOG_DIR/afib_ibclient.log" 2>&1 &&
+     grep -q '^ibclient: ok' "$UROCE_LOG_DIR/afib_ibclient.log"; then
+    ok "afib_ibclient: the other engine's GID resolves, the route is ENODEV"
+  else
+    cat "$UROCE_LOG_DIR/afib_ibclient.log"
+    bad afib_ibclient
+  fi
+fi
+ON_HOST=on_a expect_failure ucmatose_gid_server 'bind address failed: No such device' \
+  ucmatose -f gid -P ib -b "::ffff:$eng_a" -p 18914 -c 1
+ON_HOST=on_a expect_failure ucmatose_gid_client 'resolve route failed: No such device' \
+  ucmatose -f gid -P ib -s "::ffff:$eng_b" -p 18914 -c 1
+ON_HOST=on_a expect_failure udaddy_gid_client 'resolve route failed: No such device' udaddy -f gid -s "::ffff:$eng_b" -c 1
 
 # A connect to a port nobody listens on is REJECTED (invalid service ID) by
 # the other engine at once, never a hang.

@@ -26,12 +26,17 @@ uint32_t random_psn() {
 }
 
 // What rdma_cm reports as the private data of each message: the whole
-// field, less the IP header rdma_cm puts in a REQ (cma_user_data_offset):
-// REQ 92 - 36, SIDR REQ 216 - 36.
+// field, less the IP header rdma_cm puts in an IP id's REQ
+// (cma_user_data_offset): REQ 92 - 36, SIDR REQ 216 - 36; an AF_IB id's
+// whole.
+constexpr size_t kReqPrivateData = 92, kSidrReqPrivateData = 216;
 constexpr size_t kReqUserPrivateData = 56, kSidrReqUserPrivateData = 180;
-size_t reported_private_len(uint32_t event, uint32_t ps) {
+bool is_ib(const Id* id) { return id->id.route.addr.src_addr.sa_family == AF_IB; }
+size_t reported_private_len(uint32_t event, uint32_t ps, bool ib) {
   switch (event) {
-    case RDMA_CM_EVENT_CONNECT_REQUEST: return ps == RDMA_PS_UDP ? kSidrReqUserPrivateData : kReqUserPrivateData;
+    case RDMA_CM_EVENT_CONNECT_REQUEST:
+      if (ib) return ps == RDMA_PS_UDP ? kSidrReqPrivateData : kReqPrivateData;
+      return ps == RDMA_PS_UDP ? kSidrReqUserPrivateData : kReqUserPrivateData;
     case RDMA_CM_EVENT_REJECTED: return abi::kCmMaxRejPrivateData;
     case RDMA_CM_EVENT_CONNECT_RESPONSE:
     case RDMA_CM_EVENT_ESTABLISHED: return ps == RDMA_PS_UDP ? 136 : abi::kCmMaxPrivateData;
@@ -46,6 +51,17 @@ uint8_t capped(uint8_t want, int device_max) {
 int device_max_rd_atom(ibv_context* ctx) {
   ibv_device_attr attr{};
   return ctx && ibv_query_device(ctx, &attr) == 0 ? attr.max_qp_rd_atom : 16;
+}
+
+// An AF_IB source keeps the P_Key, flow label and scope of the address it
+// was bound from (the kernel rewrites only its service ID: cma_bind_port).
+void keep_ib_fields(Id* id, const sockaddr* from) {
+  auto* src = reinterpret_cast<sockaddr_ib*>(&id->id.route.addr.src_storage);
+  if (src->sib_family != AF_IB || !from || from->sa_family != AF_IB) return;
+  const auto* given = reinterpret_cast<const sockaddr_ib*>(from);
+  src->sib_pkey = given->sib_pkey;
+  src->sib_flowinfo = given->sib_flowinfo;
+  src->sib_scope_id = given->sib_scope_id;
 }
 
 void fill_route_src(Id* id, const abi::CmBindReply& rep) {
@@ -136,6 +152,7 @@ void bind_device(Id* id) {
 // engine whose own address is the loopback (the default engine, GID 0
 // ::ffff:127.0.0.1), the loopback is the device's address and names it.
 bool names_device(const Engine* e, const abi::CmAddr& a) {
+  if (a.family == AF_IB) return false;  // (only its wildcards bind: no device)
   const bool v4 = a.family == AF_INET;
   const bool mapped = a.family == AF_INET6 && std::all_of(a.addr, a.addr + 10, [](uint8_t b) { return b == 0; }) &&
                       a.addr[10] == 0xff && a.addr[11] == 0xff;
@@ -279,7 +296,7 @@ RDMACM_EXPORT int rdma_bind_addr(rdma_cm_id* cm_id, sockaddr* addr) {
   abi::CmBindRequest req{};
   req.id = id->handle;
   if (!addr) return fail(EINVAL);
-  if (int err = to_cm_addr(addr, &req.addr)) return fail(err);
+  if (int err = to_cm_bind_addr(id->id.ps, addr, &req.addr)) return fail(err);
   req.reuseaddr = id->reuseaddr;
   req.afonly = id->afonly;
   abi::CmBindReply rep{};
@@ -288,6 +305,7 @@ RDMACM_EXPORT int rdma_bind_addr(rdma_cm_id* cm_id, sockaddr* addr) {
   req.id = id->handle;
   if (int err = call(id->engine, abi::CtlOp::kCmBind, &req, sizeof(req), &rep, sizeof(rep))) return fail(err);
   fill_route_src(id, rep);
+  keep_ib_fields(id, addr);
   if (names_device(id->engine, rep.addr)) bind_device(id);
   return 0;
 }
@@ -298,8 +316,14 @@ RDMACM_EXPORT int rdma_resolve_addr(rdma_cm_id* cm_id, sockaddr* src, sockaddr* 
   if (!dst) return fail(EINVAL);
   abi::CmResolveAddrRequest req{};
   req.id = id->handle;
-  if (int err = to_cm_addr(src, &req.src)) return fail(err);
+  if (int err = to_cm_bind_addr(id->id.ps, src, &req.src)) return fail(err);
   if (int err = to_cm_addr(dst, &req.dst)) return fail(err);
+  // An AF_IB destination's P_Key must be in the port's table (cma_resolve_ib_dev's
+  // ib_find_cached_pkey; a RoCE port's holds the default 0xffff only),
+  // else no device: ENODEV. (Its wildcards resolve to the loopback.)
+  if (req.dst.family == AF_IB && (be16toh(reinterpret_cast<const sockaddr_ib*>(dst)->sib_pkey) & 0x7fff) != 0x7fff &&
+      !ib_wildcard(req.dst.addr))
+    return fail(ENODEV);
   req.reuseaddr = id->reuseaddr;
   req.afonly = id->afonly;
   abi::CmBindReply rep{};
@@ -310,7 +334,16 @@ RDMACM_EXPORT int rdma_resolve_addr(rdma_cm_id* cm_id, sockaddr* src, sockaddr* 
     if (int err = call(id->engine, abi::CtlOp::kCmResolveAddr, &req, sizeof(req), &rep, sizeof(rep)))
       return fail(err);
     fill_route_src(id, rep);
-    from_cm_addr(req.dst, &id->id.route.addr.dst_storage);
+    if (dst->sa_family == AF_IB) {
+      // The destination as given (rdma_resolve_addr copies it); a source
+      // made for it has its P_Key (cma_bind_addr).
+      std::memcpy(&id->id.route.addr.dst_storage, dst, sizeof(sockaddr_ib));
+      if (src) keep_ib_fields(id, src);
+      else reinterpret_cast<sockaddr_ib*>(&id->id.route.addr.src_storage)->sib_pkey =
+          reinterpret_cast<const sockaddr_ib*>(dst)->sib_pkey;
+    } else {
+      from_cm_addr(req.dst, &id->id.route.addr.dst_storage);
+    }
     bind_device(id);
   }
   return complete(id);
@@ -629,7 +662,7 @@ RDMACM_EXPORT int rdma_get_cm_event(rdma_event_channel* channel, rdma_cm_event**
     }
     std::memcpy(e->private_data, rec.param.private_data,
                 std::min<size_t>(rec.param.private_data_len, sizeof(e->private_data)));
-    const size_t reported = reported_private_len(rec.event, id->id.ps);
+    const size_t reported = reported_private_len(rec.event, id->id.ps, is_ib(id));
     if (id->id.qp_type == IBV_QPT_UD && (ev.event == RDMA_CM_EVENT_ESTABLISHED ||
                                           ev.event == RDMA_CM_EVENT_CONNECT_REQUEST)) {
       rdma_ud_param& ud = ev.param.ud;

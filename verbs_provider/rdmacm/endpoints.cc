@@ -21,17 +21,48 @@ sockaddr* copy_addr(const sockaddr* sa, socklen_t len) {
   return out;
 }
 
+// An address found for AF_IB hints (RAI_FAMILY | RAI_NUMERICHOST) as a
+// sockaddr_ib, as rdma-core's ucma_convert_in6: the IPv6 address is the GID
+// (an IPv4 one its mapped GID), the port space and port the service ID and
+// its mask (ucma_set_sid).
+sockaddr* to_sockaddr_ib(const sockaddr* sa, uint32_t ps) {
+  auto* ib = static_cast<sockaddr_ib*>(calloc(1, sizeof(sockaddr_storage)));
+  if (!ib) return nullptr;
+  ib->sib_family = AF_IB;
+  ib->sib_pkey = htobe16(0xffff);
+  uint16_t port = 0;
+  if (sa->sa_family == AF_INET6) {
+    const auto* in6 = reinterpret_cast<const sockaddr_in6*>(sa);
+    ib->sib_flowinfo = in6->sin6_flowinfo;
+    std::memcpy(ib->sib_addr.sib_raw, &in6->sin6_addr, 16);
+    ib->sib_scope_id = in6->sin6_scope_id;
+    port = be16toh(in6->sin6_port);
+  } else {
+    const auto* in = reinterpret_cast<const sockaddr_in*>(sa);
+    ib->sib_addr.sib_raw[10] = ib->sib_addr.sib_raw[11] = 0xff;
+    std::memcpy(ib->sib_addr.sib_raw + 12, &in->sin_addr, 4);
+    port = be16toh(in->sin_port);
+  }
+  ib->sib_sid = htobe64(uint64_t(ps) << 16 | port);
+  uint64_t mask = ps ? RDMA_IB_IP_PS_MASK : 0;
+  if (port) mask |= RDMA_IB_IP_PORT_MASK;
+  ib->sib_sid_mask = htobe64(mask);
+  return reinterpret_cast<sockaddr*>(ib);
+}
+
 }  // namespace
 
 // As rdma-core's (librdmacm/addrinfo.c): a name or service goes through
 // getaddrinfo with the hints' family, socket type and protocol; with neither,
 // the hints' own addresses are the answer (libfabric's verbs provider asks so
 // for a peer whose address it already has). A source address in the hints
-// is kept when the lookup gave none. AF_IB is not served.
+// is kept when the lookup gave none. AF_IB hints look up any family, and
+// with RAI_FAMILY and RAI_NUMERICHOST give an AF_IB address of the numeric
+// host (a GID written as an IPv6 address); without ibacm nothing resolves
+// names to GIDs (ucma_ib_resolve).
 RDMACM_EXPORT int rdma_getaddrinfo(const char* node, const char* service, const rdma_addrinfo* hints,
                                    rdma_addrinfo** res) {
   if (!res || (!node && !service && !hints)) return fail(EINVAL);
-  if (hints && hints->ai_family == AF_IB) return fail(EAFNOSUPPORT);
   static const rdma_addrinfo kNoHints{};
   const rdma_addrinfo& h = hints ? *hints : kNoHints;
   auto* ai = static_cast<rdma_addrinfo*>(calloc(1, sizeof(rdma_addrinfo)));
@@ -40,7 +71,7 @@ RDMACM_EXPORT int rdma_getaddrinfo(const char* node, const char* service, const 
     addrinfo ah{};
     if (h.ai_flags & RAI_PASSIVE) ah.ai_flags |= AI_PASSIVE;
     if (h.ai_flags & RAI_NUMERICHOST) ah.ai_flags |= AI_NUMERICHOST;
-    ah.ai_family = h.ai_family;
+    ah.ai_family = h.ai_family == AF_IB ? AF_UNSPEC : h.ai_family;
     ah.ai_socktype = h.ai_qp_type == IBV_QPT_UD ? SOCK_DGRAM : h.ai_qp_type ? SOCK_STREAM : 0;
     ah.ai_protocol = h.ai_port_space == RDMA_PS_TCP                                 ? IPPROTO_TCP
                      : h.ai_port_space == RDMA_PS_UDP || h.ai_port_space == RDMA_PS_IPOIB ? IPPROTO_UDP
@@ -57,16 +88,20 @@ RDMACM_EXPORT int rdma_getaddrinfo(const char* node, const char* service, const 
     ai->ai_port_space = h.ai_port_space                     ? h.ai_port_space
                         : found->ai_protocol == IPPROTO_UDP ? RDMA_PS_UDP
                                                             : RDMA_PS_TCP;
-    sockaddr* addr = copy_addr(found->ai_addr, found->ai_addrlen);
+    const bool ib = (h.ai_flags & RAI_FAMILY) && h.ai_family == AF_IB && (h.ai_flags & RAI_NUMERICHOST);
+    sockaddr* addr = ib ? to_sockaddr_ib(found->ai_addr, uint32_t(ai->ai_port_space))
+                        : copy_addr(found->ai_addr, found->ai_addrlen);
+    const socklen_t addr_len = ib ? socklen_t(sizeof(sockaddr_ib)) : found->ai_addrlen;
+    if (ib) ai->ai_family = AF_IB;
     char* name = node && found->ai_canonname ? strdup(found->ai_canonname) : nullptr;
     if (h.ai_flags & RAI_PASSIVE) {
       ai->ai_flags = RAI_PASSIVE;
       ai->ai_src_addr = addr;
-      ai->ai_src_len = found->ai_addrlen;
+      ai->ai_src_len = addr_len;
       ai->ai_src_canonname = name;
     } else {
       ai->ai_dst_addr = addr;
-      ai->ai_dst_len = found->ai_addrlen;
+      ai->ai_dst_len = addr_len;
       ai->ai_dst_canonname = name;
     }
     freeaddrinfo(found);

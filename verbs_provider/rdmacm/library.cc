@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -127,7 +128,46 @@ int to_cm_addr(const sockaddr* sa, abi::CmAddr* out) {
     std::memcpy(out->addr, &in6->sin6_addr, 16);
     return 0;
   }
-  return EAFNOSUPPORT;  // AF_IB is not served
+  if (sa->sa_family == AF_IB) {  // its GID and its service ID as given
+    const auto* ib = reinterpret_cast<const sockaddr_ib*>(sa);
+    const uint64_t sid = be64toh(ib->sib_sid);
+    out->family = AF_IB;
+    out->port = htons(uint16_t(sid));
+    out->scope_id = uint32_t(sid >> 16);
+    std::memcpy(out->addr, ib->sib_addr.sib_raw, 16);
+    return 0;
+  }
+  return EAFNOSUPPORT;
+}
+
+bool ib_wildcard(const uint8_t gid[16]) {
+  return std::all_of(gid, gid + 15, [](uint8_t b) { return b == 0; }) && gid[15] <= 1;
+}
+
+// cma_select_ib_ps: the port space an AF_IB address's service ID names
+// under its mask (an RDMA_PS_IB id may take any of rdma_cm's three, another
+// id only its own) and the port (the service ID under the mask); the engine
+// takes the port from that space.
+int to_cm_bind_addr(rdma_port_space id_ps, const sockaddr* sa, abi::CmAddr* out) {
+  if (int err = to_cm_addr(sa, out)) return err;
+  if (!sa || sa->sa_family != AF_IB) return 0;
+  const auto* ib = reinterpret_cast<const sockaddr_ib*>(sa);
+  // A GID names no device on a RoCE port (cma_validate_port), before the
+  // service ID is looked at; the zero GID and ::1 are wildcards (cma_any_addr).
+  if (!ib_wildcard(ib->sib_addr.sib_raw)) return ENODEV;
+  const uint64_t given_mask = be64toh(ib->sib_sid_mask);
+  const uint64_t mask = given_mask & RDMA_IB_IP_PS_MASK;
+  const uint64_t sid = be64toh(ib->sib_sid) & mask;
+  constexpr uint64_t kPsIb = 0x013F0000;  // RDMA_IB_IP_PS_IB (the kernel's)
+  for (const uint64_t space : {kPsIb, uint64_t(RDMA_IB_IP_PS_TCP), uint64_t(RDMA_IB_IP_PS_UDP)}) {
+    const auto ps = rdma_port_space(space >> 16);
+    if ((id_ps == RDMA_PS_IB || id_ps == ps) && sid == (space & mask)) {
+      out->scope_id = uint32_t(ps);
+      out->port = htons(uint16_t(be64toh(ib->sib_sid) & given_mask));
+      return 0;
+    }
+  }
+  return EPROTONOSUPPORT;
 }
 
 void from_cm_addr(const abi::CmAddr& a, sockaddr_storage* out) {
@@ -143,6 +183,16 @@ void from_cm_addr(const abi::CmAddr& a, sockaddr_storage* out) {
     in6->sin6_port = a.port;
     in6->sin6_scope_id = a.scope_id;
     std::memcpy(&in6->sin6_addr, a.addr, 16);
+  } else if (a.family == AF_IB) {
+    // A bound address's service ID is whole (mask all ones, cma_bind_port);
+    // a peer's has none (cma_save_ib_info). The default partition's P_Key.
+    auto* ib = reinterpret_cast<sockaddr_ib*>(out);
+    ib->sib_family = AF_IB;
+    ib->sib_pkey = htobe16(0xffff);
+    std::memcpy(ib->sib_addr.sib_raw, a.addr, 16);
+    const uint64_t sid = uint64_t(a.scope_id) << 16 | ntohs(a.port);
+    ib->sib_sid = htobe64(sid);
+    ib->sib_sid_mask = sid ? htobe64(~uint64_t(0)) : 0;
   }
 }
 
@@ -183,6 +233,8 @@ namespace {
 __be16 port_of(const sockaddr* sa) {
   if (sa->sa_family == AF_INET) return reinterpret_cast<const sockaddr_in*>(sa)->sin_port;
   if (sa->sa_family == AF_INET6) return reinterpret_cast<const sockaddr_in6*>(sa)->sin6_port;
+  // AF_IB: the service ID's low 16 bits (librdmacm's ucma_get_port)
+  if (sa->sa_family == AF_IB) return htobe16(uint16_t(be64toh(reinterpret_cast<const sockaddr_ib*>(sa)->sib_sid)));
   return 0;
 }
 }  // namespace

@@ -6,6 +6,7 @@
 // librdmacm does with the kernel's (librdmacm/cma.c, ucma_modify_qp_*).
 #pragma once
 
+#include <infiniband/ib.h>
 #include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
 #include <rdma/rdma_verbs.h>
@@ -98,9 +99,13 @@ struct Id {
 
 inline Id* to_id(rdma_cm_id* id) { return reinterpret_cast<Id*>(id); }
 
+// The longest private data an event reports: an AF_IB id's SIDR REQ's
+// (IB_CM_SIDR_REQ_PRIVATE_DATA_SIZE; what the engine carries, then zeros).
+constexpr size_t kMaxReportedPrivateData = 216;
+
 struct Event {
   rdma_cm_event ev;  // must be first
-  uint8_t private_data[abi::kCmMaxPrivateData];
+  uint8_t private_data[kMaxReportedPrivateData];
 };
 
 // The library's state: the devices (opened once, shared by every id as in
@@ -135,8 +140,14 @@ inline int fail(int err) {
   return -1;
 }
 
-// Socket addresses to and from the engine's form.
+// Socket addresses to and from the engine's form (AF_IB: abi::CmAddr's).
 int to_cm_addr(const sockaddr* sa, abi::CmAddr* out);
+// Is an AF_IB address's GID a wildcard (the zero GID or ::1: cma_any_addr)?
+bool ib_wildcard(const uint8_t gid[16]);
+// An address to bind an id of port space ps to: an AF_IB one's service ID
+// under its mask names the port space and port (EPROTONOSUPPORT if none);
+// an AF_IB GID that is no wildcard is ENODEV (a RoCE port's rdma_cm).
+int to_cm_bind_addr(rdma_port_space ps, const sockaddr* sa, abi::CmAddr* out);
 void from_cm_addr(const abi::CmAddr& a, sockaddr_storage* out);
 
 // Moves a QP to RTR then RTS from id's peer (ucma_modify_qp_rtr/rts), or to

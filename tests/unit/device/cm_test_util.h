@@ -11,7 +11,7 @@
 
 namespace uroce::device::cm_test {
 
-constexpr uint32_t kPsTcp = 0x0106, kPsUdp = 0x0111;  // RDMA_PS_TCP, RDMA_PS_UDP
+constexpr uint32_t kPsTcp = 0x0106, kPsUdp = 0x0111, kPsIb = 0x013F;  // RDMA_PS_TCP, _UDP, _IB
 enum : uint32_t { kAddrResolved = 0, kRouteResolved = 2, kConnectRequest = 4, kConnectResponse = 5,
                   kUnreachable = 7, kRejected = 8, kEstablished = 9, kDisconnected = 10, kAddrChange = 14,
                   kTimewaitExit = 15 };  // enum rdma_cm_event_type

@@ -159,14 +159,18 @@ class CmWireTest : public ::testing::Test {
   uint64_t connected(uint64_t active, uint16_t port) {
     auto req = requested(active, 0x100);
     if (!req) return 0;
-    EXPECT_EQ(b_.agent.accept(&b_.owner, conn(req->id, 0x22, 0x200)), 0);
+    accepted(active, req->id);
+    (void)port;
+    return req->id;
+  }
+  // b's passive id accepts a's request: REP, RTU, both ends up.
+  void accepted(uint64_t active, uint64_t passive) {
+    EXPECT_EQ(b_.agent.accept(&b_.owner, conn(passive, 0x22, 0x200)), 0);
     EXPECT_EQ(carry(b_, a_).attr(), uint16_t(cm::Attr::kRep));
     EXPECT_EQ(a_.next_type(), kConnectResponse);
     EXPECT_EQ(a_.agent.establish(&a_.owner, active), 0);
     EXPECT_EQ(carry(a_, b_).attr(), uint16_t(cm::Attr::kRtu));
     EXPECT_EQ(b_.next_type(), kEstablished);
-    (void)port;
-    return req->id;
   }
 
   uint64_t now_ = 1'000'000;
@@ -343,6 +347,115 @@ TEST_F(CmWireTest, AnAddressRemovedIsAnAddrChangeForItsIds) {
   EXPECT_EQ(e->id, id);
   EXPECT_FALSE(a_.event());
   (void)listener;
+}
+
+// AF_IB (abi::CmAddr AF_IB: a GID, a service ID) as the kernel's rdma_cm
+// over RoCE: a bind to a GID is ENODEV; an AF_IB listener on the zero GID
+// takes an IP id's REQ (its IP header as from any rdma_cm client), its new
+// id AF_IB (the REQ's GIDs, the service ID) with the whole private data
+// field; an AF_IB id resolves its address but not its route (ENODEV), so
+// it sends nothing. A REQ without the IP header (none of rdma_cm's RoCE
+// ids sends one) is refused: REJ 28 where an id listens on the service ID
+// (cma_ib_req_handler fails: cma_ib_acquire_dev), else 8; a SIDR REQ gets
+// "reject" (2), else "unsupported" (1).
+TEST_F(CmWireTest, AfIbAsTheKernelOverRoce) {
+  auto ib = [](const uint8_t* gid, uint64_t sid) { return cm_ib_address(gid, sid); };
+  const uint8_t zero[16] = {};
+  const uint64_t at_gid = b_.new_id(kPsIb);
+  abi::CmBindReply rep{};
+  EXPECT_EQ(b_.agent.bind(&b_.owner, {at_gid, ib(b_.gid(), uint64_t(kPsIb) << 16 | 7100), 0, 0, {}}, &rep), ENODEV);
+  const uint64_t l = b_.new_id(kPsIb);
+  ASSERT_EQ(b_.agent.bind(&b_.owner, {l, ib(zero, uint64_t(kPsTcp) << 16 | 7100), 0, 0, {}}, &rep), 0);
+  EXPECT_EQ(rep.addr.family, AF_IB);
+  ASSERT_EQ(b_.agent.listen(&b_.owner, l, 1), 0);
+
+  const uint64_t active = a_.resolved("10.9.0.2", 7100);
+  ASSERT_EQ(a_.agent.connect(&a_.owner, conn(active, 0x11, 0x100, "over IP")), 0);
+  SentMad req = carry(a_, b_);
+  ASSERT_EQ(req.attr(), uint16_t(cm::Attr::kReq));
+  const auto* bytes = reinterpret_cast<const uint8_t*>(&req.mad);
+  EXPECT_EQ(bytes[164], 0);     // cma_hdr: version 0,
+  EXPECT_EQ(bytes[165], 0x40);  // IPv4
+  auto e = b_.event();
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->event, kConnectRequest);
+  EXPECT_EQ(e->listen_id, l);
+  EXPECT_EQ(e->src.family, AF_IB);
+  EXPECT_EQ(uint64_t(e->src.scope_id) << 16 | ntohs(e->src.port), uint64_t(kPsTcp) << 16 | 7100);
+  EXPECT_EQ(std::memcmp(e->src.addr, b_.gid(), 16), 0);
+  EXPECT_EQ(e->dst.family, AF_IB);
+  EXPECT_EQ(std::memcmp(e->dst.addr, a_.gid(), 16), 0);
+  EXPECT_EQ(e->param.private_data_len, 92);
+  EXPECT_STREQ(reinterpret_cast<const char*>(e->param.private_data + 36), "over IP");
+  accepted(active, e->id);
+
+  const uint64_t ib_id = a_.new_id(kPsIb);
+  abi::CmResolveAddrRequest r{};
+  r.id = ib_id;
+  r.dst = ib(b_.gid(), uint64_t(kPsTcp) << 16 | 7100);
+  abi::CmBindReply src{};
+  ASSERT_EQ(a_.agent.resolve_addr(&a_.owner, r, &src), 0);
+  EXPECT_EQ(src.addr.family, AF_IB);
+  EXPECT_EQ(std::memcmp(src.addr.addr, a_.gid(), 16), 0);
+  EXPECT_EQ(a_.next_type(), kAddrResolved);
+  EXPECT_EQ(a_.agent.resolve_route(&a_.owner, ib_id), ENODEV);
+  EXPECT_FALSE(a_.event());
+  EXPECT_EQ(a_.agent.connect(&a_.owner, conn(ib_id, 0x12, 0x200)), EINVAL);
+
+  // An IP REQ with its header taken away, to the AF_IB listener's service
+  // ID, then to one nobody listens on.
+  const uint64_t again = a_.resolved("10.9.0.2", 7100);
+  ASSERT_EQ(a_.agent.connect(&a_.owner, conn(again, 0x13, 0x300)), 0);
+  req = a_.take();
+  auto strip = [](SentMad& m) { std::memset(reinterpret_cast<uint8_t*>(&m.mad) + 164, 0xee, 36); };
+  strip(req);
+  b_.agent.receive_mad(a_.gid(), b_.gid(), req.mad);
+  EXPECT_FALSE(b_.event());
+  SentMad rej = b_.take();
+  ASSERT_EQ(rej.attr(), uint16_t(cm::Attr::kRej));
+  EXPECT_EQ(cm::get(rej.mad, cm::rej::kReason), uint64_t(28));  // IB_CM_REJ_CONSUMER_DEFINED
+  cm::set(req.mad, cm::req::kServiceId, uint64_t(kPsTcp) << 16 | 7199);
+  cm::set(req.mad, cm::req::kLocalQpn, 0x14);
+  b_.agent.receive_mad(a_.gid(), b_.gid(), req.mad);
+  EXPECT_FALSE(b_.event());
+  rej = b_.take();
+  ASSERT_EQ(rej.attr(), uint16_t(cm::Attr::kRej));
+  EXPECT_EQ(cm::get(rej.mad, cm::rej::kReason), uint64_t(8));  // IB_CM_REJ_INVALID_SERVICE_ID
+}
+
+// A REQ from a QP that a connection still holds is stale (its sender lost
+// that connection): REJ 10 and the old connection ended with a DREQ, as
+// cm_match_req. Once that connection is in time-wait the QPN may connect
+// again (Linux's CM keeps nothing of a connection in time-wait).
+TEST_F(CmWireTest, AReqFromAQpAConnectionStillHoldsIsStale) {
+  b_.listen(7020);
+  const uint64_t old_active = a_.resolved("10.9.0.2", 7020);
+  connected(old_active, 7020);  // a's QP 0x11
+  const uint64_t again = a_.resolved("10.9.0.2", 7020);
+  ASSERT_EQ(a_.agent.connect(&a_.owner, conn(again, 0x11, 0x300)), 0);
+  EXPECT_EQ(carry(a_, b_).attr(), uint16_t(cm::Attr::kReq));
+  EXPECT_FALSE(b_.event());  // no CONNECT_REQUEST
+  const SentMad rej = carry(b_, a_);
+  ASSERT_EQ(rej.attr(), uint16_t(cm::Attr::kRej));
+  EXPECT_EQ(cm::get(rej.mad, cm::rej::kReason), uint64_t(10));  // IB_CM_REJ_STALE_CONN
+  auto e = a_.event();
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->id, again);
+  EXPECT_EQ(e->event, kRejected);
+  EXPECT_EQ(e->status, 10);
+  // The old connection ends: b's DREQ, a's DREP, DISCONNECTED at both ends.
+  EXPECT_EQ(carry(b_, a_).attr(), uint16_t(cm::Attr::kDreq));
+  auto d = a_.event();
+  ASSERT_TRUE(d);
+  EXPECT_EQ(d->id, old_active);
+  EXPECT_EQ(d->event, kDisconnected);
+  EXPECT_EQ(carry(a_, b_).attr(), uint16_t(cm::Attr::kDrep));
+  EXPECT_EQ(b_.next_type(), kDisconnected);
+  // In time-wait: the QPN's next REQ is a request like any other.
+  const uint64_t third = a_.resolved("10.9.0.2", 7020);
+  ASSERT_EQ(a_.agent.connect(&a_.owner, conn(third, 0x11, 0x400)), 0);
+  EXPECT_EQ(carry(a_, b_).attr(), uint16_t(cm::Attr::kReq));
+  EXPECT_EQ(b_.next_type(), kConnectRequest);
 }
 
 TEST_F(CmWireTest, APortNobodyListensOnIsRejectedInvalidServiceId) {
