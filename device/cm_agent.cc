@@ -431,8 +431,9 @@ int CmAgent::listen(Owner* o, uint64_t h, int backlog) {
 }
 
 // A specific address's listener before a wildcard's (cma_find_listener).
-// An AF_IB listener takes every IP request for its service ID that reaches
-// its device (cma_match_private_data).
+// An AF_IB listener matches every IP request for its service ID that
+// reaches its device (cma_match_private_data), and refuses it
+// (refuses_ip_requests).
 uint64_t CmAgent::find_listener(uint32_t ps, const abi::CmAddr& dst) const {
   uint64_t wildcard = 0;
   for (const auto& [h, id] : ids_) {
@@ -443,6 +444,14 @@ uint64_t CmAgent::find_listener(uint32_t ps, const abi::CmAddr& dst) const {
   }
   return wildcard;
 }
+
+// Over RoCE an AF_IB listener's new id cannot take the port: the kernel
+// names it by the listener's family (cma_save_net_info), and
+// cma_ib_acquire_dev finds no GID for an AF_IB address (rdma_ip2gid:
+// AF_INET and AF_INET6 only), so cma_ib_req_handler fails and the CM
+// answers with a REJ, consumer defined (a SIDR REP "reject"); the listener
+// hears nothing.
+bool CmAgent::refuses_ip_requests(uint64_t listener) const { return ids_.at(listener).src.family == AF_IB; }
 
 bool CmAgent::listens_on(uint64_t sid) const {
   for (const auto& [h, id] : ids_)
@@ -464,8 +473,6 @@ int CmAgent::connect(Owner* o, const abi::CmConnectRequest& r) {
   if (r.param.private_data_len > (ud ? net::cm::kSidrReqUserPrivateData : net::cm::kReqUserPrivateData))
     return EINVAL;
   if (id->remote) return connect_remote(*id, r.id, r);
-  // The service ID: the port space's and the port (rdma_get_service_id).
-  const uint64_t sid = net::cm::service_id(id->ps, ntohs(id->dst.port));
   const uint64_t lh = find_listener(id->ps, id->dst);
   if (!lh) {
     // Nobody listens on that port: the REQ's answer is a REJ (invalid
@@ -473,7 +480,9 @@ int CmAgent::connect(Owner* o, const abi::CmConnectRequest& r) {
     post_simple(r.id, ud ? kUnreachable : kRejected, ud ? kSidrUnsupported : kRejInvalidServiceId);
     return 0;
   }
-  if (ids_.size() >= kMaxIds) {  // no room for the passive side's id: as a busy listener, REJ
+  // No room for the passive side's id (as a busy listener), or an AF_IB
+  // listener: REJ 28, SIDR "reject".
+  if (refuses_ip_requests(lh) || ids_.size() >= kMaxIds) {
     post_simple(r.id, ud ? kUnreachable : kRejected, ud ? kSidrReject : kRejConsumerDefined);
     return 0;
   }
@@ -488,14 +497,9 @@ int CmAgent::connect(Owner* o, const abi::CmConnectRequest& r) {
   child.state = State::kRequested;
   child.src = id->dst;
   child.dst = id->src;
-  if (listener.src.family == AF_IB) {  // its ids are AF_IB too, named by the path's GIDs (cma_save_ib_info)
-    child.src = cm_ib_address(info_.gids[gid_index_for(id->dst)].gid, sid);
-    child.dst = cm_ib_address(info_.gids[gid_index_for(id->src)].gid, 0);
-  }
   child.peer = r.id;
   uint8_t wire_private[net::cm::sidr_req::kPrivateData.len];
   const size_t wire_len = request_private(*id, r.param, wire_private);
-  const size_t skip = listener.src.family == AF_IB ? 0 : sizeof(net::cm::CmaHdr);
   const uint64_t ch = next_handle_++;
   id = &ids_.emplace(ch, child).first->second;  // (the map's nodes stay put)
   Id& active = ids_.at(r.id);
@@ -508,6 +512,8 @@ int CmAgent::connect(Owner* o, const abi::CmConnectRequest& r) {
   ev.src = child.src;
   ev.dst = child.dst;
   ev.param = r.param;
+  // What follows rdma_cm's IP header (cma_user_data_offset).
+  const size_t skip = sizeof(net::cm::CmaHdr);
   ev.param.private_data_len = uint8_t(std::min(wire_len - skip, sizeof(ev.param.private_data)));
   std::memcpy(ev.param.private_data, wire_private + skip, ev.param.private_data_len);
   // The receiver's view: the REQ's initiator depth is what it may answer

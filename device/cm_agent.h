@@ -232,12 +232,13 @@ class CmAgent {
   // Does an id listen on service ID sid (the CM's listener that a REQ for
   // it reaches, whatever rdma_cm then makes of the REQ)?
   bool listens_on(uint64_t sid) const;
+  // Does the listener refuse IP requests (an AF_IB one: cma_ib_acquire_dev)?
+  bool refuses_ip_requests(uint64_t listener) const;
   static bool ip_request(const net::cm::Mad& m, net::cm::Bytes private_data, uint64_t sid, abi::CmAddr* local,
                          abi::CmAddr* peer);
   // A request's private data as on the wire, its length returned: rdma_cm's
-  // IP header first (cma_user_data_offset), then the application's. A new
-  // id of an AF_IB listener reports all of it, of an IP listener what
-  // follows the header.
+  // IP header first (cma_user_data_offset), then the application's; a new
+  // id reports what follows the header.
   static size_t request_private(const Id& active, const abi::CmConnParam& p, uint8_t* out);
   void post(const Id& to, uint64_t to_handle, abi::CmEventRecord ev);
   void post_simple(uint64_t h, uint32_t event, int32_t status);

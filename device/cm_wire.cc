@@ -605,15 +605,8 @@ uint64_t CmAgent::request_from_wire(uint64_t lh, const uint8_t* sgid, const uint
   child.state = State::kRequested;
   child.src = local;
   child.dst = peer;
-  // A new id of an AF_IB listener is AF_IB, named by the path's GIDs and
-  // the service ID (cma_save_ib_info), and reports the whole private data
-  // (an IP request's header too: cma_user_data_offset).
-  const bool ib_child = listener.src.family == AF_IB;
-  if (ib_child) {
-    child.src = cm_ib_address(dgid, cm::get(m, ud ? cm::sidr_req::kServiceId : cm::req::kServiceId));
-    child.dst = cm_ib_address(sgid, 0);
-  }
-  const size_t skip = ib_child ? 0 : sizeof(cm::CmaHdr);
+  // What follows rdma_cm's IP header (cma_user_data_offset).
+  const size_t skip = sizeof(cm::CmaHdr);
   child.remote = true;
   child.remote_comm_id = remote_comm_id;
   std::memcpy(child.remote_gid, sgid, 16);
@@ -706,7 +699,7 @@ void CmAgent::on_req(const uint8_t* sgid, const uint8_t* dgid, const cm::Mad& m)
     return refuse(listens_on(sid) ? cm::kRejConsumerDefined : cm::kRejInvalidServiceId);
   const uint64_t lh = find_listener(uint32_t(ps), local);
   if (!lh || !is_local(local)) return refuse(cm::kRejInvalidServiceId);
-  if (ids_.size() >= kMaxIds) return refuse(cm::kRejConsumerDefined);
+  if (refuses_ip_requests(lh) || ids_.size() >= kMaxIds) return refuse(cm::kRejConsumerDefined);
   request_from_wire(lh, sgid, dgid, m, local, peer, remote_comm, false);
 }
 
@@ -749,7 +742,7 @@ void CmAgent::on_sidr_req(const uint8_t* sgid, const uint8_t* dgid, const cm::Ma
   const uint64_t lh = (sid & cm::kServiceIdPsMask) == cm::service_id(cm::kPsUdp, 0) && is_local(local)
                           ? find_listener(kPsUdp, local)
                           : 0;
-  if (!lh || ids_.size() >= kMaxIds) {
+  if (!lh || refuses_ip_requests(lh) || ids_.size() >= kMaxIds) {
     // cm_sidr_req_handler: no listener is "unsupported" (IBA table 121).
     send_sidr_status(sgid, sgid_index, m.hdr.tid, request_id, sid, lh ? cm::kSidrReject : cm::kSidrUnsupported);
     return;

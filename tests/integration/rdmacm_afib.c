@@ -4,15 +4,20 @@
  *
  *   server GID PORT: binding GID itself fails with ENODEV
  *     (cma_validate_port: an ARPHRD_INFINIBAND address on a port that is not
- *     InfiniBand); the zero GID with service ID RDMA_IB_IP_PS_TCP|PORT binds
- *     (an RDMA_PS_IB id may take a TCP service ID, cma_select_ib_ps) and
- *     listens. It takes one request from an IP client (rdmacm_afib client),
- *     whose new id is AF_IB (cma_save_ib_info: the path's GIDs, GID here, and
- *     the service ID) and reports the request's whole private data, rdma_cm's
- *     IP header first (cma_user_data_offset is 0 for an AF_IB listener);
- *     it accepts, checks COUNT messages, sends one back, disconnects.
- *   client ADDR PORT: an RDMA_PS_TCP client over IP (IPv4 or IPv6) that
- *     connects with private data, sends COUNT messages, checks the reply.
+ *     InfiniBand); the zero GID binds with service ID RDMA_IB_IP_PS_TCP|PORT
+ *     and, on a second id, RDMA_IB_IP_PS_UDP|PORT (an RDMA_PS_IB id may take
+ *     rdma_cm's IP port spaces, cma_select_ib_ps), and both listen. Over
+ *     RoCE they refuse IP requests: the kernel's new id is AF_IB
+ *     (cma_save_net_info), cma_ib_acquire_dev finds it no GID (rdma_ip2gid:
+ *     AF_INET and AF_INET6 only), and the CM answers REJ 28 (a SIDR REP
+ *     "reject" for UD); the listener hears nothing. An IP listener on
+ *     PORT+1 (the client's "done") must be the first to hear a request:
+ *     the server rejects it with "done", waits a moment for any other
+ *     event, and ends.
+ *   client ADDR PORT: an IP client (IPv4 or IPv6): RDMA_PS_TCP to PORT is
+ *     REJECTED with status 28 and RDMA_PS_UDP to PORT UNREACHABLE with
+ *     status 2, each at once (no retries: under 3 s); then it connects to
+ *     PORT+1 and is REJECTED with the server's "done".
  *   ibclient GID PORT: an AF_IB client: rdma_resolve_addr works
  *     (cma_resolve_ib_dev, ADDR_RESOLVED), rdma_resolve_route fails at once
  *     with ENODEV (cma_resolve_iboe_route: an AF_IB id has no netdev), and
@@ -34,14 +39,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define PS_TCP_SID 0x01060000ULL /* RDMA_IB_IP_PS_TCP */
-#define COUNT 10
-#define MSG 64
+#define PS_UDP_SID 0x01110000ULL /* RDMA_IB_IP_PS_UDP */
 #define WAIT_MS 15000
+#define PROMPT_MS 3000 /* a request's first answer: the CM sends again after ~4 s */
 
 static const char hello[] = "afib hello";
-static const char welcome[] = "afib welcome";
+static const char done[] = "done";
 static const char *who = "?";
 
 #define CHECK(cond, ...)                              \
@@ -66,12 +72,6 @@ static struct sockaddr_ib ib_addr(const char *gid, uint64_t sid) {
   return a;
 }
 
-static const char *gid_str(const struct sockaddr *sa, char *buf) {
-  const struct sockaddr_ib *ib = (const struct sockaddr_ib *)sa;
-  inet_ntop(AF_INET6, ib->sib_addr.sib_raw, buf, INET6_ADDRSTRLEN);
-  return buf;
-}
-
 /* The next event, which must be `want`; returned unacked. */
 static struct rdma_cm_event *expect(struct rdma_event_channel *ch, enum rdma_cm_event_type want) {
   struct pollfd p = {ch->fd, POLLIN, 0};
@@ -89,30 +89,6 @@ static void check_ib(const struct sockaddr *sa, const char *what) {
   CHECK(sa->sa_family == AF_IB, "%s: family %d, not AF_IB", what, sa->sa_family);
 }
 
-static struct ibv_qp_init_attr qp_attr(void) {
-  struct ibv_qp_init_attr a;
-  memset(&a, 0, sizeof(a));
-  a.qp_type = IBV_QPT_RC;
-  a.cap.max_send_wr = a.cap.max_recv_wr = COUNT + 1;
-  a.cap.max_send_sge = a.cap.max_recv_sge = 1;
-  a.sq_sig_all = 1;
-  return a;
-}
-
-/* The connection's end: DISCONNECTED, then TIMEWAIT_EXIT a time-wait later;
- * the QP, MR and id go. */
-static void finish(struct rdma_event_channel *ch, struct rdma_cm_id *id, struct ibv_mr *mr) {
-  rdma_ack_cm_event(expect(ch, RDMA_CM_EVENT_DISCONNECTED));
-  rdma_ack_cm_event(expect(ch, RDMA_CM_EVENT_TIMEWAIT_EXIT));
-  rdma_dereg_mr(mr);
-  rdma_destroy_qp(id);
-  rdma_destroy_id(id);
-}
-
-static void fill(uint8_t *buf, int i) {
-  for (int b = 0; b < MSG; ++b) buf[b] = (uint8_t)(i * 31 + b);
-}
-
 /* An event channel and an id of port space ps on it. */
 static struct rdma_cm_id *channel_and_id(struct rdma_event_channel **ch, enum rdma_port_space ps) {
   *ch = rdma_create_event_channel();
@@ -122,15 +98,23 @@ static struct rdma_cm_id *channel_and_id(struct rdma_event_channel **ch, enum rd
   return id;
 }
 
+/* A listener of port space ps on channel ch bound to a (an AF_IB or an IP
+ * address). */
+static struct rdma_cm_id *listener_at(struct rdma_event_channel *ch, enum rdma_port_space ps, const void *a) {
+  struct rdma_cm_id *l;
+  CHECK(rdma_create_id(ch, &l, NULL, ps) == 0, "rdma_create_id: %s", strerror(errno));
+  CHECK(rdma_bind_addr(l, (struct sockaddr *)a) == 0, "rdma_bind_addr: %s", strerror(errno));
+  CHECK(rdma_listen(l, 4) == 0, "rdma_listen: %s", strerror(errno));
+  return l;
+}
+
 static int server(const char *gid, uint16_t port) {
   who = "server";
   struct rdma_event_channel *ch;
-  struct rdma_cm_id *listener = channel_and_id(&ch, RDMA_PS_IB);
+  struct rdma_cm_id *probe = channel_and_id(&ch, RDMA_PS_IB);
   /* A GID binds no device on a RoCE port (ENODEV); ::1 is a wildcard
    * (cma_any_addr) and binds. */
   struct sockaddr_ib a = ib_addr(gid, PS_TCP_SID | port);
-  struct rdma_cm_id *probe;
-  CHECK(rdma_create_id(ch, &probe, NULL, RDMA_PS_IB) == 0, "rdma_create_id: %s", strerror(errno));
   errno = 0;
   if (strcmp(gid, "::1") == 0)
     CHECK(rdma_bind_addr(probe, (struct sockaddr *)&a) == 0, "rdma_bind_addr to ::1: %s", strerror(errno));
@@ -139,78 +123,51 @@ static int server(const char *gid, uint16_t port) {
           "rdma_bind_addr to GID %s: %s, not ENODEV", gid, strerror(errno));
   rdma_destroy_id(probe);
   struct sockaddr_ib any = ib_addr("::", PS_TCP_SID | port);
-  CHECK(rdma_bind_addr(listener, (struct sockaddr *)&any) == 0, "rdma_bind_addr to the zero GID: %s", strerror(errno));
+  struct rdma_cm_id *listener = listener_at(ch, RDMA_PS_IB, &any);
   check_ib(rdma_get_local_addr(listener), "listener's address");
   CHECK(ntohs(rdma_get_src_port(listener)) == port, "listener's port %u", ntohs(rdma_get_src_port(listener)));
-  CHECK(rdma_listen(listener, 4) == 0, "rdma_listen: %s", strerror(errno));
-  printf("server: listening on the zero GID, service ID 0x%llx\n", (unsigned long long)(PS_TCP_SID | port));
+  struct sockaddr_ib any_udp = ib_addr("::", PS_UDP_SID | port);
+  struct rdma_cm_id *ud_listener = listener_at(ch, RDMA_PS_IB, &any_udp);
+  struct sockaddr_in6 ip_any;
+  memset(&ip_any, 0, sizeof(ip_any));
+  ip_any.sin6_family = AF_INET6;
+  ip_any.sin6_port = htons(port + 1);
+  struct rdma_cm_id *ip_listener = listener_at(ch, RDMA_PS_TCP, &ip_any);
+  printf("server: listening on the zero GID, service IDs 0x%llx and 0x%llx, and on IP port %u\n",
+         (unsigned long long)(PS_TCP_SID | port), (unsigned long long)(PS_UDP_SID | port), port + 1);
   fflush(stdout);
 
+  /* The client's "done" is the first request anyone hears: the AF_IB
+   * listeners heard nothing of the client's requests before it. */
   struct rdma_cm_event *ev = expect(ch, RDMA_CM_EVENT_CONNECT_REQUEST);
+  CHECK(ev->listen_id == ip_listener, "a request for the %s listener", ev->listen_id == ip_listener ? "IP" : "AF_IB");
   struct rdma_cm_id *id = ev->id;
-  char g[INET6_ADDRSTRLEN];
-  CHECK(ev->listen_id == listener, "listen_id");
-  check_ib(rdma_get_local_addr(id), "request's local address");
-  check_ib(rdma_get_peer_addr(id), "request's peer address");
-  const struct sockaddr_ib *local = (const struct sockaddr_ib *)rdma_get_local_addr(id);
-  CHECK(be64toh(local->sib_sid) == (PS_TCP_SID | port), "request's service ID 0x%llx",
-        (unsigned long long)be64toh(local->sib_sid));
-  CHECK(be64toh(local->sib_sid_mask) == ~0ULL, "request's service ID mask");
-  CHECK(memcmp(local->sib_addr.sib_raw, a.sib_addr.sib_raw, 16) == 0, "request's local GID %s",
-        gid_str(rdma_get_local_addr(id), g));
-  CHECK(ntohs(rdma_get_src_port(id)) == port, "request's source port");
-  /* The whole REQ private data field: the client's IP header (version 0,
-   * its IP version), then its data. */
-  const uint8_t *priv = ev->param.conn.private_data;
-  CHECK(ev->param.conn.private_data_len == 92, "request's private data: %u bytes", ev->param.conn.private_data_len);
-  CHECK(priv[0] == 0 && ((priv[1] >> 4) == 4 || (priv[1] >> 4) == 6), "request's IP header: %02x %02x", priv[0],
-        priv[1]);
-  CHECK(memcmp(priv + 36, hello, sizeof(hello)) == 0, "request's private data: %.16s", (const char *)(priv + 36));
-  printf("server: request from %s\n", gid_str(rdma_get_peer_addr(id), g));
+  CHECK(rdma_reject(id, done, sizeof(done)) == 0, "rdma_reject: %s", strerror(errno));
   rdma_ack_cm_event(ev);
-
-  struct ibv_qp_init_attr init = qp_attr();
-  CHECK(rdma_create_qp(id, NULL, &init) == 0, "rdma_create_qp: %s", strerror(errno));
-  static uint8_t bufs[COUNT + 1][MSG];
-  struct ibv_mr *mr = rdma_reg_msgs(id, bufs, sizeof(bufs));
-  CHECK(mr, "rdma_reg_msgs: %s", strerror(errno));
-  for (int i = 0; i < COUNT; ++i)
-    CHECK(rdma_post_recv(id, NULL, bufs[i], MSG, mr) == 0, "rdma_post_recv: %s", strerror(errno));
-  struct rdma_conn_param p;
-  memset(&p, 0, sizeof(p));
-  p.responder_resources = p.initiator_depth = 1;
-  p.rnr_retry_count = 7;
-  p.private_data = welcome;
-  p.private_data_len = sizeof(welcome);
-  CHECK(rdma_accept(id, &p) == 0, "rdma_accept: %s", strerror(errno));
-  rdma_ack_cm_event(expect(ch, RDMA_CM_EVENT_ESTABLISHED));
-
-  for (int i = 0; i < COUNT; ++i) {
-    struct ibv_wc wc;
-    CHECK(rdma_get_recv_comp(id, &wc) == 1, "rdma_get_recv_comp: %s", strerror(errno));
-    CHECK(wc.status == IBV_WC_SUCCESS && wc.byte_len == MSG, "receive %d: %s, %u bytes", i,
-          ibv_wc_status_str(wc.status), wc.byte_len);
-    uint8_t want[MSG];
-    fill(want, i);
-    CHECK(memcmp(bufs[i], want, MSG) == 0, "message %d: wrong data", i);
-  }
-  printf("server: %d messages checked\n", COUNT);
-  fill(bufs[COUNT], 1000);
-  CHECK(rdma_post_send(id, NULL, bufs[COUNT], MSG, mr, 0) == 0, "rdma_post_send: %s", strerror(errno));
-  struct ibv_wc wc;
-  CHECK(rdma_get_send_comp(id, &wc) == 1 && wc.status == IBV_WC_SUCCESS, "reply: %s", ibv_wc_status_str(wc.status));
-
-  finish(ch, id, mr);
+  rdma_destroy_id(id);
+  struct pollfd p = {ch->fd, POLLIN, 0};
+  CHECK(poll(&p, 1, 500) == 0, "an event after the client's done");
+  rdma_destroy_id(ip_listener);
+  rdma_destroy_id(ud_listener);
   rdma_destroy_id(listener);
   rdma_destroy_event_channel(ch);
   printf("server: ok\n");
   return 0;
 }
 
-static int client(const char *addr, uint16_t port) {
-  who = "client";
-  struct rdma_event_channel *ch;
-  struct rdma_cm_id *id = channel_and_id(&ch, RDMA_PS_TCP);
+static int64_t ms_since(const struct timespec *t0) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (t.tv_sec - t0->tv_sec) * 1000 + (t.tv_nsec - t0->tv_nsec) / 1000000;
+}
+
+/* An id of port space ps connects to addr:port with hello and gets `want`
+ * with status `status` (and the private data `data` if given) within
+ * PROMPT_MS. */
+static void refused(struct rdma_event_channel *ch, enum rdma_port_space ps, const char *addr, uint16_t port,
+                    enum rdma_cm_event_type want, int status, const char *data) {
+  struct rdma_cm_id *id;
+  CHECK(rdma_create_id(ch, &id, NULL, ps) == 0, "rdma_create_id: %s", strerror(errno));
   struct sockaddr_storage dst;
   memset(&dst, 0, sizeof(dst));
   struct sockaddr_in *in = (struct sockaddr_in *)&dst;
@@ -227,41 +184,33 @@ static int client(const char *addr, uint16_t port) {
   rdma_ack_cm_event(expect(ch, RDMA_CM_EVENT_ADDR_RESOLVED));
   CHECK(rdma_resolve_route(id, 2000) == 0, "rdma_resolve_route: %s", strerror(errno));
   rdma_ack_cm_event(expect(ch, RDMA_CM_EVENT_ROUTE_RESOLVED));
-
-  struct ibv_qp_init_attr init = qp_attr();
-  CHECK(rdma_create_qp(id, NULL, &init) == 0, "rdma_create_qp: %s", strerror(errno));
-  static uint8_t bufs[COUNT + 1][MSG];
-  struct ibv_mr *mr = rdma_reg_msgs(id, bufs, sizeof(bufs));
-  CHECK(mr, "rdma_reg_msgs: %s", strerror(errno));
-  CHECK(rdma_post_recv(id, NULL, bufs[COUNT], MSG, mr) == 0, "rdma_post_recv: %s", strerror(errno));
   struct rdma_conn_param p;
   memset(&p, 0, sizeof(p));
-  p.responder_resources = p.initiator_depth = 1;
-  p.retry_count = p.rnr_retry_count = 7;
   p.private_data = hello;
   p.private_data_len = sizeof(hello);
+  struct timespec t0;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
   CHECK(rdma_connect(id, &p) == 0, "rdma_connect: %s", strerror(errno));
-  struct rdma_cm_event *ev = expect(ch, RDMA_CM_EVENT_ESTABLISHED);
-  CHECK(ev->param.conn.private_data && memcmp(ev->param.conn.private_data, welcome, sizeof(welcome)) == 0,
-        "reply's private data");
+  struct rdma_cm_event *ev = expect(ch, want);
+  const int64_t ms = ms_since(&t0);
+  CHECK(ev->id == id, "the event of another id");
+  CHECK(ev->status == status, "status %d, expected %d", ev->status, status);
+  CHECK(ms < PROMPT_MS, "answered after %lld ms", (long long)ms);
+  CHECK(!data || (ev->param.conn.private_data && memcmp(ev->param.conn.private_data, data, strlen(data) + 1) == 0),
+        "private data other than \"%s\"", data);
+  printf("%s: %s %s status %d after %lld ms\n", who, ps == RDMA_PS_UDP ? "UDP" : "TCP", rdma_event_str(want),
+         ev->status, (long long)ms);
   rdma_ack_cm_event(ev);
+  rdma_destroy_id(id);
+}
 
-  for (int i = 0; i < COUNT; ++i) {
-    fill(bufs[i], i);
-    CHECK(rdma_post_send(id, NULL, bufs[i], MSG, mr, 0) == 0, "rdma_post_send: %s", strerror(errno));
-    struct ibv_wc wc;
-    CHECK(rdma_get_send_comp(id, &wc) == 1 && wc.status == IBV_WC_SUCCESS, "send %d: %s", i,
-          ibv_wc_status_str(wc.status));
-  }
-  struct ibv_wc wc;
-  CHECK(rdma_get_recv_comp(id, &wc) == 1 && wc.status == IBV_WC_SUCCESS, "reply: %s", ibv_wc_status_str(wc.status));
-  uint8_t want[MSG];
-  fill(want, 1000);
-  CHECK(wc.byte_len == MSG && memcmp(bufs[COUNT], want, MSG) == 0, "reply's data");
-  printf("client: %d messages sent, reply checked\n", COUNT);
-
-  CHECK(rdma_disconnect(id) == 0, "rdma_disconnect: %s", strerror(errno));
-  finish(ch, id, mr);
+static int client(const char *addr, uint16_t port) {
+  who = "client";
+  struct rdma_event_channel *ch = rdma_create_event_channel();
+  CHECK(ch, "rdma_create_event_channel: %s", strerror(errno));
+  refused(ch, RDMA_PS_TCP, addr, port, RDMA_CM_EVENT_REJECTED, 28, NULL);   /* IB_CM_REJ_CONSUMER_DEFINED */
+  refused(ch, RDMA_PS_UDP, addr, port, RDMA_CM_EVENT_UNREACHABLE, 2, NULL);  /* IB_SIDR_REJECT */
+  refused(ch, RDMA_PS_TCP, addr, port + 1, RDMA_CM_EVENT_REJECTED, 28, done);
   rdma_destroy_event_channel(ch);
   printf("client: ok\n");
   return 0;

@@ -65,9 +65,10 @@ pair ib_send_bw_R_UD ib_send_bw -R -c UD -d uroce0 -x 0 -p 18809 -n 200 -- ib_se
 pair ib_read_lat_R ib_read_lat -R -d uroce0 -x 0 -p 18807 -n 200 -- ib_read_lat -R -d uroce0 -x 0 -p 18807 -n 200 127.0.0.1
 
 # AF_IB, as the kernel's rdma_cm over a RoCE port: rdmacm_afib's AF_IB
-# listener on the zero GID (its bind to the GID itself ENODEV) takes an
-# IPv4 and an IPv6 client's connection; its AF_IB client resolves the
-# address but not the route (ENODEV). Debian's ucmatose and udaddy with
+# listeners on the zero GID (its bind to the GID itself ENODEV) refuse an
+# IPv4 and an IPv6 client's requests at once, REJ 28 and SIDR "reject" (2),
+# and hear nothing; its AF_IB client resolves the address but not the
+# route (ENODEV). Debian's ucmatose and udaddy with
 # AF_IB addresses of their own making (-f gid: rdma_getaddrinfo's
 # RAI_FAMILY with AF_IB hints) fail as on a kernel RoCE device: a server
 # bound to a GID at rdma_bind_addr, a client at rdma_resolve_route.
@@ -75,7 +76,7 @@ if [[ -n $afib ]]; then
   pair afib_listener_ipv4 "$afib" server ::ffff:127.0.0.1 18820 -- "$afib" client 127.0.0.1 18820
   grep -q '^client: ok' "$RUN_PAIR_CLIENT_LOG" && grep -q '^server: ok' "$RUN_PAIR_SERVER_LOG" ||
     bad "afib_listener_ipv4: both ends ok"
-  pair afib_listener_ipv6 "$afib" server ::1 18821 -- "$afib" client ::1 18821
+  pair afib_listener_ipv6 "$afib" server ::1 18823 -- "$afib" client ::1 18823
   grep -q '^client: ok' "$RUN_PAIR_CLIENT_LOG" && grep -q '^server: ok' "$RUN_PAIR_SERVER_LOG" ||
     bad "afib_listener_ipv6: both ends ok"
   if timeout 30 "$UROCE_BIN" run -- "$afib" ibclient ::ffff:127.0.0.1 18820 >"$UROCE_LOG_DIR/afib_ibclient.log" 2>&1 &&

@@ -13,11 +13,11 @@
 # up after 4.8 s, still connect through MRAs.
 #
 # AF_IB as the kernel's rdma_cm over RoCE: with rdmacm_afib
-# (tests/integration/rdmacm_afib.c) given, its AF_IB listener on the zero
-# GID takes an IPv4 and an IPv6 client's connection from the other engine
-# (their REQs carry rdma_cm's IP header, as a kernel client's; captured),
-# and its AF_IB client resolves the other engine's GID but not the route
-# (ENODEV). ucmatose and udaddy -f gid fail as on a kernel RoCE device.
+# (tests/integration/rdmacm_afib.c) given, its AF_IB listeners on the zero
+# GID refuse an IPv4 and an IPv6 client of the other engine at once (REJ 28,
+# SIDR "reject" 2) and hear nothing (captured: the REQ, with rdma_cm's IP
+# header as a kernel client's, and its REJ), and its AF_IB client resolves
+# the other engine's GID but not the route (ENODEV). ucmatose and udaddy -f gid fail as on a kernel RoCE device.
 #
 #   rdmacm_two_hosts_test.sh [RDMACM_EVENTS_BINARY [RDMACM_AFIB_BINARY]]
 set -euo pipefail
@@ -159,20 +159,25 @@ if [[ -n $afib ]]; then
     kill -INT "$cap_pid" 2>/dev/null || true
     wait "$cap_pid" || true
     # The REQ carries RDMA_PS_TCP's service ID (0x01060000 | 18912), which
-    # the AF_IB listener bound, and rdma_cm's IP header (the server checked
-    # it); no CM MAD is malformed. (The data SENDs are left out: tshark's
-    # SDP heuristic takes the first one, whose bytes count up from 0, for an
-    # SDP Hello.)
-    reqs=$(tshark -r "$afib_cap" -Y "infiniband.cm.req.serviceid == 0x010649e0" 2>/dev/null | wc -l || true)
+    # the AF_IB listener bound, and rdma_cm's IP header; it goes once (no
+    # retries) and its answer is a REJ (ConnectReject), reason 28; no CM MAD
+    # is malformed.
+    comm_ids=$(tshark -r "$afib_cap" -Y "infiniband.cm.req.serviceid == 0x010649e0" -T fields -e infiniband.cm.req \
+      2>/dev/null || true)
+    reqs=$(grep -c . <<<"$comm_ids" || true) rejs=0
+    if ((reqs == 1)); then
+      rejs=$(tshark -r "$afib_cap" -Y "infiniband.cm.rej.remotecommid == $comm_ids && infiniband.cm.rej.reason == 28" \
+        2>/dev/null | grep -c ConnectReject || true)
+    fi
     malformed=$(tshark -r "$afib_cap" -Y "infiniband.mad && (_ws.malformed || _ws.expert.severity == error)" \
       2>/dev/null | wc -l || true)
-    if ((reqs > 0 && malformed == 0)); then
-      ok "capture: the REQ to the AF_IB listener, service ID 0x010649e0, none malformed"
+    if ((reqs == 1 && rejs == 1 && malformed == 0)); then
+      ok "capture: one REQ to the AF_IB listener (service ID 0x010649e0), its REJ 28, none malformed"
     else
-      bad "capture: $reqs REQs to the AF_IB listener, $malformed malformed"
+      bad "capture: $reqs REQs to the AF_IB listener, $rejs REJ 28 to it, $malformed malformed"
     fi
   fi
-  pair afib_listener_ipv6 "$afib" server "$eng6_b" 18913 -- "$afib" client "$eng6_b" 18913
+  pair afib_listener_ipv6 "$afib" server "$eng6_b" 18915 -- "$afib" client "$eng6_b" 18915
   grep -q '^client: ok' "$PAIR_CLIENT_LOG" && grep -q '^server: ok' "$PAIR_SERVER_LOG" ||
     bad "afib_listener_ipv6: both ends ok"
   if on_a timeout 30 "$UROCE_BIN" run -- "$afib" ibclient "::ffff:$eng_b" 18912 >"$UROCE_LOG_DIR/afib_ibclient.log" 2>&1 &&

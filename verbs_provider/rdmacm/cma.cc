@@ -26,17 +26,13 @@ uint32_t random_psn() {
 }
 
 // What rdma_cm reports as the private data of each message: the whole
-// field, less the IP header rdma_cm puts in an IP id's REQ
-// (cma_user_data_offset): REQ 92 - 36, SIDR REQ 216 - 36; an AF_IB id's
-// whole.
-constexpr size_t kReqPrivateData = 92, kSidrReqPrivateData = 216;
+// field, less the IP header rdma_cm puts in a REQ (cma_user_data_offset;
+// an AF_IB listener, which would report it all, takes no request over
+// RoCE): REQ 92 - 36, SIDR REQ 216 - 36.
 constexpr size_t kReqUserPrivateData = 56, kSidrReqUserPrivateData = 180;
-bool is_ib(const Id* id) { return id->id.route.addr.src_addr.sa_family == AF_IB; }
-size_t reported_private_len(uint32_t event, uint32_t ps, bool ib) {
+size_t reported_private_len(uint32_t event, uint32_t ps) {
   switch (event) {
-    case RDMA_CM_EVENT_CONNECT_REQUEST:
-      if (ib) return ps == RDMA_PS_UDP ? kSidrReqPrivateData : kReqPrivateData;
-      return ps == RDMA_PS_UDP ? kSidrReqUserPrivateData : kReqUserPrivateData;
+    case RDMA_CM_EVENT_CONNECT_REQUEST: return ps == RDMA_PS_UDP ? kSidrReqUserPrivateData : kReqUserPrivateData;
     case RDMA_CM_EVENT_REJECTED: return abi::kCmMaxRejPrivateData;
     case RDMA_CM_EVENT_CONNECT_RESPONSE:
     case RDMA_CM_EVENT_ESTABLISHED: return ps == RDMA_PS_UDP ? 136 : abi::kCmMaxPrivateData;
@@ -662,7 +658,7 @@ RDMACM_EXPORT int rdma_get_cm_event(rdma_event_channel* channel, rdma_cm_event**
     }
     std::memcpy(e->private_data, rec.param.private_data,
                 std::min<size_t>(rec.param.private_data_len, sizeof(e->private_data)));
-    const size_t reported = reported_private_len(rec.event, id->id.ps, is_ib(id));
+    const size_t reported = reported_private_len(rec.event, id->id.ps);
     if (id->id.qp_type == IBV_QPT_UD && (ev.event == RDMA_CM_EVENT_ESTABLISHED ||
                                           ev.event == RDMA_CM_EVENT_CONNECT_REQUEST)) {
       rdma_ud_param& ud = ev.param.ud;

@@ -99,9 +99,9 @@ struct Id {
 
 inline Id* to_id(rdma_cm_id* id) { return reinterpret_cast<Id*>(id); }
 
-// The longest private data an event reports: an AF_IB id's SIDR REQ's
-// (IB_CM_SIDR_REQ_PRIVATE_DATA_SIZE; what the engine carries, then zeros).
-constexpr size_t kMaxReportedPrivateData = 216;
+// The longest private data an event reports: a REP's (what the engine
+// carries).
+constexpr size_t kMaxReportedPrivateData = abi::kCmMaxPrivateData;
 
 struct Event {
   rdma_cm_event ev;  // must be first

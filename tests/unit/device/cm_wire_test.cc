@@ -351,11 +351,12 @@ TEST_F(CmWireTest, AnAddressRemovedIsAnAddrChangeForItsIds) {
 
 // AF_IB (abi::CmAddr AF_IB: a GID, a service ID) as the kernel's rdma_cm
 // over RoCE: a bind to a GID is ENODEV; an AF_IB listener on the zero GID
-// takes an IP id's REQ (its IP header as from any rdma_cm client), its new
-// id AF_IB (the REQ's GIDs, the service ID) with the whole private data
-// field; an AF_IB id resolves its address but not its route (ENODEV), so
-// it sends nothing. A REQ without the IP header (none of rdma_cm's RoCE
-// ids sends one) is refused: REJ 28 where an id listens on the service ID
+// refuses an IP id's REQ (its IP header as from any rdma_cm client) with a
+// REJ 28 and a SIDR REQ with a SIDR REP "reject" (2), and hears nothing
+// (its new id, AF_IB, finds no GID: cma_ib_acquire_dev's rdma_ip2gid); an
+// AF_IB id resolves its address but not its route (ENODEV), so it sends
+// nothing. A REQ without the IP header (none of rdma_cm's RoCE ids sends
+// one) is refused: REJ 28 where an id listens on the service ID
 // (cma_ib_req_handler fails: cma_ib_acquire_dev), else 8; a SIDR REQ gets
 // "reject" (2), else "unsupported" (1).
 TEST_F(CmWireTest, AfIbAsTheKernelOverRoce) {
@@ -364,30 +365,38 @@ TEST_F(CmWireTest, AfIbAsTheKernelOverRoce) {
   const uint64_t at_gid = b_.new_id(kPsIb);
   abi::CmBindReply rep{};
   EXPECT_EQ(b_.agent.bind(&b_.owner, {at_gid, ib(b_.gid(), uint64_t(kPsIb) << 16 | 7100), 0, 0, {}}, &rep), ENODEV);
-  const uint64_t l = b_.new_id(kPsIb);
-  ASSERT_EQ(b_.agent.bind(&b_.owner, {l, ib(zero, uint64_t(kPsTcp) << 16 | 7100), 0, 0, {}}, &rep), 0);
-  EXPECT_EQ(rep.addr.family, AF_IB);
-  ASSERT_EQ(b_.agent.listen(&b_.owner, l, 1), 0);
-
-  const uint64_t active = a_.resolved("10.9.0.2", 7100);
-  ASSERT_EQ(a_.agent.connect(&a_.owner, conn(active, 0x11, 0x100, "over IP")), 0);
-  SentMad req = carry(a_, b_);
-  ASSERT_EQ(req.attr(), uint16_t(cm::Attr::kReq));
-  const auto* bytes = reinterpret_cast<const uint8_t*>(&req.mad);
-  EXPECT_EQ(bytes[164], 0);     // cma_hdr: version 0,
-  EXPECT_EQ(bytes[165], 0x40);  // IPv4
-  auto e = b_.event();
-  ASSERT_TRUE(e);
-  EXPECT_EQ(e->event, kConnectRequest);
-  EXPECT_EQ(e->listen_id, l);
-  EXPECT_EQ(e->src.family, AF_IB);
-  EXPECT_EQ(uint64_t(e->src.scope_id) << 16 | ntohs(e->src.port), uint64_t(kPsTcp) << 16 | 7100);
-  EXPECT_EQ(std::memcmp(e->src.addr, b_.gid(), 16), 0);
-  EXPECT_EQ(e->dst.family, AF_IB);
-  EXPECT_EQ(std::memcmp(e->dst.addr, a_.gid(), 16), 0);
-  EXPECT_EQ(e->param.private_data_len, 92);
-  EXPECT_STREQ(reinterpret_cast<const char*>(e->param.private_data + 36), "over IP");
-  accepted(active, e->id);
+  for (const uint32_t ps : {kPsTcp, kPsUdp}) {
+    SCOPED_TRACE(ps);
+    const bool ud = ps == kPsUdp;
+    const uint64_t l = b_.new_id(kPsIb);
+    ASSERT_EQ(b_.agent.bind(&b_.owner, {l, ib(zero, uint64_t(ps) << 16 | 7100), 0, 0, {}}, &rep), 0);
+    EXPECT_EQ(rep.addr.family, AF_IB);
+    ASSERT_EQ(b_.agent.listen(&b_.owner, l, 1), 0);
+    const uint64_t active = a_.resolved("10.9.0.2", 7100, ps);
+    ASSERT_EQ(a_.agent.connect(&a_.owner, conn(active, 0x11, 0x100, "over IP")), 0);
+    const SentMad req = carry(a_, b_);
+    ASSERT_EQ(req.attr(), uint16_t(ud ? cm::Attr::kSidrReq : cm::Attr::kReq));
+    const uint8_t* data = cm::at(req.mad, ud ? cm::sidr_req::kPrivateData : cm::req::kPrivateData);
+    EXPECT_EQ(data[0], 0);     // cma_hdr: version 0,
+    EXPECT_EQ(data[1], 0x40);  // IPv4
+    EXPECT_FALSE(b_.event());         // the listener hears nothing
+    const SentMad answer = carry(b_, a_);
+    EXPECT_TRUE(b_.out.empty());
+    if (ud) {
+      ASSERT_EQ(answer.attr(), uint16_t(cm::Attr::kSidrRep));
+      EXPECT_EQ(cm::get(answer.mad, cm::sidr_rep::kStatus), uint64_t(2));  // IB_SIDR_REJECT
+    } else {
+      ASSERT_EQ(answer.attr(), uint16_t(cm::Attr::kRej));
+      EXPECT_EQ(cm::get(answer.mad, cm::rej::kReason), uint64_t(28));  // IB_CM_REJ_CONSUMER_DEFINED
+    }
+    auto e = a_.event();
+    ASSERT_TRUE(e);
+    EXPECT_EQ(e->id, active);
+    EXPECT_EQ(e->event, ud ? kUnreachable : kRejected);
+    EXPECT_EQ(e->status, ud ? 2 : 28);
+    EXPECT_EQ(a_.agent.next_deadline_ns(), 0u);  // nothing left to send again
+    EXPECT_EQ(b_.agent.next_deadline_ns(), 0u);
+  }
 
   const uint64_t ib_id = a_.new_id(kPsIb);
   abi::CmResolveAddrRequest r{};
@@ -406,7 +415,7 @@ TEST_F(CmWireTest, AfIbAsTheKernelOverRoce) {
   // ID, then to one nobody listens on.
   const uint64_t again = a_.resolved("10.9.0.2", 7100);
   ASSERT_EQ(a_.agent.connect(&a_.owner, conn(again, 0x13, 0x300)), 0);
-  req = a_.take();
+  SentMad req = a_.take();
   auto strip = [](SentMad& m) { std::memset(reinterpret_cast<uint8_t*>(&m.mad) + 164, 0xee, 36); };
   strip(req);
   b_.agent.receive_mad(a_.gid(), b_.gid(), req.mad);
