@@ -247,7 +247,14 @@ int CmAgent::connect_remote(Id& id, uint64_t h, const abi::CmConnectRequest& r) 
     cm::set(m, kPrimaryRemoteLid, 0xffff);
     std::memcpy(cm::at(m, kPrimaryLocalGid), info_.gids[id.sgid_index].gid, 16);
     std::memcpy(cm::at(m, kPrimaryRemoteGid), id.remote_gid, 16);
-    cm::set(m, kPrimaryPacketRate, 3);  // 10 Gb/s, as the path rdma_resolve_route reports
+    // The flow label Linux's cma gives a RoCEv2 path (cma_resolve_iboe_route,
+    // cma_get_roce_udp_flow_label): a hash of the two ports.
+    cm::set(m, kPrimaryFlowLabel, cm::roce_flow_label(ntohs(id.src.port), ntohs(id.dst.port)));
+    // Packet rate 0, "the port's current rate": the kernel's iboe_get_rate
+    // gives it for a netdev of unknown speed (rxe on a tap or virtio-net, as
+    // measured against it); a peer such as mlx5 would apply any other value
+    // as the QP's static rate.
+    cm::set(m, kPrimaryPacketRate, 0);
     cm::set(m, kPrimaryHopLimit, 64);
     cm::set(m, kPrimaryLocalAckTimeout, wire_.packet_life_time + 1);
   }
@@ -273,6 +280,7 @@ int CmAgent::accept_remote(Id& id, uint64_t h, const abi::CmConnectRequest& r) {
   cm::set(m, kStartingPsn, r.param.psn);
   cm::set(m, kResponderResources, r.param.responder_resources);
   cm::set(m, kRnrRetryCount, r.param.rnr_retry_count);
+  cm::set(m, kTargetAckDelay, abi::kLocalCaAckDelay);  // cm_format_rep
   if (id.qp_type == IBV_QPT_XRC_RECV) {
     // An XRC target's QP number goes as the EE context's, with the SRQ bit
     // (cm_format_rep; cm_rep_get_qpn reads it there for an XRC initiator).

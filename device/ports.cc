@@ -290,8 +290,11 @@ bool Device::poll_wire_rx() {
       pool_.put(p);
       continue;
     }
-    // The kernel's own traffic on the interface it shares with us.
-    if (kernel_bound_ && !is_roce_frame(*p)) {
+    // The kernel's own traffic on the interface it shares with us, bound to
+    // it (--netdev) or with an address of our own beside the kernel's (--ip
+    // on a port that is also a kernel interface, often with its MAC): not
+    // RoCE, so not ours to parse, and no parse error.
+    if (!is_roce_frame(*p)) {
       ++counters_.rx_kernel;
       pool_.put(p);
       continue;

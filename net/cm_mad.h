@@ -244,6 +244,13 @@ constexpr uint64_t kPsTcp = 0x0106, kPsUdp = 0x0111, kPsIb = 0x013F;
 constexpr uint64_t service_id(uint64_t ps, uint16_t port) { return ps << 16 | port; }
 constexpr uint64_t kServiceIdPsMask = ~uint64_t(0xffff);
 
+// The flow label rdma_cm gives a RoCEv2 path without one of its own (Linux's
+// cma.c, cma_get_roce_udp_flow_label): source port * 31 + destination port,
+// its low 20 bits.
+constexpr uint32_t roce_flow_label(uint16_t src_port, uint16_t dst_port) {
+  return (uint32_t(src_port) * 31 + dst_port) & 0xfffff;
+}
+
 // rdma_cm's IP header, the first 36 bytes of a REQ's or SIDR REQ's private
 // data (cma.c: struct cma_hdr, CMA_VERSION 0): the active side's port and
 // both addresses, IPv4 in the last four bytes of each.

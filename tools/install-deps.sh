@@ -12,6 +12,7 @@ packages=(
   iproute2 python3 python3-pyverbs zlib1g-dev tshark
   debhelper fakeroot lintian clang
   ucx-utils libucx0 openmpi-bin libopenmpi-dev util-linux libfabric-bin
+  qemu-system-x86 busybox-static cpio
 )
 
 missing=()

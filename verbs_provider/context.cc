@@ -119,7 +119,7 @@ void fill_device_attr(const abi::DeviceInfo& d, ibv_device_attr* a) {
   a->max_mcast_qp_attach = int(abi::kMaxMcastQpAttach);
   a->max_total_mcast_qp_attach = int(abi::kMaxTotalMcastQpAttach);
   a->max_pkeys = 1;
-  a->local_ca_ack_delay = 15;
+  a->local_ca_ack_delay = abi::kLocalCaAckDelay;
   a->phys_port_cnt = uint8_t(d.num_ports);
 }
 

@@ -39,6 +39,10 @@ constexpr uint32_t kVersion = 12;  // 2: MRs on shared pages; 3: session handles
 // SendWqe::compare_add. The provider offers IBV_QP_EX_WITH_ATOMIC_WRITE only
 // to an engine that reports it.
 constexpr uint64_t kDeviceAtomicWrite = 1ull << 40;
+// The device's local CA ACK delay (ibv_device_attr.local_ca_ack_delay, as
+// rxe's RXE_LOCAL_CA_ACK_DELAY), which a REP carries as its Target ACK Delay
+// (Linux's cm_format_rep: cm_dev->ack_delay).
+constexpr uint8_t kLocalCaAckDelay = 15;
 constexpr size_t kCacheLine = 64;
 constexpr size_t kMaxDeviceName = 64;
 constexpr size_t kMaxGids = 16;
@@ -997,7 +1001,7 @@ constexpr size_t kCmMaxRejPrivateData = 148;  // REJ (IBA 12.6.7)
 // The parameters one side of a connection sends the other (REQ, REP).
 struct CmConnParam {
   uint32_t qp_num;
-  uint32_t psn;   // starting PSN of the sender's send queue
+  uint32_t psn;   // the Starting PSN: the receive queue's of the side that sends it (Linux's cm.c)
   uint32_t qkey;  // UD (SIDR REP)
   uint8_t responder_resources;
   uint8_t initiator_depth;

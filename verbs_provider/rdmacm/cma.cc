@@ -44,6 +44,14 @@ uint8_t capped(uint8_t want, int device_max) {
   return uint8_t(std::min<int>(want, std::max(device_max, 0)));
 }
 
+// librdmacm's ucma_valid_param: over the device's limit is EINVAL (RC port
+// space only); RDMA_MAX_RESP_RES / RDMA_MAX_INIT_DEPTH ask for the most.
+bool valid_depths(const Id* id, const rdma_conn_param* p, int device_max) {
+  if (id->id.ps != RDMA_PS_TCP || !p) return true;
+  return (p->responder_resources == RDMA_MAX_RESP_RES || p->responder_resources <= device_max) &&
+         (p->initiator_depth == RDMA_MAX_INIT_DEPTH || p->initiator_depth <= device_max);
+}
+
 int device_max_rd_atom(ibv_context* ctx) {
   ibv_device_attr attr{};
   return ctx && ibv_query_device(ctx, &attr) == 0 ? attr.max_qp_rd_atom : 16;
@@ -84,7 +92,7 @@ void fill_path(Id* id) {
   ibv_port_attr port{};
   p.mtu = id->id.verbs && ibv_query_port(id->id.verbs, 1, &port) == 0 ? port.active_mtu : IBV_MTU_1024;
   p.rate_selector = 2;
-  p.rate = 3;  // 10 Gb/s
+  p.rate = 0;  // IB_RATE_PORT_CURRENT, as the REQ carries it (device/cm_wire.cc)
   p.packet_life_time_selector = 2;
   p.packet_life_time = 18;  // CMA_IBOE_PACKET_LIFETIME
   id->id.route.path_rec = &id->path;
@@ -369,6 +377,7 @@ RDMACM_EXPORT int rdma_listen(rdma_cm_id* cm_id, int backlog) {
 RDMACM_EXPORT int rdma_connect(rdma_cm_id* cm_id, rdma_conn_param* param) {
   Id* id = to_id(cm_id);
   const int max_rd = device_max_rd_atom(id->id.verbs);
+  if (!valid_depths(id, param, max_rd)) return fail(EINVAL);
   if (param) {
     const size_t max_private = id->id.ps == RDMA_PS_UDP ? kSidrReqUserPrivateData : kReqUserPrivateData;
     if (param->private_data_len > max_private) return fail(EINVAL);
@@ -392,11 +401,18 @@ RDMACM_EXPORT int rdma_connect(rdma_cm_id* cm_id, rdma_conn_param* param) {
 RDMACM_EXPORT int rdma_accept(rdma_cm_id* cm_id, rdma_conn_param* param) {
   Id* id = to_id(cm_id);
   const int max_rd = device_max_rd_atom(id->id.verbs);
-  // Without parameters, the request's (ucma_valid_param's defaults).
+  if (!valid_depths(id, param, max_rd)) return fail(EINVAL);
+  // Without parameters (or asking for the most), the request's as far as
+  // this device goes: a kernel peer (rxe: 128) asks for more than our 16
+  // (librdmacm's rdma_accept).
   if (param && param->responder_resources != RDMA_MAX_RESP_RES)
-    id->responder_resources = capped(param->responder_resources, max_rd);
+    id->responder_resources = param->responder_resources;
+  else
+    id->responder_resources = capped(id->responder_resources, max_rd);
   if (param && param->initiator_depth != RDMA_MAX_INIT_DEPTH)
-    id->initiator_depth = capped(param->initiator_depth, max_rd);
+    id->initiator_depth = param->initiator_depth;
+  else
+    id->initiator_depth = capped(id->initiator_depth, max_rd);
   if (param) id->rnr_retry_count = std::min<uint8_t>(param->rnr_retry_count, 7);
   if (param && param->private_data_len > (id->id.ps == RDMA_PS_UDP ? 136 : abi::kCmMaxPrivateData))
     return fail(EINVAL);

@@ -97,7 +97,13 @@ RDMACM_EXPORT int rdma_init_qp_attr(rdma_cm_id* cm_id, ibv_qp_attr* attr, int* m
       ibv_port_attr port{};
       attr->path_mtu = ibv_query_port(id->id.verbs, 1, &port) == 0 ? port.active_mtu : IBV_MTU_1024;
       attr->dest_qp_num = id->peer_qpn;
-      attr->rq_psn = id->peer_psn;
+      // Each side's REQ or REP carries the PSN it will receive with: the
+      // active side's rq_psn is its REQ's Starting PSN and its sq_psn the
+      // REP's, the passive side the reverse (Linux's ib_send_cm_req,
+      // ib_send_cm_rep, cm_req_handler and cm_rep_handler in
+      // drivers/infiniband/core/cm.c, read back by cm_init_qp_rtr_attr and
+      // cm_init_qp_rts_attr). Swapped, uroce only ever talked to uroce.
+      attr->rq_psn = id->psn;
       attr->ah_attr.is_global = 1;
       attr->ah_attr.port_num = 1;
       std::memcpy(attr->ah_attr.grh.dgid.raw, id->peer_gid, 16);
@@ -113,7 +119,7 @@ RDMACM_EXPORT int rdma_init_qp_attr(rdma_cm_id* cm_id, ibv_qp_attr* attr, int* m
       return 0;
     }
     case IBV_QPS_RTS:
-      attr->sq_psn = ud ? 0 : id->psn;
+      attr->sq_psn = ud ? 0 : id->peer_psn;
       *mask = IBV_QP_STATE | IBV_QP_SQ_PSN;
       if (requester) {
         attr->retry_cnt = id->retry_count;

@@ -63,7 +63,7 @@ struct Id {
   Engine* engine = nullptr;  // nullptr until bound, resolved or listening
   uint64_t handle = 0;       // the id in its engine
   bool sync = false;   // made without a channel: each call waits for its event
-  uint32_t psn = 0;    // starting PSN of our send queue
+  uint32_t psn = 0;    // the Starting PSN our REQ/REP carries: our receive queue's
   uint8_t gid_index = 0;
   // rdma_set_option
   uint8_t tos = 0;

@@ -203,6 +203,13 @@ TEST_F(CmWireTest, TheReqCarriesRdmaCmsServiceIdAndIpHeaderAtIbaOffsets) {
   EXPECT_EQ(b[75] >> 4, 15);                              // max CM retries
   EXPECT_EQ(std::memcmp(b + 80, a_.gid(), 16), 0);        // primary local port GID
   EXPECT_EQ(std::memcmp(b + 96, b_.gid(), 16), 0);        // primary remote port GID
+  // Flow label and packet rate as Linux's cma fills a RoCEv2 path
+  // (cma_get_roce_udp_flow_label: sport * 31 + dport; rate 0, the port's
+  // current): the word at MAD byte 112, as captured from rxe's REQs.
+  const uint16_t sport = uint16_t(b[166] << 8 | b[167]);
+  const uint32_t word = uint32_t(b[112]) << 24 | b[113] << 16 | b[114] << 8 | b[115];
+  EXPECT_EQ(word >> 12, (sport * 31u + 7471u) & 0xfffff);
+  EXPECT_EQ(word & 0x3f, 0u);
   // Private data at MAD byte 164: cma_hdr (version 0, IPv4, source port,
   // source and destination addresses in the last 4 of 16 bytes), then ours.
   EXPECT_EQ(b[164], 0);
@@ -268,6 +275,7 @@ TEST_F(CmWireTest, ALinuxReqReachesTheListenerAndIsAnsweredWithARep) {
   EXPECT_EQ(std::memcmp(r + 28, comm, 4), 0);  // remote comm ID: the REQ's local one
   EXPECT_EQ(r[36] << 16 | r[37] << 8 | r[38], 0x33);
   EXPECT_EQ(r[44] << 16 | r[45] << 8 | r[46], 0x777);
+  EXPECT_EQ(r[50] >> 3, 15);  // target ACK delay: local_ca_ack_delay (cm_format_rep), as rxe's
   EXPECT_STREQ(reinterpret_cast<const char*>(r + 60), "ok");
   // A repeated REQ (the REP was lost) is answered with the REP again, and
   // makes no second request.

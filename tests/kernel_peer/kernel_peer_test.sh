@@ -1,0 +1,353 @@
+#!/usr/bin/env bash
+# The kernel as the peer: Linux's rdma_rxe (Debian 12's own kernel in a qemu
+# VM, tests/kernel_peer/vm.sh) on one wire with a uroce engine, Debian's
+# unmodified clients on both sides, each case both ways (the kernel serving
+# a uroce client, and the reverse) and in both engine modes:
+#   ip      uroced --port net_af_packet0,iface=TAP --ip ADDR (an address of
+#           its own on the tap, beside the kernel's)
+#   netdev  uroced --netdev TAP (the kernel's own address, as rxe takes it)
+# Every case's outcome goes to $UROCE_LOG_DIR/matrix.txt (kept with
+# UROCE_KEEP_FILES=1); both directions of the guest's NIC are captured to
+# $UROCE_LOG_DIR/kernel_peer.pcap.
+#
+# With --afib, tests/integration/rdmacm_afib.c (built against the system's
+# librdmacm) runs on both sides: its AF_IB expectations, read from cma.c,
+# are checked against the kernel itself.
+#
+#   kernel_peer_test.sh [--modes "ip netdev"] [--cases REGEX] [--matrix FILE] [--afib BINARY]
+set -euo pipefail
+modes="ip netdev" only="" matrix_out="" afib=""
+while (($#)); do
+  case $1 in
+    --modes) modes=$2; shift 2 ;;
+    --cases) only=$2; shift 2 ;;
+    --matrix) matrix_out=$2; shift 2 ;;
+    --afib) afib=$(realpath "$2"); shift 2 ;;  # the guest sees the host's root, not its cwd
+    *) echo "usage: $0 [--modes \"ip netdev\"] [--cases REGEX] [--matrix FILE] [--afib BINARY]" >&2; exit 2 ;;
+  esac
+done
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+source "$here/../integration/lib.sh"
+source "$here/vm.sh"
+
+if ! ip netns add "uroce-probe-$$" 2>/dev/null; then
+  echo "SKIP: cannot create network namespaces here (needs root)"
+  exit 77
+fi
+ip netns del "uroce-probe-$$"
+# Everything else this test needs is a package: its absence is a failure
+# that says which (tools/install-deps.sh installs them).
+kernel_peer_prepare || { echo "FAIL: the kernel peer cannot be prepared (above)"; exit 1; }
+
+failures=0
+ok() { echo "ok   $1"; }
+bad() {
+  echo "FAIL $1"
+  failures=$((failures + 1))
+}
+
+ns="kp-$$" tap="kpt$$"
+net=10.238.$(($$ % 200))
+host_ip=$net.1 guest_ip=$net.2 eng_ip=$net.11
+add_cleanup "ip netns del $ns 2>/dev/null"
+ip netns add "$ns"
+ip -n "$ns" link set lo up
+in_ns() { ip netns exec "$ns" "$@"; }
+host_run() { in_ns timeout -k 5 "$1" "$UROCE_BIN" run -- "${@:2}"; }
+
+kernel_peer_boot "$ns" "$tap" "$guest_ip/24" || { echo "FAIL: the guest did not boot"; exit 1; }
+ip -n "$ns" addr add "$host_ip/24" dev "$tap"
+ok "guest up: $(grep -m1 -o 'Linux version [^ ]*' "$KERNEL_PEER_CONSOLE" || echo Linux), rxe0 on eth0 $guest_ip"
+
+# The index of the RoCE v2 GID of an IPv4 address in `ibv_devinfo -v`.
+gid_index() {  # DEVINFO_OUTPUT_FILE ADDR
+  sed -nE "s/^[[:space:]]*GID\[ *([0-9]+)\]:[[:space:]]+::ffff:${2//./\\.}, RoCE v2$/\1/p" "$1" | head -1
+}
+guest_run devinfo 60 ibv_devinfo -v -d rxe0 || true
+guest_gid=$(gid_index "$GUEST_OUT" "$guest_ip")
+[[ -n $guest_gid ]] || { cat "$GUEST_OUT"; echo "FAIL: rxe0 has no RoCE v2 GID of $guest_ip"; exit 1; }
+
+matrix="$UROCE_LOG_DIR/matrix.txt"
+: >"$matrix"
+port=19500
+
+# Expands a command template for one side: {dev} {gid} {port} the side's own;
+# {peer} the server's TCP address (perftest's and the ping-pongs' side
+# channel), {server} the server's RoCE address (rdma_cm), {self} the side's.
+expand() {  # SIDE TEMPLATE
+  local side=$1 t=$2 dev gid
+  local self
+  if [[ $side == guest ]]; then dev=rxe0 gid=$guest_gid self=$guest_ip; else dev=uroce0 gid=$host_gid self=$host_roce; fi
+  t=${t//\{dev\}/$dev}
+  t=${t//\{gid\}/$gid}
+  t=${t//\{port\}/$port}
+  t=${t//\{peer\}/$server_tcp}
+  t=${t//\{server\}/$server_roce}
+  t=${t//\{self\}/$self}
+  echo "$t"
+}
+
+# Waits until the guest's server is ready: its TCP port listens (tcp), an
+# rdma_cm id listens on the port (cm), or a fixed time (delay).
+guest_ready() {  # READY
+  case $1 in
+    tcp) guest_run "ready$port" 30 bash -c "for i in \$(seq 300); do ss -Hltn 'sport = :$port' | grep -q . && exit 0; sleep 0.1; done; exit 1" ;;
+    cm) guest_run "ready$port" 30 bash -c "for i in \$(seq 300); do rdma resource show cm_id 2>/dev/null | grep -q 'LISTEN.*:$port\b' && exit 0; sleep 0.1; done; exit 1" ;;
+    *) sleep "${1#delay:}" ;;
+  esac
+}
+
+# case_run MODE NAME LIMIT READY SERVER_TEMPLATE CLIENT_TEMPLATE [CHECK_ERE]
+# Runs NAME both ways: the kernel serving a uroce client, then uroce serving
+# a kernel client. Each side must exit 0, print nothing that looks like an
+# error, and, when given, CHECK_ERE in the client's output.
+# With KERNEL_LACKS=ERE and KERNEL_LACKS_WHY set, a run that fails with ERE
+# in the kernel side's output is "n/a" (the kernel has no such feature);
+# with RETRY_ON=ERE, a run whose client printed ERE is run once more (a race
+# of the tool's own, see where it is set).
+case_run() {
+  local mode=$1 name=$2 limit=$3 ready=$4 stpl=$5 ctpl=$6 check=${7:-}
+  [[ -z $only || $name =~ $only ]] || return 0
+  local dir server_side client_side attempt
+  for dir in kernel-server uroce-server; do
+   for attempt in 1 2; do
+    port=$((port + 1))
+    if [[ $dir == kernel-server ]]; then
+      server_side=guest client_side=host server_tcp=$guest_ip server_roce=$guest_ip
+    else
+      server_side=host client_side=guest server_tcp=$host_ip server_roce=$host_roce
+    fi
+    local label="$mode.$name.$dir" scmd ccmd
+    scmd=$(expand "$server_side" "$stpl")
+    ccmd=$(expand "$client_side" "$ctpl")
+    local slog clog src=0 crc=0 spid="" t0=$SECONDS start
+    start=$(date +%s.%N)
+    read -r -a sargv <<<"$scmd"
+    read -r -a cargv <<<"$ccmd"
+    if [[ $server_side == guest ]]; then
+      guest_start "$label.server" "$limit" "${sargv[@]}"
+      guest_ready "$ready" || true
+      clog="$UROCE_LOG_DIR/$label.client.log"
+      host_run "$limit" "${cargv[@]}" </dev/null >"$clog" 2>&1 || crc=$?
+      ((crc == 0)) || guest_stop "$label.server"
+      guest_wait "$label.server" "$((limit + 30))" || src=$?
+      slog="$UROCE_LOG_DIR/$label.server.log"
+      cp "$GUEST_OUT" "$slog"
+    else
+      slog="$UROCE_LOG_DIR/$label.server.log"
+      host_run "$limit" "${sargv[@]}" </dev/null >"$slog" 2>&1 &
+      spid=$!
+      case $ready in
+        tcp) _uroce_wait_listen "$ns:$port" "$spid" || true ;;
+        cm) sleep 1 ;;
+        *) sleep "${ready#delay:}" ;;
+      esac
+      guest_run "$label.client" "$limit" "${cargv[@]}" || crc=$?
+      clog="$UROCE_LOG_DIR/$label.client.log"
+      cp "$GUEST_OUT" "$clog"
+      ((crc == 0)) || { sleep 2; kill "$spid" 2>/dev/null || true; }
+      wait "$spid" || src=$?
+    fi
+    local why=""
+    ((src == 0)) || why+=" server exit $src;"
+    ((crc == 0)) || why+=" client exit $crc;"
+    if grep -qiE 'invalid data|[Ff]ailed|[Cc]ouldn.t|[^_]error|Unable|corrupt' "$slog" "$clog"; then
+      why+=" error printed;"
+    fi
+    [[ -z $check ]] || grep -qE "$check" "$clog" || why+=" no '$check' in the client's output;"
+    echo "$mode.$name.$dir $start $(date +%s.%N)" >>"$UROCE_LOG_DIR/windows.txt"
+    local took=$((SECONDS - t0)) kernel_log=$slog
+    [[ $server_side == guest ]] || kernel_log=$clog
+    if [[ -z $why ]]; then
+      ok "$label (${took} s)"
+      printf '%-7s %-22s %-14s pass\n' "$mode" "$name" "$dir" >>"$matrix"
+    elif [[ -n ${KERNEL_LACKS:-} ]] && grep -qE "$KERNEL_LACKS" "$kernel_log"; then
+      ok "$label: n/a, $KERNEL_LACKS_WHY ($(grep -m1 -E "$KERNEL_LACKS" "$kernel_log"))"
+      printf '%-7s %-22s %-14s n/a (%s)\n' "$mode" "$name" "$dir" "$KERNEL_LACKS_WHY" >>"$matrix"
+    elif ((attempt == 1)) && [[ -n ${RETRY_ON:-} ]] && grep -qE "$RETRY_ON" "$clog"; then
+      echo "again $label:$why ($(grep -m1 -E "$RETRY_ON" "$clog"))"
+      continue
+    else
+      bad "$label:$why (${took} s)"
+      printf '%-7s %-22s %-14s FAIL%s\n' "$mode" "$name" "$dir" "$why" >>"$matrix"
+      echo "---- server: $scmd" && tail -n 15 "$slog"
+      echo "---- client: $ccmd" && tail -n 15 "$clog"
+    fi
+    break
+   done
+  done
+}
+
+run_matrix() {  # MODE
+  local m=$1
+  # The ibverbs-utils ping-pongs, data checked (-c) where they can.
+  case_run "$m" rc_pingpong 60 tcp 'ibv_rc_pingpong -d {dev} -g {gid} -p {port} -n 100 -c' \
+    'ibv_rc_pingpong -d {dev} -g {gid} -p {port} -n 100 -c {peer}' '100 iters in'
+  case_run "$m" uc_pingpong 60 tcp 'ibv_uc_pingpong -d {dev} -g {gid} -p {port} -n 100' \
+    'ibv_uc_pingpong -d {dev} -g {gid} -p {port} -n 100 {peer}' '100 iters in'
+  case_run "$m" ud_pingpong 60 tcp 'ibv_ud_pingpong -d {dev} -g {gid} -p {port} -n 100 -s 1024' \
+    'ibv_ud_pingpong -d {dev} -g {gid} -p {port} -n 100 -s 1024 {peer}' '100 iters in'
+  case_run "$m" srq_pingpong 60 tcp 'ibv_srq_pingpong -d {dev} -g {gid} -p {port} -n 100' \
+    'ibv_srq_pingpong -d {dev} -g {gid} -p {port} -n 100 {peer}' '100 iters in'
+  local no_xrc="rxe has no XRC (EOPNOTSUPP)"
+  KERNEL_LACKS="XRC Domain 95" KERNEL_LACKS_WHY=$no_xrc case_run "$m" xsrq_pingpong 60 tcp 'ibv_xsrq_pingpong -d {dev} -g {gid} -p {port} -n 100' \
+    'ibv_xsrq_pingpong -d {dev} -g {gid} -p {port} -n 100 {peer}' '100 iters in'
+  # perftest; -o 16 where the two sides' read depths must agree (rxe offers
+  # 128, uroce 16 as mlx5: a ConnectX client fails against rxe without it).
+  local t
+  for t in send write; do
+    case_run "$m" "ib_${t}_bw" 90 tcp "ib_${t}_bw -d {dev} -x {gid} -p {port} -n 200" \
+      "ib_${t}_bw -d {dev} -x {gid} -p {port} -n 200 {peer}" '^ *65536 +200 '
+    case_run "$m" "ib_${t}_lat" 90 tcp "ib_${t}_lat -d {dev} -x {gid} -p {port} -n 200" \
+      "ib_${t}_lat -d {dev} -x {gid} -p {port} -n 200 {peer}" '^ *2 +200 '
+  done
+  case_run "$m" ib_read_bw 90 tcp 'ib_read_bw -d {dev} -x {gid} -p {port} -n 200 -o 16' \
+    'ib_read_bw -d {dev} -x {gid} -p {port} -n 200 -o 16 {peer}' '^ *65536 +200 '
+  case_run "$m" ib_read_lat 90 tcp 'ib_read_lat -d {dev} -x {gid} -p {port} -n 200 -o 16' \
+    'ib_read_lat -d {dev} -x {gid} -p {port} -n 200 -o 16 {peer}' '^ *2 +200 '
+  case_run "$m" ib_atomic_bw 90 tcp 'ib_atomic_bw -d {dev} -x {gid} -p {port} -n 200 -o 16' \
+    'ib_atomic_bw -d {dev} -x {gid} -p {port} -n 200 -o 16 {peer}' '^ *8 +200 '
+  case_run "$m" ib_atomic_lat 90 tcp 'ib_atomic_lat -d {dev} -x {gid} -p {port} -n 200 -o 16' \
+    'ib_atomic_lat -d {dev} -x {gid} -p {port} -n 200 -o 16 {peer}' '^ *8 +200 '
+  # rdma_cm.
+  case_run "$m" rping 60 cm 'rping -s -v -C 10 -a {server} -p {port}' \
+    'rping -c -v -C 10 -a {server} -p {port}' 'ping data: rdma-ping-9'
+  case_run "$m" ucmatose 60 cm 'ucmatose -p {port} -c 2' 'ucmatose -p {port} -c 2 -s {server}' \
+    'test complete'
+  case_run "$m" udaddy 60 delay:2 'udaddy -c 2' 'udaddy -c 2 -s {server}' 'test complete'
+  case_run "$m" mckey 60 delay:3 'mckey -m 239.1.2.3 -b {server} -C 20' \
+    'mckey -m 239.1.2.3 -b {self} -C 20 -s' ''
+  case_run "$m" rdma_server 60 cm 'rdma_server -p {port}' 'rdma_client -s {server} -p {port}' \
+    'rdma_client: end 0'
+  case_run "$m" rdma_xserver 60 cm 'rdma_xserver -p {port}' 'rdma_xclient -s {server} -p {port}' \
+    'rdma_xclient: end 0'
+  KERNEL_LACKS="(rdma_get_request|rdma_create_ep): Operation not supported" KERNEL_LACKS_WHY=$no_xrc \
+    case_run "$m" rdma_xserver_xrc 60 cm 'rdma_xserver -c x -p {port}' \
+    'rdma_xclient -c x -s {server} -p {port}' 'rdma_xclient: end 0'
+  # perftest -R connects twice: its control connection, then at once the
+  # test's QPs, which the server listens for only after the first; a slow
+  # server (the emulated guest, or a uroce server beside it) rejects that
+  # REQ (REJ 8, no listener) whichever side serves, and the client then
+  # crashes in perftest itself. Run once more when that happens.
+  RETRY_ON="REJECTED; error: 8" case_run "$m" ib_send_bw_R 90 cm 'ib_send_bw -R -d {dev} -x {gid} -p {port} -n 200' \
+    'ib_send_bw -R -d {dev} -x {gid} -p {port} -n 200 {server}' '^ *65536 +200 '
+  RETRY_ON="REJECTED; error: 8" case_run "$m" ib_write_lat_R 90 cm 'ib_write_lat -R -d {dev} -x {gid} -p {port} -n 200' \
+    'ib_write_lat -R -d {dev} -x {gid} -p {port} -n 200 {server}' '^ *2 +200 '
+  # AF_IB over RoCE, the kernel's way (rdmacm_afib.c says what it expects):
+  # IP clients refused by AF_IB listeners (REJ 28, SIDR reject), and an
+  # AF_IB client's route ENODEV, on each side.
+  if [[ -n $afib ]]; then
+    case_run "$m" afib_listener 60 delay:3 "$afib server ::ffff:{self} {port}" \
+      "$afib client {server} {port}" '^client: ok'
+    port=$((port + 1))
+    case_run "$m" afib_ibclient 60 delay:0 "sleep 1" "$afib ibclient ::ffff:{server} {port}" '^ibclient: ok'
+  fi
+  # libfabric's verbs provider: its TCP control channel and its rdma_cm
+  # connection go to one address, the kernel's own, so only with --netdev
+  # (as libfabric over two rxe devices).
+  if [[ $m == netdev ]]; then
+    case_run "$m" fi_pingpong_msg 60 tcp 'fi_pingpong -p verbs -e msg -d {dev} -S 4096 -I 20 -c -B {port}' \
+      'fi_pingpong -p verbs -e msg -d {dev} -S 4096 -I 20 -c -P {port} {peer}' '^4k +20 +=20 '
+    case_run "$m" fi_pingpong_rdm 60 tcp 'fi_pingpong -p verbs;ofi_rxm -e rdm -d {dev} -S 4096 -I 20 -c -B {port}' \
+      'fi_pingpong -p verbs;ofi_rxm -e rdm -d {dev} -S 4096 -I 20 -c -P {port} {peer}' '^4k +20 +=20 '
+  fi
+  # UCX's UCP over rc_verbs (with ud_verbs, its wire-up transport) and over
+  # ud_verbs alone, each side on its own device.
+  local tl
+  for tl in rc_verbs,ud_verbs ud_verbs; do
+    case_run "$m" "ucx_tag_lat_${tl%%,*}" 90 tcp \
+      "env UCX_TLS=$tl UCX_NET_DEVICES={dev}:1 ucx_perftest -p {port}" \
+      "env UCX_TLS=$tl UCX_NET_DEVICES={dev}:1 ucx_perftest -p {port} -t tag_lat -n 200 -w 20 {peer}" \
+      '^Final: +200 '
+  done
+}
+
+# A connection to a port nobody listens on is refused both ways (REJ,
+# reason 8: no such service ID), as between two kernels.
+refused() {  # MODE
+  local mode=$1 dir log rc start
+  for dir in kernel-server uroce-server; do
+    port=$((port + 1))
+    start=$(date +%s.%N) rc=0
+    log="$UROCE_LOG_DIR/$mode.refused.$dir.log"
+    if [[ $dir == kernel-server ]]; then
+      host_run 30 rping -c -a "$guest_ip" -p "$port" -C 1 </dev/null >"$log" 2>&1 || rc=$?
+    else
+      guest_run "$mode.refused" 30 rping -c -a "$host_roce" -p "$port" -C 1 || rc=$?
+      cp "$GUEST_OUT" "$log"
+    fi
+    echo "$mode.refused.$dir $start $(date +%s.%N)" >>"$UROCE_LOG_DIR/windows.txt"
+    if ((rc != 0 && rc != 124)) && grep -q 'RDMA_CM_EVENT_REJECTED, error 8' "$log"; then
+      ok "$mode.refused.$dir: $(grep -m1 REJECTED "$log")"
+      printf '%-7s %-22s %-14s pass\n' "$mode" "refused (REJ 8)" "$dir" >>"$matrix"
+    else
+      bad "$mode.refused.$dir: exit $rc"
+      printf '%-7s %-22s %-14s FAIL\n' "$mode" "refused (REJ 8)" "$dir" >>"$matrix"
+      cat "$log"
+    fi
+  done
+}
+
+# Every CM MAD uroce sent next to the one the kernel sent for the same call
+# (rping, ucmatose: RC with the same parameters both ways; udaddy: SIDR;
+# the refused connections: REJ), from the capture of the guest's NIC.
+cm_compare() {  # MODE
+  local -a windows=()
+  local label a b
+  while read -r label a b; do
+    [[ $label =~ ^$1\.(rping|ucmatose|udaddy|refused)\. ]] && windows+=("$a" "$b")
+  done <"$UROCE_LOG_DIR/windows.txt"
+  ((${#windows[@]})) || return 0
+  sleep 1  # filter-dump writes as frames pass; the last DREP is there by now
+  if python3 "$here/cm_mads.py" "$KERNEL_PEER_PCAP" "$host_roce" "$guest_ip" "${windows[@]}" \
+      >"$UROCE_LOG_DIR/$1.cm_mads.txt" 2>&1; then
+    ok "$1: uroce's CM MADs are the kernel's ($(grep -c '^ok' "$UROCE_LOG_DIR/$1.cm_mads.txt") types: $(awk '/^ok/ {sub(":", "", $2); printf "%s ", $2}' "$UROCE_LOG_DIR/$1.cm_mads.txt"))"
+  else
+    bad "$1: uroce's CM MADs differ from the kernel's"
+  fi
+  cat "$UROCE_LOG_DIR/$1.cm_mads.txt"
+}
+
+# The kernel's own frames on the tap (the side channels' TCP) are counted as
+# the kernel's, never as malformed RoCE.
+kernel_frames() {  # MODE
+  local stats parse kernel
+  stats=$(in_ns "$UROCE_BIN" stats --name uroce0 2>&1)
+  parse=$(awk '$1 == "rx_parse_errors" {print $2}' <<<"$stats")
+  kernel=$(awk '$1 == "rx_kernel" {print $2}' <<<"$stats")
+  if [[ $parse == 0 && ${kernel:-0} -gt 0 ]]; then
+    ok "$1: the kernel's frames are the kernel's: rx_kernel $kernel, rx_parse_errors 0"
+  else
+    bad "$1: rx_parse_errors '$parse', rx_kernel '$kernel' after the kernel's TCP crossed the tap"
+  fi
+}
+
+for mode in $modes; do
+  UROCE_RUNTIME_DIR=$UROCE_RUNTIME_DIR in_ns "$UROCE_BIN" stop --all >/dev/null 2>&1 || true
+  case $mode in
+    ip) in_ns "$UROCE_BIN" start --name uroce0 --port "net_af_packet0,iface=$tap" --ip "$eng_ip"
+        host_roce=$eng_ip ;;
+    netdev) in_ns "$UROCE_BIN" start --name uroce0 --netdev "$tap"
+        host_roce=$host_ip ;;
+    *) echo "unknown mode $mode" >&2; exit 2 ;;
+  esac
+  host_run 30 ibv_devinfo -v -d uroce0 >"$UROCE_LOG_DIR/$mode.devinfo" 2>&1 || true
+  host_gid=$(gid_index "$UROCE_LOG_DIR/$mode.devinfo" "$host_roce")
+  if [[ -z $host_gid ]]; then
+    bad "$mode: uroce0 has no RoCE v2 GID of $host_roce"
+    continue
+  fi
+  run_matrix "$mode"
+  [[ -n $only ]] || refused "$mode"
+  cm_compare "$mode"
+  kernel_frames "$mode"
+done
+
+echo "---- the matrix ----"
+cat "$matrix"
+[[ -z $matrix_out ]] || cp "$matrix" "$matrix_out"
+if ((failures)); then
+  echo "kernel_peer: $failures failed"
+  exit 1
+fi
+echo "kernel_peer: all passed"
