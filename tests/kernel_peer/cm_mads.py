@@ -1,12 +1,15 @@
 #!/usr/bin/env python3
 """Holds the CM MADs uroce sends next to the ones the kernel sends.
 
-    cm_mads.py PCAP UROCE_ADDR KERNEL_ADDR [START END]...
+    cm_mads.py PCAP UROCE_ADDR KERNEL_ADDR [LABEL_REGEX]
 
 Reads the CM MADs (REQ, REP, RTU, DREQ, DREP, REJ, MRA, SIDR REQ/REP) of a
-capture with tshark, between each START and END (host clock seconds, the
-pcap's time base; all when none are given), and groups them by message type
-and sender. For every message type both sides sent, each field must take the
+capture with tshark, those between the markers of the cases whose labels
+match LABEL_REGEX (all when none is given), and groups them by message type
+and sender. A marker is a UDP datagram to port 9 whose payload reads
+"uroce-mark LABEL start" or "uroce-mark LABEL end" (kernel_peer_test.sh
+sends them into the capture: the pcap's clock is the emulator's, not the
+host's). For every message type both sides sent, each field must take the
 same values on both sides but for those that name a connection or a host:
 addresses, IDs, QPNs, PSNs, GUIDs, ports, the transaction ID. The flow label
 of a REQ is checked instead as Linux's cma computes it for RoCEv2
@@ -14,6 +17,7 @@ of a REQ is checked instead as Linux's cma computes it for RoCEv2
 Prints a line per message type and exits 1 if any differs."""
 
 import json
+import re
 import subprocess
 import sys
 
@@ -76,18 +80,24 @@ def flow_label_ok(f):
 
 
 def main():
-    if len(sys.argv) < 4 or len(sys.argv) % 2:
+    if len(sys.argv) not in (4, 5):
         sys.exit(__doc__)
     pcap, uroce, kernel = sys.argv[1:4]
-    windows = [(float(a), float(b)) for a, b in zip(sys.argv[4::2], sys.argv[5::2])]
-    out = subprocess.run(["tshark", "-r", pcap, "-Y", "infiniband.mad.mgmtclass == 0x07", "-T", "json"],
-                         capture_output=True, text=True, check=True).stdout
+    wanted = re.compile(sys.argv[4]) if len(sys.argv) > 4 else None
+    out = subprocess.run(["tshark", "-r", pcap, "-Y", "infiniband.mad.mgmtclass == 0x07 || udp.dstport == 9",
+                          "-T", "json"], capture_output=True, text=True, check=True).stdout
     packets = json.loads(out or "[]")
     seen = {}  # (type, side) -> list of field dicts
+    inside = wanted is None
     for p in packets:
         layers = p["_source"]["layers"]
-        t = float(layers["frame"]["frame.time_epoch"])
-        if windows and not any(a <= t <= b for a, b in windows):
+        if "infiniband" not in layers:  # a marker
+            text = bytes.fromhex(layers.get("data", {}).get("data.data", "").replace(":", "")).decode(errors="replace")
+            words = text.split()
+            if wanted and len(words) == 3 and words[0] == "uroce-mark":
+                inside = words[2] == "start" and bool(wanted.search(words[1]))
+            continue
+        if not inside:
             continue
         src = layers.get("ip", {}).get("ip.src") or layers.get("ipv6", {}).get("ipv6.src")
         side = "uroce" if src == uroce else "kernel" if src == kernel else None
