@@ -312,6 +312,7 @@ refused() {  # MODE
 # (rping, ucmatose: RC with the same parameters both ways; udaddy: SIDR;
 # the refused connections: REJ), from the capture of the guest's NIC.
 cm_compare() {  # MODE
+  [[ -z $only || "rping ucmatose udaddy" =~ $only ]] || return 0  # --cases ran none of them
   sleep 1  # filter-dump writes as frames pass; the last DREP is there by now
   if python3 "$here/cm_mads.py" "$KERNEL_PEER_PCAP" "$host_roce" "$guest_ip" \
       "^$1\.(rping|ucmatose|udaddy|refused)\." \
