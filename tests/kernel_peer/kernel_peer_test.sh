@@ -225,8 +225,8 @@ run_matrix() {  # MODE
     'rping -c -v -C 10 -a {server} -p {port}' 'ping data: rdma-ping-9'
   case_run "$m" ucmatose 60 cm 'ucmatose -p {port} -c 2' 'ucmatose -p {port} -c 2 -s {server}' \
     'test complete'
-  case_run "$m" udaddy 60 delay:2 'udaddy -c 2' 'udaddy -c 2 -s {server}' 'test complete'
-  case_run "$m" mckey 60 delay:3 'mckey -m 239.1.2.3 -b {server} -C 20' \
+  case_run "$m" udaddy 60 delay:3 'udaddy -c 2' 'udaddy -c 2 -s {server}' 'test complete'
+  case_run "$m" mckey 60 delay:4 'mckey -m 239.1.2.3 -b {server} -C 20' \
     'mckey -m 239.1.2.3 -b {self} -C 20 -s' ''
   case_run "$m" rdma_server 60 cm 'rdma_server -p {port}' 'rdma_client -s {server} -p {port}' \
     'rdma_client: end 0'
