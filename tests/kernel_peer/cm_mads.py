@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Holds the CM MADs uroce sends next to the ones the kernel sends.
 
-    cm_mads.py PCAP UROCE_ADDR KERNEL_ADDR [LABEL_REGEX]
+    cm_mads.py PCAP UROCE_ADDRS KERNEL_ADDRS [LABEL_REGEX]
+
+(each ADDRS one address or several, comma-separated: IPv4 and IPv6)
 
 Reads the CM MADs (REQ, REP, RTU, DREQ, DREP, REJ, MRA, SIDR REQ/REP) of a
 capture with tshark, those between the markers of the cases whose labels
@@ -82,7 +84,8 @@ def flow_label_ok(f):
 def main():
     if len(sys.argv) not in (4, 5):
         sys.exit(__doc__)
-    pcap, uroce, kernel = sys.argv[1:4]
+    pcap = sys.argv[1]
+    uroce, kernel = set(sys.argv[2].split(",")), set(sys.argv[3].split(","))
     wanted = re.compile(sys.argv[4]) if len(sys.argv) > 4 else None
     out = subprocess.run(["tshark", "-r", pcap, "-Y", "infiniband.mad.mgmtclass == 0x07 || udp.dstport == 9",
                           "-T", "json"], capture_output=True, text=True, check=True).stdout
@@ -100,7 +103,7 @@ def main():
         if not inside:
             continue
         src = layers.get("ip", {}).get("ip.src") or layers.get("ipv6", {}).get("ipv6.src")
-        side = "uroce" if src == uroce else "kernel" if src == kernel else None
+        side = "uroce" if src in uroce else "kernel" if src in kernel else None
         if not side:
             continue
         fields = {}

@@ -57,7 +57,10 @@ mount -t 9p -o trans=virtio,version=9p2000.L,msize=262144 job /host/mnt || die "
 ip link set lo up
 ip link set eth0 up || die "no eth0"
 [ -n "$ip4" ] && { ip addr add "$ip4" dev eth0 || die "ip addr add $ip4"; }
-[ -n "$ip6" ] && { ip -6 addr add "$ip6" dev eth0 nodad || die "ip addr add $ip6"; }
+# No duplicate address detection (busybox's ip has no nodad): the address,
+# and the GID that follows it, at once.
+echo 0 >/proc/sys/net/ipv6/conf/eth0/accept_dad
+[ -n "$ip6" ] && { ip -6 addr add "$ip6" dev eth0 || die "ip addr add $ip6"; }
 # rxe as an administrator adds it: iproute2's rdma tool, from the host's root.
 chroot /host /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin rdma link add rxe0 type rxe netdev eth0 ||
   die "rdma link add rxe0 failed"

@@ -49,23 +49,32 @@ bad() {
 ns="kp-$$" tap="kpt$$"
 net=10.238.$(($$ % 200))
 host_ip=$net.1 guest_ip=$net.2 eng_ip=$net.11
+net6=fd00:238:$(printf '%x' $(($$ % 65536)))
+host_ip6=$net6::1 guest_ip6=$net6::2 eng_ip6=$net6::11
 add_cleanup "ip netns del $ns 2>/dev/null"
 ip netns add "$ns"
 ip -n "$ns" link set lo up
 in_ns() { ip netns exec "$ns" "$@"; }
 host_run() { in_ns timeout -k 5 "$1" "$UROCE_BIN" run -- "${@:2}"; }
 
-kernel_peer_boot "$ns" "$tap" "$guest_ip/24" || { echo "FAIL: the guest did not boot"; exit 1; }
+kernel_peer_boot "$ns" "$tap" "$guest_ip/24" "$guest_ip6/64" || { echo "FAIL: the guest did not boot"; exit 1; }
 ip -n "$ns" addr add "$host_ip/24" dev "$tap"
+ip -n "$ns" addr add "$host_ip6/64" dev "$tap" nodad
 ok "guest up: $(grep -m1 -o 'Linux version [^ ]*' "$KERNEL_PEER_CONSOLE" || echo Linux), rxe0 on eth0 $guest_ip"
 
-# The index of the RoCE v2 GID of an IPv4 address in `ibv_devinfo -v`.
+# The index of the RoCE v2 GID of an address (IPv4 or IPv6) in `ibv_devinfo -v`.
 gid_index() {  # DEVINFO_OUTPUT_FILE ADDR
-  sed -nE "s/^[[:space:]]*GID\[ *([0-9]+)\]:[[:space:]]+::ffff:${2//./\\.}, RoCE v2$/\1/p" "$1" | head -1
+  local gid=$2
+  [[ $gid == *:* ]] || gid=::ffff:$gid
+  sed -nE "s/^[[:space:]]*GID\[ *([0-9]+)\]:[[:space:]]+${gid//./\\.}, RoCE v2$/\1/p" "$1" | head -1
 }
-guest_run devinfo 60 ibv_devinfo -v -d rxe0 || true
-guest_gid=$(gid_index "$GUEST_OUT" "$guest_ip")
-[[ -n $guest_gid ]] || { cat "$GUEST_OUT"; echo "FAIL: rxe0 has no RoCE v2 GID of $guest_ip"; exit 1; }
+for try in 1 2 3 4 5; do  # the guest's IPv6 GID follows its address
+  guest_run devinfo 60 ibv_devinfo -v -d rxe0 || true
+  guest_gid=$(gid_index "$GUEST_OUT" "$guest_ip") guest_gid6=$(gid_index "$GUEST_OUT" "$guest_ip6")
+  [[ -z $guest_gid || -z $guest_gid6 ]] || break
+  sleep 1
+done
+[[ -n $guest_gid && -n $guest_gid6 ]] || { cat "$GUEST_OUT"; echo "FAIL: rxe0 has no RoCE v2 GID of $guest_ip and $guest_ip6"; exit 1; }
 
 matrix="$UROCE_LOG_DIR/matrix.txt"
 : >"$matrix"
@@ -73,12 +82,20 @@ port=19500
 
 # Expands a command template for one side: {dev} {gid} {port} the side's own;
 # {peer} the server's TCP address (perftest's and the ping-pongs' side
-# channel), {server} the server's RoCE address (rdma_cm), {self} the side's.
+# channel), {server} the server's RoCE address (rdma_cm), {self} the side's;
+# {gid6} and {server6} the same over IPv6.
 expand() {  # SIDE TEMPLATE
   local side=$1 t=$2 dev gid
   local self
-  if [[ $side == guest ]]; then dev=rxe0 gid=$guest_gid self=$guest_ip; else dev=uroce0 gid=$host_gid self=$host_roce; fi
+  local gid6
+  if [[ $side == guest ]]; then
+    dev=rxe0 gid=$guest_gid gid6=$guest_gid6 self=$guest_ip
+  else
+    dev=uroce0 gid=$host_gid gid6=$host_gid6 self=$host_roce
+  fi
   t=${t//\{dev\}/$dev}
+  t=${t//\{gid6\}/$gid6}
+  t=${t//\{server6\}/$server_roce6}
   t=${t//\{gid\}/$gid}
   t=${t//\{port\}/$port}
   t=${t//\{peer\}/$server_tcp}
@@ -119,9 +136,9 @@ case_run() {
    for attempt in 1 2 3; do
     port=$((port + 1))
     if [[ $dir == kernel-server ]]; then
-      server_side=guest client_side=host server_tcp=$guest_ip server_roce=$guest_ip
+      server_side=guest client_side=host server_tcp=$guest_ip server_roce=$guest_ip server_roce6=$guest_ip6
     else
-      server_side=host client_side=guest server_tcp=$host_ip server_roce=$host_roce
+      server_side=host client_side=guest server_tcp=$host_ip server_roce=$host_roce server_roce6=$host_roce6
     fi
     local label="$mode.$name.$dir" scmd ccmd
     scmd=$(expand "$server_side" "$stpl")
@@ -246,6 +263,17 @@ run_matrix() {  # MODE
     'ib_send_bw -R -d {dev} -x {gid} -p {port} -n 200 {server}' '^ *65536 +200 '
   RETRY_ON="REJECTED; error: 8" case_run "$m" ib_write_lat_R 90 cm 'ib_write_lat -R -d {dev} -x {gid} -p {port} -n 200' \
     'ib_write_lat -R -d {dev} -x {gid} -p {port} -n 200 {server}' '^ *2 +200 '
+  # RoCEv2 over IPv6: the GIDs of the IPv6 addresses (UDP checksums,
+  # neighbour discovery), the side channels still over IPv4.
+  case_run "$m" rc_pingpong_ipv6 60 tcp 'ibv_rc_pingpong -d {dev} -g {gid6} -p {port} -n 100 -c' \
+    'ibv_rc_pingpong -d {dev} -g {gid6} -p {port} -n 100 -c {peer}' '100 iters in'
+  case_run "$m" ud_pingpong_ipv6 60 tcp 'ibv_ud_pingpong -d {dev} -g {gid6} -p {port} -n 100 -s 1024' \
+    'ibv_ud_pingpong -d {dev} -g {gid6} -p {port} -n 100 -s 1024 {peer}' '100 iters in'
+  case_run "$m" ib_read_bw_ipv6 90 tcp 'ib_read_bw -d {dev} -x {gid6} -p {port} -n 200 -o 16' \
+    'ib_read_bw -d {dev} -x {gid6} -p {port} -n 200 -o 16 {peer}' '^ *65536 +200 '
+  case_run "$m" rping_ipv6 60 cm 'rping -s -v -C 10 -a {server6} -p {port}' \
+    'rping -c -v -C 10 -a {server6} -p {port}' 'ping data: rdma-ping-9'
+  case_run "$m" udaddy_ipv6 60 delay:3 'udaddy -c 2 -b {server6}' 'udaddy -c 2 -s {server6}' 'test complete'
   # AF_IB over RoCE, the kernel's way (rdmacm_afib.c says what it expects):
   # IP clients refused by AF_IB listeners (REJ 28, SIDR reject), and an
   # AF_IB client's route ENODEV, on each side.
@@ -310,12 +338,13 @@ refused() {  # MODE
 
 # Every CM MAD uroce sent next to the one the kernel sent for the same call
 # (rping, ucmatose: RC with the same parameters both ways; udaddy: SIDR;
-# the refused connections: REJ), from the capture of the guest's NIC.
+# the refused connections: REJ; rping and udaddy over IPv6 too), from the
+# capture of the guest's NIC.
 cm_compare() {  # MODE
   [[ -z $only || "rping ucmatose udaddy" =~ $only ]] || return 0  # --cases ran none of them
   sleep 1  # filter-dump writes as frames pass; the last DREP is there by now
-  if python3 "$here/cm_mads.py" "$KERNEL_PEER_PCAP" "$host_roce" "$guest_ip" \
-      "^$1\.(rping|ucmatose|udaddy|refused)\." \
+  if python3 "$here/cm_mads.py" "$KERNEL_PEER_PCAP" "$host_roce,$host_roce6" "$guest_ip,$guest_ip6" \
+      "^$1\.(rping|ucmatose|udaddy|refused|rping_ipv6|udaddy_ipv6)\." \
       >"$UROCE_LOG_DIR/$1.cm_mads.txt" 2>&1; then
     ok "$1: uroce's CM MADs are the kernel's ($(grep -c '^ok' "$UROCE_LOG_DIR/$1.cm_mads.txt") types: $(awk '/^ok/ {sub(":", "", $2); printf "%s ", $2}' "$UROCE_LOG_DIR/$1.cm_mads.txt"))"
   else
@@ -341,16 +370,17 @@ kernel_frames() {  # MODE
 for mode in $modes; do
   UROCE_RUNTIME_DIR=$UROCE_RUNTIME_DIR in_ns "$UROCE_BIN" stop --all >/dev/null 2>&1 || true
   case $mode in
-    ip) in_ns "$UROCE_BIN" start --name uroce0 --port "net_af_packet0,iface=$tap" --ip "$eng_ip"
-        host_roce=$eng_ip ;;
+    ip) in_ns "$UROCE_BIN" start --name uroce0 --port "net_af_packet0,iface=$tap" --ip "$eng_ip" --ip6 "$eng_ip6"
+        host_roce=$eng_ip host_roce6=$eng_ip6 ;;
     netdev) in_ns "$UROCE_BIN" start --name uroce0 --netdev "$tap"
-        host_roce=$host_ip ;;
+        host_roce=$host_ip host_roce6=$host_ip6 ;;
     *) echo "unknown mode $mode" >&2; exit 2 ;;
   esac
   host_run 30 ibv_devinfo -v -d uroce0 >"$UROCE_LOG_DIR/$mode.devinfo" 2>&1 || true
   host_gid=$(gid_index "$UROCE_LOG_DIR/$mode.devinfo" "$host_roce")
-  if [[ -z $host_gid ]]; then
-    bad "$mode: uroce0 has no RoCE v2 GID of $host_roce"
+  host_gid6=$(gid_index "$UROCE_LOG_DIR/$mode.devinfo" "$host_roce6")
+  if [[ -z $host_gid || -z $host_gid6 ]]; then
+    bad "$mode: uroce0 has no RoCE v2 GID of $host_roce and $host_roce6"
     continue
   fi
   run_matrix "$mode"
