@@ -69,9 +69,18 @@ int fill_bind(abi::SendWqe* w, const ibv_mw* mw, uint32_t rkey, const ibv_mw_bin
   return 0;
 }
 
+// Opcodes ibv_post_send takes on a QP of `type`. A UD QP takes RC's too:
+// RDMA and atomics there complete with IBV_WC_LOC_QP_OP_ERR, as on mlx5
+// (its post_send builds no remote-address segment for UD and the HCA fails
+// the WQE) and rxe (rxe_requester: next_opcode finds none for UD).
+uint32_t postable_ops(ibv_qp_type t) {
+  return t == IBV_QPT_UD ? allowed_ops(IBV_QPT_RC) : allowed_ops(t);
+}
+
 int build_send_wqe(UQp* qp, const ibv_send_wr* wr, abi::SendWqe* w) {
   const ibv_qp_type type = qp->qpx.qp_base.qp_type;
-  if (unsigned(wr->opcode) >= 32 || !(allowed_ops(type) & (1u << wr->opcode))) return EINVAL;
+  if (unsigned(wr->opcode) >= 32 || !(postable_ops(type) & (1u << wr->opcode))) return EINVAL;
+  const bool carried = allowed_ops(type) & (1u << wr->opcode);
   // ibv_send_wr has no field for ATOMIC WRITE's 8 bytes: ibv_wr_atomic_write
   // only (rxe's ibv_post_send takes the opcode but sends neither the bytes
   // nor the R_Key; mlx5 has no ATOMIC WRITE).
@@ -105,7 +114,9 @@ int build_send_wqe(UQp* qp, const ibv_send_wr* wr, abi::SendWqe* w) {
       break;
   }
   if (type == IBV_QPT_XRC_SEND) w->xrc_remote_srqn = wr->qp_type.xrc.remote_srqn;
-  if (type == IBV_QPT_UD) {
+  // An opcode the transport cannot carry: the engine completes it with
+  // LOC_QP_OP_ERR; wr.ud, a union with wr.rdma, holds no address then.
+  if (type == IBV_QPT_UD && carried) {
     if (!wr->wr.ud.ah) return EINVAL;
     w->av = reinterpret_cast<const UAh*>(wr->wr.ud.ah)->av;
     w->remote_qpn = wr->wr.ud.remote_qpn;

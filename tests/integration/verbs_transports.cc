@@ -110,6 +110,27 @@ TEST_F(Ud, AddressHandleWithoutGrhIsRejectedOnRoce) {
   if (ah) ibv_destroy_ah(ah);
 }
 
+// RDMA and atomic opcodes on a UD QP are posted and complete with
+// LOC_QP_OP_ERR, the QP in error (mlx5 and rxe), not EINVAL at post time.
+TEST_F(Ud, RdmaAndAtomicOpcodesCompleteWithLocQpOpErr) {
+  ibv_mr* mr = reg_buffer(256, kRw, 1);
+  ASSERT_NE(mr, nullptr);
+  for (ibv_wr_opcode op : {IBV_WR_RDMA_WRITE, IBV_WR_RDMA_READ, IBV_WR_ATOMIC_FETCH_AND_ADD}) {
+    ConnectOpts o;
+    o.qkey = 0x11111111;
+    Pair p = make_pair(IBV_QPT_UD, o);
+    ASSERT_FALSE(HasFailure());
+    ibv_sge s = sge_of(mr, 0, 8);
+    ASSERT_EQ(post_send(p.a.qp, 7, op, &s, 1, IBV_SEND_SIGNALED, addr_of(mr, 128), mr->rkey), 0)
+        << "opcode " << op;
+    ibv_wc wc;
+    VT_POLL_ONE(p.a.cq, &wc);
+    EXPECT_EQ(wc.wr_id, 7u);
+    EXPECT_EQ(wc.status, IBV_WC_LOC_QP_OP_ERR) << "opcode " << op << ": " << describe(wc);
+    EXPECT_EQ(qp_state(p.a.qp), IBV_QPS_ERR) << "opcode " << op;
+  }
+}
+
 class Uc : public VerbsTest {};
 
 TEST_F(Uc, SendAndWrite) {
