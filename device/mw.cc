@@ -10,12 +10,15 @@ namespace uroce::device {
 
 namespace {
 
-// Rights a bind may grant (rxe's RXE_ACCESS_SUPPORTED_MW). LOCAL_WRITE
-// grants nothing through a window, but binds carry it (pyverbs' MW tests)
-// and mlx5 and rxe accept it.
-constexpr uint32_t kMwAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
-                               IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC |
-                               IBV_ACCESS_ZERO_BASED;
+// The rights a window holds: remote ones, and whether it is zero-based.
+constexpr uint32_t kMwRights = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+                               IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_ZERO_BASED;
+// Bits a bind may carry. LOCAL_WRITE and MW_BIND grant nothing through a
+// window, but programs written for mlx5 pass a region's access flags to
+// their binds (pyverbs' MW tests too): mlx5 ignores what does not map to a
+// window right (get_umr_mr_flags), rxe accepts them
+// (RXE_ACCESS_SUPPORTED_MW); the window gets its remote rights.
+constexpr uint32_t kMwAccess = kMwRights | IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND;
 
 uint32_t mw_index(uint32_t rkey) { return (rkey >> 8) - kMwIndexBase; }
 
@@ -134,7 +137,7 @@ uint32_t Device::bind_mw(Qp& qp, const abi::MwBind& b) {
   invalidate(*mw);
   mw->rkey = (mw->rkey & ~0xffu) | (b.new_rkey & 0xffu);
   mw->bound = true;
-  mw->access = b.access;
+  mw->access = b.access & kMwRights;
   mw->addr = b.addr;
   mw->length = b.length;
   if (mr) {

@@ -178,6 +178,32 @@ TEST_F(Mw, Type1WindowServesWriteReadAtomicsWithinItsRights) {
   }
 }
 
+// Access bits that mean nothing to a window (LOCAL_WRITE, MW_BIND: a
+// region's flags passed on to the bind) are ignored, as mlx5 and rxe do: the
+// window binds with its remote rights, type 1 and type 2 alike, and grants
+// no more than those.
+TEST_F(Mw, BindIgnoresAccessBitsThatDoNotApplyToAWindow) {
+  constexpr int kExtra = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND;
+  {
+    Pair p = make_pair();
+    ibv_mw* mw = alloc(IBV_MW_TYPE_1);
+    ASSERT_EQ(bind1(p.b, mw, 0, 4096, kExtra | IBV_ACCESS_REMOTE_WRITE), IBV_WC_SUCCESS);
+    EXPECT_EQ(rdma(p.a, IBV_WR_RDMA_WRITE, mw->rkey, at(8)), IBV_WC_SUCCESS);
+    EXPECT_EQ(std::memcmp(bytes(8), src_->addr, 256), 0);
+    EXPECT_EQ(rdma(p.a, IBV_WR_RDMA_READ, mw->rkey, at(8)), IBV_WC_REM_ACCESS_ERR)
+        << "LOCAL_WRITE and MW_BIND grant no remote read";
+  }
+  {
+    Pair p = make_pair();
+    ibv_mw* mw = alloc(IBV_MW_TYPE_2);
+    uint32_t rkey;
+    ASSERT_EQ(bind2(p.b, mw, 4096, 4096, kExtra | IBV_ACCESS_REMOTE_READ, &rkey), IBV_WC_SUCCESS);
+    std::memset(bytes(4096), 0x3c, 256);
+    EXPECT_EQ(rdma(p.a, IBV_WR_RDMA_READ, rkey, at(4096)), IBV_WC_SUCCESS);
+    EXPECT_EQ(static_cast<uint8_t*>(src_->addr)[255], 0x3c);
+  }
+}
+
 // The checks libibverbs' inline ibv_bind_mw and the provider make before
 // anything is posted.
 TEST_F(Mw, BindMwVerbRefusesWhatItCannotPost) {
