@@ -40,6 +40,7 @@ namespace uroce::device {
   X(local_errors, "work requests completed with a local error status")           \
   X(remote_errors, "work requests completed with a remote error status")         \
   X(cq_overflows, "CQs that overflowed (IBV_EVENT_CQ_ERR)")                      \
+  X(cq_overruns_ignored, "completions dropped by a full CQ made with IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN") \
   X(bad_wqes, "malformed work requests in shared memory")                        \
   X(memory_faults, "client memory not reachable (unmapped or process gone)")     \
   X(async_events_dropped, "async events not delivered: client pipe full")       \

@@ -354,7 +354,7 @@ int Device::destroy_comp_channel(Owner* o, uint32_t handle) {
 
 Result<uint32_t> Device::create_cq(Owner* o, const abi::CreateCqRequest& req) {
   if (req.cqe < 1 || req.cqe > kMaxCqe) return {EINVAL};
-  if (req.flags & ~uint32_t(abi::kCqTimestamps)) return {EINVAL};
+  if (req.flags & ~uint32_t(abi::kCqTimestamps | abi::kCqIgnoreOverrun)) return {EINVAL};
   if (cqs_.count() >= info_.max_cq) return {ENOMEM};
   CompChannel* ch = nullptr;
   if (req.channel) {
@@ -365,6 +365,7 @@ Result<uint32_t> Device::create_cq(Owner* o, const abi::CreateCqRequest& req) {
   cq->owner = o;
   cq->cookie = req.cookie;
   cq->timestamps = req.flags & abi::kCqTimestamps;
+  cq->ignore_overrun = req.flags & abi::kCqIgnoreOverrun;
   const uint32_t log2 = log2_ceil(req.cqe + 1);
   if (int e = cq->mem.create("uroce-cq", RingView::bytes(log2, sizeof(abi::Cqe)))) return {e};
   cq->ring.init(cq->mem.base(), log2, sizeof(abi::Cqe));
@@ -429,6 +430,7 @@ uint64_t clock_ns(clockid_t clock) {
 // every completion, stamped or not.
 [[gnu::noinline]] void stamp(Cq& cq, abi::Cqe* e) {
   e->timestamp_ns = clock_ns(abi::kDeviceClock);
+  if (e->wc_flags & IBV_WC_TM_MATCH) return;  // the field holds the tag (abi::Cqe)
   cq.last_wallclock_ns = std::max(cq.last_wallclock_ns, clock_ns(CLOCK_REALTIME));
   e->wallclock_ns = cq.last_wallclock_ns;
 }
@@ -440,6 +442,12 @@ bool Device::complete_to(uint32_t cq_handle, const abi::Cqe& cqe, bool solicited
   if (!cq || cq->error) return false;
   const uint32_t cons = cq->ring.hdr->consumer.load(std::memory_order_acquire);
   if (cq->prod - cons >= cq->ring.size()) {
+    // IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN: no error, the entry is lost (mlx5's
+    // CQ overwrites instead; either way the consumer misses completions).
+    if (cq->ignore_overrun) {
+      ++counters_.cq_overruns_ignored;
+      return true;
+    }
     // Overflow (IBA 11.4.2.1): the CQ is in error and so are QPs feeding it.
     cq->error = true;
     ++counters_.cq_overflows;

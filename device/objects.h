@@ -155,6 +155,7 @@ struct Cq {
   uint32_t refs = 0;      // QPs attached
   bool error = false;     // overflowed: IBV_EVENT_CQ_ERR raised
   bool timestamps = false;  // abi::kCqTimestamps: stamp each entry
+  bool ignore_overrun = false;  // abi::kCqIgnoreOverrun
   uint64_t last_wallclock_ns = 0;  // the wall clock may step back: entries never do
   uint64_t completions = 0;
 };

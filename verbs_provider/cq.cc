@@ -162,7 +162,23 @@ uint8_t read_sl(ibv_cq_ex* ex) { return to_ucq(ex)->cur.sl; }
 uint8_t read_dlid_path_bits(ibv_cq_ex* ex) { return to_ucq(ex)->cur.dlid_path_bits; }
 // Device clock ticks (abi::kHcaCoreClockKhz), as mlx5's raw CQE timestamp.
 uint64_t read_completion_ts(ibv_cq_ex* ex) { return to_ucq(ex)->cur.timestamp_ns; }
-uint64_t read_completion_wallclock_ns(ibv_cq_ex* ex) { return to_ucq(ex)->cur.wallclock_ns; }
+// The engine's wall-clock stamp, or for a tag-matching entry (whose field
+// holds the tag: abi::Cqe) its device-clock stamp moved to the wall clock by
+// the clocks' offset now, as mlx5 converts its CQE's HCA clock; never before
+// an earlier reading of the CQ.
+uint64_t read_completion_wallclock_ns(ibv_cq_ex* ex) {
+  UCq* cq = to_ucq(ex);
+  uint64_t ns = cq->cur.wallclock_ns;
+  if (cq->cur.wc_flags & IBV_WC_TM_MATCH) {
+    timespec real, dev;
+    clock_gettime(CLOCK_REALTIME, &real);
+    clock_gettime(abi::kDeviceClock, &dev);
+    const int64_t offset = (int64_t(real.tv_sec) - dev.tv_sec) * 1'000'000'000 + (real.tv_nsec - dev.tv_nsec);
+    ns = uint64_t(int64_t(cq->cur.timestamp_ns) + offset);
+  }
+  cq->last_wallclock_ns = std::max(cq->last_wallclock_ns, ns);
+  return cq->last_wallclock_ns;
+}
 // Tag and app context only on a match completion, 0 on every other (as the
 // mlx5 CQE carries them; RC:tests/test_tag_matching.py checks the zeros).
 void read_tm_info(ibv_cq_ex* ex, ibv_wc_tm_info* info) {
@@ -173,7 +189,8 @@ void read_tm_info(ibv_cq_ex* ex, ibv_wc_tm_info* info) {
 }
 
 ibv_cq_ex* create_cq(ibv_context* context, uint32_t cqe, void* cq_context, ibv_comp_channel* channel,
-                     uint32_t comp_vector, uint64_t wc_flags, ibv_pd* parent_domain = nullptr) {
+                     uint32_t comp_vector, uint64_t wc_flags, ibv_pd* parent_domain = nullptr,
+                     bool ignore_overrun = false) {
   UContext* c = to_uctx(context);
   if (comp_vector >= uint32_t(context->num_comp_vectors) || cqe == 0 || cqe > c->info.max_cqe) {
     errno = EINVAL;
@@ -183,7 +200,8 @@ ibv_cq_ex* create_cq(ibv_context* context, uint32_t cqe, void* cq_context, ibv_c
   auto* cq = new_queue_object<UCq>(parent_domain, kResourceTypeCq);
   if (!cq) return nullptr;
   UChannel* ch = reinterpret_cast<UChannel*>(channel);
-  const uint32_t flags = wc_flags & kTimestampWcFlags ? uint32_t(abi::kCqTimestamps) : 0u;
+  uint32_t flags = wc_flags & kTimestampWcFlags ? uint32_t(abi::kCqTimestamps) : 0u;
+  if (ignore_overrun) flags |= abi::kCqIgnoreOverrun;
   abi::CreateCqRequest req{cqe, flags, ch ? ch->handle : 0, uint64_t(uintptr_t(cq))};
   abi::CreateCqReply rep;
   int fd = -1;
@@ -323,8 +341,8 @@ ibv_cq_ex* create_cq_ex(ibv_context* context, ibv_cq_init_attr_ex* attr) {
     errno = EINVAL;
     return nullptr;
   }
-  if ((attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) &&
-      (attr->flags & ~uint32_t(IBV_CREATE_CQ_ATTR_SINGLE_THREADED))) {
+  const uint32_t flags = attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS ? attr->flags : 0;
+  if (flags & ~uint32_t(IBV_CREATE_CQ_ATTR_SINGLE_THREADED | IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN)) {
     errno = EOPNOTSUPP;
     return nullptr;
   }
@@ -332,14 +350,8 @@ ibv_cq_ex* create_cq_ex(ibv_context* context, ibv_cq_init_attr_ex* attr) {
     errno = EOPNOTSUPP;
     return nullptr;
   }
-  // The tag travels in the entry's wall-clock field (abi::Cqe): one or the other.
-  if ((attr->wc_flags & IBV_WC_EX_WITH_TM_INFO) &&
-      (attr->wc_flags & IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK)) {
-    errno = EOPNOTSUPP;
-    return nullptr;
-  }
   ibv_cq_ex* cq = create_cq(context, attr->cqe, attr->cq_context, attr->channel, attr->comp_vector,
-                            attr->wc_flags, parent);
+                            attr->wc_flags, parent, flags & IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN);
   if (cq) to_ucq(cq)->extended = true;
   return cq;
 }

@@ -253,6 +253,7 @@ struct UCq {
   UChannel* channel;
   uint64_t wc_flags;  // ibv_create_cq_ex: fields the reader may ask for
   abi::Cqe cur;       // the entry start_poll/next_poll stand on
+  uint64_t last_wallclock_ns = 0;  // wall clocks read from this CQ never step back
   bool extended = false;  // made by ibv_create_cq_ex (a TM-SRQ needs one, as on mlx5)
   QueueMemory qmem;
 };

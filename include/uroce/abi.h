@@ -183,8 +183,8 @@ struct Cqe {
   // engine wrote the entry (kDeviceClock, in kHcaCoreClockKhz units) and the
   // wall clock (CLOCK_REALTIME ns), each monotonic within the CQ.
   // With IBV_WC_TM_MATCH (tag matching) the wall-clock field carries the
-  // TMH's tag instead: a CQ cannot have both (the provider refuses
-  // IBV_WC_EX_WITH_TM_INFO with ..._COMPLETION_TIMESTAMP_WALLCLOCK).
+  // TMH's tag instead, and the provider reads such an entry's wall clock
+  // from its device-clock stamp (as mlx5 converts its CQE's HCA clock).
   uint64_t timestamp_ns;
   union {
     uint64_t wallclock_ns;
@@ -560,6 +560,9 @@ enum CreateCqFlags : uint32_t {
   // Write Cqe::timestamp_ns and wallclock_ns (IBV_WC_EX_WITH_COMPLETION_TIMESTAMP*).
   // Other CQs pay no clock read per completion.
   kCqTimestamps = 1,
+  // IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN: a completion that finds the CQ full
+  // is dropped (counted) and the CQ never errs for it.
+  kCqIgnoreOverrun = 2,
 };
 
 struct CreateCqRequest {

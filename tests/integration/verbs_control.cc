@@ -476,6 +476,52 @@ TEST_F(Control, CqOverflowRaisesCqErrOnTheAsyncFd) {
                       << " completions) raised no IBV_EVENT_CQ_ERR";
 }
 
+// IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN (mlx5 takes it): the same overflow
+// raises no CQ error, the QPs go on, and the CQ keeps working once polled.
+TEST_F(Control, CqWithIgnoreOverrunNeverErrs) {
+  ibv_cq_init_attr_ex a{};
+  a.cqe = 1;
+  a.wc_flags = IBV_WC_STANDARD_FLAGS;
+  a.comp_mask = IBV_CQ_INIT_ATTR_MASK_FLAGS;
+  a.flags = IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN;
+  ibv_cq_ex* small_ex = ibv_create_cq_ex(ctx_, &a);
+  ASSERT_NE(small_ex, nullptr) << std::strerror(errno);
+  ibv_cq* small = ibv_cq_ex_to_cq(small_ex);
+  const int capacity = small->cqe;
+  ibv_cq* cqb = make_cq(256);
+  ASSERT_NE(cqb, nullptr);
+  ibv_qp* qa = make_qp(IBV_QPT_RC, small, small);
+  ibv_qp* qb = make_qp(IBV_QPT_RC, cqb, cqb);
+  ASSERT_TRUE(qa && qb);
+  forget(qa);
+  defer([qa, small] {
+    EXPECT_EQ(ibv_destroy_qp(qa), 0);
+    EXPECT_EQ(ibv_destroy_cq(small), 0);
+  });
+  connect_qp(qa, qb->qp_num);
+  connect_qp(qb, qa->qp_num);
+  ASSERT_FALSE(HasFailure());
+  ibv_mr* mr = reg_buffer(4096, IBV_ACCESS_LOCAL_WRITE, 1);
+  ASSERT_NE(mr, nullptr);
+  const int n = capacity + 8;
+  ASSERT_LE(n, 63);
+  for (int i = 0; i <= n; ++i) ASSERT_EQ(post_recv_mr(qb, i, mr, 32 * i, 32), 0);
+  ibv_sge s{uint64_t(uintptr_t(mr->addr)) + 3000, 8, mr->lkey};
+  for (int i = 0; i < n; ++i) ASSERT_EQ(post_send(qa, i, IBV_WR_SEND, &s, 1), 0);
+  EXPECT_EQ(poll_n(cqb, n).size(), size_t(n)) << "every send arrived";
+  EXPECT_FALSE(fd_readable(ctx_->async_fd, 300)) << "an async event (IBV_EVENT_CQ_ERR?) for an ignored overrun";
+  EXPECT_EQ(qp_state(qa), IBV_QPS_RTS);
+  std::vector<ibv_wc> got = drain_for(small, 100);
+  EXPECT_GE(got.size(), size_t(capacity)) << "the CQ held what fit";
+  EXPECT_LT(got.size(), size_t(n)) << "and no more: the overrun's entries were dropped";
+  // Polled empty, it takes completions again.
+  ASSERT_EQ(post_send(qa, 99, IBV_WR_SEND, &s, 1), 0);
+  ibv_wc wc;
+  VT_POLL_ONE(small, &wc);
+  EXPECT_EQ(wc.wr_id, 99u);
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << describe(wc);
+}
+
 TEST_F(Control, DeallocPdUsedByQpIsEbusy) {
   ibv_pd* pd = ibv_alloc_pd(ctx_);
   ASSERT_NE(pd, nullptr);

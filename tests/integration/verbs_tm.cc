@@ -317,12 +317,6 @@ TEST_F(TmTest, CreateIsValidatedAsMlx5Does) {
   a.cq = make_cq();
   EXPECT_EQ(ibv_create_srq_ex(ctx_, &a), nullptr);
   EXPECT_EQ(errno, EINVAL);
-  // The tag shares the entry with the wall clock: not both.
-  ibv_cq_init_attr_ex c{};
-  c.cqe = 4;
-  c.wc_flags = IBV_WC_EX_WITH_TM_INFO | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK;
-  EXPECT_EQ(ibv_create_cq_ex(ctx_, &c), nullptr);
-  EXPECT_EQ(errno, EOPNOTSUPP);
   a = tm_attr(caps_.max_num_tags, 10);  // what pyverbs asks
   EXPECT_NE(make_srq_ex(&a), nullptr) << std::strerror(errno);
   // A TM-SRQ takes RC QPs only.
@@ -451,6 +445,91 @@ TEST_F(TmTest, EagerMessageLandsWithoutItsTmhInTheMatchedBuffer) {
   w = expect_wc();
   EXPECT_EQ(w.opcode, IBV_WC_TM_DEL);
   EXPECT_EQ(w.status, IBV_WC_TM_ERR) << describe(w);
+}
+
+// A CQ with every completion field mlx5 offers and IGNORE_OVERRUN, as a
+// program written for mlx5 asks for it: tag-matched eager and rendezvous
+// traffic through it, every field read. The tag and the wall clock each
+// have their own value (the engine's entry carries the tag where the wall
+// clock would be; the provider reads a match's wall clock from its device
+// stamp).
+TEST_F(TmTest, EveryCompletionFieldMlx5OffersOnOneCq) {
+  ibv_cq_init_attr_ex c{};
+  c.cqe = 256;
+  c.wc_flags = IBV_WC_STANDARD_FLAGS | IBV_WC_EX_WITH_TM_INFO | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP |
+               IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK | IBV_WC_EX_WITH_CVLAN |
+               IBV_WC_EX_WITH_FLOW_TAG;
+  c.comp_mask = IBV_CQ_INIT_ATTR_MASK_FLAGS;
+  c.flags = IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN;
+  cq_ = make_cq_ex(&c);
+  ASSERT_NE(cq_, nullptr) << std::strerror(errno);
+  ASSERT_NO_FATAL_FAILURE(make_tm());
+  constexpr uint32_t kLen = 1u << 16;
+  ibv_mr* src = reg_buffer(kLen, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
+  ibv_mr* dst = reg_buffer(kLen, IBV_ACCESS_LOCAL_WRITE);
+  ASSERT_TRUE(src && dst);
+  fill(src->addr, kLen, 5);
+  ASSERT_EQ(add(5, 0xffff, 77, tagged_mr_, 100, 1024, nullptr), 0);
+  expect_wc();
+  ASSERT_EQ(add(10, 0xffff, 100, dst, 0, kLen, nullptr), 0);
+  expect_wc();
+  ASSERT_EQ(post_recv_mr(client_, 7, send_mr_, 2048, 64), 0);  // for the FIN
+  send_tagged(IBV_TMH_EAGER, 5, 600, 3, 0xabcd);
+  ASSERT_NO_FATAL_FAILURE(send_rndv(10, src, kLen, src->rkey, 0x77));
+
+  struct Seen {
+    uint64_t wr_id, tag, ts, wallclock;
+    unsigned flags;
+    uint32_t byte_len, qp_num, priv;
+  };
+  std::vector<Seen> seen;
+  timespec before;
+  clock_gettime(CLOCK_REALTIME, &before);
+  const auto end = deadline_after(kWaitSeconds);
+  ibv_poll_cq_attr attr{};
+  while (seen.size() < 3 && Clock::now() < end) {
+    if (ibv_start_poll(cq_, &attr) != 0) continue;
+    ASSERT_EQ(cq_->status, IBV_WC_SUCCESS);
+    ibv_wc_tm_info tm{};
+    ibv_wc_read_tm_info(cq_, &tm);
+    // Every reader the flags ask for, as such a program calls them.
+    (void)ibv_wc_read_imm_data(cq_);
+    (void)ibv_wc_read_src_qp(cq_);
+    (void)ibv_wc_read_slid(cq_);
+    (void)ibv_wc_read_sl(cq_);
+    (void)ibv_wc_read_dlid_path_bits(cq_);
+    EXPECT_EQ(ibv_wc_read_cvlan(cq_), 0u);
+    EXPECT_EQ(ibv_wc_read_flow_tag(cq_), 0u);
+    seen.push_back({cq_->wr_id, tm.tag, ibv_wc_read_completion_ts(cq_), ibv_wc_read_completion_wallclock_ns(cq_),
+                    ibv_wc_read_wc_flags(cq_), ibv_wc_read_byte_len(cq_), ibv_wc_read_qp_num(cq_), tm.priv});
+    ibv_end_poll(cq_);
+  }
+  ASSERT_EQ(seen.size(), 3u) << "the eager match, the rendezvous match, its data";
+  const uint64_t now = uint64_t(before.tv_sec) * 1'000'000'000u + uint64_t(before.tv_nsec);
+  for (size_t i = 0; i < seen.size(); ++i) {
+    const Seen& s = seen[i];
+    EXPECT_NE(s.ts, 0u) << i;
+    EXPECT_LT(s.wallclock > now ? s.wallclock - now : now - s.wallclock, 10'000'000'000u)
+        << i << ": the wall clock within 10 s of now, not a tag";
+    if (i) {
+      EXPECT_GE(s.ts, seen[i - 1].ts) << i;
+      EXPECT_GE(s.wallclock, seen[i - 1].wallclock) << i;
+    }
+    EXPECT_EQ(s.qp_num, server_->qp_num) << i;
+  }
+  EXPECT_EQ(seen[0].wr_id, 77u);
+  EXPECT_EQ(seen[0].flags, unsigned(IBV_WC_TM_MATCH | IBV_WC_TM_DATA_VALID));
+  EXPECT_EQ(seen[0].tag, 5u);
+  EXPECT_EQ(seen[0].priv, 0xabcdu);
+  EXPECT_EQ(seen[0].byte_len, 600 - kTmhSize);
+  EXPECT_EQ(seen[1].wr_id, 100u);
+  EXPECT_EQ(seen[1].flags, unsigned(IBV_WC_TM_MATCH));
+  EXPECT_EQ(seen[1].tag, 10u);
+  EXPECT_EQ(seen[1].priv, 0x77u);
+  EXPECT_EQ(seen[2].wr_id, 100u);
+  EXPECT_EQ(seen[2].flags, unsigned(IBV_WC_TM_DATA_VALID));
+  EXPECT_EQ(seen[2].byte_len, kLen);
+  EXPECT_EQ(mismatch(dst->addr, kLen, 5), -1);
 }
 
 TEST_F(TmTest, MultiPacketEagerReportsTheMatchThenTheData) {
