@@ -302,9 +302,11 @@ bool completer_timers(Device& dev, Qp& qp) {
     return false;
   }
   // Local ACK timeout (IBA 9.7.6.1.3): retransmit from the oldest unacknowledged PSN.
-  // Before the peer was ever heard from, a retry is free for a while
-  // (kFirstContactGraceNs, device/params.h).
-  if (!qp.peer_heard && qp.first_tx_ns && dev.now_ns() - qp.first_tx_ns < dev.first_contact_grace_ns()) {
+  // Before the peer was ever heard from, a retry is free while the peer is
+  // a QP of this engine not yet in RTR, for a while (kFirstContactGraceNs,
+  // device/params.h); a peer that never answers fails in the IBA's time.
+  if (!qp.peer_heard && qp.first_tx_ns && dev.now_ns() - qp.first_tx_ns < dev.first_contact_grace_ns() &&
+      dev.local_peer_not_ready(qp)) {
     ++dev.counters_mut().first_contact_retries;
   } else {
     if (qp.retry_left == 0) {

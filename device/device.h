@@ -148,6 +148,9 @@ class Device {
   // retry counter).
   void set_first_contact_grace_ns(uint64_t ns) { first_contact_grace_ns_ = ns; }
   uint64_t first_contact_grace_ns() const { return first_contact_grace_ns_; }
+  // qp's destination is a QP of this engine still in RESET or INIT (its
+  // process has not moved it to RTR yet), so it drops what qp sends.
+  bool local_peer_not_ready(const Qp& qp) const;
   void set_delay_drop_timeout_ns(uint64_t ns) { delay_drop_timeout_ns_ = std::min(ns, kDelayDropTimeoutNs); }
   // Events of a QP reach every process holding a handle on it.
   void post_qp_event(Qp& qp, ibv_event_type type);

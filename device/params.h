@@ -6,17 +6,17 @@
 namespace uroce::device {
 
 // A requester that has not yet heard from its peer (no ACK, NAK or response
-// since it was given its send PSN) retransmits on every local ACK timeout
-// but uses up no retry for this long after its first send: the peer's
-// process may not have moved its QP to RTR yet (a packet to a QP in INIT is
-// dropped without an answer, IBA 10.3.1). On a NIC that window is the
-// microseconds of a modify_qp; here it is the time the peer's process waits
-// for a CPU, which on a loaded machine passes the 0.5 s budget of
-// retry_cnt 7 at timeout 14 and ended ibv_xsrq_pingpong (whose server sends
-// first, as soon as its own QPs are connected) in a hang: the server's send
-// QP failed with RETRY_EXC_ERR on a CQ it polls only at the end. After the
-// grace the retries count as the IBA says; a peer that was heard from once
-// has no grace.
+// since it was given its send PSN), and whose peer is a QP of the same
+// engine still in RESET or INIT, retransmits on every local ACK timeout but
+// uses up no retry for this long after its first send: the peer's process
+// has not moved its QP to RTR yet (a packet to a QP in INIT is dropped
+// without an answer, IBA 10.3.1). On a NIC that window is the microseconds
+// of a modify_qp; here it is the time the peer's process waits for a CPU,
+// which on a loaded machine passes the 0.5 s budget of retry_cnt 7 at
+// timeout 14 and ended ibv_xsrq_pingpong (whose server sends first, as soon
+// as its own QPs are connected) in a hang. A peer on the wire, or one that
+// does not exist, has no grace: a peer that never answers fails after
+// (retry_cnt + 1) x 4.096 us x 2^timeout, as the IBA says (issue 25).
 constexpr uint64_t kFirstContactGraceNs = 2'000'000'000;
 
 constexpr uint32_t kVendorId = 0x5552;  // "UR": neither Mellanox (0x02c9) nor Amazon (0x1d0f)

@@ -86,6 +86,12 @@ bool Device::is_roce_frame(const net::Packet& p) const {
   return udp && p.len >= udp + 8 && uint16_t(p.data[udp + 2] << 8 | p.data[udp + 3]) == net::kRoceV2Port;
 }
 
+bool Device::local_peer_not_ready(const Qp& q) const {
+  if (!is_local_gid(q.av.dgid)) return false;
+  const Qp* peer = qp(q.dest_qpn);
+  return peer && (peer->state == IBV_QPS_RESET || peer->state == IBV_QPS_INIT);
+}
+
 bool Device::is_local_gid(const uint8_t* gid) const {
   for (const abi::GidEntry& g : info_.gids)
     if (g.valid && std::memcmp(g.gid, gid, 16) == 0) return true;

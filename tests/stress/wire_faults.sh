@@ -15,13 +15,16 @@
 #
 # LIST of tools, comma-separated: write_bw read_bw send_bw atomic_bw
 # rc_pingpong srq_pingpong xsrq_pingpong xsrq_slow_client sequence sequence_rnr
-# (default: all; sequence_rnr: the checker with 2 receives posted for a
-# window of 32, so RNR NAKs and their retries mix with the faults;
-# xsrq_slow_client: ibv_xsrq_pingpong whose client moves its QPs to RTR
-# 1.5 s late, under stress/slow_rtr.c, as a client waiting for a CPU on a
-# loaded machine does: the server's first SENDs find a QP in INIT, which
-# drops them unanswered, beyond the 0.5 s of its 7 retries; it hung until
-# the engine gave a first contact 2 s of free retries, device/params.h).
+# (default: all but xsrq_slow_client; sequence_rnr: the checker with 2
+# receives posted for a window of 32, so RNR NAKs and their retries mix
+# with the faults; xsrq_slow_client, only when asked for: ibv_xsrq_pingpong
+# whose client moves its QPs to RTR 1.5 s late, under stress/slow_rtr.c:
+# the server's first SENDs find a QP in INIT, which drops them unanswered,
+# beyond the 0.5 s of its 7 retries. Between two NICs that ends in
+# RETRY_EXC_ERR and the example waits forever; so it does between two
+# engines since the local ACK timeout is the IBA's (issue 25): the free
+# first-contact retries of device/params.h are for a peer QP of the same
+# engine, which the engine can see is still in INIT).
 # LIST of faults: drop duplicate reorder corrupt delay all (default: all six).
 # --qp-timeout: the checker's local ACK timeout exponent (default 14, 67 ms,
 # as the Debian clients use; 7 retries make a 0.5 s budget, which an engine
@@ -32,7 +35,7 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../integration/lib.sh"
 
 runs=1 limit=60 netem_wanted=1 qp_timeout=14
-tools=write_bw,read_bw,send_bw,atomic_bw,rc_pingpong,srq_pingpong,xsrq_pingpong,xsrq_slow_client,sequence,sequence_rnr
+tools=write_bw,read_bw,send_bw,atomic_bw,rc_pingpong,srq_pingpong,xsrq_pingpong,sequence,sequence_rnr
 faults=drop,duplicate,reorder,corrupt,delay,all
 while (($#)); do
   case $1 in
