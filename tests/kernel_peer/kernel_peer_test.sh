@@ -126,8 +126,8 @@ guest_ready() {  # READY
 # error, and, when given, CHECK_ERE in the client's output.
 # With KERNEL_LACKS=ERE and KERNEL_LACKS_WHY set, a run that fails with ERE
 # in the kernel side's output is "n/a" (the kernel has no such feature);
-# with RETRY_ON=ERE, a run whose client printed ERE is run once more (a race
-# of the tool's own, see where it is set).
+# with RETRY_ON=ERE, a run whose client printed ERE is run again, up to
+# three times (a race of the tool's own, see where it is set).
 case_run() {
   local mode=$1 name=$2 limit=$3 ready=$4 stpl=$5 ctpl=$6 check=${7:-}
   [[ -z $only || $name =~ $only ]] || return 0
