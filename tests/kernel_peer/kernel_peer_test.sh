@@ -22,7 +22,7 @@ while (($#)); do
     --modes) modes=$2; shift 2 ;;
     --cases) only=$2; shift 2 ;;
     --matrix) matrix_out=$2; shift 2 ;;
-    --afib) afib=$(realpath "$2"); shift 2 ;;  # the guest sees the host's root, not its cwd
+    --afib) afib=$(realpath "$2"); shift 2 ;;
     *) echo "usage: $0 [--modes \"ip netdev\"] [--cases REGEX] [--matrix FILE] [--afib BINARY]" >&2; exit 2 ;;
   esac
 done
@@ -101,6 +101,9 @@ expand() {  # SIDE TEMPLATE
   t=${t//\{peer\}/$server_tcp}
   t=${t//\{server\}/$server_roce}
   t=${t//\{self\}/$self}
+  # The guest sees the host's root but not its /tmp (a tmpfs of its own,
+  # where a CI clone may live): it runs its copy in the job share.
+  if [[ $side == guest ]]; then t=${t//\{afib\}//mnt/rdmacm_afib}; else t=${t//\{afib\}/$afib}; fi
   echo "$t"
 }
 
@@ -278,10 +281,11 @@ run_matrix() {  # MODE
   # IP clients refused by AF_IB listeners (REJ 28, SIDR reject), and an
   # AF_IB client's route ENODEV, on each side.
   if [[ -n $afib ]]; then
-    case_run "$m" afib_listener 60 delay:3 "$afib server ::ffff:{self} {port}" \
-      "$afib client {server} {port}" '^client: ok'
+    cp "$afib" "$kernel_peer_jobs/rdmacm_afib"
+    case_run "$m" afib_listener 60 delay:3 '{afib} server ::ffff:{self} {port}' \
+      '{afib} client {server} {port}' '^client: ok'
     port=$((port + 1))
-    case_run "$m" afib_ibclient 60 delay:0 "sleep 1" "$afib ibclient ::ffff:{server} {port}" '^ibclient: ok'
+    case_run "$m" afib_ibclient 60 delay:0 'sleep 1' '{afib} ibclient ::ffff:{server} {port}' '^ibclient: ok'
   fi
   # libfabric's verbs provider: its TCP control channel and its rdma_cm
   # connection go to one address, the kernel's own, so only with --netdev
