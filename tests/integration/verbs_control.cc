@@ -11,7 +11,40 @@
 namespace vt {
 namespace {
 
-class Control : public VerbsTest {};
+class Control : public VerbsTest {
+ protected:
+  // An RC pair whose sender completes on `small` (destroyed with it): its
+  // QP and the receiver's, connected, with a buffer; n receives posted.
+  struct SmallCqPair {
+    ibv_qp* qa = nullptr;
+    ibv_qp* qb = nullptr;
+    ibv_cq* cqb = nullptr;
+    ibv_mr* mr = nullptr;
+  };
+  SmallCqPair small_cq_pair(ibv_cq* small, int n) {
+    SmallCqPair p;
+    p.cqb = make_cq(256);
+    EXPECT_NE(p.cqb, nullptr);
+    p.qa = make_qp(IBV_QPT_RC, small, small);
+    p.qb = make_qp(IBV_QPT_RC, p.cqb, p.cqb);
+    if (!p.qa || !p.qb || !p.cqb) {
+      ADD_FAILURE() << "QPs";
+      return p;
+    }
+    forget(p.qa);
+    defer([qa = p.qa, small] {
+      EXPECT_EQ(ibv_destroy_qp(qa), 0);
+      EXPECT_EQ(ibv_destroy_cq(small), 0);
+    });
+    connect_qp(p.qa, p.qb->qp_num);
+    connect_qp(p.qb, p.qa->qp_num);
+    p.mr = reg_buffer(4096, IBV_ACCESS_LOCAL_WRITE, 1);
+    EXPECT_NE(p.mr, nullptr);
+    EXPECT_LE(n, 63);
+    for (int i = 0; p.mr && i < n; ++i) EXPECT_EQ(post_recv_mr(p.qb, i, p.mr, 32 * i, 32), 0);
+    return p;
+  }
+};
 
 TEST_F(Control, ModifyQpWithWrongAttributeMaskIsEinval) {
   ibv_cq* cq = make_cq();
@@ -440,26 +473,11 @@ TEST_F(Control, CqOverflowRaisesCqErrOnTheAsyncFd) {
   ibv_cq* small = ibv_create_cq(ctx_, 1, nullptr, nullptr, 0);
   ASSERT_NE(small, nullptr);
   const int capacity = small->cqe;
-  ibv_cq* cqb = make_cq(256);
-  ASSERT_NE(cqb, nullptr);
-  ibv_qp* qa = make_qp(IBV_QPT_RC, small, small);
-  ibv_qp* qb = make_qp(IBV_QPT_RC, cqb, cqb);
-  ASSERT_TRUE(qa && qb);
-  forget(qa);
-  defer([qa, small] {
-    EXPECT_EQ(ibv_destroy_qp(qa), 0);
-    EXPECT_EQ(ibv_destroy_cq(small), 0);
-  });
-  connect_qp(qa, qb->qp_num);
-  connect_qp(qb, qa->qp_num);
-  ASSERT_FALSE(HasFailure());
-  ibv_mr* mr = reg_buffer(4096, IBV_ACCESS_LOCAL_WRITE, 1);
-  ASSERT_NE(mr, nullptr);
   const int n = capacity + 8;
-  ASSERT_LE(n, 64);
-  for (int i = 0; i < n; ++i) ASSERT_EQ(post_recv_mr(qb, i, mr, 32 * i, 32), 0);
-  ibv_sge s{uint64_t(uintptr_t(mr->addr)) + 3000, 8, mr->lkey};
-  for (int i = 0; i < n; ++i) ASSERT_EQ(post_send(qa, i, IBV_WR_SEND, &s, 1), 0);
+  const SmallCqPair p = small_cq_pair(small, n);
+  ASSERT_FALSE(HasFailure());
+  ibv_sge s{uint64_t(uintptr_t(p.mr->addr)) + 3000, 8, p.mr->lkey};
+  for (int i = 0; i < n; ++i) ASSERT_EQ(post_send(p.qa, i, IBV_WR_SEND, &s, 1), 0);
 
   bool cq_err = false;
   for (auto end = deadline_after(kWaitSeconds); !cq_err && Clock::now() < end;) {
@@ -488,27 +506,13 @@ TEST_F(Control, CqWithIgnoreOverrunNeverErrs) {
   ASSERT_NE(small_ex, nullptr) << std::strerror(errno);
   ibv_cq* small = ibv_cq_ex_to_cq(small_ex);
   const int capacity = small->cqe;
-  ibv_cq* cqb = make_cq(256);
-  ASSERT_NE(cqb, nullptr);
-  ibv_qp* qa = make_qp(IBV_QPT_RC, small, small);
-  ibv_qp* qb = make_qp(IBV_QPT_RC, cqb, cqb);
-  ASSERT_TRUE(qa && qb);
-  forget(qa);
-  defer([qa, small] {
-    EXPECT_EQ(ibv_destroy_qp(qa), 0);
-    EXPECT_EQ(ibv_destroy_cq(small), 0);
-  });
-  connect_qp(qa, qb->qp_num);
-  connect_qp(qb, qa->qp_num);
-  ASSERT_FALSE(HasFailure());
-  ibv_mr* mr = reg_buffer(4096, IBV_ACCESS_LOCAL_WRITE, 1);
-  ASSERT_NE(mr, nullptr);
   const int n = capacity + 8;
-  ASSERT_LE(n, 63);
-  for (int i = 0; i <= n; ++i) ASSERT_EQ(post_recv_mr(qb, i, mr, 32 * i, 32), 0);
-  ibv_sge s{uint64_t(uintptr_t(mr->addr)) + 3000, 8, mr->lkey};
+  const SmallCqPair p = small_cq_pair(small, n + 1);
+  ASSERT_FALSE(HasFailure());
+  ibv_qp* qa = p.qa;
+  ibv_sge s{uint64_t(uintptr_t(p.mr->addr)) + 3000, 8, p.mr->lkey};
   for (int i = 0; i < n; ++i) ASSERT_EQ(post_send(qa, i, IBV_WR_SEND, &s, 1), 0);
-  EXPECT_EQ(poll_n(cqb, n).size(), size_t(n)) << "every send arrived";
+  EXPECT_EQ(poll_n(p.cqb, n).size(), size_t(n)) << "every send arrived";
   EXPECT_FALSE(fd_readable(ctx_->async_fd, 300)) << "an async event (IBV_EVENT_CQ_ERR?) for an ignored overrun";
   EXPECT_EQ(qp_state(qa), IBV_QPS_RTS);
   std::vector<ibv_wc> got = drain_for(small, 100);
