@@ -19,6 +19,16 @@ namespace {
 
 class TransportErrorsTest : public PairFixture {
  protected:
+  // A connected to B with attr_a while B stays in INIT (its process has not
+  // moved it to RTR yet): what A sends is dropped unanswered.
+  void connect_to_b_in_init(const abi::QpAttr& attr_a) {
+    a_ = create_qp(IBV_QPT_RC, a_scq_, a_rcq_, default_caps());
+    b_ = create_qp(IBV_QPT_RC, b_scq_, b_rcq_, default_caps());
+    connect(a_, b_, attr_a, /*sq_psn=*/1000, /*rq_psn=*/2000);
+    abi::QpAttr init = default_attr();
+    init.qp_state = IBV_QPS_INIT;
+    ASSERT_EQ(modify(b_, kRcInitMask, init), 0);
+  }
   // A's one request `w` on an RC pair with a short ACK timeout, executed
   // at B, and B's one answer lost on the way back; A has not resent yet.
   void execute_and_lose_the_answer(const abi::SendWqe& w, std::initializer_list<abi::Sge> sges = {}) {
@@ -404,12 +414,7 @@ TEST_F(TransportErrorsTest, PeerNotYetReadyWithinTheFirstContactGraceIsWaitedFor
   attr_a.retry_cnt = 2;
   attr_a.timeout = 10;  // 4.19 ms
   const uint64_t timeout_ns = 4096ull << 10;
-  a_ = create_qp(IBV_QPT_RC, a_scq_, a_rcq_, default_caps());
-  b_ = create_qp(IBV_QPT_RC, b_scq_, b_rcq_, default_caps());
-  connect(a_, b_, attr_a, /*sq_psn=*/1000, /*rq_psn=*/2000);
-  abi::QpAttr init = default_attr();
-  init.qp_state = IBV_QPS_INIT;
-  ASSERT_EQ(modify(b_, kRcInitMask, init), 0);  // B: INIT, not RTR
+  ASSERT_NO_FATAL_FAILURE(connect_to_b_in_init(attr_a));  // B: INIT, not RTR
   post_send(A(), wqe(IBV_WR_SEND, 1), {sge(a(0), 64, a_key_)});
   ASSERT_TRUE(run());
   // 1 s of timeouts: far past retry_cnt, within the grace.
@@ -458,12 +463,7 @@ TEST_F(TransportErrorsTest, ALocalPeerStuckInInitIsWaitedForOnlyWithinTheGrace) 
   attr_a.retry_cnt = 2;
   attr_a.timeout = 16;  // 268 ms
   const uint64_t timeout_ns = 4096ull << 16;
-  a_ = create_qp(IBV_QPT_RC, a_scq_, a_rcq_, default_caps());
-  b_ = create_qp(IBV_QPT_RC, b_scq_, b_rcq_, default_caps());
-  connect(a_, b_, attr_a, /*sq_psn=*/1000, /*rq_psn=*/2000);
-  abi::QpAttr init = default_attr();
-  init.qp_state = IBV_QPS_INIT;
-  ASSERT_EQ(modify(b_, kRcInitMask, init), 0);
+  ASSERT_NO_FATAL_FAILURE(connect_to_b_in_init(attr_a));
   post_send(A(), wqe(IBV_WR_SEND, 1), {sge(a(0), 8, a_key_)});
   ASSERT_TRUE(run());
   int timeouts = 0;
