@@ -19,6 +19,16 @@ namespace {
 
 class TransportErrorsTest : public PairFixture {
  protected:
+  // ACK timeouts of timeout_ns that pass until A completes something (at
+  // most 100).
+  int timeouts_until_a_completes(uint64_t timeout_ns) {
+    int timeouts = 0;
+    while (drain_cq(dev_, a_scq_).empty() && timeouts < 100) {
+      if (!advance(timeout_ns)) break;
+      ++timeouts;
+    }
+    return timeouts;
+  }
   // A connected to B with attr_a while B stays in INIT (its process has not
   // moved it to RTR yet): what A sends is dropped unanswered.
   void connect_to_b_in_init(const abi::QpAttr& attr_a) {
@@ -445,11 +455,7 @@ TEST_F(TransportErrorsTest, APeerThatNeverAnswersFailsInTheIbaTime) {
   ASSERT_EQ(dev_.destroy_qp(&owner_, b_), 0);
   post_send(A(), wqe(IBV_WR_SEND, 1), {sge(a(0), 8, a_key_)});
   ASSERT_TRUE(run());
-  int timeouts = 0;
-  while (drain_cq(dev_, a_scq_).empty() && timeouts < 100) {
-    ASSERT_TRUE(advance(timeout_ns));
-    ++timeouts;
-  }
+  const int timeouts = timeouts_until_a_completes(timeout_ns);
   EXPECT_EQ(timeouts, 2 + 1);
   EXPECT_EQ(A().state, IBV_QPS_ERR);
   EXPECT_EQ(counters().retry_exceeded, 1u);
@@ -466,11 +472,7 @@ TEST_F(TransportErrorsTest, ALocalPeerStuckInInitIsWaitedForOnlyWithinTheGrace) 
   ASSERT_NO_FATAL_FAILURE(connect_to_b_in_init(attr_a));
   post_send(A(), wqe(IBV_WR_SEND, 1), {sge(a(0), 8, a_key_)});
   ASSERT_TRUE(run());
-  int timeouts = 0;
-  while (drain_cq(dev_, a_scq_).empty() && timeouts < 100) {
-    ASSERT_TRUE(advance(timeout_ns));
-    ++timeouts;
-  }
+  const int timeouts = timeouts_until_a_completes(timeout_ns);
   // 7 timeouts within the 2 s grace (the 8th comes at 2.15 s), then 3 more.
   EXPECT_EQ(timeouts, 7 + 3);
   EXPECT_EQ(A().state, IBV_QPS_ERR);
