@@ -192,6 +192,10 @@ bool place_read_response(Device& dev, Qp& qp, uint32_t index, const net::Packet&
     ++dev.counters_mut().rx_stale_response;
     return false;
   }
+  if (st.local_key_bad && p.payload_len) {  // the local key, checked now (fetch_wqe)
+    fail_head(dev, qp, IBV_WC_LOC_PROT_ERR);
+    return false;
+  }
   if (p.payload_len && !scatter_sges(dev, *qp.owner, wqe_sges(qp, index), w.num_sge, offset,
                                      p.payload(), p.payload_len)) {
     dev.memory_fault("read response", qp.owner, wqe_sges(qp, index)[0].addr + offset, p.payload_len);
@@ -237,6 +241,10 @@ void on_read_or_atomic_response(Device& dev, Qp& qp, const net::Packet& p) {
   if (info.has(net::kHasAtomicAck)) {
     if (w.opcode != IBV_WR_ATOMIC_CMP_AND_SWP && w.opcode != IBV_WR_ATOMIC_FETCH_AND_ADD) return;
     const uint64_t orig = p.hdr<net::AtomicAckEth>(info.atomicack_off)->orig;
+    if (st.local_key_bad) {  // the local key, checked now (fetch_wqe)
+      fail_head(dev, qp, IBV_WC_LOC_PROT_ERR);
+      return;
+    }
     if (!scatter_sges(dev, *qp.owner, wqe_sges(qp, index), w.num_sge, 0,
                       reinterpret_cast<const uint8_t*>(&orig), 8)) {
       dev.memory_fault("atomic response", qp.owner, wqe_sges(qp, index)[0].addr, 8);

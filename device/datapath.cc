@@ -102,6 +102,11 @@ bool Device::poll(uint64_t now_ns) {
   return work || loopback_.pending();
 }
 
+void Device::take_posted_sends(const Owner* o) {
+  for (Qp* q : active_qps_)
+    if (q->owner == o) requester_take_posted(*this, *q);
+}
+
 uint64_t Device::next_deadline_ns() const {
   uint64_t next = 0;
   auto take = [&](uint64_t t) {

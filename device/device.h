@@ -213,6 +213,9 @@ class Device {
   // ---- datapath ----
   // One pass of the poll loop; returns true if it did any work.
   bool poll(uint64_t now_ns);
+  // Takes every send WQE the owner has posted to its QPs in RTS (doorbell
+  // order: before a control verb that destroys what they name).
+  void take_posted_sends(const Owner* o);
   // Earliest timer deadline (0: none), so the engine knows how long it may sleep.
   uint64_t next_deadline_ns() const;
 
@@ -407,6 +410,7 @@ class Device {
 
 // Requester, responder and completer entry points (one file each).
 bool requester_run(Device& dev, Qp& qp);
+void requester_take_posted(Device& dev, Qp& qp);
 void responder_receive(Device& dev, Qp& qp, net::Packet& p);
 bool responder_run(Device& dev, Qp& qp);
 void completer_receive(Device& dev, Qp& qp, net::Packet& p);

@@ -28,6 +28,9 @@ struct SendWqeState {
   uint32_t npsn = 0;       // PSNs the message uses
   uint32_t status = IBV_WC_SUCCESS;
   bool is_rd_atomic = false;
+  // A READ's or atomic's SGE failed its local key check: the request still
+  // goes out, and the response that would be placed ends in LOC_PROT_ERR.
+  bool local_key_bad = false;
   bool started = false;    // first_psn is valid: at least one packet went out
   // Device-internal work (device/tm_rendezvous.cc): no user WQE behind it and
   // no completion on the user's send CQ.

@@ -54,8 +54,16 @@ uint32_t fetch_wqe(Device& dev, Qp& qp, uint32_t index) {
       if (sge[i].length == 0) continue;
       const Mr* mr;
       if (dev.check_mr(sge[i].lkey, qp.pd, sge[i].addr, sge[i].length, need, false, &mr) !=
-          Device::MrCheck::kOk)
-        return IBV_WC_LOC_PROT_ERR;
+          Device::MrCheck::kOk) {
+        if (!st.is_rd_atomic) return IBV_WC_LOC_PROT_ERR;
+        // A READ's or an atomic's local key is checked when its response is
+        // placed, as mlx5 and rxe (rxe_comp.c do_read/do_atomic) do: the
+        // responder executes the request, and a remote error it answers
+        // with comes first (on_read_or_atomic_response).
+        st.local_key_bad = true;
+        st.length += sge[i].length;
+        continue;
+      }
       sge[i].addr = mr->addr + (sge[i].addr - mr->iova);  // into the owner's address space
       st.length += sge[i].length;
     }
@@ -433,6 +441,26 @@ bool requester_run(Device& dev, Qp& qp) {
     qp.retrans_deadline_ns = dev.now_ns() + (4096ull << qp.timeout);
   if (work && !qp.first_tx_ns) qp.first_tx_ns = dev.now_ns();
   return work;
+}
+
+// Doorbell order before a control verb: on mlx5 the doorbell of a posted
+// WQE reaches the HCA before a later command (ibv_dereg_mr, ...) does, so a
+// send posted just before its MR is deregistered still goes out. Taking
+// every posted WQE now checks its SGEs against the MRs as they still are and
+// turns them into the owner's addresses, which is all a WQE needs of an MR
+// once taken (gather_sges reads through the owner's memory).
+void requester_take_posted(Device& dev, Qp& qp) {
+  if (qp.state != IBV_QPS_RTS) return;
+  const uint32_t prod = qp.sq.hdr->producer.load(std::memory_order_acquire);
+  // A producer index no ring can hold: requester_run makes the QP fatal.
+  if (prod - qp.sq_user_head > qp.sq.size() ||
+      prod - qp.sq_user_head < qp.sq_user_fetched - qp.sq_user_head)
+    return;
+  while (qp.sq_user_fetched != prod) {
+    const uint32_t index = qp.sq_fetched++;
+    const uint32_t status = fetch_wqe(dev, qp, index);
+    if (status != IBV_WC_SUCCESS) wqe_state(qp, index).status = status;
+  }
 }
 
 // Points the requester at `psn`: backwards for go-back-N retransmission, or

@@ -223,6 +223,11 @@ void Engine::drain_device() {
   }
 }
 
+void Engine::take_posted_work(const device::Owner& client) {
+  device_.take_posted_sends(&client);
+  drain_device();
+}
+
 void Engine::arm_wire_wakeup() {
   wire_wakeup_.async_wait(boost::asio::posix::descriptor_base::wait_read,
                           [](const boost::system::error_code&) {});

@@ -80,6 +80,10 @@ class Engine {
   void close_session(Session* s);
   // A few datapath passes from a control handler (bounded).
   void drain_device();
+  // Doorbell order before a control verb that destroys what posted work may
+  // name (an MR, a window): the client's posted sends are taken, then run
+  // as far as they can (device/requester.cc requester_take_posted).
+  void take_posted_work(const device::Owner& client);
   // Link up/down: device state, the clients' shared page, and a port event
   // (IBV_EVENT_PORT_ACTIVE / IBV_EVENT_PORT_ERR) to every client.
   void set_port_state(bool up);

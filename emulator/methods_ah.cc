@@ -11,6 +11,8 @@ int create_ah(Call& c) {
   return c.reply(abi::CreateAhReply{c.objects.insert(ObjType::kAh, r.value)});
 }
 
+// Work posted before it needs nothing of the AH: a UD send carries its
+// address vector in the WQE (abi::SendWqe::av), copied at ibv_post_send.
 int destroy_ah(Call& c) {
   return c.dev.destroy_ah(&c.owner, uint32_t(c.request<abi::HandleRequest>().handle));
 }

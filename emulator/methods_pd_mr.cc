@@ -2,6 +2,7 @@
 #include <cerrno>
 
 #include "device/device.h"
+#include "emulator/engine.h"
 #include "emulator/methods.h"
 #include "emulator/object_table.h"
 
@@ -24,7 +25,10 @@ int reg_mr(Call& c) {
   return c.reply(abi::RegMrReply{c.objects.insert(ObjType::kMr, r.value), r.value, r.value});
 }
 
+// The verbs below may destroy what work the client posted before them names:
+// that work is taken first, as an HCA sees the doorbell before the command.
 int rereg_mr(Call& c) {
+  c.engine.take_posted_work(c.owner);
   uint32_t key = 0;
   if (int err = c.dev.rereg_mr(&c.owner, c.request<abi::ReregMrRequest>(), &key,
                                c.fds.empty() ? -1 : c.fds[0]))
@@ -33,6 +37,7 @@ int rereg_mr(Call& c) {
 }
 
 int dereg_mr(Call& c) {
+  c.engine.take_posted_work(c.owner);
   return c.dev.dereg_mr(&c.owner, uint32_t(c.request<abi::HandleRequest>().handle));
 }
 
@@ -46,6 +51,7 @@ int alloc_mw(Call& c) {
 }
 
 int dealloc_mw(Call& c) {
+  c.engine.take_posted_work(c.owner);
   return c.dev.dealloc_mw(&c.owner, uint32_t(c.request<abi::HandleRequest>().handle));
 }
 

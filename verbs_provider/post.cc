@@ -69,12 +69,14 @@ int fill_bind(abi::SendWqe* w, const ibv_mw* mw, uint32_t rkey, const ibv_mw_bin
   return 0;
 }
 
-// Opcodes ibv_post_send takes on a QP of `type`. A UD QP takes RC's too:
-// RDMA and atomics there complete with IBV_WC_LOC_QP_OP_ERR, as on mlx5
-// (its post_send builds no remote-address segment for UD and the HCA fails
-// the WQE) and rxe (rxe_requester: next_opcode finds none for UD).
+// Opcodes ibv_post_send takes on a QP of `type`. UD and UC QPs take RC's
+// too: the ones their transport lacks (RDMA and atomics on UD, READ and
+// atomics on UC) complete with IBV_WC_LOC_QP_OP_ERR, as on mlx5 (its
+// _mlx5_post_send, providers/mlx5/qp.c, builds no remote-address segment
+// for them and the HCA fails the WQE) and rxe (its validate_send_wr does not
+// look at the QP type; rxe_req.c's next_opcode finds none).
 uint32_t postable_ops(ibv_qp_type t) {
-  return t == IBV_QPT_UD ? allowed_ops(IBV_QPT_RC) : allowed_ops(t);
+  return t == IBV_QPT_UD || t == IBV_QPT_UC ? allowed_ops(IBV_QPT_RC) : allowed_ops(t);
 }
 
 int build_send_wqe(UQp* qp, const ibv_send_wr* wr, abi::SendWqe* w) {

@@ -227,5 +227,51 @@ TEST_F(SharedMr, DeregAfterTheBufferIsFreed) {
   EXPECT_FALSE(on_shared_pages(inner)) << mapping_of(inner);
 }
 
+// Doorbell order: sends posted before their MRs are deregistered go out and
+// complete, every one, as on mlx5, where the doorbell reaches the HCA before
+// the deregistration does (a rendezvous header's short-lived MR, say). The
+// engine takes posted work before the control verb (emulator/methods_pd_mr.cc).
+class DoorbellOrder : public VerbsTest {};
+
+TEST_F(DoorbellOrder, SendsPostedBeforeTheirMrsAreDeregisteredGoOut) {
+  constexpr int kSends = 32;
+  constexpr uint32_t kLen = 64 * 1024;
+  QpCaps caps;
+  caps.max_send_wr = kSends;
+  caps.max_recv_wr = kSends;
+  Pair p = make_pair(IBV_QPT_RC, {}, caps);
+  ASSERT_FALSE(HasFailure());
+  ibv_mr* dst = reg_buffer(size_t(kSends) * kLen, kRw, 0);
+  ASSERT_NE(dst, nullptr);
+  std::vector<ibv_mr*> src;
+  for (int i = 0; i < kSends; ++i) {
+    src.push_back(reg_buffer(kLen, IBV_ACCESS_LOCAL_WRITE, uint8_t(i + 1)));
+    ASSERT_NE(src.back(), nullptr);
+  }
+  for (int i = 0; i < kSends; ++i) {
+    ibv_sge s = sge_of(src[i], 0, kLen);
+    ASSERT_EQ(post_send(p.a.qp, i, IBV_WR_SEND, &s, 1), 0);
+  }
+  // No receive yet: the first send waits on RNR NAKs (rnr_retry 7: for
+  // ever), so the others are still queued behind it at the deregistrations.
+  for (ibv_mr* mr : src) {
+    forget(mr);
+    ASSERT_EQ(ibv_dereg_mr(mr), 0);
+  }
+  for (int i = 0; i < kSends; ++i) ASSERT_EQ(post_recv_mr(p.b.qp, 100 + i, dst, size_t(i) * kLen, kLen), 0);
+  auto sent = by_wr_id(poll_n(p.a.cq, kSends));
+  ASSERT_EQ(sent.size(), size_t(kSends));
+  for (auto& [id, wc] : sent) EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << "send " << id << ": " << describe(wc);
+  auto got = by_wr_id(poll_n(p.b.cq, kSends));
+  ASSERT_EQ(got.size(), size_t(kSends));
+  const auto* bytes = static_cast<const uint8_t*>(dst->addr);
+  for (int i = 0; i < kSends; ++i) {
+    EXPECT_EQ(got[100 + i].status, IBV_WC_SUCCESS) << describe(got[100 + i]);
+    EXPECT_EQ(got[100 + i].byte_len, kLen);
+    const uint8_t* m = bytes + size_t(i) * kLen;
+    EXPECT_TRUE(std::all_of(m, m + kLen, [&](uint8_t c) { return c == uint8_t(i + 1); })) << "message " << i;
+  }
+}
+
 }  // namespace
 }  // namespace vt

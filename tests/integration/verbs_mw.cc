@@ -204,6 +204,34 @@ TEST_F(Mw, BindIgnoresAccessBitsThatDoNotApplyToAWindow) {
   }
 }
 
+// Doorbell order: a bind posted before ibv_dealloc_mw of its window is done
+// first, as on mlx5, where the doorbell reaches the HCA before the command
+// (the engine takes posted work before such a verb: emulator/methods_pd_mr.cc).
+TEST_F(Mw, BindPostedBeforeDeallocIsDoneFirst) {
+  Pair p = make_pair();
+  ASSERT_FALSE(HasFailure());
+  for (int round = 0; round < 20; ++round) {  // the order must hold every time
+    ibv_mw* mw = ibv_alloc_mw(pd_, IBV_MW_TYPE_2);
+    ASSERT_NE(mw, nullptr) << std::strerror(errno);
+    ibv_send_wr wr{};
+    wr.wr_id = 500 + round;
+    wr.opcode = IBV_WR_BIND_MW;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    wr.bind_mw.mw = mw;
+    wr.bind_mw.rkey = ibv_inc_rkey(mw->rkey);
+    wr.bind_mw.bind_info = {mr_, at(0), 4096, IBV_ACCESS_REMOTE_READ};
+    ibv_send_wr* bad = nullptr;
+    ASSERT_EQ(ibv_post_send(p.b.qp, &wr, &bad), 0);
+    ASSERT_EQ(ibv_dealloc_mw(mw), 0);
+    ibv_wc wc;
+    VT_POLL_ONE(p.b.cq, &wc);
+    EXPECT_EQ(wc.wr_id, uint64_t(500 + round));
+    ASSERT_EQ(wc.status, IBV_WC_SUCCESS) << "round " << round << ": " << describe(wc);
+    EXPECT_EQ(wc.opcode, IBV_WC_BIND_MW);
+  }
+  EXPECT_EQ(qp_state(p.b.qp), IBV_QPS_RTS);
+}
+
 // The checks libibverbs' inline ibv_bind_mw and the provider make before
 // anything is posted.
 TEST_F(Mw, BindMwVerbRefusesWhatItCannotPost) {

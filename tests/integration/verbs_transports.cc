@@ -133,6 +133,28 @@ TEST_F(Ud, RdmaAndAtomicOpcodesCompleteWithLocQpOpErr) {
 
 class Uc : public VerbsTest {};
 
+// UC has no READ and no atomics: ibv_post_send takes them and the WQE
+// completes with IBV_WC_LOC_QP_OP_ERR, the QP in error, as on mlx5 and rxe
+// (verbs_provider/post.cc postable_ops).
+TEST_F(Uc, ReadAndAtomicOpcodesCompleteWithLocQpOpErr) {
+  ibv_mr* mr = reg_buffer(256, kRw, 1);
+  ASSERT_NE(mr, nullptr);
+  for (ibv_wr_opcode op : {IBV_WR_RDMA_READ, IBV_WR_ATOMIC_FETCH_AND_ADD, IBV_WR_ATOMIC_CMP_AND_SWP}) {
+    Pair p = make_pair(IBV_QPT_UC);
+    ASSERT_FALSE(HasFailure());
+    ibv_sge s = sge_of(mr, 0, 8);
+    ASSERT_EQ(post_send(p.a.qp, 9, op, &s, 1, IBV_SEND_SIGNALED, addr_of(mr, 128), mr->rkey), 0)
+        << "opcode " << op;
+    ibv_wc wc;
+    VT_POLL_ONE(p.a.cq, &wc);
+    EXPECT_EQ(wc.wr_id, 9u);
+    EXPECT_EQ(wc.status, IBV_WC_LOC_QP_OP_ERR) << "opcode " << op << ": " << describe(wc);
+    EXPECT_EQ(qp_state(p.a.qp), IBV_QPS_ERR) << "opcode " << op;
+    EXPECT_TRUE(drain_for(p.b.cq, 50).empty()) << "nothing reached the peer";
+  }
+  EXPECT_EQ(static_cast<uint8_t*>(mr->addr)[128], 1) << "no READ or atomic ran";
+}
+
 TEST_F(Uc, SendAndWrite) {
   Pair p = make_pair(IBV_QPT_UC);
   ASSERT_FALSE(HasFailure());
