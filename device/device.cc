@@ -122,7 +122,10 @@ void Device::init_info() {
   d.port.max_mtu = IBV_MTU_4096;
   d.port.active_mtu = IBV_MTU_4096;
   d.port.gid_tbl_len = kGidTableLen;
-  d.port.port_cap_flags = 0;
+  // The CM is there, and the GIDs are IP addresses: what a RoCE port of mlx5
+  // reports (mlx5_ib's query_port sets IB_PORT_CM_SUP and ip_gids, which
+  // uverbs turns into IB_UVERBS_PCF_IP_BASED_GIDS); rxe has the first only.
+  d.port.port_cap_flags = IBV_PORT_CM_SUP | IBV_PORT_IP_BASED_GIDS;
   d.port.max_msg_sz = kMaxMsgSize;
   d.port.active_width = 2;   // 4x
   d.port.active_speed = 32;  // EDR: 25 Gb/s per lane

@@ -57,6 +57,7 @@ void Engine::remove_files() {
   if (!socket_path_.empty()) unlink(socket_path_.c_str());
   if (!pid_path_.empty()) unlink(pid_path_.c_str());
   if (!netdev_path_.empty()) unlink(netdev_path_.c_str());
+  sysfs_.remove();
   socket_path_.clear();
   pid_path_.clear();
   netdev_path_.clear();
@@ -132,6 +133,9 @@ void Engine::start() {
     f.close();
     rename((netdev_path_ + ".tmp").c_str(), netdev_path_.c_str());
   }
+  // The device as sysfs shows a kernel RoCE device (sysfs_tree.h).
+  if (std::string err = sysfs_.create(dir, device_.info(), netdev_.name()); !err.empty())
+    std::fprintf(stderr, "uroced: no sysfs view of %s for `uroce run`: %s\n", config_.device.name.c_str(), err.c_str());
   pid_path_ = engine_pid_path(dir, config_.device.name);
   {
     std::ofstream pid(pid_path_ + ".tmp");
@@ -228,6 +232,15 @@ void Engine::take_posted_work(const device::Owner& client) {
   drain_device();
 }
 
+// A busy engine brings sysfs's hw_counters up to date once a second, an
+// engine going to sleep at once: a program reading them after its traffic
+// sees all of it, and an idle engine writes nothing.
+void Engine::refresh_sysfs_counters(uint64_t now, bool going_idle) {
+  if (!going_idle && now - sysfs_counters_ns_ < 1'000'000'000) return;
+  sysfs_counters_ns_ = now;
+  sysfs_.update_counters(device_.counters());
+}
+
 void Engine::arm_wire_wakeup() {
   wire_wakeup_.async_wait(boost::asio::posix::descriptor_base::wait_read,
                           [](const boost::system::error_code&) {});
@@ -288,6 +301,7 @@ void Engine::publish_gids() {
   shared_->ndev_ifindex = device_.ndev_ifindex();
   std::memcpy(shared_->gids, device_.info().gids, sizeof(shared_->gids));
   shared_->gid_seq.store(seq + 2, std::memory_order_release);
+  sysfs_.update_port(device_.info());
 }
 
 void Engine::arm_netdev_events() {
@@ -316,6 +330,7 @@ void Engine::set_port_state(bool up) {
   if (device_.port_active() == up) return;
   device_.set_port_active(up);
   shared_->port_state.store(up ? IBV_PORT_ACTIVE : IBV_PORT_DOWN, std::memory_order_release);
+  sysfs_.update_port(device_.info());
   for (auto& [raw, s] : sessions_)
     s->post_port_event(up ? IBV_EVENT_PORT_ACTIVE : IBV_EVENT_PORT_ERR);
 }
@@ -385,6 +400,7 @@ void Engine::run() {
     // iterations, and always before sleeping.
     if ((++iterations & 63) == 0) io_.poll();
     const uint64_t now = monotonic_ns();
+    if ((iterations & 1023) == 0) refresh_sysfs_counters(now, false);
     if (device_.poll(now)) {
       last_work = now;
       continue;
@@ -397,6 +413,7 @@ void Engine::run() {
       continue;
     }
 
+    refresh_sysfs_counters(now, true);
     // Going to sleep: announce it, then look once more so a doorbell that
     // raced with the announcement is not lost (the client checks `sleeping`
     // after publishing; both sides fence).

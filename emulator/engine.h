@@ -17,6 +17,7 @@
 #include "device/device.h"
 #include "emulator/access.h"
 #include "emulator/idle_policy.h"
+#include "emulator/sysfs_tree.h"
 #include "net/netdev.h"
 #include "net/udp_port_guard.h"
 #include "uroce/abi.h"
@@ -125,6 +126,9 @@ class Engine {
   net::UdpPortGuard port_guard_;
   boost::asio::posix::stream_descriptor netdev_events_, guard4_, guard6_;
   std::string netdev_path_;  // <runtime dir>/<name>.netdev: the interface, for `uroce run`
+  SysfsTree sysfs_;          // <runtime dir>/<name>.sysfs, for `uroce run`
+  uint64_t sysfs_counters_ns_ = 0;  // when its hw_counters were last brought up to date
+  void refresh_sysfs_counters(uint64_t now, bool going_idle);
   std::unordered_map<Session*, std::unique_ptr<Session>> sessions_;
   std::string socket_path_, pid_path_;
   int shared_fd_ = -1, doorbell_fd_ = -1;

@@ -7,7 +7,7 @@ set -euo pipefail
 
 packages=(
   build-essential cmake pkg-config
-  libibverbs-dev librdmacm-dev ibverbs-utils rdmacm-utils perftest rdma-core nlohmann-json3-dev libcli11-dev
+  libibverbs-dev librdmacm-dev ibverbs-utils rdmacm-utils perftest rdma-core infiniband-diags nlohmann-json3-dev libcli11-dev
   libboost-dev libgtest-dev libdpdk-dev
   iproute2 python3 python3-pyverbs zlib1g-dev tshark
   debhelper fakeroot lintian clang

@@ -278,9 +278,9 @@ int cmd_run(const Context& ctx, const RunArgs& args) {
   // UCX lists a device only beside its /dev/infiniband node (device_nodes.h).
   const NodeSetupResult nodes = provide_uverbs_nodes(uverbs_node_names(ctx.runtime_dir, kDefaultName));
   if (!nodes.message.empty()) std::cerr << "uroce: " << nodes.message << '\n';
-  // Each bound engine's network interface where rdma-core looks for it (sysfs_view.h).
+  // Each engine's device in /sys/class/infiniband, as a kernel RoCE device's (sysfs_view.h).
   // (Said once: where the nodes could not be given, the reason is the same.)
-  if (const std::string msg = provide_sysfs_view(bound_interfaces(ctx.runtime_dir));
+  if (const std::string msg = provide_sysfs_view(engine_sysfs_trees(ctx.runtime_dir));
       !msg.empty() && nodes.how != NodeSetup::kUnavailable)
     std::cerr << "uroce: " << msg << '\n';
   std::vector<char*> argv;
