@@ -427,6 +427,34 @@ for mode in $modes; do
 done
 ucx_dgid_check_on_rxe
 
+# uroce's sysfs view on a NIC with a device of its own (the guest's
+# virtio-net, beside rxe0): <dev>/device is the NIC's device and
+# /sys/class/net/eth0/device/infiniband names uroce's device, every value as
+# ibv_devinfo, ibstat and ibstatus give it (sysfs_check.py; a veth has no
+# device below it, so the host's tests cannot show this). The engine runs in
+# the guest from a copy in the job share (the guest's /tmp is its own).
+sysfs_on_a_nic() {
+  [[ -z $only || sysfs_nic =~ $only ]] || return 0
+  local share=$kernel_peer_jobs/uroce
+  mkdir -p "$share/bin" "$share/provider"
+  cp "$UROCE_BUILD_DIR/bin/uroce" "$UROCE_BUILD_DIR/bin/uroced" "$share/bin/"
+  cp -a "$UROCE_BUILD_DIR/provider/." "$share/provider/"
+  cp "$here/../integration/sysfs_check.py" "$kernel_peer_jobs/"
+  guest_run sysfs_nic 120 bash -c 'export UROCE_RUNTIME_DIR=/tmp/uroce-run; mkdir -m 700 -p $UROCE_RUNTIME_DIR
+    /mnt/uroce/bin/uroce start --name uroce0 --netdev eth0 >/dev/null || exit 1
+    /mnt/uroce/bin/uroce run -- python3 /mnt/sysfs_check.py uroce0 eth0; rc=$?
+    /mnt/uroce/bin/uroce stop --name uroce0 >/dev/null; exit $rc' || true
+  cp "$GUEST_OUT" "$UROCE_LOG_DIR/sysfs_nic.log"
+  if grep -q '^sysfs_check uroce0: all agree' "$GUEST_OUT" && grep -q '^ok   device: .*/virtio' "$GUEST_OUT" &&
+      grep -q '^ok   /sys/class/net/eth0/device/infiniband: 1' "$GUEST_OUT"; then
+    ok "sysfs_nic: uroce0 --netdev eth0 in the guest: $(grep -m1 '^ok   device:' "$GUEST_OUT" | cut -c6-), eth0/device/infiniband names it, $(grep -c '^ok' "$GUEST_OUT") values agree"
+  else
+    bad "sysfs_nic: uroce's sysfs view on the guest's NIC"
+    grep -v '^ok' "$GUEST_OUT" | tail -n 20
+  fi
+}
+sysfs_on_a_nic
+
 echo "---- the matrix ----"
 cat "$matrix"
 [[ -z $matrix_out ]] || cp "$matrix" "$matrix_out"

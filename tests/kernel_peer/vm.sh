@@ -135,9 +135,11 @@ kernel_peer_boot() {
   fi
   local append="console=ttyS0 panic=-1 loglevel=4 uroce.ip=$addr"
   [[ -n $addr6 ]] && append+=" uroce.ip6=$addr6"
+  # -cpu max: the guest also runs uroce's own engine (sysfs_on_a_nic), built
+  # for the host's instruction set; qemu64 has too little of it (SIGILL).
   KERNEL_PEER_CONSOLE="$UROCE_LOG_DIR/kernel_peer.console.log"
   KERNEL_PEER_PCAP="$UROCE_LOG_DIR/kernel_peer.pcap"
-  ip netns exec "$ns" qemu-system-x86_64 "${accel[@]}" -machine q35 -m 1024 -smp 1 \
+  ip netns exec "$ns" qemu-system-x86_64 "${accel[@]}" -machine q35 -cpu max -m 1024 -smp 1 \
     -nographic -no-reboot -nodefaults -serial "file:$KERNEL_PEER_CONSOLE" \
     -kernel "$kernel_peer_vmlinuz" -initrd "$kernel_peer_initrd" -append "$append" \
     -virtfs "local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap" \
