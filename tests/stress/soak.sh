@@ -20,7 +20,7 @@
 # warm-up of the same load (heap and pools at their working size), so growth
 # over the run is what a leak would show; most of what remains is the frame
 # buffer pool (about 4.3 KiB a buffer), which keeps its high-water mark: the
-# figures give it beside the RSS (README, "Robustness").
+# figures give it beside the RSS (docs/testing.md, "The soak").
 #
 #   soak.sh [--minutes M | --seconds S] [--churners N] [--pairs N] [--faults 'drop=.. ..']
 #
