@@ -73,6 +73,10 @@ void Device::report(nlohmann::json& out) const {
 #define UROCE_REPORT_FAULT(name, desc) c[#name] = f.counters().name;
     UROCE_FAULT_COUNTERS(UROCE_REPORT_FAULT)
 #undef UROCE_REPORT_FAULT
+    const net::FaultConfig& cfg = f.config();  // what `uroce fault` shows
+    c["settings"] = {{"active", f.active()},  {"drop", cfg.drop},         {"duplicate", cfg.duplicate},
+                     {"reorder", cfg.reorder}, {"corrupt", cfg.corrupt}, {"delay_us", cfg.delay_us},
+                     {"seed", cfg.seed}};
     faults[port] = c;
   };
   fault_counters("loopback", loopback_fault_);

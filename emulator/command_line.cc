@@ -208,6 +208,14 @@ std::optional<EngineConfig> parse_command_line(int argc, const char* const* argv
     return std::nullopt;
   }
   if (!dev.netdev.empty()) dev.port_spec = "net_af_packet0,iface=" + dev.netdev;
+  // Options of the wire port, on an engine that has none: refused, not ignored.
+  for (const char* wire_only : {"--mtu", "--vlan"})
+    if (app.get_option(wire_only)->count() && dev.port_spec.empty()) {
+      std::cerr << "uroced: " << wire_only << " applies to the wire port, and this engine has none: give --port "
+                << "or --netdev (the loopback port's MTU is 4096) (see 'uroced --help')\n";
+      *exit_status = kExitUsage;
+      return std::nullopt;
+    }
   if (!mac_given && !dev.port_spec.empty()) {
     dev.mac_from_port = true;  // the NIC's own MAC
   } else if (!mac_given) {

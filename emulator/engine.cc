@@ -335,16 +335,22 @@ void Engine::set_port_state(bool up) {
     s->post_port_event(up ? IBV_EVENT_PORT_ACTIVE : IBV_EVENT_PORT_ERR);
 }
 
-std::string Engine::status_text() const {
+std::string Engine::status_text(const device::Owner* asking) const {
   std::ostringstream os;
   os << device_.status_text();
   const int cpu = shared_ ? shared_->polling_cpu.load(std::memory_order_relaxed) : -1;
   if (cpu >= 0) os << "engine: polling on CPU " << cpu << '\n';
   else os << "engine: polling on any CPU\n";
   os << "engine: admits " << config_.access.describe() << '\n';
-  os << "clients: " << sessions_.size() << '\n';
+  // The tool asking is not one of the clients it asks about (nor is its
+  // probe of a moment ago, whose hang-up may not be read yet: same process).
+  auto is_asking = [asking](const Session& s) { return asking && s.owner().mem.pid() == asking->mem.pid(); };
+  size_t clients = 0;
+  for (const auto& [raw, s] : sessions_) clients += !is_asking(*s);
+  os << "clients: " << clients << '\n';
   for (const auto& [raw, s] : sessions_)
-    os << "  pid " << s->owner().mem.pid() << " " << s->owner().comm << " (" << user_name(s->peer().uid)
+    if (!is_asking(*s))
+      os << "  pid " << s->owner().mem.pid() << " " << s->owner().comm << " (" << user_name(s->peer().uid)
        << ")\n";
   return os.str();
 }
@@ -363,7 +369,7 @@ std::string Engine::stats_text() const {
   return text;
 }
 
-std::string Engine::report_json() const {
+std::string Engine::report_json(const device::Owner* asking) const {
   nlohmann::json j;
   device_.report(j);
 #define UROCE_ENGINE_COUNTER_JSON(name, desc) j["counters"][#name] = counters_.name;
@@ -373,7 +379,8 @@ std::string Engine::report_json() const {
   j["engine"] = {{"pid", int(getpid())}, {"polling_cpu", cpu}, {"admits", config_.access.describe()}};
   nlohmann::json clients = nlohmann::json::array();
   for (const auto& [raw, s] : sessions_)
-    clients.push_back({{"pid", int(s->owner().mem.pid())}, {"comm", s->owner().comm}, {"uid", s->peer().uid}});
+    if (!asking || s->owner().mem.pid() != asking->mem.pid())
+      clients.push_back({{"pid", int(s->owner().mem.pid())}, {"comm", s->owner().comm}, {"uid", s->peer().uid}});
   j["clients"] = clients;
   j["time_ns"] = monotonic_ns();
   return j.dump();
@@ -383,8 +390,8 @@ const std::string& Engine::snapshot(const device::Owner& client, Snapshot kind, 
   std::string& snap = snapshots_[client.id][size_t(kind)];
   if (fresh) {
     switch (kind) {
-      case Snapshot::kReport: snap = report_json(); break;
-      case Snapshot::kStatus: snap = status_text(); break;
+      case Snapshot::kReport: snap = report_json(&client); break;
+      case Snapshot::kStatus: snap = status_text(&client); break;
       case Snapshot::kStats: snap = stats_text(); break;
       case Snapshot::kCount: break;
     }

@@ -88,7 +88,8 @@ class Engine {
   // Link up/down: device state, the clients' shared page, and a port event
   // (IBV_EVENT_PORT_ACTIVE / IBV_EVENT_PORT_ERR) to every client.
   void set_port_state(bool up);
-  std::string status_text() const;
+  // Without `asking`, the session that asks (a tool) among the clients.
+  std::string status_text(const device::Owner* asking = nullptr) const;
   // The device's counters and the engine's (UROCE_ENGINE_COUNTERS).
   std::string stats_text() const;
   const AccessPolicy& access() const { return config_.access; }
@@ -100,7 +101,7 @@ class Engine {
   const std::string& snapshot(const device::Owner& client, Snapshot kind, bool fresh);
 
  private:
-  std::string report_json() const;
+  std::string report_json(const device::Owner* asking = nullptr) const;
   void accept_next();
   // Tells a peer the policy does not admit why, and hangs up.
   void refuse(SeqPacket::socket sock, const PeerCredentials* peer);

@@ -65,7 +65,7 @@ int report(Call& c) { return reply_piece(c, Engine::Snapshot::kReport); }
 // body (a tool of ABI version 10 or older), the text cut to one message.
 int status(Call& c) {
   if (c.len) return reply_piece(c, Engine::Snapshot::kStatus);
-  c.reply_text(c.engine.status_text());
+  c.reply_text(c.engine.status_text(&c.owner));
   return 0;
 }
 

@@ -30,21 +30,25 @@ Commands:
                       --watch: live rates (packets, bytes, retransmissions,
                       NAKs, drops per second, the busiest QPs) every S seconds
                       (default 1); --json: status and counters as JSON
-  run [--all-cpus] [--] CMD [ARGS...]
+  run [--all-cpus] [--without-engine] [--wait-listen PORT] [--] CMD [ARGS...]
                       run CMD with uroce's libibverbs.so.1 (LD_LIBRARY_PATH);
                       its threads that poll CQs leave the engine's CPU
-                      (--all-cpus: they do not)
+                      (--all-cpus: they do not). Refused when no engine runs
+                      (--without-engine: run anyway); --wait-listen: first
+                      wait until something listens on TCP PORT (a client
+                      started right after its server)
   env                 print the exports that 'run' sets, for eval "$(uroce env)"
-  fault [--name NAME] [--port loopback|wire] [drop=P] [duplicate=P] [reorder=P]
-        [corrupt=P] [delay=US] [seed=N]
-                      set fault injection on a port (no settings: turn it off)
+  fault [--name NAME] [--port loopback|wire]
+        [off | drop=P duplicate=P reorder=P corrupt=P delay=US seed=N]
+                      show each port's fault injection (no setting), set it on
+                      a port, or turn it off ('off')
   capture [--name NAME] -w FILE.pcap [--count N] [--seconds S]
                       write the frames crossing the engine's ports (loopback
                       included) to FILE until N frames, S seconds or Ctrl-C
   port [--name NAME] up|down
                       take the engine's port down or up: clients get
                       IBV_EVENT_PORT_ERR / IBV_EVENT_PORT_ACTIVE, traffic stops
-  bench [--quick] [--out DIR]
+  bench [--quick] [--out DIR] [--no-two-hosts] [--keep] [--only PARTS]
                       run perftest through engines of its own beside the
                       baselines (memcpy, shared memory, TCP); table, JSON, SVG
   help [COMMAND]      show this text, or the options of COMMAND
@@ -54,6 +58,8 @@ NAME defaults to uroce0; applications see the engine as the device NAME.
 The runtime directory holds NAME.sock, NAME.pid and NAME.log. It is DIR, else
 $UROCE_RUNTIME_DIR, else /run/uroce for root, $XDG_RUNTIME_DIR/uroce or
 /tmp/uroce-UID. $UROCE_PROVIDER_DIR overrides where 'run' finds the provider.
+Exit status: 0 done, 1 failed, 2 bad command line, 3 no engine running
+('run': 126/127 CMD not executable/not found, else CMD's own).
 )USAGE";
 
 constexpr const char* kNameHelp = "the engine (default uroce0)";
@@ -152,6 +158,13 @@ void declare_run(CLI::App& app, CommandLine& cl) {
       "run", "run CMD with uroce's libibverbs.so.1 (LD_LIBRARY_PATH); its threads that poll CQs "
              "leave the engine's CPU");
   sub->add_flag("--all-cpus", cl.run.all_cpus, "leave the polling threads on every CPU");
+  sub->add_flag("--without-engine", cl.run.without_engine,
+                "run CMD even when no engine runs (it then finds no device)");
+  sub->add_option("--wait-listen", cl.run.wait_listen,
+                  "first wait (up to 30 s) until a program of this network namespace listens on TCP "
+                  "PORT: a client started right after its server (perftest, the ping-pongs)")
+      ->type_name("PORT")
+      ->check(CLI::Range(1, 65535));
   // Everything from CMD on is CMD's, its own flags (-g 0, --help) included.
   sub->positionals_at_end();
   sub->add_option("CMD", cl.run.command, "the command and its arguments, passed on untouched")
@@ -165,16 +178,18 @@ void declare_env(CLI::App& app) {
 
 void declare_fault(CLI::App& app, CommandLine& cl, std::vector<std::string>& settings) {
   CLI::App* sub =
-      app.add_subcommand("fault", "set fault injection on a port (no settings: turn it off)");
+      app.add_subcommand("fault", "show the fault injection of the engine's ports (no setting), set it on a "
+                                  "port (KEY=VALUE...), or turn it off ('off')");
   sub->add_option("--name", cl.fault.name, kNameHelp)->type_name("NAME");
   sub->add_option("--port", "the loopback port or the wire (default: the wire if any)")
       ->type_name("PORT")
       ->check(CLI::IsMember({"loopback", "wire"}));
   sub->add_option("SETTINGS", settings,
-                  "drop=P duplicate=P reorder=P corrupt=P (P in 0..1), delay=US, seed=N")
+                  "drop=P duplicate=P reorder=P corrupt=P (P in 0..1), delay=US, seed=N; or off")
       ->type_name("KEY=VALUE")
       ->check(CLI::Validator(
           [](std::string& kv) {
+            if (kv == "off") return std::string();
             abi::SetFaultRequest scratch{};
             return apply_fault_setting(kv, &scratch);
           },
@@ -212,7 +227,7 @@ void declare_bench(CLI::App& app, CommandLine& cl) {
   auto pass_option = [&cl](const char* flag) {
     return [&cl, flag](const std::string& v) { cl.bench.script_args.insert(cl.bench.script_args.end(), {flag, v}); };
   };
-  sub->add_flag_function("--quick", pass_flag("--quick"), "a few sizes, short runs (under 2 minutes)");
+  sub->add_flag_function("--quick", pass_flag("--quick"), "a few sizes, short runs (a few minutes at most)");
   sub->add_option_function<std::string>("--out", pass_option("--out"),
                                         "directory for results.json, table.md, bench.svg")
       ->type_name("DIR");
@@ -229,6 +244,28 @@ CLI::App* declare_help(CLI::App& app, std::string& topic) {
   CLI::App* sub = app.add_subcommand("help", "show the overview, or the options of COMMAND");
   sub->add_option("COMMAND", topic, "a command");
   return sub;
+}
+
+// The command closest to a mistyped one (edit distance at most 2), or "".
+std::string closest_command(const CLI::App& app, const std::string& word) {
+  std::string best;
+  size_t best_distance = 3;
+  for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
+    const std::string& name = sub->get_name();
+    std::vector<size_t> row(name.size() + 1);
+    for (size_t j = 0; j <= name.size(); ++j) row[j] = j;
+    for (size_t i = 1; i <= word.size(); ++i) {
+      size_t diagonal = row[0];
+      row[0] = i;
+      for (size_t j = 1; j <= name.size(); ++j) {
+        const size_t above = row[j];
+        row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (word[i - 1] != name[j - 1])});
+        diagonal = above;
+      }
+    }
+    if (row[name.size()] < best_distance) best_distance = row[name.size()], best = name;
+  }
+  return best;
 }
 
 template <typename T>
@@ -253,6 +290,12 @@ int answer(const CLI::App& app, const CLI::ParseError& e) {
     const std::vector<std::string> words = app.remaining();
     const bool unknown_command = !words.empty() && !words.front().starts_with("-");
     const bool no_command = words.empty() && is<CLI::RequiredError>(e);
+    if (unknown_command) {  // one line, and the command meant
+      const std::string near = closest_command(app, words.front());
+      std::cerr << "uroce: unknown command '" << words.front() << "'"
+                << (near.empty() ? "" : "; did you mean '" + near + "'?") << " (see 'uroce help')\n";
+      return kExitUsage;
+    }
     std::cerr << "uroce: "
               << (unknown_command ? "unknown command '" + words.front() + "'"
                   : no_command    ? std::string("no command given")
@@ -334,7 +377,17 @@ std::optional<CommandLine> parse_command_line(int argc, const char* const* argv,
     cl.fault.request.port = port == "loopback" ? abi::kFaultPortLoopback
                             : port == "wire"   ? abi::kFaultPortWire
                                                : abi::kFaultPortDefault;
-    for (const std::string& kv : fault_settings) apply_fault_setting(kv, &cl.fault.request);
+    cl.fault.port = port;
+    const bool off = std::find(fault_settings.begin(), fault_settings.end(), "off") != fault_settings.end();
+    if (off && fault_settings.size() > 1) {
+      *exit_status = usage_error("fault", "'off' takes no other setting");
+      return std::nullopt;
+    }
+    cl.fault.action = fault_settings.empty() ? FaultArgs::Action::kShow
+                      : off                  ? FaultArgs::Action::kOff
+                                             : FaultArgs::Action::kSet;
+    if (!off)
+      for (const std::string& kv : fault_settings) apply_fault_setting(kv, &cl.fault.request);
     const abi::SetFaultRequest& r = cl.fault.request;
     cl.fault.any_set = r.drop || r.duplicate || r.reorder || r.corrupt || r.delay_us;
   }

@@ -14,7 +14,17 @@
 namespace uroce::tool {
 
 inline constexpr const char* kDefaultName = "uroce0";
+
+// The exit statuses of every uroce command, one meaning each (uroce.1, EXIT
+// STATUS): 0 done; 1 it failed (the message says why); 2 a bad command line;
+// 3 no engine runs that it needs (run, status, stats, and the commands that
+// name an engine); `run` adds the shell's 126 (CMD cannot be executed) and
+// 127 (CMD not found), and otherwise exits as CMD does.
+inline constexpr int kExitFailure = 1;
 inline constexpr int kExitUsage = 2;
+inline constexpr int kExitNoEngine = 3;
+inline constexpr int kExitCannotExec = 126;
+inline constexpr int kExitNotFound = 127;
 
 struct StartArgs {
   std::string name = kDefaultName;
@@ -40,11 +50,16 @@ struct ShowArgs {
 
 struct RunArgs {
   bool all_cpus = false;
+  bool without_engine = false;  // run CMD even when no engine runs
+  int wait_listen = 0;          // a TCP port CMD's server listens on: wait for it first (0: none)
+  double wait_seconds = 30;
   std::vector<std::string> command;  // CMD and its arguments, untouched
 };
 
 struct FaultArgs {
   std::string name = kDefaultName;
+  enum class Action { kShow, kSet, kOff } action = Action::kShow;  // no setting, KEY=VALUE..., off
+  std::string port;                // "loopback", "wire" or "" (the engine's default)
   abi::SetFaultRequest request{};  // port and KEY=VALUE settings
   bool any_set = false;            // some fault is switched on
 };

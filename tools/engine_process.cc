@@ -398,10 +398,11 @@ int stop_engine(const std::string& dir, const std::string& name) {
     case StopResult::kAbsent:
       break;
   }
+  // Stopping an engine that does not run leaves what was asked for, as
+  // `stop --all` with none: exit 0, and said.
   bool stale = remove_engine_files(dir, name);
-  std::cerr << "uroce: " << name << ": no such engine in " << dir
-            << (stale ? " (removed its stale files)" : "") << '\n';
-  return 1;
+  std::cout << name << ": not running" << (stale ? " (removed its stale files)" : "") << '\n';
+  return 0;
 }
 
 int stop_all_engines(const std::string& dir) {

@@ -160,4 +160,29 @@ int watch_reports(const std::string& runtime_dir, const std::vector<std::string>
   return 0;
 }
 
+int print_fault_settings(const std::string& runtime_dir, const std::string& name) {
+  std::string error;
+  auto doc = report_of(runtime_dir, name, &error);
+  if (!doc) {
+    std::cerr << "uroce: " << name << ": " << error << '\n';
+    return 1;
+  }
+  const nlohmann::json& faults = (*doc)["fault"];
+  for (const char* port : {"loopback", "wire"}) {
+    if (!faults.contains(port) || !faults[port].contains("settings")) continue;
+    const nlohmann::json& s = faults[port]["settings"];
+    std::cout << name << ": " << port << ": ";
+    if (!s.value("active", false)) {
+      std::cout << "off\n";
+      continue;
+    }
+    std::cout << "drop=" << s.value("drop", 0.0) << " duplicate=" << s.value("duplicate", 0.0)
+              << " reorder=" << s.value("reorder", 0.0) << " corrupt=" << s.value("corrupt", 0.0)
+              << " delay=" << s.value("delay_us", uint64_t(0));
+    if (uint64_t seed = s.value("seed", uint64_t(0))) std::cout << " seed=" << seed;
+    std::cout << '\n';
+  }
+  return 0;
+}
+
 }  // namespace uroce::tool

@@ -15,6 +15,10 @@ int print_reports_json(const std::string& runtime_dir, const std::vector<std::st
 // retransmissions, NAKs and drops per second, and the busiest QPs. Stops
 // after `count` refreshes (0: until interrupted). On a terminal the screen
 // is redrawn; otherwise each refresh is appended (for logs and tests).
+// `uroce fault` without a setting: each port's fault settings and whether
+// they are on, from the engine's report. 0, or 1 if it did not answer.
+int print_fault_settings(const std::string& runtime_dir, const std::string& name);
+
 int watch_reports(const std::string& runtime_dir, const std::vector<std::string>& names,
                   double interval_s, unsigned count);
 

@@ -6,7 +6,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
+#include <sstream>
 #include <chrono>
 #include <thread>
 #include <csignal>
@@ -31,8 +33,6 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr const char* kProviderLib = "libibverbs.so.1";
-constexpr int kExitNotFound = 127;     // as the shell does for a missing command
-constexpr int kExitCannotExec = 126;   // as the shell does for a non-executable one
 constexpr int kRequestTimeoutMs = 5000;
 
 // Directory of this executable, for finding uroced and the provider.
@@ -120,13 +120,29 @@ int cmd_stop(const Context& ctx, const StopArgs& args) {
   return stop_engine(ctx.runtime_dir, args.name);
 }
 
+// The one wording of "that engine does not run" (kExitNoEngine).
+int not_running(const Context& ctx, const std::string& name) {
+  std::cerr << "uroce: " << name << ": not running (no engine " << name << " in " << ctx.runtime_dir
+            << "; 'uroce start --name " << name << "' starts one)\n";
+  return kExitNoEngine;
+}
+
+// 0 if engine `name` answers, else what the command exits with.
+int require_engine(const Context& ctx, const std::string& name) {
+  const ProbeResult probe = probe_engine(engine_socket_path(ctx.runtime_dir, name));
+  if (probe.running) return 0;
+  if (probe_says_absent(probe)) return not_running(ctx, name);
+  std::cerr << "uroce: " << name << ": cannot connect: " << std::strerror(probe.error) << '\n';
+  return kExitFailure;
+}
+
 // Prints one engine's reply to `op` under a heading. False if it failed.
 bool show_engine(const Context& ctx, const std::string& name, abi::CtlOp op) {
   const std::string sock = engine_socket_path(ctx.runtime_dir, name);
   ProbeResult probe = probe_engine(sock);
   if (!probe.running) {
     if (probe_says_absent(probe)) {
-      std::cout << name << ": not running (stale)\n";
+      std::cout << name << ": not running (stale files)\n";
       return true;
     }
     std::cout << name << ": cannot connect: " << std::strerror(probe.error) << '\n';
@@ -148,25 +164,24 @@ bool show_engine(const Context& ctx, const std::string& name, abi::CtlOp op) {
 
 int show_engines(const Context& ctx, const ShowArgs& o, abi::CtlOp op) {
   std::vector<std::string> names = o.names;
-  for (const auto& name : names) {
-    if (!probe_engine(engine_socket_path(ctx.runtime_dir, name)).running) {
-      std::cerr << "uroce: " << name << ": not running\n";
-      return 1;
-    }
-  }
+  for (const auto& name : names)
+    if (int rc = require_engine(ctx, name)) return rc;
   if (names.empty()) names = list_engine_sockets(ctx.runtime_dir);
-  if (o.json) return print_reports_json(ctx.runtime_dir, names);
-  if (names.empty()) {
-    std::cout << "no engines running\n";
-    return 0;
+  if (names.empty()) {  // a CI step that checks for an engine must not pass without one
+    if (o.json) std::cout << "{\"engines\": []}\n";
+    std::cerr << "uroce: no engine running in " << ctx.runtime_dir << " ('uroce start' starts one)\n";
+    return kExitNoEngine;
   }
+  if (o.json) return print_reports_json(ctx.runtime_dir, names);
   if (o.watch) return watch_reports(ctx.runtime_dir, names, o.interval_s, o.count);
-  bool ok = true;
+  bool ok = true, any_running = false;
   for (size_t i = 0; i < names.size(); ++i) {
     if (i > 0) std::cout << '\n';
+    any_running |= probe_engine(engine_socket_path(ctx.runtime_dir, names[i])).running;
     ok = show_engine(ctx, names[i], op) && ok;
   }
-  return ok ? 0 : 1;
+  if (!any_running) return kExitNoEngine;  // only the stale files of dead ones
+  return ok ? 0 : kExitFailure;
 }
 
 int cmd_status(const Context& ctx, const ShowArgs& args) {
@@ -196,6 +211,7 @@ std::optional<CtlReply> engine_call(const Context& ctx, const std::string& name,
 }
 
 int cmd_port(const Context& ctx, const PortArgs& args) {
+  if (int rc = require_engine(ctx, args.name)) return rc;
   abi::SetPortStateRequest req{args.up ? 4u /* IBV_PORT_ACTIVE */ : 1u /* IBV_PORT_DOWN */, 0};
   if (!engine_call(ctx, args.name, abi::CtlOp::kSetPortState, &req, sizeof(req))) return 1;
   std::cout << args.name << ": port 1 " << (args.up ? "up" : "down") << '\n';
@@ -203,9 +219,13 @@ int cmd_port(const Context& ctx, const PortArgs& args) {
 }
 
 int cmd_fault(const Context& ctx, const FaultArgs& args) {
+  if (int rc = require_engine(ctx, args.name)) return rc;
+  if (args.action == FaultArgs::Action::kShow) return print_fault_settings(ctx.runtime_dir, args.name);
+  // kOff: a request of no setting (every probability 0) turns the port's off.
   if (!engine_call(ctx, args.name, abi::CtlOp::kSetFault, &args.request, sizeof(args.request)))
-    return 1;
-  std::cout << args.name << ": fault injection " << (args.any_set ? "set" : "off") << '\n';
+    return kExitFailure;
+  const std::string port = args.port.empty() ? "" : " on the " + args.port + " port";
+  std::cout << args.name << ": fault injection " << (args.any_set ? "set" : "off") << port << '\n';
   return 0;
 }
 
@@ -213,6 +233,7 @@ volatile std::sig_atomic_t g_capture_interrupted = 0;
 
 int cmd_capture(const Context& ctx, const CaptureArgs& args) {
   const std::string& name = args.name;
+  if (int rc = require_engine(ctx, name)) return rc;
   abi::CaptureRequest req{};
   req.action = abi::kCaptureStart;
   req.max_frames = args.count;
@@ -266,7 +287,54 @@ void preload_sanitizer_runtime() {
 #endif
 }
 
+// Whether a socket of this network namespace listens on TCP `port` (the
+// kernel's tables, as `ss -ltn` reads them: state 0A is LISTEN). Reading
+// them, unlike connecting, does not take the one connection a server such
+// as perftest accepts.
+bool tcp_port_listens(int port) {
+  for (const char* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+    std::ifstream f(table);
+    std::string line;
+    std::getline(f, line);  // the heading
+    while (std::getline(f, line)) {
+      std::istringstream in(line);
+      std::string slot, local, remote, state;
+      in >> slot >> local >> remote >> state;
+      const size_t colon = local.rfind(':');
+      if (state == "0A" && colon != std::string::npos &&
+          std::strtoul(local.c_str() + colon + 1, nullptr, 16) == unsigned(port))
+        return true;
+    }
+  }
+  return false;
+}
+
+bool any_engine_running(const Context& ctx) {
+  for (const std::string& name : list_engine_sockets(ctx.runtime_dir))
+    if (probe_engine(engine_socket_path(ctx.runtime_dir, name)).running) return true;
+  return false;
+}
+
 int cmd_run(const Context& ctx, const RunArgs& args) {
+  // A program started without an engine finds no device and may pass
+  // silently (a CI job that skips its RDMA tests): say so instead.
+  if (!args.without_engine && !any_engine_running(ctx)) {
+    std::cerr << "uroce: no engine running in " << ctx.runtime_dir
+              << ": 'uroce start' starts one (or 'uroce run --without-engine' runs "
+              << (args.command.empty() ? std::string("the command") : args.command[0]) << " anyway)\n";
+    return kExitNoEngine;
+  }
+  if (args.wait_listen) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(args.wait_seconds);
+    while (!tcp_port_listens(args.wait_listen)) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        std::cerr << "uroce: nothing listens on TCP port " << args.wait_listen << " after " << args.wait_seconds
+                  << " s; not starting " << args.command[0] << '\n';
+        return kExitFailure;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
   // Its polling threads off the CPU their engine polls on
   // (verbs_provider/placement.cc), unless told not to.
   if (args.all_cpus) ::unsetenv("UROCE_POLL_PLACEMENT");

@@ -84,6 +84,19 @@ void warn_refused(const std::string& sock, const std::string& engine_text) {
                  sock.c_str());
 }
 
+// Once per process, as libibverbs warns about its config directory: a
+// program that finds no device otherwise says only "No IB devices found"
+// (or nothing), and a CI job may pass without having tested anything.
+void warn_no_engine(const std::string& dir) {
+  static std::once_flag once;
+  std::call_once(once, [&dir] {
+    std::fprintf(stderr,
+                 "uroce: warning: no uroce engine runs in %s: 'uroce start' starts one (UROCE_RUNTIME_DIR "
+                 "names the directory)\n",
+                 dir.c_str());
+  });
+}
+
 }  // namespace uroce::provider
 
 using namespace uroce;
@@ -111,6 +124,7 @@ UROCE_EXPORT ibv_device** ibv_get_device_list(int* num_devices) {
       if (probe(s, &info)) found.push_back(find_or_add(info, s));
     }
   }
+  if (found.empty() && socks.empty()) warn_no_engine(dir);
   auto** list = static_cast<ibv_device**>(calloc(found.size() + 1, sizeof(ibv_device*)));
   if (!list) {
     errno = ENOMEM;

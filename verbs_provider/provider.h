@@ -75,6 +75,9 @@ class Connection {
 // an engine refuses this user: `engine_text` is the engine's reason, empty
 // when the socket's mode kept us out before the engine could say.
 void warn_refused(const std::string& sock, const std::string& engine_text);
+// Says on stderr, once per process, that no engine runs in the runtime
+// directory it looked in.
+void warn_no_engine(const std::string& runtime_dir);
 
 struct UMr;
 

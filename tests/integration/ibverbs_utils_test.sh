@@ -101,7 +101,7 @@ pingpong_lossy() {  # LABEL ITERS PROGRAM ARGS...
     echo "  (the server's closing-ACK ending: the client completed all $n iterations, data checked)"
 }
 check "rc_pingpong under loopback corruption" pingpong_lossy rc-corrupt 500 ibv_rc_pingpong -g 0 -c -e
-"$UROCE_BIN" fault --name uroce0 --port loopback >/dev/null
+"$UROCE_BIN" fault --name uroce0 --port loopback off >/dev/null
 stats=$("$UROCE_BIN" stats --name uroce0)
 check "corrupted loopback frames dropped" expect_output 'rx_parse_errors [1-9]' echo "$stats"
 

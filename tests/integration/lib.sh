@@ -235,7 +235,7 @@ run_pair() {
   RUN_PAIR_SERVER_LOG="$UROCE_LOG_DIR/$label.server.log"
   RUN_PAIR_CLIENT_LOG="$UROCE_LOG_DIR/$label.client.log"
 
-  $as timeout -k 5 "$limit" "$UROCE_BIN" run -- "${server[@]}" \
+  $as timeout -k 5 "$limit" "$UROCE_BIN" run ${RUN_PAIR_RUN_FLAGS:-} -- "${server[@]}" \
     </dev/null >"$RUN_PAIR_SERVER_LOG" 2>&1 &
   local server_pid=$!
   if [[ -n $listen ]]; then
@@ -245,7 +245,7 @@ run_pair() {
   fi
 
   local client_rc=0 server_rc=0
-  $as timeout -k 5 "$limit" "$UROCE_BIN" run -- "${client[@]}" \
+  $as timeout -k 5 "$limit" "$UROCE_BIN" run ${RUN_PAIR_RUN_FLAGS:-} -- "${client[@]}" \
     </dev/null >"$RUN_PAIR_CLIENT_LOG" 2>&1 || client_rc=$?
 
   if ((client_rc != 0)); then

@@ -37,7 +37,7 @@ uroce fault --name uroce0 drop=0.02 duplicate=0.01 reorder=0.05 >/dev/null
 run_pair --label tag_pingpong_faults 90 "$prog" -p "$((port + 3))" -n 6 -s 65536 -- \
   "$prog" -p "$((port + 3))" -n 6 -s 65536 127.0.0.1
 cat "$RUN_PAIR_CLIENT_LOG"
-uroce fault --name uroce0 >/dev/null
+uroce fault --name uroce0 off >/dev/null
 stats=$(uroce stats --name uroce0)
 if ! grep -qE '^ *retransmits [1-9]' <<<"$stats"; then
   echo "FAIL: no retransmission under the fault injector"

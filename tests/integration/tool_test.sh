@@ -84,7 +84,15 @@ expect 0 "help" uroce help
 expect_out '^usage: uroce' "help prints the usage"
 expect 0 "--help" uroce --help
 expect 2 "unknown command" uroce frobnicate
-expect_out 'usage: uroce' "unknown command prints the usage"
+if [[ $out == "uroce: unknown command 'frobnicate' (see 'uroce help')" ]]; then
+  pass "unknown command: one line"
+else
+  flunk "unknown command: one line"
+fi
+expect 2 "mistyped command" uroce statsu
+expect_out "unknown command 'statsu'; did you mean 'stats'\?" "a mistyped command names the one meant"
+expect 2 "mistyped command" uroce strat
+expect_out "did you mean 'start'\?" "strat: start"
 expect 2 "no command" uroce
 expect 2 "capture without a file" uroce capture
 expect_out '-w is required' "capture asks for the file"
@@ -106,7 +114,7 @@ declare -A command_options=(
   [stop]="--name --all"
   [status]="--json"
   [stats]="--name --json --watch --interval --count"
-  [run]="--all-cpus CMD"
+  [run]="--all-cpus --without-engine --wait-listen CMD"
   [env]="--help"
   [fault]="--name --port KEY=VALUE"
   [capture]="--name -w --count --seconds"
@@ -171,7 +179,14 @@ if have_engine; then
   expect 2 "uroced --delay-drop-timeout past mlx5's 100 ms" "$UROCE_ENGINE_BIN" --delay-drop-timeout 200000
   expect 2 "uroced --cm-retries past the REQ's 4-bit field" "$UROCE_ENGINE_BIN" --cm-retries 16
   expect 2 "uroced --ip without a value" "$UROCE_ENGINE_BIN" --ip
+  expect 2 "uroced --mtu without a wire port" "$UROCE_ENGINE_BIN" --mtu 9000
+  expect_out 'mtu applies to the wire port' "uroced says --mtu needs a wire port"
+  expect 2 "uroced --vlan without a wire port" "$UROCE_ENGINE_BIN" --vlan 5
+  expect 0 "the man pages and 'uroce help' agree with the command lines" \
+    python3 "$UROCE_SRC_DIR/tests/integration/man_pages_check.py" "$UROCE_BIN" "$UROCE_ENGINE_BIN" "$UROCE_SRC_DIR/docs/man"
 fi
+expect 2 "fault off with a setting" uroce fault off drop=0.1
+expect_out "'off' takes no other setting" "fault says off stands alone"
 
 echo "# bash completion (tools/completion/uroce.bash)"
 completion_script="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)/tools/completion/uroce.bash"
@@ -219,15 +234,24 @@ for command in "${!command_options[@]}"; do
   fi
 done
 
-echo "# no engines"
-expect 0 "status without engines" uroce status
-expect_out '^no engines running$' "status says no engines running"
-expect 0 "status of a missing runtime dir" uroce --runtime-dir "$UROCE_TEST_DIR/none" status
-expect_out '^no engines running$' "missing runtime dir: no engines running"
-expect 1 "stop of an unknown engine" uroce stop --name nosuch
-expect_out 'nosuch: no such engine' "stop names the unknown engine"
+echo "# no engines: one wording, exit 3 where an engine is needed"
+expect 3 "status without engines" uroce status
+expect_out "^uroce: no engine running in $UROCE_RUNTIME_DIR" "status says no engine runs, and where"
+expect 3 "status --json without engines" uroce status --json
+expect_out '"engines": \[\]' "status --json: an empty list"
+expect 3 "status of a missing runtime dir" uroce --runtime-dir "$UROCE_TEST_DIR/none" status
+expect 0 "stop of an unknown engine" uroce stop --name nosuch
+expect_out '^nosuch: not running$' "stop: not running"
 expect 0 "stop --all without engines" uroce stop --all
-expect 1 "stats of an unknown engine" uroce stats --name nosuch
+expect 3 "stats of an unknown engine" uroce stats --name nosuch
+expect_out "^uroce: nosuch: not running \(no engine nosuch in $UROCE_RUNTIME_DIR" "stats: not running, and where"
+for command in "fault" "fault drop=0.1" "port down" "capture -w $UROCE_TEST_DIR/x.pcap"; do
+  # shellcheck disable=SC2086
+  expect 3 "$command of an engine that does not run" uroce $command --name nosuch
+  expect_out "^uroce: nosuch: not running" "$command: the same wording"
+done
+expect 3 "run without an engine" uroce run -- true
+expect_out "no engine running in $UROCE_RUNTIME_DIR: 'uroce start' starts one" "run says why it refuses"
 
 echo "# stale files of a dead engine"
 python3 -c '
@@ -235,9 +259,10 @@ import socket, sys
 s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
 s.bind(sys.argv[1])' "$UROCE_RUNTIME_DIR/ghost.sock"
 echo 999999 >"$UROCE_RUNTIME_DIR/ghost.pid"
-expect 0 "status with a stale socket" uroce status
-expect_out '^ghost: not running \(stale\)$' "status shows the stale engine"
-expect 1 "stop of a stale engine" uroce stop --name ghost
+expect 3 "status with a stale socket" uroce status
+expect_out '^ghost: not running \(stale files\)$' "status shows the stale engine"
+expect 0 "stop of a stale engine" uroce stop --name ghost
+expect_out '^ghost: not running \(removed its stale files\)$' "stop: not running, stale files removed"
 if [[ -e "$UROCE_RUNTIME_DIR/ghost.sock" || -e "$UROCE_RUNTIME_DIR/ghost.pid" ]]; then
   flunk "stop removes the stale files"
 else
@@ -246,18 +271,34 @@ fi
 
 echo "# run and env"
 export UROCE_PROVIDER_DIR="$fake_provider"
-expect 127 "run of a missing command" uroce run -- uroce-no-such-command
+expect 127 "run of a missing command" uroce run --without-engine -- uroce-no-such-command
 expect_out 'command not found' "run says command not found"
-expect 7 "run passes the exit status on" uroce run -- sh -c 'exit 7'
-expect 0 "run without --" uroce run true
+expect 7 "run passes the exit status on" uroce run --without-engine -- sh -c 'exit 7'
+expect 0 "run without --" uroce run --without-engine true
 # shellcheck disable=SC2016
-expect 0 "run -- CMD passes CMD's flags on" uroce run -- sh -c 'printf "%s|" "$@"' sh -g 0 --help -- --all-cpus
+expect 0 "run -- CMD passes CMD's flags on" uroce run --without-engine -- sh -c 'printf "%s|" "$@"' sh -g 0 --help -- --all-cpus
 if [[ $out == "-g|0|--help|--|--all-cpus|" ]]; then pass "run -- CMD -g 0: untouched"; else flunk "run -- CMD -g 0: untouched"; fi
-expect 0 "run CMD passes CMD's flags on" uroce run --all-cpus printf '%s|' -g 0 --help --all-cpus --version
+expect 0 "run CMD passes CMD's flags on" uroce run --without-engine --all-cpus printf '%s|' -g 0 --help --all-cpus --version
 if [[ $out == "-g|0|--help|--all-cpus|--version|" ]]; then pass "run CMD -g 0: untouched"; else flunk "run CMD -g 0: untouched"; fi
-expect 0 "run of a command named like a uroce command" uroce run -- env true
+expect 0 "run of a command named like a uroce command" uroce run --without-engine -- env true
+# --wait-listen: the command starts once something listens, not before.
+listen_port=$((20000 + $$ % 20000))
+(sleep 0.7; exec python3 -c 'import socket, sys, time
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen(1); time.sleep(3)' "$listen_port") &
+listener=$!
+t0=$(date +%s%N)
+expect 0 "run --wait-listen" uroce run --without-engine --wait-listen "$listen_port" -- sh -c "ss -Hltn 'sport = :$listen_port' | grep -c LISTEN"
+waited=$((($(date +%s%N) - t0) / 1000000))
+if [[ $out == 1 ]] && ((waited >= 600)); then
+  pass "run --wait-listen started the command once the port listened (${waited} ms)"
+else
+  flunk "run --wait-listen: ${waited} ms, output '$out'"
+fi
+kill "$listener" 2>/dev/null || true
+wait "$listener" 2>/dev/null || true
 # shellcheck disable=SC2016
-expect 0 "run sets the environment" env LD_LIBRARY_PATH=/x/lib "$UROCE_BIN" run -- \
+expect 0 "run sets the environment" env LD_LIBRARY_PATH=/x/lib "$UROCE_BIN" run --without-engine -- \
   sh -c 'printf "%s\n%s\n" "$LD_LIBRARY_PATH" "$UROCE_RUNTIME_DIR"'
 expect_out "^$fake_provider:/x/lib\$" "run puts the provider first in LD_LIBRARY_PATH"
 expect_out "^$UROCE_RUNTIME_DIR\$" "run exports UROCE_RUNTIME_DIR"
@@ -303,6 +344,7 @@ expect_out 'refusing --name f3 --runtime-dir /[^ ]* --cpu none --fault drop=0.1 
 
 echo "# run_pair"
 export UROCE_PROVIDER_DIR="$fake_provider"
+RUN_PAIR_RUN_FLAGS=--without-engine  # no engine here: run_pair's own logic is tested
 expect 0 "run_pair of two good sides" run_pair 10 sh -c 'echo server up' -- sh -c 'echo client up'
 expect 1 "run_pair with a failing client" run_pair 10 true -- sh -c 'echo oops; exit 3'
 expect_out 'client: exit 3' "run_pair names the failing side"
@@ -314,7 +356,7 @@ expect 1 "run_pair with a client that hangs" run_pair 1 true -- sleep 20
 expect_out 'client: timed out after 1 s' "run_pair reports the timeout"
 expect 1 "run_pair with a server that hangs" run_pair --delay 0 1 sleep 20 -- true
 expect_out 'server: timed out' "run_pair reports the server timeout"
-unset UROCE_PROVIDER_DIR
+unset UROCE_PROVIDER_DIR RUN_PAIR_RUN_FLAGS
 
 echo "# a real engine"
 if have_engine; then
@@ -323,15 +365,29 @@ if have_engine; then
   expect 0 "status with an engine" uroce status
   expect_out 'uroce0' "status shows the engine"
   expect_no_out 'not running' "status shows it running"
+  expect_out '^clients: 0$' "status does not count itself among the clients"
   expect 1 "start of a running engine" uroce start
   expect_out 'already running' "start says already running"
   expect 0 "stats" uroce stats --name uroce0
   expect_out '^ *delay_drop_timeout_us [0-9]+ ' "stats shows its last line"
+  echo "# fault: shown, set, turned off"
+  expect 0 "fault without a setting" uroce fault
+  expect_out '^uroce0: loopback: off$' "fault shows the loopback port off"
+  expect 0 "fault set" uroce fault --port loopback drop=0.25 delay=7
+  expect_out '^uroce0: fault injection set on the loopback port$' "fault says what it set"
+  expect 0 "fault shows it" uroce fault
+  expect_out '^uroce0: loopback: drop=0.25 duplicate=0 reorder=0 corrupt=0 delay=7$' "fault shows the settings"
+  expect 0 "status --json" uroce status --json
+  expect_out '"drop": ?0.25' "status --json has the settings"
+  expect 0 "fault off" uroce fault --port loopback off
+  expect 0 "fault after off" uroce fault
+  expect_out '^uroce0: loopback: off$' "off turned it off"
   expect 0 "stop" uroce stop
   expect_out '^uroce0: stopped' "stop says stopped"
-  expect 0 "status after stop" uroce status
-  expect_out '^no engines running$' "status shows no engines"
-  expect 1 "stop of a stopped engine" uroce stop
+  expect 3 "status after stop" uroce status
+  expect_out '^uroce: no engine running in' "status shows no engines"
+  expect 0 "stop of a stopped engine" uroce stop
+  expect_out '^uroce0: not running$' "a second stop: not running"
   echo "# CPU placement (the polling threads' side: verbs_semantics Placement.*)"
   own_cpus=$(expand_cpus "$(cpus_allowed self)")
   expect 0 "start (--cpu auto)" uroce start

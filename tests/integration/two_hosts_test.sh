@@ -233,8 +233,8 @@ else
   tail -n 15 "$RUN_PAIR_CLIENT_LOG" "$RUN_PAIR_SERVER_LOG"
   failures=$((failures + 1))
 fi
-"$UROCE_BIN" fault --name hostA >/dev/null
-"$UROCE_BIN" fault --name hostB >/dev/null
+"$UROCE_BIN" fault --name hostA off >/dev/null
+"$UROCE_BIN" fault --name hostB off >/dev/null
 stats=$("$UROCE_BIN" stats --name hostA; "$UROCE_BIN" stats --name hostB)
 if grep -qE 'retransmits [1-9]' <<<"$stats" && grep -qE 'fault_wire_dropped [1-9]' <<<"$stats"; then
   echo "ok   loss was injected and repaired by retransmission"

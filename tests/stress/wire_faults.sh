@@ -177,8 +177,8 @@ for fault in "${fault_list[@]}"; do
   done
   engine_counters
 done
-uroce fault --name wfA --port wire >/dev/null
-uroce fault --name wfB --port wire >/dev/null
+uroce fault --name wfA --port wire off >/dev/null
+uroce fault --name wfB --port wire off >/dev/null
 
 if ((netem_wanted)); then
   # shellcheck disable=SC2086

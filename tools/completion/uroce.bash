@@ -13,7 +13,7 @@ _uroce_options() {
     stop) echo "--name --all --help" ;;
     status) echo "--json --help" ;;
     stats) echo "--name --json --watch --interval --count --help" ;;
-    run) echo "--all-cpus --help" ;;
+    run) echo "--all-cpus --without-engine --wait-listen --help" ;;
     env | help) echo "--help" ;;
     fault) echo "--name --port --help" ;;
     capture) echo "--name -w --count --seconds --help" ;;
