@@ -677,4 +677,11 @@ void CmAgent::post(const Id& to, uint64_t to_handle, abi::CmEventRecord ev) {
   if (write(ch->second.fd, &ev, sizeof(ev)) != ssize_t(sizeof(ev)) && errno != EPIPE) ++events_dropped_;
 }
 
+std::vector<uint16_t> CmAgent::listening_ports() const {
+  std::vector<uint16_t> ports;
+  for (const auto& [handle, id] : ids_)
+    if (id.state == State::kListen) ports.push_back(ntohs(id.src.port));
+  return ports;
+}
+
 }  // namespace uroce::device

@@ -131,6 +131,8 @@ class CmAgent {
   void address_removed(const uint8_t gid[16]);
 
   size_t id_count() const { return ids_.size(); }
+  // The ports (host order) ids listen on (`uroce run --wait-listen`).
+  std::vector<uint16_t> listening_ports() const;
   uint64_t events_dropped() const { return events_dropped_; }
 
   // ---- the remote half (cm_wire.cc) ----

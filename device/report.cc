@@ -55,7 +55,8 @@ void Device::report(nlohmann::json& out) const {
                {"mads_duplicate", w.mads_duplicate},
                {"timeouts", w.timeouts},
                {"mras_sent", w.mras_sent},
-               {"mras_received", w.mras_received}};
+               {"mras_received", w.mras_received},
+               {"listening_ports", cm_.listening_ports()}};
 
   json counters = json::object();
   uint64_t drops = 0;

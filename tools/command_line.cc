@@ -35,8 +35,8 @@ Commands:
                       its threads that poll CQs leave the engine's CPU
                       (--all-cpus: they do not). Refused when no engine runs
                       (--without-engine: run anyway); --wait-listen: first
-                      wait until something listens on TCP PORT (a client
-                      started right after its server)
+                      wait until something listens on TCP or rdma_cm PORT (a
+                      client started right after its server)
   env                 print the exports that 'run' sets, for eval "$(uroce env)"
   fault [--name NAME] [--port loopback|wire]
         [off | drop=P duplicate=P reorder=P corrupt=P delay=US seed=N]
@@ -162,7 +162,8 @@ void declare_run(CLI::App& app, CommandLine& cl) {
                 "run CMD even when no engine runs (it then finds no device)");
   sub->add_option("--wait-listen", cl.run.wait_listen,
                   "first wait (up to 30 s) until a program of this network namespace listens on TCP "
-                  "PORT: a client started right after its server (perftest, the ping-pongs)")
+                  "PORT, or an rdma_cm id of an engine on PORT: a client started right after its "
+                  "server (perftest, the ping-pongs, rping)")
       ->type_name("PORT")
       ->check(CLI::Range(1, 65535));
   // Everything from CMD on is CMD's, its own flags (-g 0, --help) included.

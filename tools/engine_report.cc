@@ -185,4 +185,16 @@ int print_fault_settings(const std::string& runtime_dir, const std::string& name
   return 0;
 }
 
+bool cm_port_listens(const std::string& runtime_dir, const std::vector<std::string>& names, int port) {
+  for (const std::string& name : names) {
+    std::string error;
+    auto doc = report_of(runtime_dir, name, &error);
+    if (!doc || !doc->contains("cm")) continue;
+    const nlohmann::json& ports = (*doc)["cm"].value("listening_ports", nlohmann::json::array());
+    for (const auto& p : ports)
+      if (p.is_number_integer() && p.get<int>() == port) return true;
+  }
+  return false;
+}
+
 }  // namespace uroce::tool

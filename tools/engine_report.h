@@ -19,6 +19,10 @@ int print_reports_json(const std::string& runtime_dir, const std::vector<std::st
 // they are on, from the engine's report. 0, or 1 if it did not answer.
 int print_fault_settings(const std::string& runtime_dir, const std::string& name);
 
+// Whether an rdma_cm id of one of these engines listens on `port` (their
+// reports' cm.listening_ports): an rdma_cm server (rping -s) is ready.
+bool cm_port_listens(const std::string& runtime_dir, const std::vector<std::string>& names, int port);
+
 int watch_reports(const std::string& runtime_dir, const std::vector<std::string>& names,
                   double interval_s, unsigned count);
 

@@ -326,9 +326,10 @@ int cmd_run(const Context& ctx, const RunArgs& args) {
   }
   if (args.wait_listen) {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(args.wait_seconds);
-    while (!tcp_port_listens(args.wait_listen)) {
+    const std::vector<std::string> engines = list_engine_sockets(ctx.runtime_dir);
+    while (!tcp_port_listens(args.wait_listen) && !cm_port_listens(ctx.runtime_dir, engines, args.wait_listen)) {
       if (std::chrono::steady_clock::now() > deadline) {
-        std::cerr << "uroce: nothing listens on TCP port " << args.wait_listen << " after " << args.wait_seconds
+        std::cerr << "uroce: nothing listens on TCP or rdma_cm port " << args.wait_listen << " after " << args.wait_seconds
                   << " s; not starting " << args.command[0] << '\n';
         return kExitFailure;
       }
