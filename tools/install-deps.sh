@@ -1,19 +1,47 @@
 #!/usr/bin/env bash
-# Installs the Debian 12 packages uroce builds and tests with, if any are
-# missing. Called by tools/demo.sh, tests/run_all.sh and .ci/run, so the
-# README's two commands work on a fresh machine. Needs root (or sudo) only
-# when something is missing.
+# Installs the Debian 12 packages uroce needs, if any are missing:
+#
+#   tools/install-deps.sh [build|lab|test]...      (default: test)
+#
+#   build  building and installing uroce without its tests
+#          (cmake -DUROCE_BUILD_TESTS=OFF): compilers and -dev packages
+#   lab    the teaching lab (docs/lab): build, and the tools it uses
+#   test   the whole test suite: every real consumer it runs (perftest,
+#          UCX, Open MPI, libfabric, pyverbs, qemu for the kernel peer, ...)
+#
+# Called by tools/demo.sh, tests/run_all.sh and .ci/run (test), the CI
+# recipe and action (build), the lab (lab), so the README's two commands work
+# on a fresh machine. Needs root (or sudo) only when something is missing.
 set -euo pipefail
 
-packages=(
+build_packages=(
   build-essential cmake pkg-config
-  libibverbs-dev librdmacm-dev ibverbs-utils rdmacm-utils perftest rdma-core infiniband-diags nlohmann-json3-dev libcli11-dev
-  libboost-dev libgtest-dev libdpdk-dev
-  iproute2 python3 python3-pyverbs zlib1g-dev tshark
+  libibverbs-dev librdmacm-dev nlohmann-json3-dev libcli11-dev libboost-dev libdpdk-dev zlib1g-dev
+  iproute2
+)
+lab_packages=(
+  "${build_packages[@]}"
+  ibverbs-utils perftest rdmacm-utils infiniband-diags tshark python3 python3-pyverbs
+)
+test_packages=(
+  "${lab_packages[@]}"
+  rdma-core libgtest-dev python3-yaml
   debhelper fakeroot lintian clang
   ucx-utils libucx0 openmpi-bin libopenmpi-dev util-linux libfabric-bin
   qemu-system-x86 busybox-static cpio
 )
+
+packages=()
+(($#)) || set -- test
+for set_name in "$@"; do
+  case $set_name in
+    build) packages+=("${build_packages[@]}") ;;
+    lab) packages+=("${lab_packages[@]}") ;;
+    test) packages+=("${test_packages[@]}") ;;
+    -h | --help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "install-deps.sh: unknown set '$set_name' (build, lab or test)" >&2; exit 2 ;;
+  esac
+done
 
 missing=()
 for pkg in "${packages[@]}"; do

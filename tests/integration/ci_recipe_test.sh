@@ -1,16 +1,36 @@
 #!/usr/bin/env bash
-# The CI recipe for verbs projects (tools/ci-recipe/run-under-uroce.sh, the
-# step tools/ci-recipe/github-workflow.yml runs; issue 15), proved the way a
-# project would use it: it installs uroce (from this build tree, into a scratch
-# prefix), starts an engine and runs a real verbs consumer's own test suite,
-# rdma-core's pyverbs, under `uroce run`; a failing test command fails the
-# recipe; the engine is stopped either way.
+# The CI recipe for verbs projects: the GitHub Action (action.yml, whose one
+# step is tools/ci-recipe/run-under-uroce.sh) as the example workflow
+# (tools/ci-recipe/github-workflow.yml) uses it, proved the way a project
+# would: the action's own step, taken from action.yml, installs uroce (this
+# build tree, into a scratch prefix), starts an engine and runs a real verbs
+# consumer's own test suite, rdma-core's pyverbs, under `uroce run`; a
+# failing command fails the step and shows the engine's counters and log;
+# the engine is stopped either way.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 recipe="$UROCE_SRC_DIR/tools/ci-recipe/run-under-uroce.sh"
-grep -q 'run-under-uroce.sh -- ' "$UROCE_SRC_DIR/tools/ci-recipe/github-workflow.yml" ||
-  { echo "ci_recipe_test: the example workflow does not run the recipe" >&2; exit 1; }
+workflow="$UROCE_SRC_DIR/tools/ci-recipe/github-workflow.yml"
+# The workflow uses the action with a pinned ref (a tag or commit, not a branch).
+grep -qE '^ +- uses: [^ ]+/uroce@(v[0-9][0-9.]*|[0-9a-f]{40})( |$)' "$workflow" ||
+  { echo "ci_recipe_test: the example workflow does not use the action with a pinned ref" >&2; exit 1; }
+# The action's step, as GitHub runs it (bash, its inputs in the environment).
+step="$UROCE_TEST_DIR/action-step.sh"
+python3 - "$UROCE_SRC_DIR/action.yml" "$step" <<'PY'
+import sys, yaml
+action = yaml.safe_load(open(sys.argv[1]))
+assert action["runs"]["using"] == "composite"
+steps = [s for s in action["runs"]["steps"] if "run" in s]
+assert len(steps) == 1 and steps[0]["shell"] == "bash"
+open(sys.argv[2], "w").write(steps[0]["run"])
+PY
+grep -q 'run-under-uroce.sh' "$step" || { echo "ci_recipe_test: the action does not run the recipe" >&2; exit 1; }
+# RUNNER_TEMP/uroce-build is where the action builds; here the suite's own
+# build tree (a recipe uses an existing tree as it is), so nothing is rebuilt.
+runner_temp="$UROCE_TEST_DIR/runner"
+mkdir -p "$runner_temp"
+ln -sfn "$UROCE_BUILD_DIR" "$runner_temp/uroce-build"
 src=/usr/share/doc/rdma-core/tests
 if [[ ! -f $src/run_tests.py ]] || ! /usr/bin/python3 -c 'import pyverbs' 2>/dev/null; then
   echo "SKIP: python3-pyverbs is not installed"
@@ -29,8 +49,10 @@ prefix="$UROCE_TEST_DIR/prefix"
 
 log="$UROCE_LOG_DIR/recipe.log"
 rc=0
-(cd "$project" && timeout 600 "$recipe" --build-dir "$UROCE_BUILD_DIR" --prefix "$prefix" \
-  -- /usr/bin/python3 tests/run_tests.py --dev uroce0 -v) >"$log" 2>&1 || rc=$?
+(cd "$project" && timeout 600 env GITHUB_ACTION_PATH="$UROCE_SRC_DIR" RUNNER_TEMP="$runner_temp" \
+  UROCE_ACTION_RUN="/usr/bin/python3 tests/run_tests.py --dev uroce0 -v" UROCE_ACTION_DEVICE=uroce0 \
+  UROCE_ACTION_ENGINE_ARGS="--cpu none" UROCE_ACTION_DEB="" UROCE_ACTION_PREFIX="$prefix" bash -e "$step") \
+  >"$log" 2>&1 || rc=$?
 tail -n 5 "$log"
 if ((rc != 0)) || ! grep -qE '^OK( |$)' "$log"; then
   grep -E '^(FAIL|ERROR):' "$log" || tail -n 40 "$log"
@@ -50,6 +72,10 @@ rc=0
 PATH="$prefix/bin:$PATH" timeout 120 "$recipe" -- sh -c 'ibv_devices | grep -q uroce0 && exit 3' \
   >"$UROCE_LOG_DIR/recipe-fail.log" 2>&1 || rc=$?
 ((rc == 3)) || { cat "$UROCE_LOG_DIR/recipe-fail.log" >&2; echo "ci_recipe_test: exit $rc, not the command's 3" >&2; exit 1; }
+for shown in "the engine's counters" "rx_packets" "the engine's log" "uroce start"; do
+  grep -q "$shown" "$UROCE_LOG_DIR/recipe-fail.log" ||
+    { cat "$UROCE_LOG_DIR/recipe-fail.log" >&2; echo "ci_recipe_test: a failing command does not show $shown" >&2; exit 1; }
+done
 if grep -q '^== ' <<<"$("$prefix/bin/uroce" status)"; then
   echo "ci_recipe_test: the engine was left running after a failing command" >&2
   exit 1
