@@ -18,7 +18,8 @@ timeout 120 cmake --install "$UROCE_BUILD_DIR" --prefix "$prefix" >"$UROCE_LOG_D
   { cat "$UROCE_LOG_DIR/install.log" >&2; echo "install_test: cmake --install failed" >&2; exit 1; }
 
 for f in bin/uroce bin/uroced lib/uroce/libibverbs.so.1 share/man/man1/uroce.1 \
-  share/uroce/bench/uroce_bench.py share/bash-completion/completions/uroce; do
+  share/uroce/bench/uroce_bench.py share/bash-completion/completions/uroce \
+  bin/uroce-tag-pingpong bin/uroce-raw-udp-echo share/doc/uroce/examples/tag_pingpong.c share/man/man1/uroce-tag-pingpong.1; do
   [[ -e "$prefix/$f" ]] || { echo "install_test: $f is not installed" >&2; exit 1; }
 done
 # The drop-in librdmacm beside it (built where librdmacm-dev is installed).

@@ -49,7 +49,8 @@ contents=$(dpkg-deb -c "$deb" | awk '{print $6}')
 for f in ./usr/bin/uroce ./usr/bin/uroced ./usr/lib/uroce/libibverbs.so.1 \
   ./usr/share/man/man1/uroce.1.gz ./usr/share/man/man8/uroced.8.gz \
   ./usr/share/doc/uroce/copyright ./lib/systemd/system/uroced@.service \
-  ./usr/share/bash-completion/completions/uroce; do
+  ./usr/share/bash-completion/completions/uroce ./usr/bin/uroce-tag-pingpong ./usr/bin/uroce-raw-udp-echo \
+  ./usr/share/doc/uroce/examples/tag_pingpong.c; do
   grep -qxF "$f" <<<"$contents" || { echo "package_test: $f is not in the package" >&2; exit 1; }
 done
 if grep -E 'libibverbs' <<<"$contents" | grep -v '^\./usr/lib/uroce/'; then
