@@ -1,5 +1,5 @@
 /*
- * rdma_write.c: the exercise of the lab (docs/lab/README.md, step 12). One
+ * rdma_write.c: exercise 1 of the lab (docs/lab/README.md). One
  * process, one device, two RC QPs connected to each other through the
  * port's loopback: QP a is to write 4096 bytes of `src` straight into `dst`
  * with one RDMA WRITE, and the program checks every byte.

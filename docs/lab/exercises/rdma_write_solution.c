@@ -1,6 +1,6 @@
 /*
- * rdma_write_solution.c: the completed exercise of the lab (docs/lab/README.md,
- * step 12). One process, one device, two RC QPs connected to each other
+ * rdma_write_solution.c: exercise 1 of the lab (docs/lab/README.md)
+ * completed. One process, one device, two RC QPs connected to each other
  * through the port's loopback: QP a writes 4096 bytes of `src` straight into
  * `dst` with one RDMA WRITE, and the program checks every byte.
  *
