@@ -522,7 +522,7 @@ Result<uint32_t> Device::create_qp(Owner* o, const abi::CreateQpRequest& req) {
     } else {
       if (!rcq || rcq->owner != o) return {EINVAL};
       if (req.srq && (!srq || srq->owner != o)) return {EINVAL};
-      // Tag matching is defined for RC only (IBV_TM_CAP_RC; SEMANTICS 3.4).
+      // Tag matching is defined for RC only (IBV_TM_CAP_RC, verbs.h).
       if (srq && srq->type != IBV_SRQT_BASIC && !(srq->type == IBV_SRQT_TM && type == IBV_QPT_RC))
         return {EINVAL};
       if (srq) caps.max_recv_wr = caps.max_recv_sge = 0;  // receives come from the SRQ

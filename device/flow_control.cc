@@ -1,7 +1,7 @@
 // ibv_create_flow / ibv_destroy_flow: the checks of the kernel
 // (ib_uverbs_ex_create_flow) and of mlx5 (hw/mlx5/fs.c mlx5_ib_create_flow)
 // on a rule the provider has already parsed into an abi::FlowKey pair
-// (SEMANTICS 4.13). Control path.
+// (errors as man ibv_create_flow(3) lists them). Control path.
 #include <cerrno>
 
 #include "device/device.h"

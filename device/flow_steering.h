@@ -1,8 +1,7 @@
 // Flow steering (ibv_create_flow): the rules applications attach to raw
 // packet QPs, and the decision, per Ethernet frame, of which receive
 // targets get it and whether the engine's own path (RoCE, the wire) still
-// sees it. Rules from man ibv_create_flow and mlx5 (kernel hw/mlx5/fs.c);
-// ../shared/SEMANTICS.md section 4.13.
+// sees it. Rules from man ibv_create_flow and mlx5 (kernel hw/mlx5/fs.c).
 #pragma once
 
 #include <infiniband/verbs.h>

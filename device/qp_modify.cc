@@ -82,7 +82,8 @@ Transition transition(ibv_qp_state cur, ibv_qp_state next) {
   }
   // IB_QPT_RAW_PACKET in the kernel's qp_state_table: INIT needs the port,
   // RTR and RTS nothing, the rate limit is optional from RTR on. The AV is
-  // also accepted at RTR for its SL (perftest --raw_qos; SEMANTICS 4.12).
+  // also accepted at RTR for its SL (perftest --raw_qos,
+  // src/perftest_resources.c ctx_modify_qp_to_rtr).
   const uint32_t rate = S(IBV_QP_RATE_LIMIT);
   if (cur == IBV_QPS_RESET && next == IBV_QPS_INIT) t.req[3] = port;
   if (cur == IBV_QPS_INIT && next == IBV_QPS_INIT) t.opt[3] = port;

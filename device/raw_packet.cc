@@ -1,6 +1,7 @@
 // Raw packet QPs (IBV_QPT_RAW_PACKET): whole Ethernet frames from a send WQE
 // to the port, and frames that steering rules give a receive target placed
-// whole in its next receive WQE (SEMANTICS 4.12). The frame leaves through
+// whole in its next receive WQE (rdma-core's tests/test_flow.py compares
+// them byte for byte). The frame leaves through
 // the device's internal switch: local rules first (device/flow_steering.h),
 // then the engine itself when it is addressed to the engine's MAC, else the
 // wire. Datapath: no exceptions, no allocation.

@@ -71,7 +71,7 @@ uint32_t fetch_wqe(Device& dev, Qp& qp, uint32_t index) {
   if (st.length > kMaxMsgSize) return IBV_WC_LOC_LEN_ERR;
   if (qp.type == IBV_QPT_UD && st.length > 4096) return IBV_WC_LOC_LEN_ERR;
   if (qp.type == IBV_QPT_RAW_PACKET) {
-    // One whole Ethernet frame, without FCS (SEMANTICS 4.12).
+    // One whole Ethernet frame, without FCS (perftest's HW_CRC_ADDITION).
     if (st.length < sizeof(net::EthHdr) || st.length > dev.max_raw_frame()) return IBV_WC_LOC_LEN_ERR;
     st.npsn = 1;
     return IBV_WC_SUCCESS;

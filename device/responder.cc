@@ -197,7 +197,8 @@ bool take_recv_wqe(Device& dev, Qp& qp, const net::Packet& p, uint32_t* status) 
   r.from_srq = srq != nullptr;
   r.discard = false;
   r.srq = srq ? srq_handle : 0;
-  // XRC and TM SRQs complete on their own CQ (a TM-SRQ's: SEMANTICS 3.4).
+  // XRC and TM SRQs complete on their own CQ (a TM-SRQ's: rdma-core's
+  // Documentation/tag_matching.md).
   r.cq = srq && srq->cq ? srq->cq : qp.recv_cq;
   r.tm_opcode = r.tm_flags = r.tm_status = 0;
   r.tm_matched = false;

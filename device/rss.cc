@@ -1,6 +1,7 @@
-// Receive indirection tables and RSS QPs (SEMANTICS 4.10-4.11): the control
-// verbs with mlx5's checks, and the datapath step that hashes a frame a flow
-// gave an RSS QP and picks the WQ of its indirection table entry.
+// Receive indirection tables and RSS QPs: the control verbs with mlx5's
+// checks (kernel drivers/infiniband/hw/mlx5/qp.c, create_rss_raw_qp_tir), and
+// the datapath step that hashes a frame a flow gave an RSS QP and picks the
+// WQ of its indirection table entry.
 #include <cerrno>
 #include <cstring>
 
@@ -81,7 +82,7 @@ Result<uint32_t> Device::create_rwq_ind_table(Owner* o, uint32_t log_size, const
 int Device::destroy_rwq_ind_table(Owner* o, uint32_t handle) {
   RwqIndTable* t = ind_tables_.get(handle);
   if (!t || t->owner != o) return EINVAL;
-  if (t->refs) return EBUSY;  // an RSS QP uses it (SEMANTICS 4.10)
+  if (t->refs) return EBUSY;  // an RSS QP uses it (kernel core/verbs.c)
   for (uint32_t h : t->wqs)
     if (Wq* w = wqs_.get(h)) --w->refs;
   ind_tables_.erase(handle);

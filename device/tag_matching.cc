@@ -74,8 +74,9 @@ TagList::OpResult TagList::post(const abi::SrqOp& op, uint32_t cq_pos, uint32_t 
   c.status = IBV_WC_SUCCESS;
   switch (op.opcode) {
     case IBV_WR_TAG_ADD: {
-      // SEMANTICS 3.5: more SGEs than tm_caps.max_sge is EINVAL (mlx5 checks
-      // it in debug builds only; always here). A full list is ENOMEM.
+      // More SGEs than tm_caps.max_sge is EINVAL (rdma-core providers/mlx5/
+      // qp.c mlx5_post_srq_ops checks it in debug builds only; always here).
+      // A full list is ENOMEM.
       if (op.num_sge > kTmMaxSge || !is_free(op.handle)) return refuse(EINVAL);
       if (op.flags & IBV_OPS_TM_SYNC) sync(op.unexpected_cnt);
       r.handle = op.handle;
@@ -86,7 +87,8 @@ TagList::OpResult TagList::post(const abi::SrqOp& op, uint32_t cq_pos, uint32_t 
       e.buf = {op.recv_wr_id, op.num_sge, op.sge};
       // Added while software has not seen every unexpected message: held
       // out of matching until a sync brings the counts together, and its
-      // completion asks for that sync (SEMANTICS 3.8).
+      // completion asks for that sync (rdma-core's tag_matching.md: matching
+      // is disabled for new tags until software and hardware synchronize).
       e.eligible = synced_ == unexpected_;
       e.pos = order_.insert(order_.end(), r.handle);
       c.opcode = IBV_WC_TM_ADD;
@@ -130,7 +132,7 @@ TagList::OpResult TagList::post(const abi::SrqOp& op, uint32_t cq_pos, uint32_t 
 std::optional<TagList::Match> TagList::match(uint64_t tag) {
   for (uint32_t h : order_) {
     Entry& e = entries_[h];
-    // SEMANTICS 3.5: the bits the entry's mask selects agree.
+    // The bits the entry's mask selects agree (man ibv_post_srq_ops(3)).
     if (!e.eligible || ((tag ^ e.tag) & e.mask) != 0) continue;
     order_.erase(e.pos);
     e.state = State::kConsumed;

@@ -1,7 +1,7 @@
 // Hardware tag matching (IBV_SRQT_TM): the tag list of one TM-SRQ, its
 // list operations (ibv_post_srq_ops) and the matching of incoming tagged
-// messages. Rules: ../shared/SEMANTICS.md section 3, from rdma-core's mlx5
-// provider (verbs.c, qp.c mlx5_post_srq_ops, cq.c) and tag_matching.md.
+// messages. Rules: rdma-core's mlx5 provider (providers/mlx5/verbs.c, qp.c
+// mlx5_post_srq_ops, cq.c) and Documentation/tag_matching.md.
 // The responder (responder.cc) parses the TMH and asks match(); this file
 // knows nothing of packets or memory.
 #pragma once
@@ -111,7 +111,7 @@ class TagList {
   enum class State : uint8_t { kFree, kPosted, kConsumed };
   struct Entry {
     State state = State::kFree;
-    bool eligible = false;  // the phase rule (SEMANTICS 3.8)
+    bool eligible = false;  // the phase rule (rdma-core's tag_matching.md)
     uint64_t tag = 0, mask = 0;
     TaggedBuffer buf;
     std::list<uint32_t>::iterator pos;  // in order_, while posted

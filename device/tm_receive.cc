@@ -1,4 +1,5 @@
-// Tag-matching receive path (SEMANTICS 3.6): the first packet of a SEND on a
+// Tag-matching receive path (rdma-core's Documentation/tag_matching.md,
+// providers/mlx5/cq.c): the first packet of a SEND on a
 // QP attached to a TM-SRQ is classified by its TMH and takes the oldest
 // matching tagged buffer, or a plain WQE of the SRQ, whole (mlx5's
 // tag_matching.md). The rest of the message is placed by the responder.
@@ -13,9 +14,9 @@ namespace uroce::device {
 
 namespace {
 
-// Tag matching (SEMANTICS 3.6). The receive becomes the matched tagged buffer: placed without the TMH,
-// completed with recv_wr_id (mlx5 cq.c), MATCH | DATA_VALID, the tag and the
-// app context.
+// Tag matching (rdma-core's Documentation/tag_matching.md): the receive
+// becomes the matched tagged buffer, placed without the TMH, completed with
+// recv_wr_id (mlx5 cq.c), MATCH | DATA_VALID, the tag and the app context.
 void take_tagged_buffer(Qp& qp, const Srq& srq, const TagList::Match& m, const Tmh& tmh) {
   RecvInProgress& r = qp.resp_recv;
   r.wr_id = m.buf.recv_wr_id;
@@ -86,7 +87,8 @@ void report_match(Device& dev, Qp& qp) {
 bool acquire_tm_target(Device& dev, Qp& qp, Srq& srq, const net::Packet& p) {
   const std::optional<Tmh> tmh = parse_tmh(p.payload(), p.payload_len);
   // FIN, unknown opcodes and messages shorter than a TMH are not taggable:
-  // delivered as NO_TAG (mlx5 reports a FIN that way; SEMANTICS 3.6).
+  // delivered as NO_TAG (mlx5 reports a FIN that way: UCX's
+  // src/uct/ib/rc/accel/rc_mlx5.inl looks for it on its NO_TAG path).
   const bool tagged = tmh && (tmh->opcode == IBV_TMH_EAGER || tmh->opcode == IBV_TMH_RNDV);
   if (tagged) {
     if (std::optional<TagList::Match> m = srq.tm->match(tmh->tag)) {

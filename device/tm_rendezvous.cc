@@ -2,9 +2,9 @@
 // pulled by the device itself. The responder hands the match over; this
 // file puts an RDMA READ of the RVH's buffer on the QP's own send queue,
 // into the tagged buffer, then the FIN, as mlx5 hardware does
-// (DOC:tag_matching.md "HW will also initiate the RDMA-Read data transfer
-// and send a notification message when the data transfer completes";
-// SEMANTICS 3.7). The work goes into the engine's send sequence beside the
+// (rdma-core's Documentation/tag_matching.md "HW will also initiate the
+// RDMA-Read data transfer and send a notification message when the data
+// transfer completes"). The work goes into the engine's send sequence beside the
 // user's WQEs (Qp::sq_copy): it takes no slot of the user's ring, so it runs
 // with a send queue of size 0 or full, and reports nothing on the user's
 // send CQ. Its completions go to the TM-SRQ's CQ:

@@ -1,5 +1,7 @@
 // Receive work queues: ibv_create_wq / ibv_modify_wq / ibv_destroy_wq with
-// the checks of libibverbs, the kernel and mlx5 (SEMANTICS 4.2-4.3), and
+// the checks of libibverbs (cmd_wq.c, cmd.c), the kernel
+// (drivers/infiniband/core/uverbs_cmd.c) and mlx5 (hw/mlx5/qp.c
+// mlx5_ib_create_wq, mlx5_ib_modify_wq), and
 // the poll step that flushes a WQ in ERR. The receive itself is in
 // device/wq_receive.cc.
 #include <algorithm>
@@ -16,8 +18,8 @@ uint32_t wq_stride(uint32_t max_sge) {
   return 1u << log2_ceil(uint32_t(sizeof(abi::RecvWqe) + std::max(max_sge, 1u) * sizeof(abi::Sge)));
 }
 
-// The transitions mlx5 firmware takes and DPDK/rdma-core use (SEMANTICS
-// 4.3); the rest is EINVAL.
+// The transitions mlx5 firmware takes (kernel hw/mlx5/qp.c
+// mlx5_ib_modify_wq) and DPDK/rdma-core use; the rest is EINVAL.
 constexpr bool kWqTransition[3][3] = {
     // to:   RESET  RDY    ERR
     /* RESET */ {false, true, false},
@@ -108,7 +110,7 @@ void Device::wq_to_error(Wq& w) {
 // short, a corrupt ring, a full CQ): mlx5 writes an error CQE and the RQ
 // goes to ERR (DPDK's mlx5 Rx error recovery brings it back through RST),
 // and the RQ's WQ_CATAS_ERROR event reaches the application as
-// IBV_EVENT_WQ_FATAL (K:hw/mlx5/qp.c mlx5_ib_wq_event; SEMANTICS 4.3).
+// IBV_EVENT_WQ_FATAL (kernel hw/mlx5/qp.c, mlx5_ib_wq_event).
 void Device::wq_fatal(Wq& w) {
   if (w.state == IBV_WQS_ERR) return;
   wq_to_error(w);

@@ -1,5 +1,7 @@
 // Receive work queues (ibv_create_wq, IBV_WQT_RQ), receive indirection
-// tables and the hashing of RSS QPs (SEMANTICS 4.1-4.11). A WQ is a ring of
+// tables and the hashing of RSS QPs (man ibv_create_wq(3) and
+// ibv_create_qp_ex(3), the kernel's drivers/infiniband/hw/mlx5/qp.c). A WQ
+// is a ring of
 // receive WQEs like an SRQ's, with its own CQ and state; an indirection
 // table lists WQs; an RSS QP (a raw packet QP created with an indirection
 // table) hashes each frame its flows take and hands it to one of them.
@@ -26,7 +28,8 @@ constexpr uint32_t kWqnBase = 0x800000;
 constexpr uint32_t kMaxWqWr = 1u << 15;
 constexpr uint32_t kMaxRwqIndTables = 1024;
 constexpr uint32_t kMaxRwqIndTableSize = 1u << abi::kMaxLogIndTableSize;
-// Delay drop (SEMANTICS 4.6): mlx5's timeout, 100 ms by default and at most;
+// Delay drop: mlx5's timeout, 100 ms by default and at most (kernel
+// hw/mlx5/mlx5_ib.h, MLX5_MAX_DELAY_DROP_TIMEOUT_MS);
 // the frames one WQ may hold while it has no receive posted.
 constexpr uint64_t kDelayDropTimeoutNs = 100'000'000;
 constexpr uint32_t kDelayDropFrames = 256;
@@ -75,9 +78,10 @@ struct RssHash {
   alignas(4) uint8_t key[net::kToeplitzKeyBytes] = {};
 };
 
-// The bytes the Toeplitz hash runs over (SEMANTICS 4.11): the selected
-// fields the frame has, in mlx5's order src IP, dst IP, src port, dst port,
-// network order. Returns their length (0: nothing selected is present).
+// The bytes the Toeplitz hash runs over (the Microsoft RSS specification):
+// the selected fields the frame has, in mlx5's order src IP, dst IP, src
+// port, dst port, network order. Returns their length (0: nothing selected
+// is present).
 size_t rss_hash_input(const net::FrameFields& f, uint64_t fields, uint8_t* out);
 
 // The indirection table entry a hash selects: its low bits (Microsoft RSS).

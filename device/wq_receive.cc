@@ -1,5 +1,6 @@
 // A frame given to a receive WQ (by an RSS QP): placed in the WQ's next
-// receive WQE as the WQ's flags say (SEMANTICS 4.4-4.8), or held for delay
+// receive WQE as the WQ's flags say (man ibv_create_wq(3); rdma-core
+// providers/mlx5/cq.c), or held for delay
 // drop, or dropped and counted. Datapath: no allocation (held frames take
 // buffers from the packet pool), no exceptions.
 #include <algorithm>
@@ -86,7 +87,7 @@ void pad_receive_end(const Device& dev, const Owner& owner, const abi::Sge* sge,
 
 void Device::wq_receive(Wq& w, const uint8_t* frame, uint32_t len, bool has_tag, uint32_t tag) {
   if (w.state != IBV_WQS_RDY) {
-    // SEMANTICS 4.3: only RDY receives. A frame steered to a WQ in RESET or
+    // Only RDY receives. A frame steered to a WQ in RESET or
     // ERR is dropped at once, delay drop or not, as mlx5 does: its delay drop
     // holds frames only while an RQ's WQEs are depleted (IB/mlx5 "dropless
     // RQ", kernel commit 03404e8ae652), and the netdev steers traffic to a
@@ -137,7 +138,7 @@ void Device::place_in_wq(Wq& w, const uint8_t* frame, uint32_t len, bool has_tag
   abi::Cqe cqe{};
   cqe.wr_id = hdr.wr_id;
   cqe.opcode = IBV_WC_RECV;
-  cqe.qp_num = w.wqn;  // SEMANTICS 4.4: the WQ's number
+  cqe.qp_num = w.wqn;  // the WQ's number, as in mlx5's CQE
   uint32_t status = IBV_WC_SUCCESS;
   if (hdr.num_sge > w.max_sge || sizeof(abi::RecvWqe) + hdr.num_sge * sizeof(abi::Sge) > w.ring.stride) {
     ++counters_.bad_wqes;

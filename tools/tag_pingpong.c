@@ -43,7 +43,8 @@
  * the message. Without -P the stream keeps a slot per message and checks
  * every byte, as ctest tag_pingpong runs it.
  *
- * Rules: /work/shared/SEMANTICS.md section 3 (rdma-core's tag_matching.md).
+ * Rules: rdma-core's Documentation/tag_matching.md, man ibv_post_srq_ops(3)
+ * and providers/mlx5 (verbs.c, qp.c, cq.c).
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>

@@ -153,7 +153,7 @@ uint32_t read_flow_tag(ibv_cq_ex* ex) {
   return e.opcode == IBV_WC_RECV && !(e.wc_flags & IBV_WC_WITH_IMM) ? e.flow_tag : 0;
 }
 // The TCI a WQ with CVLAN stripping removed, 0 for an untagged frame
-// (mlx5_cq_read_wc_cvlan; SEMANTICS 4.5).
+// (rdma-core providers/mlx5/cq.c, mlx5_cq_read_wc_cvlan).
 uint16_t read_cvlan(ibv_cq_ex* ex) { return to_ucq(ex)->cur.cvlan; }
 uint32_t read_src_qp(ibv_cq_ex* ex) { return to_ucq(ex)->cur.src_qp; }
 unsigned int read_wc_flags(ibv_cq_ex* ex) { return to_ucq(ex)->cur.wc_flags; }

@@ -346,7 +346,8 @@ int post_recv(ibv_qp* ibqp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
     return EIO;
   }
   // Receives of an SRQ-attached or XRC QP come from an SRQ (rxe: EINVAL).
-  // An RSS QP's receives are posted on its WQs (SEMANTICS 4.11).
+  // An RSS QP's receives are posted on its WQs (it has no RQ: rdma-core
+  // libibverbs/cmd_qp.c).
   if (qp->has_srq || qp->opened || qp->rss || ibqp->qp_type == IBV_QPT_XRC_SEND ||
       ibqp->qp_type == IBV_QPT_XRC_RECV || ibqp->state == IBV_QPS_RESET) {
     *bad_wr = wr;

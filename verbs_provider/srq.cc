@@ -89,7 +89,8 @@ int tm_check(USrq* s, const ibv_ops_wr* w) {
     if (t.prod - t.hdr->retired.load(std::memory_order_acquire) >= t.max_ops) return ENOMEM;
   }
   if (w->opcode == IBV_WR_TAG_ADD) {
-    // SEMANTICS 3.5: more SGEs than tm_caps.max_sge (1) is EINVAL.
+    // More SGEs than tm_caps.max_sge (1) is EINVAL (rdma-core
+    // providers/mlx5/qp.c, mlx5_post_srq_ops).
     if (w->tm.add.num_sge > 1) return EINVAL;
     if (t.free_handles.empty()) tm_take_freed(t);
     if (t.free_handles.empty()) {

@@ -1,6 +1,7 @@
 // Receive work queues, receive indirection tables and RSS QPs
 // (ibv_create_wq ... ibv_create_qp_ex with an indirection table), with the
-// checks libibverbs and mlx5 make in userspace (SEMANTICS 4.2-4.11). A WQ's
+// checks libibverbs and mlx5 make in userspace (rdma-core libibverbs/cmd.c,
+// cmd_wq.c, cmd_qp.c and providers/mlx5/verbs.c). A WQ's
 // receives go through its shared-memory ring like an SRQ's: no message.
 #include <unistd.h>
 

@@ -908,7 +908,7 @@ static_assert(sizeof(McastRequest) == 32);
 
 // Receive work queues (ibv_create_wq): a ring of RecvWqe like an SRQ's,
 // posted to without a message; its receives complete on `cq` with qp_num =
-// wqn (SEMANTICS 4.4).
+// wqn, as in mlx5's CQE.
 struct CreateWqRequest {
   uint64_t pd;
   uint64_t cq;

@@ -135,7 +135,7 @@ TEST_F(Mw, AllocAndDealloc) {
   errno = 0;
   EXPECT_EQ(ibv_alloc_mw(pd_, ibv_mw_type(3)), nullptr);
   EXPECT_EQ(errno, EINVAL);
-  // The PD is busy while it has windows (SEMANTICS 5.4).
+  // The PD is busy while it has windows (kernel drivers/infiniband/core/verbs.c).
   ibv_pd* pd = ibv_alloc_pd(ctx_);
   ASSERT_NE(pd, nullptr);
   ibv_mw* mw = ibv_alloc_mw(pd, IBV_MW_TYPE_2);

@@ -1,4 +1,5 @@
-// Raw packet QPs and flow steering (issue 11, SEMANTICS 4.12-4.13): whole
+// Raw packet QPs and flow steering (man ibv_create_flow(3), the kernel's
+// drivers/infiniband/hw/mlx5/fs.c, rdma-core tests/test_flow.py): whole
 // Ethernet frames sent by one raw QP of this process reach the raw QPs whose
 // rules match them through the device's internal switch, with rule
 // priorities, masks, DONT_TRAP, DROP, TAG, SNIFFER and the default rules,

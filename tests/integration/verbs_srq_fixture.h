@@ -1,6 +1,8 @@
 // Shared fixture and helpers of the SRQ and XRC verbs tests (verbs_srq.cc,
-// verbs_xrc.cc, verbs_xrc_share.cc): issue 3; /work/shared/SEMANTICS.md
-// sections 1, 2 and 5. The XRC domain sharing tests start a second process
+// verbs_xrc.cc, verbs_xrc_share.cc). Rules: the man pages ibv_create_srq(3),
+// ibv_modify_srq(3), ibv_open_xrcd(3) and ibv_modify_qp(3), rdma-core's
+// libibverbs/cmd_srq.c and cmd.c, the kernel's drivers/infiniband/core/verbs.c
+// and uverbs_cmd.c. The XRC domain sharing tests start a second process
 // (this binary, `--xrc-child`) that opens the same file's domain.
 #pragma once
 
@@ -124,7 +126,7 @@ inline long mismatch(const void* p, size_t len, uint32_t seed) {
 }
 
 // ---------------------------------------------------------------------------
-// XRC connection (the masks of SEMANTICS.md 2.4 / the kernel's qp_state_table)
+// XRC connection (the masks of the kernel's qp_state_table, core/verbs.c)
 // ---------------------------------------------------------------------------
 
 inline ibv_ah_attr av_to(const ibv_gid& gid) {

@@ -1,5 +1,7 @@
-// Hardware tag matching (IBV_SRQT_TM), issue 10: /work/shared/SEMANTICS.md
-// section 3 (rdma-core's mlx5 provider and tag_matching.md). A client RC QP
+// Hardware tag matching (IBV_SRQT_TM), as rdma-core's mlx5 provider
+// (providers/mlx5/verbs.c, qp.c mlx5_post_srq_ops, cq.c),
+// Documentation/tag_matching.md and tests/test_tag_matching.py have it. A
+// client RC QP
 // sends TMH-prefixed messages to a server RC QP attached to a TM-SRQ whose
 // completions go to an extended CQ read with ibv_start_poll and
 // ibv_wc_read_tm_info.

@@ -1,5 +1,7 @@
-// Receive work queues, indirection tables and RSS QPs (issue 11, SEMANTICS
-// 4.1-4.11 and the checks of 4.15) through a real engine: a raw packet QP
+// Receive work queues, indirection tables and RSS QPs, as man
+// ibv_create_wq(3), rdma-core (libibverbs/cmd.c, providers/mlx5/verbs.c,
+// tests/test_rss_traffic.py) and the kernel (drivers/infiniband/hw/mlx5/qp.c)
+// have them, through a real engine: a raw packet QP
 // sends frames, a flow on an RSS QP takes them, and the Toeplitz hash picks
 // the WQ; the four WQ flags (CVLAN stripping, scatter FCS, delay drop, PCI
 // write end padding) shape what is placed.
@@ -235,7 +237,7 @@ TEST_F(WorkQueue, CreateChecksAsMlx5) {
   EXPECT_EQ(w->state, IBV_WQS_RESET);
   EXPECT_NE(w->wq_num, 0u);
   EXPECT_EQ(w->cq, cq);
-  // The WQ holds its CQ and PD (SEMANTICS 4.2).
+  // The WQ holds its CQ and PD (kernel drivers/infiniband/core/verbs.c).
   EXPECT_EQ(ibv_destroy_cq(cq), EBUSY);
   EXPECT_EQ(ibv_destroy_wq(w), 0);
 }
@@ -480,7 +482,7 @@ TEST_F(WorkQueue, ScatterFcsAppendsTheCrc32) {
     ibv_wc wc;
     VT_POLL_ONE(cq, &wc);
     ASSERT_EQ(wc.status, IBV_WC_SUCCESS) << describe(wc);
-    ASSERT_EQ(wc.byte_len, f.size() + 4);  // SEMANTICS 4.7: counted in byte_len
+    ASSERT_EQ(wc.byte_len, f.size() + 4);  // counted in byte_len (man ibv_create_wq(3))
     const uint8_t* got = slot(mr, wc.wr_id);
     EXPECT_EQ(std::memcmp(got, f.data(), f.size()), 0);
     const uint32_t crc = uint32_t(crc32(0, f.data(), uInt(f.size())));

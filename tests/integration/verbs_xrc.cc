@@ -139,7 +139,8 @@ TEST_F(XrcTest, CloseXrcdWithObjectsAliveIsEbusy) {
   ibv_srq* srq = make_xrc_srq(xrcd, cq, 16);
   ASSERT_NE(srq, nullptr) << std::strerror(errno);
   EXPECT_EQ(ibv_close_xrcd(xrcd), EBUSY) << "an XRC SRQ lives in it";
-  // A target QP of the domain does not hold the SRQ (SEMANTICS.md 1.7).
+  // A target QP of the domain does not hold the SRQ (kernel
+  // drivers/infiniband/core/verbs.c, ib_destroy_srq_user).
   ibv_qp* tgt0 = make_xrc_tgt(xrcd);
   ASSERT_NE(tgt0, nullptr) << std::strerror(errno);
   disown(srq);

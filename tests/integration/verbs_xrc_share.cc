@@ -62,8 +62,9 @@ TEST_F(XrcShare, ChildProcessSrqReceivesThroughParentsTargetAndOpensIt) {
   EXPECT_EQ(wc.status, IBV_WC_REM_INV_REQ_ERR) << "SRQ of an exited process: " << describe(wc);
 }
 
-// SEMANTICS.md 2.4: the creator's ibv_destroy_qp drops its handle; the
-// target QP lives on for the process that opened it, and keeps delivering.
+// The creator's ibv_destroy_qp drops its handle (the shared QPs of kernel
+// drivers/infiniband/core/verbs.c); the target QP lives on for the process
+// that opened it, and keeps delivering.
 TEST_F(XrcShare, TargetQpOutlivesItsCreatorWhileOpenedElsewhere) {
   const std::string path = temp_file();
   ibv_xrcd* xrcd = open_xrcd(open_file(path), O_CREAT);
@@ -99,9 +100,9 @@ TEST_F(XrcShare, TargetQpOutlivesItsCreatorWhileOpenedElsewhere) {
   EXPECT_EQ(finish_child(), 0);
 }
 
-// SEMANTICS.md 2.2 / K:core/uverbs_cmd.c (ib_uverbs_open_qp takes a reference
-// on the domain handle): ibv_close_xrcd is EBUSY while a QP opened through
-// that handle exists.
+// Kernel drivers/infiniband/core/uverbs_cmd.c (ib_uverbs_open_qp takes a
+// reference on the domain handle): ibv_close_xrcd is EBUSY while a QP opened
+// through that handle exists.
 TEST_F(XrcShare, CloseXrcdWithAnOpenedQpIsEbusy) {
   const std::string path = temp_file();
   ibv_xrcd* xrcd = open_xrcd(open_file(path), O_CREAT);

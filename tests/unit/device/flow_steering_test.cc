@@ -1,4 +1,5 @@
-// device/flow_steering: which rules get a frame (SEMANTICS 4.13): priority
+// device/flow_steering: which rules get a frame (man ibv_create_flow(3) and
+// the kernel's drivers/infiniband/hw/mlx5/fs.c): priority
 // order, DONT_TRAP, DROP, multicast to every rule of the winning priority,
 // SNIFFER copies, the default rules, and the sender never getting its own.
 #include "device/flow_steering.h"

@@ -1,6 +1,7 @@
 // RSS (device/rss.cc): the hash input taken from a parsed frame in mlx5's
 // field order, checked end to end against Microsoft's verification vector,
-// and ibv_create_qp_ex's RSS checks as mlx5 makes them (SEMANTICS 4.11).
+// and ibv_create_qp_ex's RSS checks as mlx5 makes them (the kernel's
+// drivers/infiniband/hw/mlx5/qp.c, create_rss_raw_qp_tir).
 #include <gtest/gtest.h>
 
 #include <cerrno>
@@ -42,7 +43,8 @@ TEST(Rss, HashInputFollowsTheFieldOrder) {
   EXPECT_EQ(hash_of(frame(6), ip | tcp), 0x51ccc178u);
   EXPECT_EQ(hash_of(frame(17), ip | udp), 0x51ccc178u);
   EXPECT_EQ(hash_of(frame(6, true), ip | tcp), 0x51ccc178u) << "the tag is not hashed";
-  // Fields the frame lacks are left out (SEMANTICS 4.11 recommendation).
+  // Fields the frame lacks are left out (what mlx5 does is not public: the
+  // Microsoft RSS hash over the selected fields present).
   EXPECT_EQ(hash_of(frame(17), ip | tcp), 0x323e8fc2u);
   EXPECT_EQ(hash_of(frame(6), IBV_RX_HASH_SRC_IPV6), 0u);
 }

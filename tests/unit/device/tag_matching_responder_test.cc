@@ -1,6 +1,7 @@
 // Protocol tests of tag matching in the responder (device/responder.cc with
 // device/tag_matching.h): hand-made SENDs with a TMH reach QP B, attached to
-// a TM-SRQ, and the SRQ's CQ is read entry by entry (SEMANTICS 3.6).
+// a TM-SRQ, and the SRQ's CQ is read entry by entry (rdma-core's
+// Documentation/tag_matching.md and providers/mlx5/cq.c).
 #include "device/tm_fixture.h"
 
 namespace uroce::device {

@@ -1,6 +1,7 @@
 // The tag list of a TM-SRQ (device/tag_matching.h): list operations, the
 // matching rules, the phase rule and the outstanding-op limit, without
-// packets (SEMANTICS 3.5, 3.6, 3.8).
+// packets (rdma-core's man ibv_post_srq_ops(3), providers/mlx5/qp.c
+// mlx5_post_srq_ops and cq.c, Documentation/tag_matching.md).
 #include "device/tag_matching.h"
 
 #include <gtest/gtest.h>

@@ -1,8 +1,9 @@
 // Protocol tests of the rendezvous offload (device/tm_rendezvous.cc): A
 // sends a real RNDV request (TMH + RVH naming A's buffer) to B on a TM-SRQ;
 // B's device READs the data into the tagged buffer on B's own send queue and
-// sends the FIN back (SEMANTICS 3.7). Frames are lost, QPs fail, and the
-// tagged buffer still ends exactly once, its tag free again.
+// sends the FIN back (rdma-core's Documentation/tag_matching.md). Frames
+// are lost, QPs fail, and the tagged buffer still ends exactly once, its tag
+// free again.
 #include "device/tm_fixture.h"
 
 namespace uroce::device {
