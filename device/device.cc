@@ -101,7 +101,7 @@ void Device::init_info() {
   d.device_cap_flags |= IBV_DEVICE_MANAGED_FLOW_STEERING | IBV_DEVICE_RAW_IP_CSUM;
   // The four WQ receive flags (device/wq_receive.cc), advertised where
   // mlx5 advertises them: raw_packet_caps, and device_cap_flags_ex for
-  // scatter FCS and end padding (RC:tests/utils.py reads those). Also
+  // scatter FCS and end padding (rdma-core tests/utils.py reads those). Also
   // there, as rxe reports it: ATOMIC WRITE (IBA 1.5 annex A19).
   d.raw = {queues.max_qp,
            IBV_RAW_PACKET_CAP_IP_CSUM | IBV_RAW_PACKET_CAP_CVLAN_STRIPPING | IBV_RAW_PACKET_CAP_SCATTER_FCS |

@@ -17,7 +17,7 @@
 namespace uroce::device {
 
 // Work the device puts on a QP's send queue by itself: the RDMA READ and
-// the FIN of a rendezvous matched on a TM-SRQ (DOC:tag_matching.md "the
+// the FIN of a rendezvous matched on a TM-SRQ (rdma-core Documentation/tag_matching.md "the
 // ownership of the QP's Send Queue is passed to the TM-SRQ").
 enum class InternalWork : uint8_t { kNone, kRndvRead, kRndvFin };
 

@@ -63,7 +63,7 @@ void plan_rendezvous(Device& dev, Qp& qp, const TagList::Match& m, const net::Pa
 
 // The match of a tagged buffer whose data lands later (a multi-packet eager
 // message, a rendezvous): reported at once, with the tag; the data gets a
-// completion of its own, DATA_VALID only (DOC:tag_matching.md, mlx5 cq.c
+// completion of its own, DATA_VALID only (rdma-core Documentation/tag_matching.md, mlx5 cq.c
 // CONSUMED then EXPECTED).
 void report_match(Device& dev, Qp& qp) {
   RecvInProgress& r = qp.resp_recv;

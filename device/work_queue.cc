@@ -120,7 +120,7 @@ void Device::wq_fatal(Wq& w) {
 int Device::destroy_wq(Owner* o, uint32_t handle) {
   Wq* w = wqs_.get(handle);
   if (!w || w->owner != o) return EINVAL;
-  if (w->refs) return EBUSY;  // K:core/verbs.c ib_destroy_wq_user: in a table
+  if (w->refs) return EBUSY;  // the kernel's core/verbs.c ib_destroy_wq_user: in a table
   drop_held(*w, false);
   if (Pd* pd = pds_.get(w->pd)) --pd->refs;
   if (Cq* cq = cqs_.get(w->cq)) --cq->refs;

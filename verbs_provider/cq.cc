@@ -180,7 +180,7 @@ uint64_t read_completion_wallclock_ns(ibv_cq_ex* ex) {
   return cq->last_wallclock_ns;
 }
 // Tag and app context only on a match completion, 0 on every other (as the
-// mlx5 CQE carries them; RC:tests/test_tag_matching.py checks the zeros).
+// mlx5 CQE carries them; rdma-core tests/test_tag_matching.py checks the zeros).
 void read_tm_info(ibv_cq_ex* ex, ibv_wc_tm_info* info) {
   const abi::Cqe& e = to_ucq(ex)->cur;
   const bool match = e.wc_flags & IBV_WC_TM_MATCH;

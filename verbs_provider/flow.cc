@@ -1,6 +1,6 @@
 // ibv_create_flow / ibv_destroy_flow (verbs_context ops): the application's
-// specs parsed as libibverbs and the kernel parse them (RC:libibverbs/cmd.c
-// ib_spec_to_kern_spec, K:core/uverbs_cmd.c kern_spec_to_ib_spec_filter)
+// specs parsed as libibverbs and the kernel parse them (rdma-core libibverbs/cmd.c
+// ib_spec_to_kern_spec, the kernel's core/uverbs_cmd.c kern_spec_to_ib_spec_filter)
 // into one abi::FlowKey of values and one of masks; the engine checks the
 // rule as the kernel and mlx5 do (device/flow_control.cc).
 #include <arpa/inet.h>

@@ -49,7 +49,7 @@ TEST_F(XrcTest, DeviceReportsXrcAndSrqLimits) {
 }
 
 // device_cap_flags_ex is the 64-bit superset of orig_attr.device_cap_flags
-// (H:verbs.h; the kernel fills both from one value, and libibverbs copies
+// (infiniband/verbs.h; the kernel fills both from one value, and libibverbs copies
 // resp.device_cap_flags_ex): it must carry IBV_DEVICE_XRC and SRQ_RESIZE too.
 TEST_F(XrcTest, DeviceCapFlagsExIsASupersetOfTheBaseFlags) {
   ibv_device_attr_ex x{};
@@ -652,7 +652,7 @@ TEST_F(XrcTest, EmptyXrcSrqIsReceiverNotReadyThenDelivers) {
   EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << describe(wc);
 }
 
-// The kernel's ib_open_qp (K:core/verbs.c) does not care which process
+// The kernel's ib_open_qp (drivers/infiniband/core/verbs.c) does not care which process
 // asks: the creator may open its own target QP too, and gets a second handle
 // on the same QP.
 TEST_F(XrcTest, OpenQpOfOwnTargetGivesASecondHandle) {
