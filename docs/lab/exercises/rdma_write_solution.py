@@ -11,7 +11,7 @@ import time
 
 import pyverbs.enums as e
 from pyverbs.addr import AHAttr, GlobalRoute
-from pyverbs.cq import CQ
+from pyverbs.cq import CQ, cqe_status_to_str
 from pyverbs.device import Context
 from pyverbs.mr import MR
 from pyverbs.pd import PD
@@ -56,7 +56,7 @@ def connect(qp, peer, my_psn, peer_psn):
     attr.retry_cnt = 7
     attr.rnr_retry = 7
     attr.ah_attr = AHAttr(port_num=1, is_global=1,
-                          gr=GlobalRoute(dgid=gid, sgid_index=0), hop_limit=64)
+                          gr=GlobalRoute(dgid=gid, sgid_index=0, hop_limit=64))
     qp.to_rts(attr)
 
 
@@ -79,7 +79,7 @@ while not wcs and time.time() < end:
 if not wcs:
     sys.exit('rdma_write: no completion polled')
 if wcs[0].status != e.IBV_WC_SUCCESS:
-    sys.exit(f'rdma_write: completion status {wcs[0].status}')
+    sys.exit(f'rdma_write: completion status: {cqe_status_to_str(wcs[0].status)}')
 if dst.read(SIZE, 0) != data:
     sys.exit('rdma_write: dst differs from src')
 print(f'RDMA WRITE of {SIZE} bytes: data checked, ok')
