@@ -1,0 +1,209 @@
+// The provider/engine ABI: the shared-memory queues (uroce/abi_base.h explains the parts).
+#pragma once
+
+#include "uroce/abi_base.h"
+
+namespace uroce::abi {
+
+// ---------------------------------------------------------------------------
+// Shared-memory queues
+// ---------------------------------------------------------------------------
+
+// Header at offset 0 of every queue region (SQ, RQ, SRQ, CQ). The producer
+// publishes with a release store after writing the entry; the consumer reads
+// the other side's index with an acquire load.
+struct QueueHeader {
+  // SQ/RQ: written by the client (post). CQ: written by the engine.
+  alignas(kCacheLine) std::atomic<uint32_t> producer;
+  // SQ/RQ: written by the engine (slot free again). CQ: written by the client.
+  alignas(kCacheLine) std::atomic<uint32_t> consumer;
+  // CQ only: arm state written by the client (ibv_req_notify_cq), cleared by
+  // the engine with an exchange when it raises the completion event.
+  alignas(kCacheLine) std::atomic<uint32_t> notify;
+  uint32_t reserved0;
+  // Written once by the engine at creation; the engine keeps its own copy.
+  uint32_t log2_entries;
+  uint32_t stride;
+  uint32_t reserved1[12];
+};
+static_assert(sizeof(QueueHeader) == 3 * kCacheLine);
+static_assert(offsetof(QueueHeader, consumer) == kCacheLine);
+static_assert(std::atomic<uint32_t>::is_always_lock_free);
+static_assert(std::is_standard_layout_v<QueueHeader>);
+constexpr size_t kQueueEntriesOffset = sizeof(QueueHeader);
+
+enum CqNotify : uint32_t {
+  kCqNotifyNone = 0,
+  kCqNotifyNext = 1,       // any next completion raises an event
+  kCqNotifySolicited = 2,  // only solicited or error completions
+};
+
+struct Sge {
+  uint64_t addr;
+  uint32_t length;
+  uint32_t lkey;
+};
+static_assert(sizeof(Sge) == 16);
+
+// Address vector carried by UD work requests (the AH lives in the client, as
+// on mlx5 where the AV is copied into the WQE).
+struct AddressVector {
+  uint8_t dgid[16];
+  uint32_t flow_label;
+  uint8_t sgid_index;
+  uint8_t hop_limit;
+  uint8_t traffic_class;
+  uint8_t sl;
+  uint8_t is_global;
+  uint8_t port_num;
+  uint8_t reserved[6];
+};
+static_assert(sizeof(AddressVector) == 32);
+
+// IBV_WR_BIND_MW (ibv_bind_mw posts one too): which window, onto which
+// region, and the range and rights it grants. The window is named by the
+// index part of its R_Key (as mlx5's UMR names the mkey to modify); the low
+// 8 bits of new_rkey are the key the window has once bound.
+struct MwBind {
+  uint32_t mw_rkey;   // the window's R_Key as the client knows it
+  uint32_t new_rkey;  // ibv_inc_rkey(mw_rkey) for ibv_bind_mw
+  uint32_t mr_lkey;   // the region (ignored with length 0)
+  uint32_t access;    // enum ibv_access_flags: REMOTE_*, ZERO_BASED
+  uint64_t addr;      // in the region's address space (its iova)
+  uint64_t length;    // 0: a type 1 window bound to nothing
+};
+static_assert(sizeof(MwBind) == 32);
+
+// Send WQE: a fixed 128-byte header followed by either num_sge Sge entries or
+// inline_len bytes of inline data (IBV_SEND_INLINE). IBV_WR_LOCAL_INV names
+// the R_Key to invalidate in imm_data, as IBV_WR_SEND_WITH_INV does.
+struct SendWqe {
+  uint64_t wr_id;
+  uint32_t opcode;     // enum ibv_wr_opcode
+  uint32_t flags;      // enum ibv_send_flags
+  uint32_t imm_data;   // network order, or the rkey to invalidate
+  uint32_t num_sge;
+  uint32_t inline_len;
+  uint32_t rkey;
+  uint64_t remote_addr;
+  uint64_t compare_add;  // or IBV_WR_ATOMIC_WRITE's 8 bytes, as they were in memory
+  uint64_t swap;
+  uint32_t remote_qpn;  // UD
+  uint32_t remote_qkey; // UD
+  uint32_t xrc_remote_srqn;
+  uint32_t reserved0;
+  union {
+    AddressVector av;   // UD
+    MwBind bind;        // IBV_WR_BIND_MW (RC, UC, XRC)
+  };
+  uint8_t reserved1[24];
+};
+static_assert(sizeof(SendWqe) == 128);
+static_assert(offsetof(SendWqe, av) == 72);
+static_assert(offsetof(SendWqe, bind) == 72);
+static_assert(std::is_standard_layout_v<SendWqe>);
+
+struct RecvWqe {
+  uint64_t wr_id;
+  uint32_t num_sge;
+  uint32_t reserved;
+  // followed by num_sge Sge entries
+};
+static_assert(sizeof(RecvWqe) == 16);
+
+// Completion entry, written by the engine.
+struct Cqe {
+  uint64_t wr_id;
+  uint32_t status;      // enum ibv_wc_status
+  uint32_t opcode;      // enum ibv_wc_opcode
+  uint32_t vendor_err;
+  uint32_t byte_len;
+  union {
+    uint32_t imm_data;  // network order, or invalidated rkey
+    uint32_t flow_tag;  // raw packet receives (no immediate): the steering rule's
+                        // IBV_FLOW_SPEC_ACTION_TAG, 0 without one (mlx5 cq.c)
+  };
+  uint32_t qp_num;
+  union {
+    uint32_t src_qp;
+    uint32_t tm_priv;   // IBV_WC_TM_MATCH: the TMH's app_ctx (RC has no src_qp to give)
+  };
+  uint32_t wc_flags;    // enum ibv_wc_flags
+  uint16_t pkey_index;
+  uint16_t slid;
+  uint8_t sl;
+  uint8_t dlid_path_bits;
+  uint16_t cvlan;       // a WQ with CVLAN stripping: the removed 802.1Q TCI, 0 untagged
+
+  // CQs created with kCqTimestamps only (else 0): the device clock when the
+  // engine wrote the entry (kDeviceClock, in kHcaCoreClockKhz units) and the
+  // wall clock (CLOCK_REALTIME ns), each monotonic within the CQ.
+  // With IBV_WC_TM_MATCH (tag matching) the wall-clock field carries the
+  // TMH's tag instead, and the provider reads such an entry's wall clock
+  // from its device-clock stamp (as mlx5 converts its CQE's HCA clock).
+  uint64_t timestamp_ns;
+  union {
+    uint64_t wallclock_ns;
+    uint64_t tm_tag;
+  };
+};
+static_assert(sizeof(Cqe) == 64);
+static_assert(offsetof(Cqe, cvlan) == 46);
+static_assert(std::is_standard_layout_v<Cqe>);
+
+// The device clock, as mlx5's free-running HCA counter: a counter of
+// hca_core_clock (kHz) ticks that never steps. uroce's is CLOCK_MONOTONIC_RAW
+// in nanoseconds (1 GHz: 1 000 000 kHz), read by the engine when it writes a
+// completion and by the provider for ibv_query_rt_values_ex; both sit on one
+// host (the queues are shared memory), so they read the same counter.
+constexpr clockid_t kDeviceClock = CLOCK_MONOTONIC_RAW;
+constexpr uint64_t kHcaCoreClockKhz = 1'000'000;
+constexpr uint64_t kCompletionTimestampMask = ~uint64_t(0);  // all 64 bits count
+
+struct GidEntry {
+  uint8_t gid[16];
+  uint32_t type;  // enum ibv_gid_type: IBV_GID_TYPE_ROCE_V2 etc.
+  uint32_t valid;
+};
+
+// Engine-wide page shared read-only with every client.
+struct EngineShared {
+  uint32_t magic;
+  uint32_t version;
+  // Set by the engine before it sleeps. A client that published work and sees
+  // it set writes the doorbell eventfd; otherwise posting costs no syscall.
+  alignas(kCacheLine) std::atomic<uint32_t> sleeping;
+  alignas(kCacheLine) std::atomic<uint32_t> port_state;  // enum ibv_port_state
+  // The CPU the engine polls on (include/uroce/cpu_placement.h), -1: any.
+  // A client polling an empty CQ on that CPU backs off to sleep.
+  std::atomic<int32_t> polling_cpu;
+  uint32_t reserved[14];
+  // The GID table as it is now: it follows the addresses of the interface
+  // the device is bound to (uroced --netdev; lo by default), as a RoCE
+  // NIC's follows its netdev's. A seqlock: the engine makes gid_seq odd,
+  // rewrites the entries, makes it even again (release); a reader copies
+  // the entries between two equal even loads (acquire). ndev_ifindex is
+  // that interface's index (ibv_gid_entry::ndev_ifindex), 0 if none.
+  alignas(kCacheLine) std::atomic<uint32_t> gid_seq;
+  uint32_t ndev_ifindex;
+  GidEntry gids[kMaxGids];
+};
+static_assert(std::is_standard_layout_v<EngineShared>);
+static_assert(offsetof(EngineShared, gid_seq) % kCacheLine == 0);
+static_assert(sizeof(EngineShared) <= 4096);
+
+// Records written by the engine into the client's async event pipe and into
+// completion channel pipes. Both are under PIPE_BUF, so writes are atomic.
+struct AsyncEventRecord {
+  uint32_t event_type;  // enum ibv_event_type
+  uint32_t reserved;
+  uint64_t cookie;      // the client's object pointer given at creation
+};
+static_assert(sizeof(AsyncEventRecord) == 16);
+
+struct CompEventRecord {
+  uint64_t cq_cookie;
+};
+static_assert(sizeof(CompEventRecord) == 8);
+
+}  // namespace uroce::abi

@@ -1,0 +1,50 @@
+// The work-request opcodes each transport takes, and their classes: one
+// table that the provider (what ibv_post_send accepts) and the engine (what
+// it executes) both read, so the two cannot disagree. IBA 9.4 and 10.7.2.x;
+// memory-window operations as mlx5 (RC, UC, XRC).
+#pragma once
+
+#include <infiniband/verbs.h>
+
+#include <cstdint>
+
+namespace uroce {
+
+constexpr uint32_t wr_bit(ibv_wr_opcode op) { return 1u << op; }
+// Memory-window operations the device performs itself, no packet.
+constexpr uint32_t kLocalWrOps = wr_bit(IBV_WR_BIND_MW) | wr_bit(IBV_WR_LOCAL_INV);
+constexpr uint32_t kUdWrOps = wr_bit(IBV_WR_SEND) | wr_bit(IBV_WR_SEND_WITH_IMM);
+constexpr uint32_t kUcWrOps = kUdWrOps | wr_bit(IBV_WR_RDMA_WRITE) | wr_bit(IBV_WR_RDMA_WRITE_WITH_IMM) |
+                              wr_bit(IBV_WR_SEND_WITH_INV) | kLocalWrOps;
+constexpr uint32_t kRcWrOps = kUcWrOps | wr_bit(IBV_WR_RDMA_READ) | wr_bit(IBV_WR_ATOMIC_CMP_AND_SWP) |
+                              wr_bit(IBV_WR_ATOMIC_FETCH_AND_ADD) | wr_bit(IBV_WR_ATOMIC_WRITE);
+// A raw packet QP sends whole frames: SEND only (mlx5's TSO is not offered).
+constexpr uint32_t kRawWrOps = wr_bit(IBV_WR_SEND);
+
+// The opcodes a QP of type t executes (an XRC target has no send queue).
+constexpr uint32_t allowed_wr_ops(ibv_qp_type t) {
+  switch (t) {
+    case IBV_QPT_RC:
+    case IBV_QPT_XRC_SEND: return kRcWrOps;
+    case IBV_QPT_UC: return kUcWrOps;
+    case IBV_QPT_UD: return kUdWrOps;
+    case IBV_QPT_RAW_PACKET: return kRawWrOps;
+    default: return 0;
+  }
+}
+
+// The requests that hold a responder resource and are completed by their
+// own response (IBA C9-149): ATOMIC WRITE among them, as in rxe (its
+// requester counts it against max_rd_atomic, its responder keeps a resource
+// to answer a duplicate without executing it again). None carries inline data.
+constexpr bool is_rd_atomic(uint32_t op) {
+  return op == IBV_WR_RDMA_READ || op == IBV_WR_ATOMIC_CMP_AND_SWP || op == IBV_WR_ATOMIC_FETCH_AND_ADD ||
+         op == IBV_WR_ATOMIC_WRITE;
+}
+
+constexpr bool is_local_op(uint32_t op) { return op < 32 && (kLocalWrOps & (1u << op)); }
+
+static_assert((kUdWrOps & ~kUcWrOps) == 0 && (kUcWrOps & ~kRcWrOps) == 0, "each transport's set grows");
+static_assert(is_rd_atomic(IBV_WR_ATOMIC_WRITE) && !is_rd_atomic(IBV_WR_RDMA_WRITE));
+
+}  // namespace uroce
