@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "device/device.h"
+#include "uroce/gid.h"
 
 namespace uroce::device {
 
@@ -17,12 +18,8 @@ constexpr uint32_t kIpv4Index = 0, kLinkLocalIndex = 1, kIpv6Index = 2, kFirstFr
 
 net::Ipv6Addr gid_of(const net::IfAddress& a) {
   net::Ipv6Addr g{};
-  if (a.family == AF_INET) {
-    g[10] = g[11] = 0xff;  // ::ffff:a.b.c.d, the kernel's RoCE v2 IPv4 GID
-    std::memcpy(g.data() + 12, a.addr.data(), 4);
-  } else {
-    std::memcpy(g.data(), a.addr.data(), 16);
-  }
+  if (a.family == AF_INET) ipv4_gid(a.addr.data(), g.data());  // ::ffff:a.b.c.d, as the kernel's
+  else std::memcpy(g.data(), a.addr.data(), 16);
   return g;
 }
 

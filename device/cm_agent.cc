@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "device/objects.h"
+#include "uroce/gid.h"
 
 namespace uroce::device {
 
@@ -44,17 +45,6 @@ bool is_loopback_gid(const abi::CmAddr& a) {
 
 bool is_multicast(const abi::CmAddr& a) {
   return a.family == AF_INET ? (a.addr[0] & 0xf0) == 0xe0 : a.family == AF_INET6 && a.addr[0] == 0xff;
-}
-
-// ::ffff:a.b.c.d as a.b.c.d, so both spellings of one IPv4 address match.
-abi::CmAddr unmapped(abi::CmAddr a) {
-  static const uint8_t kMapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
-  if (a.family == AF_INET6 && std::memcmp(a.addr, kMapped, 12) == 0) {
-    a.family = AF_INET;
-    std::memmove(a.addr, a.addr + 12, 4);
-    std::memset(a.addr + 4, 0, 12);
-  }
-  return a;
 }
 
 // An AF_IB address as the IP address its GID is (RoCE GIDs are).
@@ -194,9 +184,8 @@ void CmAgent::release_owner(Owner* o) {
 }
 
 void CmAgent::address_removed(const uint8_t gid[16]) {
-  static const uint8_t kMapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
   abi::CmAddr gone{};
-  if (std::memcmp(gid, kMapped, 12) == 0) {
+  if (is_ipv4_mapped(gid)) {
     gone.family = AF_INET;
     std::memcpy(gone.addr, gid + 12, 4);
   } else {
@@ -227,14 +216,8 @@ bool CmAgent::is_local(const abi::CmAddr& addr) const {
 
 // The GID of an address (IPv4 as ::ffff:a.b.c.d), -1 if none.
 int CmAgent::gid_index_of(const abi::CmAddr& addr) const {
-  const abi::CmAddr a = unmapped(addr);
-  uint8_t gid[16] = {};
-  if (a.family == AF_INET) {
-    gid[10] = gid[11] = 0xff;
-    std::memcpy(gid + 12, a.addr, 4);
-  } else {
-    std::memcpy(gid, a.addr, 16);
-  }
+  uint8_t gid[16];
+  uroce::gid_of(unmapped(addr), gid);
   for (int i = 0; i < int(abi::kMaxGids); ++i)
     if (info_.gids[i].valid && std::memcmp(info_.gids[i].gid, gid, 16) == 0) return i;
   return -1;

@@ -14,6 +14,7 @@
 #include <cstring>
 
 #include "device/cm_agent.h"
+#include "uroce/gid.h"
 
 namespace uroce::device {
 
@@ -27,18 +28,6 @@ namespace {
 constexpr uint64_t kNeighbourCheckNs = 5'000'000;
 constexpr uint64_t kNeighbourSolicitNs = 200'000'000;
 constexpr uint64_t kNeighbourTimeoutNs = 1'000'000'000;
-
-constexpr uint8_t kMapped4[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
-
-// The GID of an IP address: IPv6 as is, IPv4 as ::ffff:a.b.c.d (RoCEv2, A17.4.5.2).
-void gid_of(const abi::CmAddr& a, uint8_t gid[16]) {
-  if (a.family == AF_INET6 || a.family == AF_IB) {
-    std::memcpy(gid, a.addr, 16);
-    return;
-  }
-  std::memcpy(gid, kMapped4, 12);
-  std::memcpy(gid + 12, a.addr, 4);
-}
 
 // cma_hdr's addresses: IPv4 in the last four bytes (union cma_ip_addr).
 void to_cma_addr(const abi::CmAddr& a, uint8_t out[16]) {
@@ -56,16 +45,6 @@ abi::CmAddr from_cma_addr(uint8_t ip_version, const uint8_t in[16], uint16_t por
   } else {
     a.family = AF_INET;
     std::memcpy(a.addr, in + 12, 4);
-  }
-  return a;
-}
-
-// ::ffff:a.b.c.d as a.b.c.d.
-abi::CmAddr unmapped_addr(abi::CmAddr a) {
-  if (a.family == AF_INET6 && std::memcmp(a.addr, kMapped4, 12) == 0) {
-    a.family = AF_INET;
-    std::memmove(a.addr, a.addr + 12, 4);
-    std::memset(a.addr + 4, 0, 12);
   }
   return a;
 }
@@ -114,12 +93,11 @@ int CmAgent::resolve_remote(Id& id, uint64_t h, const abi::CmResolveAddrRequest&
   // An AF_IB destination is a GID: an IPv4-mapped one is reached from our
   // IPv4 GID, another from our IPv6 one.
   const bool ib = r.dst.family == AF_IB;
-  const abi::CmAddr dst = ib ? r.dst : unmapped_addr(r.dst);
+  const abi::CmAddr dst = ib ? r.dst : unmapped(r.dst);
   abi::CmAddr ours{};
   ours.family = dst.family;
-  if (ib && std::memcmp(dst.addr, kMapped4, 12) == 0) {
-    std::memcpy(ours.addr, kMapped4, 12);
-    std::memcpy(ours.addr + 12, ip_.data(), 4);
+  if (ib && is_ipv4_mapped(dst.addr)) {
+    ipv4_gid(ip_.data(), ours.addr);
   } else if (dst.family == AF_INET) {
     std::memcpy(ours.addr, ip_.data(), 4);
   } else {
@@ -135,7 +113,7 @@ int CmAgent::resolve_remote(Id& id, uint64_t h, const abi::CmResolveAddrRequest&
   if (ib) ours.scope_id = id.ps;  // cma_bind_addr's AF_IB wildcard: the id's port space
   id.dst = dst;
   if (id.state == State::kIdle) {
-    abi::CmAddr src = r.src.family ? (ib ? r.src : unmapped_addr(r.src)) : ours;
+    abi::CmAddr src = r.src.family ? (ib ? r.src : unmapped(r.src)) : ours;
     if (!r.src.family) src.port = 0;
     if (!r.src.family && ib) std::memset(src.addr, 0, 16);  // cma_bind_addr's AF_IB wildcard
     id.reuseaddr = r.reuseaddr;

@@ -228,20 +228,20 @@ Result<uint32_t> Device::reg_mr(Owner* o, const abi::RegMrRequest& req, int shar
     if (int err = map_shared_pages(o, req.shared, shared_fd, req.addr, req.length, &pages)) return {err};
     if (!client_range_mapped(o, req.addr, req.length, pages.get())) return {EFAULT};
   }
-  auto mr = std::make_unique<Mr>();
-  mr->pages = std::move(pages);
-  mr->owner = o;
-  mr->pd = uint32_t(req.pd);
-  mr->iova = req.iova;
-  mr->addr = req.addr;
-  mr->length = req.length;
-  mr->access = req.access;
+  return {0, add_mr(*pd, Mr{.owner = o, .pd = uint32_t(req.pd), .iova = req.iova, .addr = req.addr,
+                            .length = req.length, .access = req.access, .pages = std::move(pages)})};
+}
+
+// The one place an MR enters the table (ibv_reg_mr, ibv_reg_dm_mr): its key
+// is its index and a generation, so a key of a deregistered MR misses.
+uint32_t Device::add_mr(Pd& pd, Mr&& fields) {
+  auto mr = std::make_unique<Mr>(std::move(fields));
   Mr* raw = mr.get();
-  uint32_t idx = mrs_.insert(std::move(mr));
+  const uint32_t idx = mrs_.insert(std::move(mr));
   if (++mr_generation_ == 0) mr_generation_ = 1;
   raw->key = (idx << 8) | mr_generation_;
-  ++pd->refs;
-  return {0, raw->key};
+  ++pd.refs;
+  return raw->key;
 }
 
 int Device::rereg_mr(Owner* o, const abi::ReregMrRequest& req, uint32_t* new_key, int shared_fd) {

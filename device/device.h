@@ -406,6 +406,8 @@ class Device {
   // thousands of fresh QPs cost the poll loop nothing.
   std::vector<Qp*> active_qps_;
   void set_polled(Qp& qp, bool polled);
+  // Enters an MR of pd into the table; its key (device.cc).
+  uint32_t add_mr(Pd& pd, Mr&& fields);
 };
 
 // Requester, responder and completer entry points (one file each).
@@ -425,6 +427,12 @@ void raw_receive(Device& dev, Qp& qp, const uint8_t* frame, uint32_t len,
 // The SGEs of a receive WQE checked (key, PD, local write) and turned into
 // owner addresses (device/responder.cc). IBV_WC_SUCCESS or the status.
 uint32_t translate_recv_sges(Device& dev, RecvInProgress& r, uint32_t pd);
+// The receive WQE in slot `index` of `ring` copied out of shared memory
+// (untrusted) into r's wr_id, num_sge and SGEs, checked against max_sge and
+// the slot's size: IBV_WC_SUCCESS, or IBV_WC_LOC_LEN_ERR (counted in
+// bad_wqes; r.num_sge 0). The one fetch of RQs, SRQs, raw QPs and WQs
+// (device/responder.cc).
+uint32_t copy_recv_wqe(Device& dev, const RingView& ring, uint32_t index, uint32_t max_sge, RecvInProgress& r);
 
 // Rendezvous offload of a TM-SRQ (device/tm_rendezvous.cc): the device's own
 // RDMA READ and FIN on the QP's send queue.

@@ -95,22 +95,11 @@ Result<uint32_t> Device::reg_dm_mr(Owner* o, const abi::RegDmMrRequest& req) {
   std::unique_ptr<SharedPages> pages =
       SharedPages::map(dm->fd, req.client_addr, dm->map_length, &err, &o->shared_budget);
   if (err) return {err};
-  auto mr = std::make_unique<Mr>();
-  mr->pages = std::move(pages);
-  mr->owner = o;
-  mr->pd = uint32_t(req.pd);
-  mr->iova = 0;
-  mr->addr = req.client_addr + req.offset;
-  mr->length = req.length;
-  mr->access = req.access;
-  mr->dm = uint32_t(req.dm);
-  Mr* raw = mr.get();
-  const uint32_t idx = mrs_.insert(std::move(mr));
-  if (++mr_generation_ == 0) mr_generation_ = 1;
-  raw->key = (idx << 8) | mr_generation_;
-  ++pd->refs;
+  const uint32_t key = add_mr(*pd, Mr{.owner = o, .pd = uint32_t(req.pd), .iova = 0,
+                                     .addr = req.client_addr + req.offset, .length = req.length,
+                                     .access = req.access, .dm = uint32_t(req.dm), .pages = std::move(pages)});
   ++dm->mrs;
-  return {0, raw->key};
+  return {0, key};
 }
 
 }  // namespace uroce::device

@@ -155,29 +155,16 @@ void raw_receive(Device& dev, Qp& qp, const uint8_t* frame, uint32_t len,
     dev.qp_to_error(qp);
     return;
   }
-  // Copy the WQE out of shared memory, then check it (untrusted).
-  abi::RecvWqe hdr;
-  const uint8_t* slot = qp.rq.slot(qp.rq_head);
-  std::memcpy(&hdr, slot, sizeof(hdr));
   RecvInProgress& r = qp.resp_recv;
   r = RecvInProgress{};
-  r.wr_id = hdr.wr_id;
   r.cq = qp.recv_cq;
   r.owner = qp.owner;
-  r.num_sge = hdr.num_sge;
+  uint32_t status = copy_recv_wqe(dev, qp.rq, qp.rq_head, qp.caps.max_recv_sge, r);
+  if (status == IBV_WC_SUCCESS) status = translate_recv_sges(dev, r, qp.pd);
   abi::Cqe cqe{};
-  cqe.wr_id = hdr.wr_id;
+  cqe.wr_id = r.wr_id;
   cqe.opcode = IBV_WC_RECV;
   cqe.qp_num = qp.qpn;
-  uint32_t status = IBV_WC_SUCCESS;
-  if (hdr.num_sge > qp.caps.max_recv_sge ||
-      sizeof(abi::RecvWqe) + hdr.num_sge * sizeof(abi::Sge) > qp.rq.stride) {
-    ++c.bad_wqes;
-    status = IBV_WC_LOC_LEN_ERR;
-  } else {
-    std::memcpy(r.sge.data(), slot + sizeof(abi::RecvWqe), hdr.num_sge * sizeof(abi::Sge));
-    status = translate_recv_sges(dev, r, qp.pd);
-  }
   // The QP's receive flags shape the frame as a WQ's do (device/wq_receive.cc).
   alignas(64) uint8_t shaped[net::kFrameCapacity + 4];
   ShapedFrame placed{len, 0};

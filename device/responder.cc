@@ -156,6 +156,25 @@ uint32_t request_pd(Device& dev, const Qp& qp, const net::Packet& p) {
   return srq ? srq->pd : 0;
 }
 
+}  // namespace
+
+uint32_t copy_recv_wqe(Device& dev, const RingView& ring, uint32_t index, uint32_t max_sge, RecvInProgress& r) {
+  abi::RecvWqe hdr;
+  const uint8_t* slot = ring.slot(index);
+  std::memcpy(&hdr, slot, sizeof(hdr));
+  r.wr_id = hdr.wr_id;
+  r.num_sge = hdr.num_sge;
+  if (hdr.num_sge > max_sge || sizeof(abi::RecvWqe) + hdr.num_sge * sizeof(abi::Sge) > ring.stride) {
+    ++dev.counters_mut().bad_wqes;
+    r.num_sge = 0;
+    return IBV_WC_LOC_LEN_ERR;
+  }
+  std::memcpy(r.sge.data(), slot + sizeof(abi::RecvWqe), hdr.num_sge * sizeof(abi::Sge));
+  return IBV_WC_SUCCESS;
+}
+
+namespace {
+
 // take_recv_wqe's status for a receive queue whose producer index is corrupt:
 // no WQE to complete, the QP is fatal.
 constexpr uint32_t kRecvQueueBroken = ~0u;
@@ -188,12 +207,8 @@ bool take_recv_wqe(Device& dev, Qp& qp, const net::Packet& p, uint32_t* status) 
     *status = kRecvQueueBroken;
     return true;
   }
-  abi::RecvWqe hdr;
-  const uint8_t* slot = ring.slot(head);
-  std::memcpy(&hdr, slot, sizeof(hdr));
   RecvInProgress& r = qp.resp_recv;
-  r.wr_id = hdr.wr_id;
-  r.num_sge = hdr.num_sge;
+  const uint32_t fetched = copy_recv_wqe(dev, ring, head, max_sge, r);
   r.from_srq = srq != nullptr;
   r.discard = false;
   r.srq = srq ? srq_handle : 0;
@@ -206,22 +221,13 @@ bool take_recv_wqe(Device& dev, Qp& qp, const net::Packet& p, uint32_t* status) 
   r.tm_rndv = false;
   r.owner = srq ? srq->owner : qp.owner;
   qp.resp_recv_valid = true;
-  const bool fits = hdr.num_sge <= max_sge &&
-                    sizeof(abi::RecvWqe) + hdr.num_sge * sizeof(abi::Sge) <= ring.stride;
-  if (fits) std::memcpy(r.sge.data(), slot + sizeof(abi::RecvWqe), hdr.num_sge * sizeof(abi::Sge));
   if (srq) {
     // An SRQ WQE leaves the queue when a QP takes it (rxe get_srq_wqe).
     ++head;
     ring.hdr->consumer.store(head, std::memory_order_release);
     dev.srq_consumed(*srq);
   }
-  if (!fits) {
-    ++dev.counters_mut().bad_wqes;
-    r.num_sge = 0;
-    *status = IBV_WC_LOC_LEN_ERR;
-    return true;
-  }
-  *status = translate_recv_sges(dev, r, pd);
+  *status = fetched == IBV_WC_SUCCESS ? translate_recv_sges(dev, r, pd) : fetched;
   return true;
 }
 

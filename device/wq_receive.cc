@@ -126,27 +126,15 @@ void Device::place_in_wq(Wq& w, const uint8_t* frame, uint32_t len, bool has_tag
     wq_fatal(w);
     return;
   }
-  // Copy the WQE out of shared memory, then check it (untrusted).
-  const uint8_t* slot = w.ring.slot(w.head);
-  abi::RecvWqe hdr;
-  std::memcpy(&hdr, slot, sizeof(hdr));
   RecvInProgress r{};
-  r.wr_id = hdr.wr_id;
   r.cq = w.cq;
   r.owner = w.owner;
-  r.num_sge = hdr.num_sge;
+  uint32_t status = copy_recv_wqe(*this, w.ring, w.head, w.max_sge, r);
+  if (status == IBV_WC_SUCCESS) status = translate_recv_sges(*this, r, w.pd);
   abi::Cqe cqe{};
-  cqe.wr_id = hdr.wr_id;
+  cqe.wr_id = r.wr_id;
   cqe.opcode = IBV_WC_RECV;
   cqe.qp_num = w.wqn;  // the WQ's number, as in mlx5's CQE
-  uint32_t status = IBV_WC_SUCCESS;
-  if (hdr.num_sge > w.max_sge || sizeof(abi::RecvWqe) + hdr.num_sge * sizeof(abi::Sge) > w.ring.stride) {
-    ++counters_.bad_wqes;
-    status = IBV_WC_LOC_LEN_ERR;
-  } else {
-    std::memcpy(r.sge.data(), slot + sizeof(abi::RecvWqe), hdr.num_sge * sizeof(abi::Sge));
-    status = translate_recv_sges(*this, r, w.pd);
-  }
   alignas(64) uint8_t out[net::kFrameCapacity + kFcsBytes];
   ShapedFrame placed;
   if (status == IBV_WC_SUCCESS) {

@@ -8,47 +8,16 @@
 
 #include "device/qp.h"
 #include "net/opcode.h"
+#include "uroce/wr_opcodes.h"
 
 namespace uroce::device {
 
-// Which ibv_wr_opcode each transport accepts (IBA 9.4 / 10.7.2.x).
-constexpr uint32_t wr_bit(ibv_wr_opcode op) { return 1u << op; }
-// Memory-window operations the device performs itself, on RC, UC and XRC
-// send queues (mlx5; rxe: RC and UC).
-constexpr uint32_t kLocalWrOps = wr_bit(IBV_WR_BIND_MW) | wr_bit(IBV_WR_LOCAL_INV);
-constexpr uint32_t kRcWrOps = wr_bit(IBV_WR_SEND) | wr_bit(IBV_WR_SEND_WITH_IMM) |
-                              wr_bit(IBV_WR_RDMA_WRITE) | wr_bit(IBV_WR_RDMA_WRITE_WITH_IMM) |
-                              wr_bit(IBV_WR_RDMA_READ) | wr_bit(IBV_WR_ATOMIC_CMP_AND_SWP) |
-                              wr_bit(IBV_WR_ATOMIC_FETCH_AND_ADD) | wr_bit(IBV_WR_SEND_WITH_INV) |
-                              wr_bit(IBV_WR_ATOMIC_WRITE) | kLocalWrOps;
-constexpr uint32_t kUcWrOps = wr_bit(IBV_WR_SEND) | wr_bit(IBV_WR_SEND_WITH_IMM) |
-                              wr_bit(IBV_WR_RDMA_WRITE) | wr_bit(IBV_WR_RDMA_WRITE_WITH_IMM) |
-                              wr_bit(IBV_WR_SEND_WITH_INV) | kLocalWrOps;
-constexpr uint32_t kUdWrOps = wr_bit(IBV_WR_SEND) | wr_bit(IBV_WR_SEND_WITH_IMM);
-// A raw packet QP sends frames: SEND only (mlx5 adds TSO, not offered here).
-constexpr uint32_t kRawWrOps = wr_bit(IBV_WR_SEND);
-
-inline uint32_t allowed_wr_ops(ibv_qp_type t) {
-  switch (t) {
-    case IBV_QPT_RC:
-    case IBV_QPT_XRC_SEND: return kRcWrOps;
-    case IBV_QPT_UC: return kUcWrOps;
-    case IBV_QPT_UD: return kUdWrOps;
-    case IBV_QPT_RAW_PACKET: return kRawWrOps;
-    default: return 0;  // XRC_RECV has no send queue
-  }
-}
-
-// The requests that hold a responder resource and are completed by their
-// own response (IBA C9-149): ATOMIC WRITE among them, as in rxe (its
-// requester counts it against max_rd_atomic, its responder keeps a resource
-// to answer a duplicate without executing it again).
-inline bool is_rd_atomic(uint32_t op) {
-  return op == IBV_WR_RDMA_READ || op == IBV_WR_ATOMIC_CMP_AND_SWP ||
-         op == IBV_WR_ATOMIC_FETCH_AND_ADD || op == IBV_WR_ATOMIC_WRITE;
-}
-
-inline bool is_local_op(uint32_t op) { return op < 32 && (kLocalWrOps & (1u << op)); }
+// The opcode table and its classes, shared with the provider.
+using uroce::allowed_wr_ops;
+using uroce::is_local_op;
+using uroce::is_rd_atomic;
+using uroce::kLocalWrOps;
+using uroce::wr_bit;
 
 inline ibv_wc_opcode wc_opcode_for(uint32_t op) {
   switch (op) {

@@ -4,33 +4,15 @@
 #include <cerrno>
 #include <cstring>
 
+#include "uroce/wr_opcodes.h"
 #include "verbs_provider/provider.h"
 
 namespace uroce::provider {
 
 namespace {
 
-uint32_t allowed_ops(ibv_qp_type t) {
-  auto bit = [](ibv_wr_opcode op) { return 1u << op; };
-  const uint32_t ud = bit(IBV_WR_SEND) | bit(IBV_WR_SEND_WITH_IMM);
-  // Memory-window operations on RC, UC and XRC (mlx5).
-  const uint32_t uc = ud | bit(IBV_WR_RDMA_WRITE) | bit(IBV_WR_RDMA_WRITE_WITH_IMM) |
-                      bit(IBV_WR_SEND_WITH_INV) | bit(IBV_WR_BIND_MW) | bit(IBV_WR_LOCAL_INV);
-  const uint32_t rc = uc | bit(IBV_WR_RDMA_READ) | bit(IBV_WR_ATOMIC_CMP_AND_SWP) |
-                      bit(IBV_WR_ATOMIC_FETCH_AND_ADD) | bit(IBV_WR_ATOMIC_WRITE);
-  switch (t) {
-    case IBV_QPT_RC:
-    case IBV_QPT_XRC_SEND: return rc;
-    case IBV_QPT_UC: return uc;
-    case IBV_QPT_UD: return ud;
-    case IBV_QPT_RAW_PACKET: return bit(IBV_WR_SEND);  // whole frames (mlx5's TSO is not offered)
-    default: return 0;  // an XRC target has no send queue
-  }
-}
-
-bool is_rd_atomic(uint32_t op) {
-  return op == IBV_WR_RDMA_READ || op == IBV_WR_ATOMIC_CMP_AND_SWP || op == IBV_WR_ATOMIC_FETCH_AND_ADD;
-}
+// What each transport executes, as the engine reads it (uroce/wr_opcodes.h).
+uint32_t allowed_ops(ibv_qp_type t) { return allowed_wr_ops(t); }
 
 bool sq_full(const UQp* qp) {
   return qp->sq.prod - qp->sq.hdr->consumer.load(std::memory_order_acquire) >= qp->sq.size();

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <string>
 
+#include "uroce/gid.h"
 #include "uroce/runtime_dir.h"
 #include "verbs_provider/rdmacm/rdmacm.h"
 
@@ -76,13 +77,8 @@ Engine* engine_for(const sockaddr* sa) {
   if (sa && to_cm_addr(sa, &a) == 0) {
     // The engine one of whose GIDs is the address (IPv4 as ::ffff:a.b.c.d):
     // read afresh, as the GIDs follow a bound interface's addresses.
-    uint8_t gid[16] = {};
-    if (a.family == AF_INET) {
-      gid[10] = gid[11] = 0xff;
-      std::memcpy(gid + 12, a.addr, 4);
-    } else {
-      std::memcpy(gid, a.addr, 16);
-    }
+    uint8_t gid[16];
+    gid_of(a, gid);
     for (Engine* e : lib.engines) {
       ibv_gid_entry entries[abi::kMaxGids];
       const ssize_t n = ibv_query_gid_table(e->ctx, entries, abi::kMaxGids, 0);
