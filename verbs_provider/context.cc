@@ -458,9 +458,19 @@ UROCE_EXPORT int ibv_get_pkey_index(ibv_context* context, uint8_t port, __be16 p
 
 namespace uroce::provider {
 
-void track_async_events(UContext* c, const void* cookie) {
+bool track_async_events(UContext* c, const void* cookie) noexcept {
+  try {
+    std::lock_guard<std::mutex> lock(c->events->mu);
+    c->events->reported[uint64_t(uintptr_t(cookie))] = 0;
+    return true;
+  } catch (const std::exception&) {  // no memory for its entry
+    return false;
+  }
+}
+
+void forget_async_events(UContext* c, const void* cookie) noexcept {
   std::lock_guard<std::mutex> lock(c->events->mu);
-  c->events->reported[uint64_t(uintptr_t(cookie))] = 0;
+  c->events->reported.erase(uint64_t(uintptr_t(cookie)));
 }
 
 void untrack_async_events(UContext* c, const void* cookie, pthread_mutex_t* mutex, pthread_cond_t* cond,

@@ -199,6 +199,11 @@ ibv_cq_ex* create_cq(ibv_context* context, uint32_t cqe, void* cq_context, ibv_c
   place_polling_thread(c);  // the thread that makes a CQ usually polls it
   auto* cq = new_queue_object<UCq>(parent_domain, kResourceTypeCq);
   if (!cq) return nullptr;
+  if (!track_async_events(c, cq)) {
+    delete_queue_object(cq, kResourceTypeCq);
+    errno = ENOMEM;
+    return nullptr;
+  }
   UChannel* ch = reinterpret_cast<UChannel*>(channel);
   uint32_t flags = wc_flags & kTimestampWcFlags ? uint32_t(abi::kCqTimestamps) : 0u;
   if (ignore_overrun) flags |= abi::kCqIgnoreOverrun;
@@ -207,6 +212,7 @@ ibv_cq_ex* create_cq(ibv_context* context, uint32_t cqe, void* cq_context, ibv_c
   int fd = -1;
   if (int err = c->conn.call(abi::CtlOp::kCreateCq, &req, sizeof(req), &rep, sizeof(rep), nullptr, 0,
                              &fd, 1)) {
+    forget_async_events(c, cq);
     delete_queue_object(cq, kResourceTypeCq);
     errno = err;
     return nullptr;
@@ -216,6 +222,7 @@ ibv_cq_ex* create_cq(ibv_context* context, uint32_t cqe, void* cq_context, ibv_c
   if (!cq->map) {
     abi::HandleRequest d{rep.handle};
     c->conn.call(abi::CtlOp::kDestroyCq, &d, sizeof(d), nullptr, 0);
+    forget_async_events(c, cq);
     delete_queue_object(cq, kResourceTypeCq);
     errno = ENOMEM;
     return nullptr;
@@ -238,7 +245,6 @@ ibv_cq_ex* create_cq(ibv_context* context, uint32_t cqe, void* cq_context, ibv_c
   pthread_cond_init(&ex.cond, nullptr);
   fill_cq_ex_ops(cq);
   if (ch) ++ch->ch.refcnt;
-  track_async_events(c, cq);
   return &ex;
 }
 
@@ -363,16 +369,24 @@ using namespace uroce::provider;
 
 UROCE_EXPORT ibv_comp_channel* ibv_create_comp_channel(ibv_context* context) {
   UContext* c = to_uctx(context);
+  auto* ch = new (std::nothrow) UChannel{};  // first: a failure leaves the engine nothing
+  if (!ch) {
+    errno = ENOMEM;
+    return nullptr;
+  }
   int p[2];
-  if (pipe2(p, O_CLOEXEC) != 0) return nullptr;
+  if (pipe2(p, O_CLOEXEC) != 0) {
+    delete ch;
+    return nullptr;
+  }
   abi::CreateCompChannelReply rep;
   if (int err = c->conn.call(abi::CtlOp::kCreateCompChannel, nullptr, 0, &rep, sizeof(rep), &p[1], 1)) {
     close(p[0]);
     close(p[1]);
+    delete ch;
     errno = err;
     return nullptr;
   }
-  auto* ch = new UChannel{};
   ch->ch.context = context;
   ch->ch.fd = p[0];
   ch->ch.refcnt = 0;

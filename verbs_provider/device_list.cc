@@ -33,7 +33,8 @@ UDevice* find_or_add(const abi::DeviceInfo& info, const std::string& sock) {
       std::snprintf(d->socket_path, sizeof(d->socket_path), "%s", sock.c_str());
       return d;
     }
-  auto* d = new UDevice{};
+  auto* d = new (std::nothrow) UDevice{};
+  if (!d) return nullptr;
   d->ops = &kDeviceOps;
   d->info = info;
   d->index = int(g_devices.size());
@@ -45,7 +46,12 @@ UDevice* find_or_add(const abi::DeviceInfo& info, const std::string& sock) {
   std::snprintf(dev.dev_name, sizeof(dev.dev_name), "uverbs-%.56s", info.name);
   std::snprintf(dev.dev_path, sizeof(dev.dev_path), "/sys/class/infiniband_verbs/uverbs-%s", info.name);
   std::snprintf(dev.ibdev_path, sizeof(dev.ibdev_path), "/sys/class/infiniband/%s", info.name);
-  g_devices.push_back(d);
+  try {
+    g_devices.push_back(d);
+  } catch (const std::bad_alloc&) {
+    delete d;
+    return nullptr;
+  }
   return d;
 }
 
@@ -102,7 +108,9 @@ void warn_no_engine(const std::string& dir) {
 using namespace uroce;
 using namespace uroce::provider;
 
-UROCE_EXPORT ibv_device** ibv_get_device_list(int* num_devices) {
+namespace {
+
+ibv_device** device_list(int* num_devices) {
   const std::string dir = uroce::runtime_dir();
   std::vector<std::string> socks;
   if (DIR* d = opendir(dir.c_str())) {
@@ -121,7 +129,8 @@ UROCE_EXPORT ibv_device** ibv_get_device_list(int* num_devices) {
     std::lock_guard<std::mutex> lock(g_mu);
     for (const std::string& s : socks) {
       abi::DeviceInfo info;
-      if (probe(s, &info)) found.push_back(find_or_add(info, s));
+      if (probe(s, &info))
+        if (UDevice* d = find_or_add(info, s)) found.push_back(d);
     }
   }
   if (found.empty() && socks.empty()) warn_no_engine(dir);
@@ -136,6 +145,19 @@ UROCE_EXPORT ibv_device** ibv_get_device_list(int* num_devices) {
   }
   if (num_devices) *num_devices = int(found.size());
   return list;
+}
+
+}  // namespace
+
+// The list is built with the standard library's containers: an allocation
+// that fails is ENOMEM, as from rdma-core's, never an exception through C.
+UROCE_EXPORT ibv_device** ibv_get_device_list(int* num_devices) {
+  try {
+    return device_list(num_devices);
+  } catch (const std::bad_alloc&) {
+    errno = ENOMEM;
+    return nullptr;
+  }
 }
 
 UROCE_EXPORT void ibv_free_device_list(ibv_device** list) {

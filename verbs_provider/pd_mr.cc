@@ -54,12 +54,18 @@ ibv_mr* reg_mr(ibv_pd* pd, void* addr, size_t length, uint64_t iova, unsigned ac
 
 UROCE_EXPORT ibv_pd* ibv_alloc_pd(ibv_context* context) {
   UContext* c = to_uctx(context);
+  // Allocated first: a failure then leaves no PD in the engine behind.
+  auto* pd = new (std::nothrow) UPd{};
+  if (!pd) {
+    errno = ENOMEM;
+    return nullptr;
+  }
   abi::AllocPdReply rep;
   if (int err = c->conn.call(abi::CtlOp::kAllocPd, nullptr, 0, &rep, sizeof(rep))) {
+    delete pd;
     errno = err;
     return nullptr;
   }
-  auto* pd = new UPd{};
   pd->pd.context = context;
   pd->pd.handle = uint32_t(rep.handle);
   return &pd->pd;

@@ -140,7 +140,10 @@ void place_polling_thread(const UContext* ctx);
 // counts the acks, under mutex, signalled on cond: ibv_ack_async_event), so
 // that an ack from another thread never reaches freed memory (UCX's async
 // thread: heap-use-after-free under tests/sanitize.sh).
-void track_async_events(UContext* c, const void* cookie);
+// Tracking starts before the engine makes the object (false: no memory for
+// it, ENOMEM); a creation that fails after it forgets the object again.
+bool track_async_events(UContext* c, const void* cookie) noexcept;
+void forget_async_events(UContext* c, const void* cookie) noexcept;
 void untrack_async_events(UContext* c, const void* cookie, pthread_mutex_t* mutex, pthread_cond_t* cond,
                           const uint32_t* completed);
 
@@ -204,7 +207,14 @@ T* new_queue_object(ibv_pd* pd, uint64_t type) {
   QueueMemory m;
   void* p = alloc_queue_memory(pd, sizeof(T), type, &m);
   if (!p) return nullptr;
-  T* obj = new (p) T{};
+  T* obj;
+  try {
+    obj = new (p) T{};  // its members may allocate (USrq's std::deque does)
+  } catch (const std::bad_alloc&) {
+    free_queue_memory(p, m, type);
+    errno = ENOMEM;
+    return nullptr;
+  }
   obj->qmem = m;
   return obj;
 }

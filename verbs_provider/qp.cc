@@ -97,6 +97,11 @@ ibv_qp* create_qp_ex(ibv_context* context, ibv_qp_init_attr_ex* attr) {
   // On a parent domain: its allocator gives the QP's provider-side state.
   auto* qp = new_queue_object<UQp>(target ? nullptr : attr->pd, kResourceTypeQp);
   if (!qp) return nullptr;
+  if (!track_async_events(c, qp)) {
+    delete_queue_object(qp, kResourceTypeQp);
+    errno = ENOMEM;
+    return nullptr;
+  }
   const bool uses_srq = !target && type != IBV_QPT_XRC_SEND && attr->srq;
   abi::CreateQpRequest req{};
   if (target) {
@@ -117,6 +122,7 @@ ibv_qp* create_qp_ex(ibv_context* context, ibv_qp_init_attr_ex* attr) {
   int fd = -1;
   if (int err = c->conn.call(abi::CtlOp::kCreateQp, &req, sizeof(req), &rep, sizeof(rep), nullptr, 0,
                              &fd, 1)) {
+    forget_async_events(c, qp);
     delete_queue_object(qp, kResourceTypeQp);
     errno = err;
     return nullptr;
@@ -126,6 +132,7 @@ ibv_qp* create_qp_ex(ibv_context* context, ibv_qp_init_attr_ex* attr) {
   if (!qp->map) {
     abi::HandleRequest d{rep.handle};
     c->conn.call(abi::CtlOp::kDestroyQp, &d, sizeof(d), nullptr, 0);
+    forget_async_events(c, qp);
     delete_queue_object(qp, kResourceTypeQp);
     errno = ENOMEM;
     return nullptr;
@@ -165,7 +172,6 @@ ibv_qp* create_qp_ex(ibv_context* context, ibv_qp_init_attr_ex* attr) {
   pthread_mutex_init(&q.mutex, nullptr);
   pthread_cond_init(&q.cond, nullptr);
   fill_qp_ex_ops(qp);
-  track_async_events(qp->ctx, qp);
   return &q;
 }
 
@@ -182,10 +188,16 @@ ibv_qp* open_qp(ibv_context* context, ibv_qp_open_attr* attr) {
   }
   auto* qp = new_queue_object<UQp>(nullptr, kResourceTypeQp);
   if (!qp) return nullptr;
+  if (!track_async_events(to_uctx(context), qp)) {
+    delete_queue_object(qp, kResourceTypeQp);
+    errno = ENOMEM;
+    return nullptr;
+  }
   abi::OpenQpRequest req{reinterpret_cast<UXrcd*>(attr->xrcd)->handle, uint64_t(uintptr_t(qp)),
                          attr->qp_num, uint32_t(attr->qp_type)};
   abi::OpenQpReply rep;
   if (int err = to_uctx(context)->conn.call(abi::CtlOp::kOpenQp, &req, sizeof(req), &rep, sizeof(rep))) {
+    forget_async_events(to_uctx(context), qp);
     delete_queue_object(qp, kResourceTypeQp);
     errno = err;
     return nullptr;
@@ -203,7 +215,6 @@ ibv_qp* open_qp(ibv_context* context, ibv_qp_open_attr* attr) {
   pthread_mutex_init(&q.mutex, nullptr);
   pthread_cond_init(&q.cond, nullptr);
   fill_qp_ex_ops(qp);
-  track_async_events(qp->ctx, qp);
   return &q;
 }
 

@@ -145,6 +145,11 @@ ibv_srq* create_srq_ex(ibv_context* context, ibv_srq_init_attr_ex* attr) {
   }
   auto* s = new_queue_object<USrq>(attr->pd, kResourceTypeSrq);
   if (!s) return nullptr;
+  if (!track_async_events(c, s)) {
+    delete_queue_object(s, kResourceTypeSrq);
+    errno = ENOMEM;
+    return nullptr;
+  }
   req.pd = attr->pd->handle;
   req.cookie = uint64_t(uintptr_t(s));
   req.srq_type = type;
@@ -155,6 +160,7 @@ ibv_srq* create_srq_ex(ibv_context* context, ibv_srq_init_attr_ex* attr) {
   int fds[2] = {-1, -1};
   if (int err = c->conn.call(abi::CtlOp::kCreateSrq, &req, sizeof(req), &rep, sizeof(rep), nullptr, 0,
                              fds, type == IBV_SRQT_TM ? 2 : 1)) {
+    forget_async_events(c, s);
     delete_queue_object(s, kResourceTypeSrq);
     errno = err;
     return nullptr;
@@ -168,6 +174,7 @@ ibv_srq* create_srq_ex(ibv_context* context, ibv_srq_init_attr_ex* attr) {
     if (s->tm.map) unmap_queue(s->tm.map, s->tm.map_size);
     abi::HandleRequest d{rep.handle};
     c->conn.call(abi::CtlOp::kDestroySrq, &d, sizeof(d), nullptr, 0);
+    forget_async_events(c, s);
     delete_queue_object(s, kResourceTypeSrq);
     errno = ENOMEM;
     return nullptr;
@@ -186,7 +193,6 @@ ibv_srq* create_srq_ex(ibv_context* context, ibv_srq_init_attr_ex* attr) {
   srq.handle = uint32_t(rep.handle);
   pthread_mutex_init(&srq.mutex, nullptr);
   pthread_cond_init(&srq.cond, nullptr);
-  track_async_events(to_uctx(context), s);
   return &srq;
 }
 
@@ -298,14 +304,19 @@ ibv_xrcd* open_xrcd(ibv_context* context, ibv_xrcd_init_attr* attr) {
     errno = EBADF;
     return nullptr;
   }
+  auto* x = new (std::nothrow) UXrcd{};  // first: a failure leaves the engine nothing
+  if (!x) {
+    errno = ENOMEM;
+    return nullptr;
+  }
   abi::OpenXrcdRequest req{attr->fd != -1 ? 1u : 0u, uint32_t(attr->oflags)};
   abi::OpenXrcdReply rep;
   if (int err = to_uctx(context)->conn.call(abi::CtlOp::kOpenXrcd, &req, sizeof(req), &rep,
                                             sizeof(rep), &attr->fd, attr->fd != -1 ? 1 : 0)) {
+    delete x;
     errno = err;
     return nullptr;
   }
-  auto* x = new UXrcd{};
   x->xrcd.context = context;
   x->handle = rep.handle;
   return &x->xrcd;

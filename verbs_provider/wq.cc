@@ -84,11 +84,17 @@ ibv_wq* create_wq(ibv_context* context, ibv_wq_init_attr* attr) {
     errno = ENOMEM;
     return nullptr;
   }
+  if (!track_async_events(c, w)) {
+    delete w;
+    errno = ENOMEM;
+    return nullptr;
+  }
   abi::CreateWqRequest req{attr->pd->handle, attr->cq->handle, uint64_t(uintptr_t(w)),
                            uint32_t(attr->wq_type), attr->max_wr, attr->max_sge, flags};
   abi::CreateWqReply rep;
   int fd = -1;
   if (int err = c->conn.call(abi::CtlOp::kCreateWq, &req, sizeof(req), &rep, sizeof(rep), nullptr, 0, &fd, 1)) {
+    forget_async_events(c, w);
     delete w;
     errno = err;
     return nullptr;
@@ -98,6 +104,7 @@ ibv_wq* create_wq(ibv_context* context, ibv_wq_init_attr* attr) {
   if (!w->map) {
     abi::HandleRequest d{rep.handle};
     c->conn.call(abi::CtlOp::kDestroyWq, &d, sizeof(d), nullptr, 0);
+    forget_async_events(c, w);
     delete w;
     errno = ENOMEM;
     return nullptr;
@@ -122,7 +129,6 @@ ibv_wq* create_wq(ibv_context* context, ibv_wq_init_attr* attr) {
   q.post_recv = post_wq_recv;
   pthread_mutex_init(&q.mutex, nullptr);  // ibv_ack_async_event(IBV_EVENT_WQ_FATAL) takes them
   pthread_cond_init(&q.cond, nullptr);
-  track_async_events(c, w);
   return &q;
 }
 
@@ -213,6 +219,11 @@ ibv_qp* create_rss_qp(ibv_context* context, ibv_qp_init_attr_ex* attr) {
     errno = ENOMEM;
     return nullptr;
   }
+  if (!track_async_events(to_uctx(context), qp)) {
+    delete_queue_object(qp, kResourceTypeQp);
+    errno = ENOMEM;
+    return nullptr;
+  }
   abi::CreateRssQpRequest req{};
   req.pd = attr->pd->handle;
   req.ind_table = uint32_t(attr->rwq_ind_tbl->ind_tbl_handle);
@@ -227,6 +238,7 @@ ibv_qp* create_rss_qp(ibv_context* context, ibv_qp_init_attr_ex* attr) {
   req.send_side = attr->cap.max_send_wr || attr->cap.max_send_sge || attr->cap.max_inline_data;
   abi::CreateRssQpReply rep;
   if (int err = to_uctx(context)->conn.call(abi::CtlOp::kCreateRssQp, &req, sizeof(req), &rep, sizeof(rep))) {
+    forget_async_events(to_uctx(context), qp);
     delete_queue_object(qp, kResourceTypeQp);
     errno = err;
     return nullptr;
@@ -245,7 +257,6 @@ ibv_qp* create_rss_qp(ibv_context* context, ibv_qp_init_attr_ex* attr) {
   pthread_mutex_init(&q.mutex, nullptr);
   pthread_cond_init(&q.cond, nullptr);
   fill_qp_ex_ops(qp);
-  track_async_events(qp->ctx, qp);
   return &q;
 }
 
