@@ -309,9 +309,14 @@ bool tcp_port_listens(int port) {
   return false;
 }
 
+// An engine that refuses this user (its socket's mode, or its runtime
+// directory's: EACCES) runs too: the provider then says why the program sees
+// no device.
 bool any_engine_running(const Context& ctx) {
+  // A runtime directory this user may not read holds another user's engines.
+  if (::access(ctx.runtime_dir.c_str(), R_OK | X_OK) != 0 && errno == EACCES) return true;
   for (const std::string& name : list_engine_sockets(ctx.runtime_dir))
-    if (probe_engine(engine_socket_path(ctx.runtime_dir, name)).running) return true;
+    if (!probe_says_absent(probe_engine(engine_socket_path(ctx.runtime_dir, name)))) return true;
   return false;
 }
 

@@ -126,9 +126,17 @@ refused=$(counter clients_refused)
 echo "ok: --users nobody admits nobody (ibv_rc_pingpong), refuses uid 12345 ($((refused - refused_before)) refusals counted)"
 
 # An admitted user may look, but not change the engine.
+# (A client of nobody's is connected: a ping-pong server waiting for its
+# peer; the status command itself is not among the clients.)
+as_nobody timeout 30 "$UROCE_BIN" run -- ibv_rc_pingpong -g 0 -p 18731 >"$UROCE_LOG_DIR/status-client.log" 2>&1 &
+status_client=$!
+_uroce_wait_listen 18731 "$status_client" || true
 as_nobody timeout 30 "$UROCE_BIN" status >"$UROCE_LOG_DIR/status.log" || fail "nobody: uroce status"
+kill "$status_client" 2>/dev/null; pkill -u nobody -f 'ibv_rc_pingpong -g 0 -p 18731' 2>/dev/null || true
+wait "$status_client" 2>/dev/null || true
 grep -q 'engine: admits its owner (root) and user nobody' "$UROCE_LOG_DIR/status.log" &&
-  grep -qE 'pid [0-9]+ uroce \(nobody\)' "$UROCE_LOG_DIR/status.log" ||
+  grep -qE 'pid [0-9]+ ibv_rc_pingpong \(nobody\)' "$UROCE_LOG_DIR/status.log" &&
+  grep -q '^clients: 1$' "$UROCE_LOG_DIR/status.log" ||
   { cat "$UROCE_LOG_DIR/status.log"; fail "uroce status does not say whom the engine admits and who is connected"; }
 as_nobody timeout 30 "$UROCE_BIN" stats >/dev/null || fail "nobody: uroce stats"
 ops_before=$(counter engine_ops_refused)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# uroce-tag-pingpong (tools/tag_pingpong.c) between two processes on one
+# uroce-tag-pingpong (tools/examples/tag_pingpong.c) between two processes on one
 # engine: tagged messages of mixed sizes both ways, eager below the threshold
 # and rendezvous above it, received out of order and through wildcard masks,
 # every byte checked. The engine's tag-matching counters must show it.

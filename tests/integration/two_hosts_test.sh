@@ -128,7 +128,7 @@ else
   echo "skip capture: tshark not installed"
 fi
 
-# Tag matching across the wire (uroce-tag-pingpong, tools/tag_pingpong.c):
+# Tag matching across the wire (uroce-tag-pingpong, tools/examples/tag_pingpong.c):
 # the TMH rides as the payload of ordinary RC SENDs, rendezvous data in the
 # receiving device's own RDMA READs; tshark finds nothing malformed.
 tag_cap="$UROCE_LOG_DIR/tag.pcap"

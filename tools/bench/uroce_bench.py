@@ -513,7 +513,7 @@ class Bench:
         """uroce-tag-pingpong -B: the client streams `count` tagged messages
         of `size` bytes to the server; returns the receiving server's figures.
         -P lays its buffers out as perftest does (every tagged buffer and every
-        rendezvous send buffer the same one, no byte checked: tools/tag_pingpong.c),
+        rendezvous send buffer the same one, no byte checked: tools/examples/tag_pingpong.c),
         so a 1 MiB rendezvous reads from and writes to cache-resident memory as
         ib_read_bw 1 MiB does."""
         limit = 60 if self.quick else 120

@@ -52,9 +52,9 @@ uroce=$(type -P uroce || true)
 if [[ -z "$uroce" ]]; then
   echo "run-under-uroce: building uroce from $source_dir"
   "$source_dir/tools/install-deps.sh" build
-  configure=(-S "$source_dir" -B "$build_dir")
-  [[ -e $build_dir/CMakeCache.txt ]] || configure+=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DUROCE_BUILD_TESTS=OFF)
-  cmake "${configure[@]}"
+  # A build tree already configured is built as it is (its own options).
+  [[ -e $build_dir/CMakeCache.txt ]] ||
+    cmake -S "$source_dir" -B "$build_dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DUROCE_BUILD_TESTS=OFF
   cmake --build "$build_dir" -j"$(nproc)"
   "${sudo[@]}" cmake --install "$build_dir" --prefix "$prefix"
   uroce="$prefix/bin/uroce"

@@ -1,5 +1,5 @@
 /*
- * The set-up two RC example programs share (tools/tag_pingpong.c,
+ * The set-up two RC example programs share (tools/examples/tag_pingpong.c,
  * tests/stress/rc_sequence_checker.c), as ibverbs-utils' ping-pongs do it:
  * a TCP connection to swap QP numbers, PSNs and GIDs, the device named by
  * -d, and the RC QP's INIT -> RTR -> RTS with a global route (RoCE).
