@@ -72,7 +72,7 @@ bool Device::set_addresses(const std::vector<net::IfAddress>& addrs) {
     const bool kept = std::any_of(std::begin(info_.gids), std::end(info_.gids), [&](const abi::GidEntry& g) {
       return g.valid && std::memcmp(g.gid, b.gid, 16) == 0;
     });
-    if (!kept) cm_.address_removed(b.gid);
+    if (!kept && qp1_agent_) qp1_agent_->address_removed(b.gid);
   }
   return std::memcmp(before, info_.gids, sizeof(before)) != 0;
 }

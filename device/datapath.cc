@@ -34,7 +34,7 @@ void Device::dispatch(net::Packet* p, bool check_icrc) {
     ++counters_.rx_not_for_us;
     return;
   }
-  if (p->bth()->qpn() == net::cm::kGsiQpn) [[unlikely]]
+  if (p->bth()->qpn() == kGsiQpn) [[unlikely]]
     return gsi_receive(*p);
   Qp* q = qp(p->bth()->qpn());
   if (!q) {
@@ -98,7 +98,7 @@ bool Device::poll(uint64_t now_ns) {
   // give up on (the engine was descheduled): receive them first.
   if (!loopback_.pending()) work |= poll_timers();
   work |= poll_port_timers();
-  work |= cm_.poll_timers(now_ns);
+  if (qp1_agent_) work |= qp1_agent_->poll_timers(now_ns);
   return work || loopback_.pending();
 }
 
@@ -122,7 +122,7 @@ uint64_t Device::next_deadline_ns() const {
   take(wire_fault_.next_due_ns());
   take(arp_pending_.next_deadline_ns());
   take(ndp_pending_.next_deadline_ns());
-  take(cm_.next_deadline_ns());
+  if (qp1_agent_) take(qp1_agent_->next_deadline_ns());
   if (!busy_wqs_.empty()) take(next_wq_deadline_ns());
   return next;
 }
@@ -154,12 +154,6 @@ std::string Device::status_text() const {
   os << "objects: pds " << pds_.count() << ", mrs " << mrs_.count() << ", cqs " << cqs_.count()
      << ", qps " << qps_.count() << ", channels " << channels_.count() << ", dms " << dms_.count()
      << " (" << dm_used_ << " of " << config_.max_dm_size << " bytes)\n";
-  const CmWireCounters& w = cm_.wire_counters();
-  os << "cm: ids " << cm_.id_count() << ", events dropped " << cm_.events_dropped() << '\n';
-  os << "cm wire: mads sent "
-     << w.mads_sent << " received " << w.mads_received << " retransmitted " << w.mads_retransmitted
-     << " dropped " << w.mads_dropped << " duplicate " << w.mads_duplicate << ", timeouts " << w.timeouts
-     << ", mras sent " << w.mras_sent << " received " << w.mras_received << '\n';
   static const char* kStates[] = {"RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR", "UNKNOWN"};
   static const char* kTypes[] = {"", "", "RC", "UC", "UD", "", "", "", "RAW_PACKET"};
   qps_.for_each([&](uint32_t, const Qp& q) {

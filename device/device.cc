@@ -36,16 +36,6 @@ Device::Device(const DeviceConfig& config) : config_(config) {
   set_delay_drop_timeout_ns(uint64_t(config_.delay_drop_timeout_us) * 1000);
   loopback_route_.src_mac = loopback_route_.dst_mac = config_.mac;
   loopback_route_.src_ip = loopback_route_.dst_ip = config_.ip;
-  CmWire wire;
-  wire.send = [this](const uint8_t* dgid, uint8_t sgid_index, const net::cm::Mad& mad) {
-    gsi_send(dgid, sgid_index, mad);
-  };
-  wire.has_route = [this] { return wire_ != nullptr; };
-  wire.neighbour_known = [this](const uint8_t* dgid, bool solicit) { return gsi_neighbour_known(dgid, solicit); };
-  wire.now_ns = [this] { return now_ns_; };
-  wire.cm_response_timeout = uint8_t(config_.cm_response_timeout);
-  wire.max_cm_retries = uint8_t(config_.cm_max_retries);
-  cm_.attach_wire(std::move(wire));
 }
 
 Device::~Device() = default;
@@ -509,7 +499,7 @@ int Device::destroy_qp(Owner* o, uint64_t handle) {
                          qp->state != IBV_QPS_RESET && qp->state != IBV_QPS_INIT;
   if (connected) {
     qps_.erase_held(qp_index(qpn));
-    held_qpns_.push_back({now_ns_ + cm_.timewait_ns(), qp_index(qpn)});
+    held_qpns_.push_back({now_ns_ + (qp1_agent_ ? qp1_agent_->timewait_ns() : 0), qp_index(qpn)});
   } else {
     qps_.erase(qp_index(qpn));
   }
@@ -549,7 +539,7 @@ void Device::post_qp_event(Qp& qp, ibv_event_type type) {
 }
 
 void Device::release_owner(Owner* o) {
-  cm_.release_owner(o);  // first: its peers hear of it before its QPs go
+  if (qp1_agent_) qp1_agent_->release_owner(o);  // first: its peers hear of it before its QPs go
   std::vector<uint32_t> ids;
   mws_.for_each([&](uint32_t i, Mw& w) { if (w.owner == o) ids.push_back(i); });
   for (uint32_t i : ids) dealloc_mw(o, i);

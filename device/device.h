@@ -14,7 +14,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-#include "device/cm_agent.h"
+#include "device/qp1_agent.h"
 #include "device/counters.h"
 #include "device/flow_steering.h"
 #include "device/multicast.h"
@@ -206,9 +206,11 @@ class Device {
   bool port_active() const { return info_.port.state == IBV_PORT_ACTIVE; }
   // Frees everything the owner still holds (client exited or was killed).
   void release_owner(Owner* o);
-  // The connection manager's ids and channels (librdmacm).
-  CmAgent& cm() { return cm_; }
-  const CmAgent& cm() const { return cm_; }
+  // QP1's agent (the connection manager, cm/: the engine attaches it), and
+  // what the device offers it: MADs sent from QP1, the neighbour cache.
+  void attach_qp1_agent(Qp1Agent* agent) { qp1_agent_ = agent; }
+  void qp1_send(const uint8_t* dgid, uint8_t sgid_index, const uint8_t* mad);  // kMadBytes
+  bool qp1_neighbour_known(const uint8_t* dgid, bool solicit);
 
   // ---- datapath ----
   // One pass of the poll loop; returns true if it did any work.
@@ -309,10 +311,8 @@ class Device {
   bool poll_rx();
   bool poll_timers();
   void dispatch(net::Packet* p, bool check_icrc);
-  // QP1, the GSI (device/gsi.cc): CM MADs to and from the CM agent.
+  // QP1, the GSI (device/gsi.cc): MADs to and from its agent.
   void gsi_receive(const net::Packet& p);
-  void gsi_send(const uint8_t* dgid, uint8_t sgid_index, const net::cm::Mad& mad);
-  bool gsi_neighbour_known(const uint8_t* dgid, bool solicit);
   // A received frame through the steering rules (device/raw_packet.cc).
   FlowSteering::Steered steer_received(const net::Packet& p);
   void sniff_sent(const net::Packet& p);
@@ -347,7 +347,7 @@ class Device {
 
   DeviceConfig config_;
   abi::DeviceInfo info_{};
-  CmAgent cm_{config_.ip, config_.ip6, info_};
+  Qp1Agent* qp1_agent_ = nullptr;
   // QPNs of connected QPs destroyed, held for the CM's time-wait (in due
   // order) so that a new QP does not take the number a peer may still send
   // to (as the IB CM keeps a QP's identifiers through its timewait). They

@@ -45,18 +45,6 @@ void Device::report(nlohmann::json& out) const {
   out["objects"] = {{"pds", pds_.count()},     {"mrs", mrs_.count()}, {"mws", mws_.count()}, {"dms", dms_.count()}, {"cqs", cqs_.count()},
                     {"qps", qps_.count()},     {"srqs", srqs_.count()},
                     {"channels", channels_.count()}, {"flows", steering_.count()}};
-  const CmWireCounters& w = cm_.wire_counters();
-  out["cm"] = {{"ids", cm_.id_count()},
-               {"events_dropped", cm_.events_dropped()},
-               {"mads_sent", w.mads_sent},
-               {"mads_received", w.mads_received},
-               {"mads_retransmitted", w.mads_retransmitted},
-               {"mads_dropped", w.mads_dropped},
-               {"mads_duplicate", w.mads_duplicate},
-               {"timeouts", w.timeouts},
-               {"mras_sent", w.mras_sent},
-               {"mras_received", w.mras_received},
-               {"listening_ports", cm_.listening_ports()}};
 
   json counters = json::object();
   uint64_t drops = 0;

@@ -36,6 +36,8 @@ uint64_t monotonic_ns() {
 Engine::Engine(EngineConfig config)
     : config_(std::move(config)),
       device_(config_.device),
+      // the device's own addresses: they follow a bound interface
+      cm_(device_.config().ip, device_.config().ip6, device_.info()),
       acceptor_(io_),
       signals_(io_, SIGINT, SIGTERM),
       doorbell_(io_),
@@ -43,10 +45,13 @@ Engine::Engine(EngineConfig config)
       netdev_events_(io_),
       guard4_(io_),
       guard6_(io_),
-      idle_(config_.spin_ns) {}
+      idle_(config_.spin_ns) {
+  cm::attach_to_device(cm_, device_);  // the CM on the device's QP1
+}
 
 Engine::~Engine() {
   sessions_.clear();
+  device_.attach_qp1_agent(nullptr);  // the agent goes before the device
   if (shared_) munmap(shared_, 4096);
   if (shared_fd_ >= 0) close(shared_fd_);
   if (doorbell_fd_ >= 0) close(doorbell_fd_);  // doorbell_ holds a dup of its own
@@ -337,7 +342,12 @@ void Engine::set_port_state(bool up) {
 
 std::string Engine::status_text(const device::Owner* asking) const {
   std::ostringstream os;
-  os << device_.status_text();
+  // The CM's lines right after the device's objects, where they have been.
+  std::string dev = device_.status_text();
+  const size_t objects = dev.find("\nobjects: ");
+  const size_t after = objects == std::string::npos ? std::string::npos : dev.find('\n', objects + 1);
+  dev.insert(after == std::string::npos ? dev.size() : after + 1, cm_.status_text());
+  os << dev;
   const int cpu = shared_ ? shared_->polling_cpu.load(std::memory_order_relaxed) : -1;
   if (cpu >= 0) os << "engine: polling on CPU " << cpu << '\n';
   else os << "engine: polling on any CPU\n";
@@ -372,6 +382,7 @@ std::string Engine::stats_text() const {
 std::string Engine::report_json(const device::Owner* asking) const {
   nlohmann::json j;
   device_.report(j);
+  cm_.report(j["cm"]);
 #define UROCE_ENGINE_COUNTER_JSON(name, desc) j["counters"][#name] = counters_.name;
   UROCE_ENGINE_COUNTERS(UROCE_ENGINE_COUNTER_JSON)
 #undef UROCE_ENGINE_COUNTER_JSON

@@ -14,6 +14,8 @@
 #include <string>
 #include <unordered_map>
 
+#include "cm/cm_agent.h"
+#include "cm/device_link.h"
 #include "device/device.h"
 #include "emulator/access.h"
 #include "emulator/idle_policy.h"
@@ -76,6 +78,7 @@ class Engine {
   void run();
 
   device::Device& device() { return device_; }
+  cm::CmAgent& cm() { return cm_; }
   int shared_fd() const { return shared_fd_; }
   int doorbell_fd() const { return doorbell_fd_; }
   void close_session(Session* s);
@@ -118,6 +121,9 @@ class Engine {
 
   EngineConfig config_;
   device::Device device_;
+  // The connection manager, QP1's agent on the device (cm/): after device_,
+  // whose info and QP1 it uses; sessions_ (below) go first, releasing their ids.
+  cm::CmAgent cm_;
   boost::asio::io_context io_;
   boost::asio::basic_socket_acceptor<SeqPacket> acceptor_;
   boost::asio::signal_set signals_;

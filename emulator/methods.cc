@@ -200,7 +200,7 @@ constexpr Table make_table() {
                                    UROCE_HANDLE(CreateRssQpRequest, ind_table, kRwqIndTable));
 
   // The connection manager (methods_cm.cc). Its ids and channels are the
-  // CM agent's, which checks each is the caller's (device/cm_agent.h).
+  // CM agent's, which checks each is the caller's (cm/cm_agent.h).
   at(CtlOp::kCmCreateChannel) =
       method("cm_create_channel", cm_create_channel, kNoBody, fds_exactly(1, FdKind::kPipe));  // event pipe
   at(CtlOp::kCmDestroyChannel) =

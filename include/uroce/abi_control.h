@@ -47,7 +47,7 @@ enum class CtlOp : uint32_t {
   kDeallocMw,   // HandleRequest
   kCreateFlow,   // CreateFlowRequest: a steering rule on a raw packet QP
   kDestroyFlow,  // HandleRequest
-  // The connection manager (librdmacm's rdma_* calls; device/cm_agent.h).
+  // The connection manager (librdmacm's rdma_* calls; cm/cm_agent.h).
   kCmCreateChannel,  // fds: [event pipe write end]; reply CmHandleReply
   kCmDestroyChannel, // CmHandleRequest
   kCmCreateId,       // CmCreateIdRequest; reply CmHandleReply

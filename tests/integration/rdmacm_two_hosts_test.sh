@@ -2,7 +2,7 @@
 # rdma_cm across two engines: network namespaces joined by a veth pair, one
 # engine in each on a DPDK net_af_packet port with --ip, each host's clients
 # seeing only their own engine (a runtime directory each, as two machines).
-# Connections go as IB CM MADs on QP1 over RoCEv2 (device/cm_wire.cc).
+# Connections go as IB CM MADs on QP1 over RoCEv2 (cm/cm_wire.cc).
 # Debian's unmodified rdmacm-utils and perftest -R under `uroce run`, a
 # refused connect, a killed client whose peer sees DISCONNECTED, and a
 # capture that tshark decodes as REQ, REP, RTU, DREQ, DREP with nothing

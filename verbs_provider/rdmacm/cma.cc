@@ -92,7 +92,7 @@ void fill_path(Id* id) {
   ibv_port_attr port{};
   p.mtu = id->id.verbs && ibv_query_port(id->id.verbs, 1, &port) == 0 ? port.active_mtu : IBV_MTU_1024;
   p.rate_selector = 2;
-  p.rate = 0;  // IB_RATE_PORT_CURRENT, as the REQ carries it (device/cm_wire.cc)
+  p.rate = 0;  // IB_RATE_PORT_CURRENT, as the REQ carries it (cm/cm_wire.cc)
   p.packet_life_time_selector = 2;
   p.packet_life_time = 18;  // CMA_IBOE_PACKET_LIFETIME
   id->id.route.path_rec = &id->path;

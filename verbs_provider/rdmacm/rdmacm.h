@@ -1,5 +1,5 @@
 // The drop-in librdmacm.so.1: rdma-core's rdma_* API on uroce. The engine's
-// CM agent (device/cm_agent.h) keeps the ids and carries the connection
+// CM agent (cm/cm_agent.h) keeps the ids and carries the connection
 // messages; this library keeps each id's local state, turns the engine's
 // event records into struct rdma_cm_event, and moves QPs through their
 // states with the attributes rdma_init_qp_attr computes, as rdma-core's

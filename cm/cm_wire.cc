@@ -2,7 +2,7 @@
 // are IB CM MADs on QP1 (IBA 12.6 connection, 12.11 SIDR), as Linux's
 // cm.c and cma.c send them over RoCEv2: the REQ's service ID is rdma_cm's
 // port space and port, its private data starts with rdma_cm's IP header
-// (net/cm_mad.h), and every request (REQ, REP, DREQ, SIDR REQ) is sent
+// (cm/cm_mad.h), and every request (REQ, REP, DREQ, SIDR REQ) is sent
 // again until answered, max_cm_retries times. Setup path: runs on the
 // engine thread, from control requests, received MADs and the poll loop's
 // timers.
@@ -13,13 +13,12 @@
 #include <cerrno>
 #include <cstring>
 
-#include "device/cm_agent.h"
+#include "cm/cm_agent.h"
 #include "uroce/gid.h"
 
-namespace uroce::device {
+namespace uroce::cm {
 
 using namespace cm_events;
-namespace cm = net::cm;
 
 namespace {
 
@@ -62,11 +61,11 @@ void copy_private(abi::CmConnParam& param, const uint8_t* data, size_t len) {
 }  // namespace
 
 const CmAgent::MadRoute CmAgent::kMadRoutes[] = {
-    {cm::Attr::kReq, &CmAgent::on_req},          {cm::Attr::kMra, &CmAgent::on_mra},
-    {cm::Attr::kRej, &CmAgent::on_rej},          {cm::Attr::kRep, &CmAgent::on_rep},
-    {cm::Attr::kRtu, &CmAgent::on_rtu},          {cm::Attr::kDreq, &CmAgent::on_dreq},
-    {cm::Attr::kDrep, &CmAgent::on_drep},        {cm::Attr::kSidrReq, &CmAgent::on_sidr_req},
-    {cm::Attr::kSidrRep, &CmAgent::on_sidr_rep},
+    {mad::Attr::kReq, &CmAgent::on_req},          {mad::Attr::kMra, &CmAgent::on_mra},
+    {mad::Attr::kRej, &CmAgent::on_rej},          {mad::Attr::kRep, &CmAgent::on_rep},
+    {mad::Attr::kRtu, &CmAgent::on_rtu},          {mad::Attr::kDreq, &CmAgent::on_dreq},
+    {mad::Attr::kDrep, &CmAgent::on_drep},        {mad::Attr::kSidrReq, &CmAgent::on_sidr_req},
+    {mad::Attr::kSidrRep, &CmAgent::on_sidr_rep},
 };
 
 // ---- the active and passive calls for remote ids ----
@@ -74,8 +73,8 @@ const CmAgent::MadRoute CmAgent::kMadRoutes[] = {
 // A REQ's (or SIDR REQ's) private data: rdma_cm's IP header, then the
 // application's.
 size_t CmAgent::request_private(const Id& active, const abi::CmConnParam& p, uint8_t* out) {
-  cm::CmaHdr hdr{};
-  hdr.cma_version = cm::kCmaVersion;
+  mad::CmaHdr hdr{};
+  hdr.cma_version = mad::kCmaVersion;
   hdr.ip_version = uint8_t((active.src.family == AF_INET6 ? 6 : 4) << 4);
   hdr.port = ntohs(active.src.port);
   to_cma_addr(active.src, hdr.src_addr);
@@ -187,54 +186,54 @@ int CmAgent::connect_remote(Id& id, uint64_t h, const abi::CmConnectRequest& r) 
   const bool ud = id.ps == kPsUdp;
   // (connect() checked the private data's length.)
   id.tid = uint64_t(tid_high_) << 32 | comm_id(h);
-  cm::Mad m = new_mad(ud ? cm::Attr::kSidrReq : cm::Attr::kReq, id.tid);
-  request_private(id, r.param, cm::at(m, ud ? cm::sidr_req::kPrivateData : cm::req::kPrivateData));
+  mad::Mad m = new_mad(ud ? mad::Attr::kSidrReq : mad::Attr::kReq, id.tid);
+  request_private(id, r.param, mad::at(m, ud ? mad::sidr_req::kPrivateData : mad::req::kPrivateData));
   // The port space's and the port (rdma_get_service_id; rdma_cm's port
   // spaces are the IBA's).
-  const uint64_t sid = cm::service_id(id.ps, ntohs(id.dst.port));
+  const uint64_t sid = mad::service_id(id.ps, ntohs(id.dst.port));
   if (ud) {
-    cm::set(m, cm::sidr_req::kRequestId, comm_id(h));
-    cm::set(m, cm::sidr_req::kPartitionKey, cm::kGsiPkey);
-    cm::set(m, cm::sidr_req::kServiceId, sid);
+    mad::set(m, mad::sidr_req::kRequestId, comm_id(h));
+    mad::set(m, mad::sidr_req::kPartitionKey, mad::kGsiPkey);
+    mad::set(m, mad::sidr_req::kServiceId, sid);
   } else {
-    using namespace cm::req;
-    cm::set(m, kLocalCommId, comm_id(h));
-    cm::set(m, kServiceId, sid);
-    cm::set(m, kLocalCaGuid, be64toh(info_.node_guid));
+    using namespace mad::req;
+    mad::set(m, kLocalCommId, comm_id(h));
+    mad::set(m, kServiceId, sid);
+    mad::set(m, kLocalCaGuid, be64toh(info_.node_guid));
     const bool xrc = id.qp_type == IBV_QPT_XRC_SEND;
-    cm::set(m, kLocalQpn, r.param.qp_num);
-    cm::set(m, kInitiatorDepth, r.param.initiator_depth);
-    cm::set(m, kRemoteCmResponseTimeout, wire_.cm_response_timeout);
-    cm::set(m, kTransportServiceType, xrc ? kTransportExtended : id.qp_type == IBV_QPT_UC ? kTransportUc : kTransportRc);
-    if (xrc) cm::set(m, kExtendedTransportType, kExtendedXrc);
-    cm::set(m, kEndToEndFlowControl, r.param.flow_control ? 1 : 0);
-    cm::set(m, kStartingPsn, r.param.psn);
-    cm::set(m, kLocalCmResponseTimeout, wire_.cm_response_timeout);
-    cm::set(m, kPartitionKey, cm::kGsiPkey);
-    cm::set(m, kPathMtu, info_.port.active_mtu);
-    cm::set(m, kMaxCmRetries, wire_.max_cm_retries);
+    mad::set(m, kLocalQpn, r.param.qp_num);
+    mad::set(m, kInitiatorDepth, r.param.initiator_depth);
+    mad::set(m, kRemoteCmResponseTimeout, wire_.cm_response_timeout);
+    mad::set(m, kTransportServiceType, xrc ? kTransportExtended : id.qp_type == IBV_QPT_UC ? kTransportUc : kTransportRc);
+    if (xrc) mad::set(m, kExtendedTransportType, kExtendedXrc);
+    mad::set(m, kEndToEndFlowControl, r.param.flow_control ? 1 : 0);
+    mad::set(m, kStartingPsn, r.param.psn);
+    mad::set(m, kLocalCmResponseTimeout, wire_.cm_response_timeout);
+    mad::set(m, kPartitionKey, mad::kGsiPkey);
+    mad::set(m, kPathMtu, info_.port.active_mtu);
+    mad::set(m, kMaxCmRetries, wire_.max_cm_retries);
     if (!xrc) {  // an XRC target neither responds to reads nor sends (cm_format_req)
-      cm::set(m, kResponderResources, r.param.responder_resources);
-      cm::set(m, kRetryCount, r.param.retry_count);
-      cm::set(m, kRnrRetryCount, r.param.rnr_retry_count);
-      cm::set(m, kSrq, r.param.srq ? 1 : 0);
+      mad::set(m, kResponderResources, r.param.responder_resources);
+      mad::set(m, kRetryCount, r.param.retry_count);
+      mad::set(m, kRnrRetryCount, r.param.rnr_retry_count);
+      mad::set(m, kSrq, r.param.srq ? 1 : 0);
     }
     // Routed RoCE: permissive LIDs, hop limit 64, not subnet-local
     // (cm_format_req's "work-around until there's a way to obtain remote LID").
-    cm::set(m, kPrimaryLocalLid, 0xffff);
-    cm::set(m, kPrimaryRemoteLid, 0xffff);
-    std::memcpy(cm::at(m, kPrimaryLocalGid), info_.gids[id.sgid_index].gid, 16);
-    std::memcpy(cm::at(m, kPrimaryRemoteGid), id.remote_gid, 16);
+    mad::set(m, kPrimaryLocalLid, 0xffff);
+    mad::set(m, kPrimaryRemoteLid, 0xffff);
+    std::memcpy(mad::at(m, kPrimaryLocalGid), info_.gids[id.sgid_index].gid, 16);
+    std::memcpy(mad::at(m, kPrimaryRemoteGid), id.remote_gid, 16);
     // The flow label Linux's cma gives a RoCEv2 path (cma_resolve_iboe_route,
     // cma_get_roce_udp_flow_label): a hash of the two ports.
-    cm::set(m, kPrimaryFlowLabel, cm::roce_flow_label(ntohs(id.src.port), ntohs(id.dst.port)));
+    mad::set(m, kPrimaryFlowLabel, mad::roce_flow_label(ntohs(id.src.port), ntohs(id.dst.port)));
     // Packet rate 0, "the port's current rate": the kernel's iboe_get_rate
     // gives it for a netdev of unknown speed (rxe on a tap or virtio-net, as
     // measured against it); a peer such as mlx5 would apply any other value
     // as the QP's static rate.
-    cm::set(m, kPrimaryPacketRate, 0);
-    cm::set(m, kPrimaryHopLimit, 64);
-    cm::set(m, kPrimaryLocalAckTimeout, wire_.packet_life_time + 1);
+    mad::set(m, kPrimaryPacketRate, 0);
+    mad::set(m, kPrimaryHopLimit, 64);
+    mad::set(m, kPrimaryLocalAckTimeout, wire_.packet_life_time + 1);
   }
   id.state = State::kConnecting;
   send_tracked(h, id, m);
@@ -244,34 +243,34 @@ int CmAgent::connect_remote(Id& id, uint64_t h, const abi::CmConnectRequest& r) 
 // REP (12.6.8), or SIDR REP (12.11.2) with the QP and Q_Key.
 int CmAgent::accept_remote(Id& id, uint64_t h, const abi::CmConnectRequest& r) {
   if (id.ps == kPsUdp) {
-    if (r.param.private_data_len > cm::sidr_rep::kPrivateData.len) return EINVAL;
-    send_sidr_rep(id, cm::kSidrSuccess, r.param.qp_num, r.param.qkey, r.param.private_data,
+    if (r.param.private_data_len > mad::sidr_rep::kPrivateData.len) return EINVAL;
+    send_sidr_rep(id, mad::kSidrSuccess, r.param.qp_num, r.param.qkey, r.param.private_data,
                   r.param.private_data_len);
     id.state = State::kEstablished;  // the passive side keeps no connection (cma_sidr_rep_handler)
     return 0;
   }
   cancel(h);  // its MRA
-  cm::Mad m = new_mad(cm::Attr::kRep, id.tid);
-  using namespace cm::rep;
-  cm::set(m, kLocalCommId, comm_id(h));
-  cm::set(m, kRemoteCommId, id.remote_comm_id);
-  cm::set(m, kStartingPsn, r.param.psn);
-  cm::set(m, kResponderResources, r.param.responder_resources);
-  cm::set(m, kRnrRetryCount, r.param.rnr_retry_count);
-  cm::set(m, kTargetAckDelay, abi::kLocalCaAckDelay);  // cm_format_rep
+  mad::Mad m = new_mad(mad::Attr::kRep, id.tid);
+  using namespace mad::rep;
+  mad::set(m, kLocalCommId, comm_id(h));
+  mad::set(m, kRemoteCommId, id.remote_comm_id);
+  mad::set(m, kStartingPsn, r.param.psn);
+  mad::set(m, kResponderResources, r.param.responder_resources);
+  mad::set(m, kRnrRetryCount, r.param.rnr_retry_count);
+  mad::set(m, kTargetAckDelay, abi::kLocalCaAckDelay);  // cm_format_rep
   if (id.qp_type == IBV_QPT_XRC_RECV) {
     // An XRC target's QP number goes as the EE context's, with the SRQ bit
     // (cm_format_rep; cm_rep_get_qpn reads it there for an XRC initiator).
-    cm::set(m, kLocalEecn, r.param.qp_num);
-    cm::set(m, kSrq, 1);
+    mad::set(m, kLocalEecn, r.param.qp_num);
+    mad::set(m, kSrq, 1);
   } else {
-    cm::set(m, kLocalQpn, r.param.qp_num);
-    cm::set(m, kInitiatorDepth, r.param.initiator_depth);
-    cm::set(m, kEndToEndFlowControl, r.param.flow_control ? 1 : 0);
-    cm::set(m, kSrq, r.param.srq ? 1 : 0);
+    mad::set(m, kLocalQpn, r.param.qp_num);
+    mad::set(m, kInitiatorDepth, r.param.initiator_depth);
+    mad::set(m, kEndToEndFlowControl, r.param.flow_control ? 1 : 0);
+    mad::set(m, kSrq, r.param.srq ? 1 : 0);
   }
-  cm::set(m, kLocalCaGuid, be64toh(info_.node_guid));
-  std::memcpy(cm::at(m, kPrivateData), r.param.private_data, r.param.private_data_len);
+  mad::set(m, kLocalCaGuid, be64toh(info_.node_guid));
+  std::memcpy(mad::at(m, kPrivateData), r.param.private_data, r.param.private_data_len);
   id.state = State::kRepSent;
   send_tracked(h, id, m);
   return 0;
@@ -283,11 +282,11 @@ int CmAgent::reject_remote(Id& id, uint64_t h, const abi::CmRejectRequest& r) {
   cancel(h);
   if (id.ps == kPsUdp) {
     if (id.state == State::kRequested)
-      send_sidr_rep(id, cm::kSidrReject, 0, 0, r.private_data,
-                    std::min<size_t>(r.private_data_len, cm::sidr_rep::kPrivateData.len));
+      send_sidr_rep(id, mad::kSidrReject, 0, 0, r.private_data,
+                    std::min<size_t>(r.private_data_len, mad::sidr_rep::kPrivateData.len));
   } else {
-    const uint8_t msg = id.state == State::kRequested ? cm::kRejMsgReq : cm::kRejMsgRep;
-    send_rej(id.remote_gid, id.sgid_index, id.tid, comm_id(h), id.remote_comm_id, msg, cm::kRejConsumerDefined,
+    const uint8_t msg = id.state == State::kRequested ? mad::kRejMsgReq : mad::kRejMsgRep;
+    send_rej(id.remote_gid, id.sgid_index, id.tid, comm_id(h), id.remote_comm_id, msg, mad::kRejConsumerDefined,
              r.private_data, r.private_data_len);
   }
   id.state = id.child ? State::kDisconnected : State::kRouteResolved;
@@ -297,9 +296,9 @@ int CmAgent::reject_remote(Id& id, uint64_t h, const abi::CmRejectRequest& r) {
 // RTU (12.6.9): the active side's QP is ready.
 int CmAgent::establish_remote(Id& id, uint64_t h) {
   if (id.state == State::kRepReceived) cancel(h);  // its MRA
-  cm::Mad m = new_mad(cm::Attr::kRtu, id.tid);
-  cm::set(m, cm::rtu::kLocalCommId, comm_id(h));
-  cm::set(m, cm::rtu::kRemoteCommId, id.remote_comm_id);
+  mad::Mad m = new_mad(mad::Attr::kRtu, id.tid);
+  mad::set(m, mad::rtu::kLocalCommId, comm_id(h));
+  mad::set(m, mad::rtu::kRemoteCommId, id.remote_comm_id);
   send(id, m);
   id.state = State::kEstablished;
   return 0;
@@ -310,10 +309,10 @@ int CmAgent::disconnect_remote(Id& id, uint64_t h) {
   if (id.state != State::kEstablished && id.state != State::kRepSent && id.state != State::kRepReceived)
     return EINVAL;
   cancel(h);
-  cm::Mad m = new_mad(cm::Attr::kDreq, uint64_t(tid_high_) << 32 | comm_id(h));
-  cm::set(m, cm::dreq::kLocalCommId, comm_id(h));
-  cm::set(m, cm::dreq::kRemoteCommId, id.remote_comm_id);
-  cm::set(m, cm::dreq::kRemoteQpn, id.remote_qpn);
+  mad::Mad m = new_mad(mad::Attr::kDreq, uint64_t(tid_high_) << 32 | comm_id(h));
+  mad::set(m, mad::dreq::kLocalCommId, comm_id(h));
+  mad::set(m, mad::dreq::kRemoteCommId, id.remote_comm_id);
+  mad::set(m, mad::dreq::kRemoteQpn, id.remote_qpn);
   id.state = State::kDreqSent;
   send_tracked(h, id, m);
   return 0;
@@ -328,18 +327,18 @@ void CmAgent::abandon_remote(Id& id, uint64_t h) {
   switch (id.state) {
     case State::kConnecting:
       cancel(h);
-      if (!ud) send_rej(id.remote_gid, id.sgid_index, id.tid, comm_id(h), 0, cm::kRejMsgReq, cm::kRejTimeout);
+      if (!ud) send_rej(id.remote_gid, id.sgid_index, id.tid, comm_id(h), 0, mad::kRejMsgReq, mad::kRejTimeout);
       break;
     case State::kRequested:
-      if (ud) send_sidr_rep(id, cm::kSidrReject, 0, 0, nullptr, 0);
-      else send_rej(id.remote_gid, id.sgid_index, id.tid, comm_id(h), id.remote_comm_id, cm::kRejMsgReq,
-                    cm::kRejConsumerDefined);
+      if (ud) send_sidr_rep(id, mad::kSidrReject, 0, 0, nullptr, 0);
+      else send_rej(id.remote_gid, id.sgid_index, id.tid, comm_id(h), id.remote_comm_id, mad::kRejMsgReq,
+                    mad::kRejConsumerDefined);
       break;
     case State::kRepSent:
     case State::kRepReceived:
       cancel(h);
       send_rej(id.remote_gid, id.sgid_index, id.tid, comm_id(h), id.remote_comm_id,
-               id.state == State::kRepSent ? cm::kRejMsgOther : cm::kRejMsgRep, cm::kRejConsumerDefined);
+               id.state == State::kRepSent ? mad::kRejMsgOther : mad::kRejMsgRep, mad::kRejConsumerDefined);
       break;
     case State::kEstablished:
       disconnect_remote(id, h);
@@ -354,32 +353,32 @@ void CmAgent::abandon_remote(Id& id, uint64_t h) {
 
 // ---- sending ----
 
-cm::Mad CmAgent::new_mad(cm::Attr attr, uint64_t tid) const {
-  cm::Mad m{};
-  m.hdr.base_version = cm::kBaseVersion;
-  m.hdr.mgmt_class = cm::kMgmtClassCm;
-  m.hdr.class_version = cm::kCmClassVersion;
-  m.hdr.method = cm::kMethodSend;
+mad::Mad CmAgent::new_mad(mad::Attr attr, uint64_t tid) const {
+  mad::Mad m{};
+  m.hdr.base_version = mad::kBaseVersion;
+  m.hdr.mgmt_class = mad::kMgmtClassCm;
+  m.hdr.class_version = mad::kCmClassVersion;
+  m.hdr.method = mad::kMethodSend;
   m.hdr.tid = tid;
   m.hdr.attr_id = uint16_t(attr);
   return m;
 }
 
-void CmAgent::send(const Id& id, const cm::Mad& m) {
+void CmAgent::send(const Id& id, const mad::Mad& m) {
   ++wire_counters_.mads_sent;
   wire_.send(id.remote_gid, id.sgid_index, m);
 }
 
 uint64_t CmAgent::retry_interval_ns() const {
-  return 2 * cm::timeout_ns(wire_.packet_life_time) + cm::timeout_ns(wire_.cm_response_timeout);
+  return 2 * mad::timeout_ns(wire_.packet_life_time) + mad::timeout_ns(wire_.cm_response_timeout);
 }
 
-void CmAgent::send_tracked(uint64_t h, const Id& id, const cm::Mad& m) {
+void CmAgent::send_tracked(uint64_t h, const Id& id, const mad::Mad& m) {
   send(id, m);
   Outstanding o;
   o.handle = h;
   o.comm_id = comm_id(h);
-  o.attr = cm::Attr(uint16_t(m.hdr.attr_id));
+  o.attr = mad::Attr(uint16_t(m.hdr.attr_id));
   o.mad = m;
   std::memcpy(o.dgid, id.remote_gid, 16);
   o.sgid_index = id.sgid_index;
@@ -399,17 +398,17 @@ void CmAgent::cancel(uint64_t h) {
 // sends the message again or gives up (cm.c's ib_send_cm_mra, which
 // rdma_cm's cma_req_handler and REP handling ask for).
 void CmAgent::send_mra(uint64_t h, const Id& id, uint8_t msg) {
-  cm::Mad m = new_mad(cm::Attr::kMra, id.tid);
-  cm::set(m, cm::mra::kLocalCommId, comm_id(h));
-  cm::set(m, cm::mra::kRemoteCommId, id.remote_comm_id);
-  cm::set(m, cm::mra::kMessageMraed, msg);
-  cm::set(m, cm::mra::kServiceTimeout, wire_.mra_service_timeout);
+  mad::Mad m = new_mad(mad::Attr::kMra, id.tid);
+  mad::set(m, mad::mra::kLocalCommId, comm_id(h));
+  mad::set(m, mad::mra::kRemoteCommId, id.remote_comm_id);
+  mad::set(m, mad::mra::kMessageMraed, msg);
+  mad::set(m, mad::mra::kServiceTimeout, wire_.mra_service_timeout);
   ++wire_counters_.mras_sent;
   send(id, m);
 }
 
 bool CmAgent::awaits_answer(const Id& id, uint8_t msg) {
-  return id.remote && id.ps != kPsUdp && id.state == (msg == cm::kMraMsgReq ? State::kRequested : State::kRepReceived);
+  return id.remote && id.ps != kPsUdp && id.state == (msg == mad::kMraMsgReq ? State::kRequested : State::kRepReceived);
 }
 
 // Half the time the peer waits for our answer: if the application has not
@@ -435,39 +434,39 @@ bool CmAgent::poll_mras(uint64_t now) {
 
 void CmAgent::send_rej(const uint8_t* dgid, uint8_t sgid_index, uint64_t tid, uint32_t local_comm,
                        uint32_t remote_comm, uint8_t msg, uint16_t reason, const uint8_t* priv, size_t len) {
-  cm::Mad m = new_mad(cm::Attr::kRej, tid);
-  cm::set(m, cm::rej::kLocalCommId, local_comm);
-  cm::set(m, cm::rej::kRemoteCommId, remote_comm);
-  cm::set(m, cm::rej::kMessageRejected, msg);
-  cm::set(m, cm::rej::kReason, reason);
-  if (reason == cm::kRejTimeout) {  // the ARI of a timeout REJ is our CA GUID (12.6.7.2)
-    cm::set(m, cm::rej::kRejectedInfoLength, 8);
-    std::memcpy(cm::at(m, cm::rej::kAri), &info_.node_guid, 8);
+  mad::Mad m = new_mad(mad::Attr::kRej, tid);
+  mad::set(m, mad::rej::kLocalCommId, local_comm);
+  mad::set(m, mad::rej::kRemoteCommId, remote_comm);
+  mad::set(m, mad::rej::kMessageRejected, msg);
+  mad::set(m, mad::rej::kReason, reason);
+  if (reason == mad::kRejTimeout) {  // the ARI of a timeout REJ is our CA GUID (12.6.7.2)
+    mad::set(m, mad::rej::kRejectedInfoLength, 8);
+    std::memcpy(mad::at(m, mad::rej::kAri), &info_.node_guid, 8);
   }
-  if (priv && len) std::memcpy(cm::at(m, cm::rej::kPrivateData), priv, std::min<size_t>(len, cm::rej::kPrivateData.len));
+  if (priv && len) std::memcpy(mad::at(m, mad::rej::kPrivateData), priv, std::min<size_t>(len, mad::rej::kPrivateData.len));
   ++wire_counters_.mads_sent;
   wire_.send(dgid, sgid_index, m);
 }
 
 void CmAgent::send_sidr_status(const uint8_t* dgid, uint8_t sgid_index, uint64_t tid, uint32_t request_id,
                                uint64_t sid, uint8_t status) {
-  cm::Mad m = new_mad(cm::Attr::kSidrRep, tid);
-  cm::set(m, cm::sidr_rep::kRequestId, request_id);
-  cm::set(m, cm::sidr_rep::kStatus, status);
-  cm::set(m, cm::sidr_rep::kServiceId, sid);
+  mad::Mad m = new_mad(mad::Attr::kSidrRep, tid);
+  mad::set(m, mad::sidr_rep::kRequestId, request_id);
+  mad::set(m, mad::sidr_rep::kStatus, status);
+  mad::set(m, mad::sidr_rep::kServiceId, sid);
   ++wire_counters_.mads_sent;
   wire_.send(dgid, sgid_index, m);
 }
 
 void CmAgent::send_sidr_rep(const Id& id, uint8_t status, uint32_t qpn, uint32_t qkey, const uint8_t* priv,
                             size_t len) {
-  cm::Mad m = new_mad(cm::Attr::kSidrRep, id.tid);
-  cm::set(m, cm::sidr_rep::kRequestId, id.remote_comm_id);
-  cm::set(m, cm::sidr_rep::kStatus, status);
-  cm::set(m, cm::sidr_rep::kQpn, qpn);
-  cm::set(m, cm::sidr_rep::kServiceId, cm::service_id(cm::kPsUdp, ntohs(id.src.port)));
-  cm::set(m, cm::sidr_rep::kQkey, qkey);
-  if (priv && len) std::memcpy(cm::at(m, cm::sidr_rep::kPrivateData), priv, len);
+  mad::Mad m = new_mad(mad::Attr::kSidrRep, id.tid);
+  mad::set(m, mad::sidr_rep::kRequestId, id.remote_comm_id);
+  mad::set(m, mad::sidr_rep::kStatus, status);
+  mad::set(m, mad::sidr_rep::kQpn, qpn);
+  mad::set(m, mad::sidr_rep::kServiceId, mad::service_id(mad::kPsUdp, ntohs(id.src.port)));
+  mad::set(m, mad::sidr_rep::kQkey, qkey);
+  if (priv && len) std::memcpy(mad::at(m, mad::sidr_rep::kPrivateData), priv, len);
   send(id, m);
 }
 
@@ -518,16 +517,16 @@ void CmAgent::give_up(const Outstanding& o) {
   if (!o.handle || it == ids_.end()) return;
   Id& id = it->second;
   switch (o.attr) {
-    case cm::Attr::kReq:
-    case cm::Attr::kSidrReq:
+    case mad::Attr::kReq:
+    case mad::Attr::kSidrReq:
       id.state = State::kRouteResolved;
       post_simple(o.handle, kUnreachable, -ETIMEDOUT);
       break;
-    case cm::Attr::kRep:
+    case mad::Attr::kRep:
       id.state = State::kDisconnected;
       post_simple(o.handle, kUnreachable, -ETIMEDOUT);
       break;
-    case cm::Attr::kDreq:
+    case mad::Attr::kDreq:
       id.state = State::kDisconnected;
       post_disconnected(o.handle);
       break;
@@ -538,12 +537,20 @@ void CmAgent::give_up(const Outstanding& o) {
 
 // ---- receiving ----
 
-void CmAgent::receive_mad(const uint8_t* sgid, const uint8_t* dgid, const cm::Mad& m) {
+bool CmAgent::receive_mad(const uint8_t* sgid, const uint8_t* dgid, const uint8_t* bytes) {
+  mad::Mad mad;
+  std::memcpy(&mad, bytes, sizeof(mad));
+  if (mad.hdr.mgmt_class != mad::kMgmtClassCm) return false;  // no other GSI class is served
+  receive_mad(sgid, dgid, mad);
+  return true;
+}
+
+void CmAgent::receive_mad(const uint8_t* sgid, const uint8_t* dgid, const mad::Mad& m) {
   ++wire_counters_.mads_received;
   // A CM Send of class version 2 (IBA 12.6.1, 13.4.2); anything else is
   // not for this agent.
-  if (m.hdr.base_version != cm::kBaseVersion || m.hdr.mgmt_class != cm::kMgmtClassCm ||
-      m.hdr.class_version != cm::kCmClassVersion || m.hdr.method != cm::kMethodSend) {
+  if (m.hdr.base_version != mad::kBaseVersion || m.hdr.mgmt_class != mad::kMgmtClassCm ||
+      m.hdr.class_version != mad::kCmClassVersion || m.hdr.method != mad::kMethodSend) {
     ++wire_counters_.mads_dropped;
     return;
   }
@@ -570,7 +577,7 @@ uint8_t CmAgent::sgid_index_of(const uint8_t* gid) const {
   return 0;
 }
 
-uint64_t CmAgent::request_from_wire(uint64_t lh, const uint8_t* sgid, const uint8_t* dgid, const cm::Mad& m,
+uint64_t CmAgent::request_from_wire(uint64_t lh, const uint8_t* sgid, const uint8_t* dgid, const mad::Mad& m,
                                     const abi::CmAddr& local, const abi::CmAddr& peer, uint32_t remote_comm_id,
                                     bool ud) {
   const Id& listener = ids_.at(lh);
@@ -580,10 +587,10 @@ uint64_t CmAgent::request_from_wire(uint64_t lh, const uint8_t* sgid, const uint
   child.ps = listener.ps;
   child.qp_type = IBV_QPT_UD;
   if (!ud) {  // the REQ's transport (cm_req_get_qp_type): an XRC initiator's is for an XRC target
-    using namespace cm::req;
-    const uint8_t transport = uint8_t(cm::get(m, kTransportServiceType));
+    using namespace mad::req;
+    const uint8_t transport = uint8_t(mad::get(m, kTransportServiceType));
     child.qp_type = transport == kTransportUc ? IBV_QPT_UC
-                    : transport == kTransportExtended && cm::get(m, kExtendedTransportType) == kExtendedXrc
+                    : transport == kTransportExtended && mad::get(m, kExtendedTransportType) == kExtendedXrc
                         ? IBV_QPT_XRC_RECV
                         : IBV_QPT_RC;
   }
@@ -592,7 +599,7 @@ uint64_t CmAgent::request_from_wire(uint64_t lh, const uint8_t* sgid, const uint
   child.src = local;
   child.dst = peer;
   // What follows rdma_cm's IP header (cma_user_data_offset).
-  const size_t skip = sizeof(cm::CmaHdr);
+  const size_t skip = sizeof(mad::CmaHdr);
   child.remote = true;
   child.remote_comm_id = remote_comm_id;
   std::memcpy(child.remote_gid, sgid, 16);
@@ -607,27 +614,27 @@ uint64_t CmAgent::request_from_wire(uint64_t lh, const uint8_t* sgid, const uint
   std::memcpy(ev.peer_gid, sgid, 16);
   ev.local_gid_index = child.sgid_index;
   if (ud) {
-    copy_private(ev.param, cm::at(m, cm::sidr_req::kPrivateData) + skip, cm::sidr_req::kPrivateData.len - skip);
+    copy_private(ev.param, mad::at(m, mad::sidr_req::kPrivateData) + skip, mad::sidr_req::kPrivateData.len - skip);
   } else {
-    using namespace cm::req;
-    child.remote_qpn = uint32_t(cm::get(m, kLocalQpn));
-    child.peer_response_timeout = uint8_t(cm::get(m, kRemoteCmResponseTimeout));
+    using namespace mad::req;
+    child.remote_qpn = uint32_t(mad::get(m, kLocalQpn));
+    child.peer_response_timeout = uint8_t(mad::get(m, kRemoteCmResponseTimeout));
     ev.param.qp_num = child.remote_qpn;
-    ev.param.psn = uint32_t(cm::get(m, kStartingPsn));
+    ev.param.psn = uint32_t(mad::get(m, kStartingPsn));
     // The receiver's view, as cm_format_req_event: what the peer may read
     // from us is what we may answer with, and the other way.
-    ev.param.responder_resources = uint8_t(cm::get(m, kInitiatorDepth));
-    ev.param.initiator_depth = uint8_t(cm::get(m, kResponderResources));
-    ev.param.flow_control = uint8_t(cm::get(m, kEndToEndFlowControl));
-    ev.param.retry_count = uint8_t(cm::get(m, kRetryCount));
-    ev.param.rnr_retry_count = uint8_t(cm::get(m, kRnrRetryCount));
-    ev.param.srq = uint8_t(cm::get(m, kSrq));
-    copy_private(ev.param, cm::at(m, kPrivateData) + skip, kPrivateData.len - skip);
+    ev.param.responder_resources = uint8_t(mad::get(m, kInitiatorDepth));
+    ev.param.initiator_depth = uint8_t(mad::get(m, kResponderResources));
+    ev.param.flow_control = uint8_t(mad::get(m, kEndToEndFlowControl));
+    ev.param.retry_count = uint8_t(mad::get(m, kRetryCount));
+    ev.param.rnr_retry_count = uint8_t(mad::get(m, kRnrRetryCount));
+    ev.param.srq = uint8_t(mad::get(m, kSrq));
+    copy_private(ev.param, mad::at(m, kPrivateData) + skip, kPrivateData.len - skip);
   }
   const uint64_t ch = next_handle_++;
   Id& made = ids_.emplace(ch, child).first->second;
   post(made, ch, ev);
-  if (!ud) schedule_mra(ch, cm::kMraMsgReq, cm::timeout_ns(made.peer_response_timeout));
+  if (!ud) schedule_mra(ch, mad::kMraMsgReq, mad::timeout_ns(made.peer_response_timeout));
   return ch;
 }
 
@@ -635,9 +642,9 @@ uint64_t CmAgent::request_from_wire(uint64_t lh, const uint8_t* sgid, const uint
 // ignored (not yet accepted); a new one goes to the listener of its
 // service ID and cma_hdr address (cm_match_req, cma_find_listener), or is
 // rejected: invalid service ID.
-void CmAgent::on_req(const uint8_t* sgid, const uint8_t* dgid, const cm::Mad& m) {
-  using namespace cm::req;
-  const uint32_t remote_comm = uint32_t(cm::get(m, kLocalCommId));
+void CmAgent::on_req(const uint8_t* sgid, const uint8_t* dgid, const mad::Mad& m) {
+  using namespace mad::req;
+  const uint32_t remote_comm = uint32_t(mad::get(m, kLocalCommId));
   for (auto& [h, id] : ids_) {
     // (A connection that ended does not hold its IDs: a peer may reuse them.)
     const bool live = id.state == State::kRequested || id.state == State::kRepSent ||
@@ -647,9 +654,9 @@ void CmAgent::on_req(const uint8_t* sgid, const uint8_t* dgid, const cm::Mad& m)
       continue;
     ++wire_counters_.mads_duplicate;
     // Not yet accepted: the peer is told to wait (cm_dup_req_handler's MRA).
-    if (awaits_answer(id, cm::kMraMsgReq)) return send_mra(h, id, cm::kMraMsgReq);
+    if (awaits_answer(id, mad::kMraMsgReq)) return send_mra(h, id, mad::kMraMsgReq);
     for (const Outstanding& o : outstanding_) {
-      if (o.handle != h || o.attr != cm::Attr::kRep) continue;
+      if (o.handle != h || o.attr != mad::Attr::kRep) continue;
       ++wire_counters_.mads_sent;
       wire_.send(o.dgid, o.sgid_index, o.mad);
     }
@@ -657,14 +664,14 @@ void CmAgent::on_req(const uint8_t* sgid, const uint8_t* dgid, const cm::Mad& m)
   }
   const uint8_t sgid_index = sgid_index_of(dgid);
   auto refuse = [&](uint16_t reason) {
-    send_rej(sgid, sgid_index, m.hdr.tid, 0, remote_comm, cm::kRejMsgReq, reason);
+    send_rej(sgid, sgid_index, m.hdr.tid, 0, remote_comm, mad::kRejMsgReq, reason);
   };
   // A REQ from a QP that a connection of ours still holds is stale (its
   // sender lost that connection, as in a restart): refused (REJ 10, stale
   // connection) and the connection ended with a DREQ, as cm_match_req does
   // with its table of remote QPNs. A connection in time-wait holds nothing
   // there (cm_enter_timewait takes it out): its QPN may connect again.
-  const uint32_t remote_qpn = uint32_t(cm::get(m, kLocalQpn));
+  const uint32_t remote_qpn = uint32_t(mad::get(m, kLocalQpn));
   for (auto& [h, id] : ids_) {
     const bool holds = id.state == State::kRequested || id.state == State::kRepSent ||
                        id.state == State::kRepReceived || id.state == State::kEstablished ||
@@ -672,20 +679,20 @@ void CmAgent::on_req(const uint8_t* sgid, const uint8_t* dgid, const cm::Mad& m)
     if (!holds || !id.remote || id.ps == kPsUdp || id.remote_qpn != remote_qpn ||
         std::memcmp(id.remote_gid, sgid, 16) != 0)
       continue;
-    refuse(cm::kRejStaleConn);
+    refuse(mad::kRejStaleConn);
     if (id.state == State::kEstablished) disconnect_remote(id, h);  // (ib_send_cm_dreq: established only)
     return;
   }
-  const uint64_t sid = cm::get(m, kServiceId);
+  const uint64_t sid = mad::get(m, kServiceId);
   // RDMA_PS_TCP's or RDMA_PS_IB's service IDs (cma_get_service_id).
   const uint64_t ps = sid >> 16;
-  if (ps != cm::kPsTcp && ps != cm::kPsIb) return refuse(cm::kRejInvalidServiceId);
+  if (ps != mad::kPsTcp && ps != mad::kPsIb) return refuse(mad::kRejInvalidServiceId);
   abi::CmAddr local, peer;
   if (!ip_request(m, kPrivateData, sid, &local, &peer))
-    return refuse(listens_on(sid) ? cm::kRejConsumerDefined : cm::kRejInvalidServiceId);
+    return refuse(listens_on(sid) ? mad::kRejConsumerDefined : mad::kRejInvalidServiceId);
   const uint64_t lh = find_listener(uint32_t(ps), local);
-  if (!lh || !is_local(local)) return refuse(cm::kRejInvalidServiceId);
-  if (refuses_ip_requests(lh) || ids_.size() >= kMaxIds) return refuse(cm::kRejConsumerDefined);
+  if (!lh || !is_local(local)) return refuse(mad::kRejInvalidServiceId);
+  if (refuses_ip_requests(lh) || ids_.size() >= kMaxIds) return refuse(mad::kRejConsumerDefined);
   request_from_wire(lh, sgid, dgid, m, local, peer, remote_comm, false);
 }
 
@@ -696,20 +703,20 @@ void CmAgent::on_req(const uint8_t* sgid, const uint8_t* dgid, const cm::Mad& m)
 // refuses an AF_IB address on a RoCE port); any listener's failure is a
 // REJ, consumer defined (a SIDR REP "reject"), where the CM has a listener
 // for the service ID.
-bool CmAgent::ip_request(const cm::Mad& m, cm::Bytes private_data, uint64_t sid, abi::CmAddr* local,
+bool CmAgent::ip_request(const mad::Mad& m, mad::Bytes private_data, uint64_t sid, abi::CmAddr* local,
                          abi::CmAddr* peer) {
-  cm::CmaHdr hdr;
-  std::memcpy(&hdr, cm::at(m, private_data), sizeof(hdr));
+  mad::CmaHdr hdr;
+  std::memcpy(&hdr, mad::at(m, private_data), sizeof(hdr));
   const uint8_t ipv = hdr.ip_version >> 4;
-  if (hdr.cma_version != cm::kCmaVersion || (ipv != 4 && ipv != 6)) return false;
+  if (hdr.cma_version != mad::kCmaVersion || (ipv != 4 && ipv != 6)) return false;
   *local = from_cma_addr(ipv, hdr.dst_addr, uint16_t(sid));
   *peer = from_cma_addr(ipv, hdr.src_addr, hdr.port);
   return true;
 }
 
-void CmAgent::on_sidr_req(const uint8_t* sgid, const uint8_t* dgid, const cm::Mad& m) {
-  using namespace cm::sidr_req;
-  const uint32_t request_id = uint32_t(cm::get(m, kRequestId));
+void CmAgent::on_sidr_req(const uint8_t* sgid, const uint8_t* dgid, const mad::Mad& m) {
+  using namespace mad::sidr_req;
+  const uint32_t request_id = uint32_t(mad::get(m, kRequestId));
   for (auto& [h, id] : ids_) {
     if (id.remote && id.child && id.ps == kPsUdp && id.state == State::kRequested &&
         id.remote_comm_id == request_id && std::memcmp(id.remote_gid, sgid, 16) == 0) {
@@ -718,19 +725,19 @@ void CmAgent::on_sidr_req(const uint8_t* sgid, const uint8_t* dgid, const cm::Ma
     }
   }
   const uint8_t sgid_index = sgid_index_of(dgid);
-  const uint64_t sid = cm::get(m, kServiceId);
+  const uint64_t sid = mad::get(m, kServiceId);
   abi::CmAddr local, peer;
   if (!ip_request(m, kPrivateData, sid, &local, &peer)) {
     send_sidr_status(sgid, sgid_index, m.hdr.tid, request_id, sid,
-                     listens_on(sid) ? cm::kSidrReject : cm::kSidrUnsupported);
+                     listens_on(sid) ? mad::kSidrReject : mad::kSidrUnsupported);
     return;
   }
-  const uint64_t lh = (sid & cm::kServiceIdPsMask) == cm::service_id(cm::kPsUdp, 0) && is_local(local)
+  const uint64_t lh = (sid & mad::kServiceIdPsMask) == mad::service_id(mad::kPsUdp, 0) && is_local(local)
                           ? find_listener(kPsUdp, local)
                           : 0;
   if (!lh || refuses_ip_requests(lh) || ids_.size() >= kMaxIds) {
     // cm_sidr_req_handler: no listener is "unsupported" (IBA table 121).
-    send_sidr_status(sgid, sgid_index, m.hdr.tid, request_id, sid, lh ? cm::kSidrReject : cm::kSidrUnsupported);
+    send_sidr_status(sgid, sgid_index, m.hdr.tid, request_id, sid, lh ? mad::kSidrReject : mad::kSidrUnsupported);
     return;
   }
   request_from_wire(lh, sgid, dgid, m, local, peer, request_id, true);
@@ -738,11 +745,11 @@ void CmAgent::on_sidr_req(const uint8_t* sgid, const uint8_t* dgid, const cm::Ma
 
 // An MRA: the peer needs longer; the request waits its service timeout
 // more before it is sent again (12.6.6).
-void CmAgent::on_mra(const uint8_t*, const uint8_t*, const cm::Mad& m) {
+void CmAgent::on_mra(const uint8_t*, const uint8_t*, const mad::Mad& m) {
   uint64_t h;
-  if (!find_remote(uint32_t(cm::get(m, cm::mra::kRemoteCommId)), &h)) return;
+  if (!find_remote(uint32_t(mad::get(m, mad::mra::kRemoteCommId)), &h)) return;
   ++wire_counters_.mras_received;
-  const uint64_t wait = cm::timeout_ns(uint8_t(cm::get(m, cm::mra::kServiceTimeout))) + retry_interval_ns();
+  const uint64_t wait = mad::timeout_ns(uint8_t(mad::get(m, mad::mra::kServiceTimeout))) + retry_interval_ns();
   for (Outstanding& o : outstanding_)
     if (o.handle == h) {
       o.deadline_ns = wire_.now_ns() + wait;
@@ -752,10 +759,10 @@ void CmAgent::on_mra(const uint8_t*, const uint8_t*, const cm::Mad& m) {
 
 // A REP to our REQ: CONNECT_RESPONSE (librdmacm then connects its QP and
 // establishes: the RTU). A repeated REP means our RTU was lost: again.
-void CmAgent::on_rep(const uint8_t* sgid, const uint8_t*, const cm::Mad& m) {
-  using namespace cm::rep;
+void CmAgent::on_rep(const uint8_t* sgid, const uint8_t*, const mad::Mad& m) {
+  using namespace mad::rep;
   uint64_t h;
-  Id* id = find_remote(uint32_t(cm::get(m, kRemoteCommId)), &h);
+  Id* id = find_remote(uint32_t(mad::get(m, kRemoteCommId)), &h);
   if (!id) return;
   if (id->state == State::kEstablished) {
     ++wire_counters_.mads_duplicate;
@@ -765,34 +772,34 @@ void CmAgent::on_rep(const uint8_t* sgid, const uint8_t*, const cm::Mad& m) {
   if (id->state != State::kConnecting || id->ps == kPsUdp) {
     ++wire_counters_.mads_duplicate;
     // Our application has not established yet: the peer is told to wait.
-    if (awaits_answer(*id, cm::kMraMsgRep)) send_mra(h, *id, cm::kMraMsgRep);
+    if (awaits_answer(*id, mad::kMraMsgRep)) send_mra(h, *id, mad::kMraMsgRep);
     return;
   }
   cancel(h);
   // The REQ's Local CM Response Timeout is our promise for the RTU.
-  schedule_mra(h, cm::kMraMsgRep, cm::timeout_ns(wire_.cm_response_timeout));
-  id->remote_comm_id = uint32_t(cm::get(m, kLocalCommId));
-  id->remote_qpn = uint32_t(cm::get(m, id->qp_type == IBV_QPT_XRC_SEND ? kLocalEecn : kLocalQpn));
+  schedule_mra(h, mad::kMraMsgRep, mad::timeout_ns(wire_.cm_response_timeout));
+  id->remote_comm_id = uint32_t(mad::get(m, kLocalCommId));
+  id->remote_qpn = uint32_t(mad::get(m, id->qp_type == IBV_QPT_XRC_SEND ? kLocalEecn : kLocalQpn));
   std::memcpy(id->remote_gid, sgid, 16);
   id->state = State::kRepReceived;
   abi::CmEventRecord ev{};
   ev.event = kConnectResponse;
   ev.param.qp_num = id->remote_qpn;
-  ev.param.psn = uint32_t(cm::get(m, kStartingPsn));
-  ev.param.responder_resources = uint8_t(cm::get(m, kInitiatorDepth));  // cm_format_rep_event
-  ev.param.initiator_depth = uint8_t(cm::get(m, kResponderResources));
-  ev.param.flow_control = uint8_t(cm::get(m, kEndToEndFlowControl));
-  ev.param.rnr_retry_count = uint8_t(cm::get(m, kRnrRetryCount));
-  ev.param.srq = uint8_t(cm::get(m, kSrq));
-  copy_private(ev.param, cm::at(m, kPrivateData), kPrivateData.len);
+  ev.param.psn = uint32_t(mad::get(m, kStartingPsn));
+  ev.param.responder_resources = uint8_t(mad::get(m, kInitiatorDepth));  // cm_format_rep_event
+  ev.param.initiator_depth = uint8_t(mad::get(m, kResponderResources));
+  ev.param.flow_control = uint8_t(mad::get(m, kEndToEndFlowControl));
+  ev.param.rnr_retry_count = uint8_t(mad::get(m, kRnrRetryCount));
+  ev.param.srq = uint8_t(mad::get(m, kSrq));
+  copy_private(ev.param, mad::at(m, kPrivateData), kPrivateData.len);
   std::memcpy(ev.peer_gid, sgid, 16);
   ev.local_gid_index = id->sgid_index;
   post(*id, h, ev);
 }
 
-void CmAgent::on_rtu(const uint8_t*, const uint8_t*, const cm::Mad& m) {
+void CmAgent::on_rtu(const uint8_t*, const uint8_t*, const mad::Mad& m) {
   uint64_t h;
-  Id* id = find_remote(uint32_t(cm::get(m, cm::rtu::kRemoteCommId)), &h);
+  Id* id = find_remote(uint32_t(mad::get(m, mad::rtu::kRemoteCommId)), &h);
   if (!id) return;
   if (id->state != State::kRepSent) {
     ++wire_counters_.mads_duplicate;
@@ -805,10 +812,10 @@ void CmAgent::on_rtu(const uint8_t*, const uint8_t*, const cm::Mad& m) {
 
 // A REJ names us by our communication ID, except the "timeout" REJ of a
 // REQ withdrawn before any REP (it knows only its own): then by theirs.
-void CmAgent::on_rej(const uint8_t* sgid, const uint8_t*, const cm::Mad& m) {
-  using namespace cm::rej;
-  const uint32_t ours = uint32_t(cm::get(m, kRemoteCommId));
-  const uint32_t theirs = uint32_t(cm::get(m, kLocalCommId));
+void CmAgent::on_rej(const uint8_t* sgid, const uint8_t*, const mad::Mad& m) {
+  using namespace mad::rej;
+  const uint32_t ours = uint32_t(mad::get(m, kRemoteCommId));
+  const uint32_t theirs = uint32_t(mad::get(m, kLocalCommId));
   uint64_t h = 0;
   Id* id = nullptr;
   if (ours) {
@@ -831,19 +838,19 @@ void CmAgent::on_rej(const uint8_t* sgid, const uint8_t*, const cm::Mad& m) {
   id->state = id->child ? State::kDisconnected : State::kRouteResolved;
   abi::CmEventRecord ev{};
   ev.event = kRejected;
-  ev.status = int32_t(cm::get(m, kReason));
-  copy_private(ev.param, cm::at(m, kPrivateData), abi::kCmMaxRejPrivateData);
+  ev.status = int32_t(mad::get(m, kReason));
+  copy_private(ev.param, mad::at(m, kPrivateData), abi::kCmMaxRejPrivateData);
   post(*id, h, ev);
 }
 
 // A DREQ is always answered (a repeated one too: our DREP was lost); the
 // connection it ends sees DISCONNECTED once.
-void CmAgent::on_dreq(const uint8_t* sgid, const uint8_t* dgid, const cm::Mad& m) {
-  using namespace cm::dreq;
-  const uint32_t ours = uint32_t(cm::get(m, kRemoteCommId));
-  cm::Mad drep = new_mad(cm::Attr::kDrep, m.hdr.tid);
-  cm::set(drep, cm::drep::kLocalCommId, ours);
-  cm::set(drep, cm::drep::kRemoteCommId, uint32_t(cm::get(m, kLocalCommId)));
+void CmAgent::on_dreq(const uint8_t* sgid, const uint8_t* dgid, const mad::Mad& m) {
+  using namespace mad::dreq;
+  const uint32_t ours = uint32_t(mad::get(m, kRemoteCommId));
+  mad::Mad drep = new_mad(mad::Attr::kDrep, m.hdr.tid);
+  mad::set(drep, mad::drep::kLocalCommId, ours);
+  mad::set(drep, mad::drep::kRemoteCommId, uint32_t(mad::get(m, kLocalCommId)));
   ++wire_counters_.mads_sent;
   wire_.send(sgid, sgid_index_of(dgid), drep);
   const uint64_t h = handle_of(ours);
@@ -860,8 +867,8 @@ void CmAgent::on_dreq(const uint8_t* sgid, const uint8_t* dgid, const cm::Mad& m
   post_disconnected(h);
 }
 
-void CmAgent::on_drep(const uint8_t*, const uint8_t*, const cm::Mad& m) {
-  const uint32_t ours = uint32_t(cm::get(m, cm::drep::kRemoteCommId));
+void CmAgent::on_drep(const uint8_t*, const uint8_t*, const mad::Mad& m) {
+  const uint32_t ours = uint32_t(mad::get(m, mad::drep::kRemoteCommId));
   // The DREQ of an id already gone is done.
   std::erase_if(outstanding_, [ours](const Outstanding& o) { return !o.handle && o.comm_id == ours; });
   const uint64_t h = handle_of(ours);
@@ -874,10 +881,10 @@ void CmAgent::on_drep(const uint8_t*, const uint8_t*, const cm::Mad& m) {
 
 // A SIDR REP: the peer's QP and Q_Key (ESTABLISHED), or its refusal
 // (UNREACHABLE with the status, as cma_sidr_rep_handler).
-void CmAgent::on_sidr_rep(const uint8_t* sgid, const uint8_t*, const cm::Mad& m) {
-  using namespace cm::sidr_rep;
+void CmAgent::on_sidr_rep(const uint8_t* sgid, const uint8_t*, const mad::Mad& m) {
+  using namespace mad::sidr_rep;
   uint64_t h;
-  Id* id = find_remote(uint32_t(cm::get(m, kRequestId)), &h);
+  Id* id = find_remote(uint32_t(mad::get(m, kRequestId)), &h);
   if (!id) return;
   if (id->state != State::kConnecting || id->ps != kPsUdp) {
     ++wire_counters_.mads_duplicate;
@@ -886,15 +893,15 @@ void CmAgent::on_sidr_rep(const uint8_t* sgid, const uint8_t*, const cm::Mad& m)
   cancel(h);
   id->state = State::kRouteResolved;
   abi::CmEventRecord ev{};
-  const uint8_t status = uint8_t(cm::get(m, kStatus));
-  ev.event = status == cm::kSidrSuccess ? kEstablished : kUnreachable;
+  const uint8_t status = uint8_t(mad::get(m, kStatus));
+  ev.event = status == mad::kSidrSuccess ? kEstablished : kUnreachable;
   ev.status = status;
-  ev.param.qp_num = uint32_t(cm::get(m, kQpn));
-  ev.param.qkey = uint32_t(cm::get(m, kQkey));
-  copy_private(ev.param, cm::at(m, kPrivateData), kPrivateData.len);
+  ev.param.qp_num = uint32_t(mad::get(m, kQpn));
+  ev.param.qkey = uint32_t(mad::get(m, kQkey));
+  copy_private(ev.param, mad::at(m, kPrivateData), kPrivateData.len);
   std::memcpy(ev.peer_gid, sgid, 16);
   ev.local_gid_index = id->sgid_index;
   post(*id, h, ev);
 }
 
-}  // namespace uroce::device
+}  // namespace uroce::cm

@@ -1,7 +1,7 @@
-// The CM agent's remote half (device/cm_wire.cc): two agents, as two
+// The CM agent's remote half (cm/cm_wire.cc): two agents, as two
 // engines, whose MADs the test carries by hand (or loses), with a clock of
 // its own. The REQ of a Linux peer is built byte by byte from IBA table 106
-// and cma.c's struct cma_hdr, not with net/cm_mad.h, so the table is
+// and cma.c's struct cma_hdr, not with cm/cm_mad.h, so the table is
 // checked against the spec as well as against itself.
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -12,21 +12,20 @@
 #include <deque>
 #include <optional>
 
-#include "device/cm_agent.h"
-#include "device/cm_test_util.h"
+#include "cm/cm_agent.h"
+#include "cm/cm_test_util.h"
 #include "device/objects.h"
 
-namespace uroce::device {
+namespace uroce::cm {
 namespace {
 
-namespace cm = net::cm;
 
 using namespace cm_test;
 
 struct SentMad {
   uint8_t dgid[16];
   uint8_t sgid_index;
-  cm::Mad mad;
+  mad::Mad mad;
   uint16_t attr() const { return mad.hdr.attr_id; }
 };
 
@@ -41,7 +40,7 @@ struct Engine {
     info.node_guid = htobe64(0x0275720000000001ull + ip4[3]);
     info.port.active_mtu = IBV_MTU_1024;
     CmWire w;
-    w.send = [this](const uint8_t* dgid, uint8_t sgid_index, const cm::Mad& m) {
+    w.send = [this](const uint8_t* dgid, uint8_t sgid_index, const mad::Mad& m) {
       SentMad s;
       std::memcpy(s.dgid, dgid, 16);
       s.sgid_index = sgid_index;
@@ -149,7 +148,7 @@ class CmWireTest : public ::testing::Test {
   // CONNECT_REQUEST event read (nullopt if none came).
   std::optional<abi::CmEventRecord> requested(uint64_t active, uint32_t psn = 1) {
     EXPECT_EQ(a_.agent.connect(&a_.owner, conn(active, 0x11, psn)), 0);
-    EXPECT_EQ(carry(a_, b_).attr(), uint16_t(cm::Attr::kReq));
+    EXPECT_EQ(carry(a_, b_).attr(), uint16_t(mad::Attr::kReq));
     auto req = b_.event();
     EXPECT_TRUE(req && req->event == kConnectRequest);
     return req;
@@ -166,10 +165,10 @@ class CmWireTest : public ::testing::Test {
   // b's passive id accepts a's request: REP, RTU, both ends up.
   void accepted(uint64_t active, uint64_t passive) {
     EXPECT_EQ(b_.agent.accept(&b_.owner, conn(passive, 0x22, 0x200)), 0);
-    EXPECT_EQ(carry(b_, a_).attr(), uint16_t(cm::Attr::kRep));
+    EXPECT_EQ(carry(b_, a_).attr(), uint16_t(mad::Attr::kRep));
     EXPECT_EQ(a_.next_type(), kConnectResponse);
     EXPECT_EQ(a_.agent.establish(&a_.owner, active), 0);
-    EXPECT_EQ(carry(a_, b_).attr(), uint16_t(cm::Attr::kRtu));
+    EXPECT_EQ(carry(a_, b_).attr(), uint16_t(mad::Attr::kRtu));
     EXPECT_EQ(b_.next_type(), kEstablished);
   }
 
@@ -247,7 +246,7 @@ TEST_F(CmWireTest, ALinuxReqReachesTheListenerAndIsAnsweredWithARep) {
   std::memcpy(mad + 168 + 12, a_.ip4.data(), 4);
   std::memcpy(mad + 184 + 12, b_.ip4.data(), 4);
   std::memcpy(mad + 200, "linux", 6);
-  cm::Mad req;
+  mad::Mad req;
   std::memcpy(&req, mad, sizeof(req));
   b_.agent.receive_mad(a_.gid(), b_.gid(), req);
 
@@ -280,7 +279,7 @@ TEST_F(CmWireTest, ALinuxReqReachesTheListenerAndIsAnsweredWithARep) {
   // A repeated REQ (the REP was lost) is answered with the REP again, and
   // makes no second request.
   b_.agent.receive_mad(a_.gid(), b_.gid(), req);
-  EXPECT_EQ(b_.take().attr(), uint16_t(cm::Attr::kRep));
+  EXPECT_EQ(b_.take().attr(), uint16_t(mad::Attr::kRep));
   EXPECT_FALSE(b_.event());
 }
 
@@ -291,17 +290,17 @@ TEST_F(CmWireTest, ConnectAndDisconnectBetweenTwoEngines) {
   EXPECT_EQ(a_.agent.next_deadline_ns(), 0u);  // nothing awaits an answer
   EXPECT_EQ(b_.agent.next_deadline_ns(), 0u);
   ASSERT_EQ(a_.agent.disconnect(&a_.owner, active), 0);
-  EXPECT_EQ(carry(a_, b_).attr(), uint16_t(cm::Attr::kDreq));
+  EXPECT_EQ(carry(a_, b_).attr(), uint16_t(mad::Attr::kDreq));
   EXPECT_EQ(b_.next_type(), kDisconnected);
   EXPECT_FALSE(a_.event());  // the initiator waits for the DREP
-  EXPECT_EQ(carry(b_, a_).attr(), uint16_t(cm::Attr::kDrep));
+  EXPECT_EQ(carry(b_, a_).attr(), uint16_t(mad::Attr::kDrep));
   EXPECT_EQ(a_.next_type(), kDisconnected);
   EXPECT_EQ(b_.agent.disconnect(&b_.owner, passive), 0);  // already down: nothing more
   EXPECT_TRUE(b_.out.empty());
   // Both ends in time-wait (cm.c: the packet life time + 1, 2.1 s), then
   // TIMEWAIT_EXIT, once.
   const uint64_t tw = a_.agent.timewait_ns();
-  EXPECT_EQ(tw, cm::timeout_ns(19));
+  EXPECT_EQ(tw, mad::timeout_ns(19));
   EXPECT_EQ(a_.agent.next_deadline_ns(), now_ + tw);
   EXPECT_EQ(b_.agent.next_deadline_ns(), now_ + tw);
   EXPECT_FALSE(a_.agent.poll_timers(now_ + tw - 1));
@@ -383,19 +382,19 @@ TEST_F(CmWireTest, AfIbAsTheKernelOverRoce) {
     const uint64_t active = a_.resolved("10.9.0.2", 7100, ps);
     ASSERT_EQ(a_.agent.connect(&a_.owner, conn(active, 0x11, 0x100, "over IP")), 0);
     const SentMad req = carry(a_, b_);
-    ASSERT_EQ(req.attr(), uint16_t(ud ? cm::Attr::kSidrReq : cm::Attr::kReq));
-    const uint8_t* data = cm::at(req.mad, ud ? cm::sidr_req::kPrivateData : cm::req::kPrivateData);
+    ASSERT_EQ(req.attr(), uint16_t(ud ? mad::Attr::kSidrReq : mad::Attr::kReq));
+    const uint8_t* data = mad::at(req.mad, ud ? mad::sidr_req::kPrivateData : mad::req::kPrivateData);
     EXPECT_EQ(data[0], 0);     // cma_hdr: version 0,
     EXPECT_EQ(data[1], 0x40);  // IPv4
     EXPECT_FALSE(b_.event());         // the listener hears nothing
     const SentMad answer = carry(b_, a_);
     EXPECT_TRUE(b_.out.empty());
     if (ud) {
-      ASSERT_EQ(answer.attr(), uint16_t(cm::Attr::kSidrRep));
-      EXPECT_EQ(cm::get(answer.mad, cm::sidr_rep::kStatus), uint64_t(2));  // IB_SIDR_REJECT
+      ASSERT_EQ(answer.attr(), uint16_t(mad::Attr::kSidrRep));
+      EXPECT_EQ(mad::get(answer.mad, mad::sidr_rep::kStatus), uint64_t(2));  // IB_SIDR_REJECT
     } else {
-      ASSERT_EQ(answer.attr(), uint16_t(cm::Attr::kRej));
-      EXPECT_EQ(cm::get(answer.mad, cm::rej::kReason), uint64_t(28));  // IB_CM_REJ_CONSUMER_DEFINED
+      ASSERT_EQ(answer.attr(), uint16_t(mad::Attr::kRej));
+      EXPECT_EQ(mad::get(answer.mad, mad::rej::kReason), uint64_t(28));  // IB_CM_REJ_CONSUMER_DEFINED
     }
     auto e = a_.event();
     ASSERT_TRUE(e);
@@ -429,15 +428,15 @@ TEST_F(CmWireTest, AfIbAsTheKernelOverRoce) {
   b_.agent.receive_mad(a_.gid(), b_.gid(), req.mad);
   EXPECT_FALSE(b_.event());
   SentMad rej = b_.take();
-  ASSERT_EQ(rej.attr(), uint16_t(cm::Attr::kRej));
-  EXPECT_EQ(cm::get(rej.mad, cm::rej::kReason), uint64_t(28));  // IB_CM_REJ_CONSUMER_DEFINED
-  cm::set(req.mad, cm::req::kServiceId, uint64_t(kPsTcp) << 16 | 7199);
-  cm::set(req.mad, cm::req::kLocalQpn, 0x14);
+  ASSERT_EQ(rej.attr(), uint16_t(mad::Attr::kRej));
+  EXPECT_EQ(mad::get(rej.mad, mad::rej::kReason), uint64_t(28));  // IB_CM_REJ_CONSUMER_DEFINED
+  mad::set(req.mad, mad::req::kServiceId, uint64_t(kPsTcp) << 16 | 7199);
+  mad::set(req.mad, mad::req::kLocalQpn, 0x14);
   b_.agent.receive_mad(a_.gid(), b_.gid(), req.mad);
   EXPECT_FALSE(b_.event());
   rej = b_.take();
-  ASSERT_EQ(rej.attr(), uint16_t(cm::Attr::kRej));
-  EXPECT_EQ(cm::get(rej.mad, cm::rej::kReason), uint64_t(8));  // IB_CM_REJ_INVALID_SERVICE_ID
+  ASSERT_EQ(rej.attr(), uint16_t(mad::Attr::kRej));
+  EXPECT_EQ(mad::get(rej.mad, mad::rej::kReason), uint64_t(8));  // IB_CM_REJ_INVALID_SERVICE_ID
 }
 
 // A REQ from a QP that a connection still holds is stale (its sender lost
@@ -450,28 +449,28 @@ TEST_F(CmWireTest, AReqFromAQpAConnectionStillHoldsIsStale) {
   connected(old_active, 7020);  // a's QP 0x11
   const uint64_t again = a_.resolved("10.9.0.2", 7020);
   ASSERT_EQ(a_.agent.connect(&a_.owner, conn(again, 0x11, 0x300)), 0);
-  EXPECT_EQ(carry(a_, b_).attr(), uint16_t(cm::Attr::kReq));
+  EXPECT_EQ(carry(a_, b_).attr(), uint16_t(mad::Attr::kReq));
   EXPECT_FALSE(b_.event());  // no CONNECT_REQUEST
   const SentMad rej = carry(b_, a_);
-  ASSERT_EQ(rej.attr(), uint16_t(cm::Attr::kRej));
-  EXPECT_EQ(cm::get(rej.mad, cm::rej::kReason), uint64_t(10));  // IB_CM_REJ_STALE_CONN
+  ASSERT_EQ(rej.attr(), uint16_t(mad::Attr::kRej));
+  EXPECT_EQ(mad::get(rej.mad, mad::rej::kReason), uint64_t(10));  // IB_CM_REJ_STALE_CONN
   auto e = a_.event();
   ASSERT_TRUE(e);
   EXPECT_EQ(e->id, again);
   EXPECT_EQ(e->event, kRejected);
   EXPECT_EQ(e->status, 10);
   // The old connection ends: b's DREQ, a's DREP, DISCONNECTED at both ends.
-  EXPECT_EQ(carry(b_, a_).attr(), uint16_t(cm::Attr::kDreq));
+  EXPECT_EQ(carry(b_, a_).attr(), uint16_t(mad::Attr::kDreq));
   auto d = a_.event();
   ASSERT_TRUE(d);
   EXPECT_EQ(d->id, old_active);
   EXPECT_EQ(d->event, kDisconnected);
-  EXPECT_EQ(carry(a_, b_).attr(), uint16_t(cm::Attr::kDrep));
+  EXPECT_EQ(carry(a_, b_).attr(), uint16_t(mad::Attr::kDrep));
   EXPECT_EQ(b_.next_type(), kDisconnected);
   // In time-wait: the QPN's next REQ is a request like any other.
   const uint64_t third = a_.resolved("10.9.0.2", 7020);
   ASSERT_EQ(a_.agent.connect(&a_.owner, conn(third, 0x11, 0x400)), 0);
-  EXPECT_EQ(carry(a_, b_).attr(), uint16_t(cm::Attr::kReq));
+  EXPECT_EQ(carry(a_, b_).attr(), uint16_t(mad::Attr::kReq));
   EXPECT_EQ(b_.next_type(), kConnectRequest);
 }
 
@@ -479,7 +478,7 @@ TEST_F(CmWireTest, APortNobodyListensOnIsRejectedInvalidServiceId) {
   const uint64_t id = a_.resolved("10.9.0.2", 7001);
   ASSERT_EQ(a_.agent.connect(&a_.owner, conn(id, 0x11, 1)), 0);
   carry(a_, b_);
-  EXPECT_EQ(carry(b_, a_).attr(), uint16_t(cm::Attr::kRej));
+  EXPECT_EQ(carry(b_, a_).attr(), uint16_t(mad::Attr::kRej));
   auto e = a_.event();
   ASSERT_TRUE(e);
   EXPECT_EQ(e->event, kRejected);
@@ -511,7 +510,7 @@ TEST_F(CmWireTest, AnUnansweredReqIsRetriedThenUnreachable) {
   ASSERT_EQ(a_.agent.connect(&a_.owner, conn(id, 0x11, 1)), 0);
   const SentMad first = a_.take();
   const uint64_t interval = a_.agent.next_deadline_ns() - now_;
-  EXPECT_EQ(interval, 2 * cm::timeout_ns(18) + cm::timeout_ns(20));  // 6.4 s, as cm.c's timeout_ms
+  EXPECT_EQ(interval, 2 * mad::timeout_ns(18) + mad::timeout_ns(20));  // 6.4 s, as cm.c's timeout_ms
   EXPECT_FALSE(a_.agent.poll_timers(now_ + interval - 1));
   EXPECT_TRUE(a_.out.empty());
   for (int i = 0; i < 15; ++i) {
@@ -540,13 +539,13 @@ TEST_F(CmWireTest, AnMraPostponesTheRetry) {
   ASSERT_EQ(a_.agent.connect(&a_.owner, conn(id, 0x11, 1)), 0);
   const SentMad req = a_.take();
   const uint64_t before = a_.agent.next_deadline_ns();
-  cm::Mad mra = req.mad;
+  mad::Mad mra = req.mad;
   std::memset(mra.data, 0, sizeof(mra.data));
-  mra.hdr.attr_id = uint16_t(cm::Attr::kMra);
-  cm::set(mra, cm::mra::kRemoteCommId, cm::get(req.mad, cm::req::kLocalCommId));
-  cm::set(mra, cm::mra::kServiceTimeout, 24);
+  mra.hdr.attr_id = uint16_t(mad::Attr::kMra);
+  mad::set(mra, mad::mra::kRemoteCommId, mad::get(req.mad, mad::req::kLocalCommId));
+  mad::set(mra, mad::mra::kServiceTimeout, 24);
   a_.agent.receive_mad(b_.gid(), a_.gid(), mra);
-  EXPECT_EQ(a_.agent.next_deadline_ns(), before + cm::timeout_ns(24));
+  EXPECT_EQ(a_.agent.next_deadline_ns(), before + mad::timeout_ns(24));
 }
 
 // A listener that has not accepted within half the REQ's Remote CM
@@ -563,21 +562,21 @@ TEST_F(CmWireTest, ASlowAcceptSendsAnMraAndStillConnects) {
   auto creq = b_.event();
   ASSERT_TRUE(creq && creq->event == kConnectRequest);
   const uint64_t req_retry = a_.agent.next_deadline_ns();
-  EXPECT_EQ(b_.agent.next_deadline_ns(), sent + cm::timeout_ns(20) / 2);
+  EXPECT_EQ(b_.agent.next_deadline_ns(), sent + mad::timeout_ns(20) / 2);
   now_ = b_.agent.next_deadline_ns() - 1;
   EXPECT_FALSE(b_.agent.poll_timers(now_));
   EXPECT_TRUE(b_.out.empty());
   now_ += 1;
   EXPECT_TRUE(b_.agent.poll_timers(now_));
   const SentMad mra = carry(b_, a_);
-  ASSERT_EQ(mra.attr(), uint16_t(cm::Attr::kMra));
+  ASSERT_EQ(mra.attr(), uint16_t(mad::Attr::kMra));
   EXPECT_EQ(mra.mad.hdr.tid, req.mad.hdr.tid);
-  EXPECT_EQ(cm::get(mra.mad, cm::mra::kRemoteCommId), cm::get(req.mad, cm::req::kLocalCommId));
-  EXPECT_NE(cm::get(mra.mad, cm::mra::kLocalCommId), 0u);
-  EXPECT_EQ(cm::get(mra.mad, cm::mra::kMessageMraed), 0u);  // the REQ
-  EXPECT_EQ(cm::get(mra.mad, cm::mra::kServiceTimeout), 24u);
+  EXPECT_EQ(mad::get(mra.mad, mad::mra::kRemoteCommId), mad::get(req.mad, mad::req::kLocalCommId));
+  EXPECT_NE(mad::get(mra.mad, mad::mra::kLocalCommId), 0u);
+  EXPECT_EQ(mad::get(mra.mad, mad::mra::kMessageMraed), 0u);  // the REQ
+  EXPECT_EQ(mad::get(mra.mad, mad::mra::kServiceTimeout), 24u);
   EXPECT_EQ(b_.agent.next_deadline_ns(), 0u);  // one MRA, then only when asked again
-  EXPECT_GT(a_.agent.next_deadline_ns(), req_retry + cm::timeout_ns(23));
+  EXPECT_GT(a_.agent.next_deadline_ns(), req_retry + mad::timeout_ns(23));
   // Until the MRA's service timeout is over: nothing sent, no event.
   now_ = a_.agent.next_deadline_ns() - 1;
   EXPECT_FALSE(a_.agent.poll_timers(now_));
@@ -588,12 +587,12 @@ TEST_F(CmWireTest, ASlowAcceptSendsAnMraAndStillConnects) {
   EXPECT_TRUE(a_.agent.poll_timers(now_));
   const SentMad again = carry(a_, b_);
   EXPECT_EQ(std::memcmp(&again.mad, &req.mad, sizeof(req.mad)), 0);
-  EXPECT_EQ(carry(b_, a_).attr(), uint16_t(cm::Attr::kMra));
+  EXPECT_EQ(carry(b_, a_).attr(), uint16_t(mad::Attr::kMra));
   ASSERT_EQ(b_.agent.accept(&b_.owner, conn(creq->id, 0x22, 2)), 0);
-  EXPECT_EQ(carry(b_, a_).attr(), uint16_t(cm::Attr::kRep));
+  EXPECT_EQ(carry(b_, a_).attr(), uint16_t(mad::Attr::kRep));
   EXPECT_EQ(a_.next_type(), kConnectResponse);
   ASSERT_EQ(a_.agent.establish(&a_.owner, active), 0);
-  EXPECT_EQ(carry(a_, b_).attr(), uint16_t(cm::Attr::kRtu));
+  EXPECT_EQ(carry(a_, b_).attr(), uint16_t(mad::Attr::kRtu));
   EXPECT_EQ(b_.next_type(), kEstablished);
   EXPECT_EQ(a_.agent.wire_counters().mras_received, 2u);
   EXPECT_EQ(b_.agent.wire_counters().mras_sent, 2u);
@@ -623,20 +622,20 @@ TEST_F(CmWireTest, ASlowEstablishSendsAnMraOfTheRep) {
   const SentMad rep = carry(b_, a_);
   EXPECT_EQ(a_.next_type(), kConnectResponse);
   const uint64_t rep_retry = b_.agent.next_deadline_ns();
-  EXPECT_EQ(a_.agent.next_deadline_ns(), rep_sent + cm::timeout_ns(20) / 2);
+  EXPECT_EQ(a_.agent.next_deadline_ns(), rep_sent + mad::timeout_ns(20) / 2);
   now_ = a_.agent.next_deadline_ns();
   EXPECT_TRUE(a_.agent.poll_timers(now_));
   const SentMad mra = carry(a_, b_);
-  ASSERT_EQ(mra.attr(), uint16_t(cm::Attr::kMra));
-  EXPECT_EQ(cm::get(mra.mad, cm::mra::kMessageMraed), 1u);  // the REP
-  EXPECT_EQ(cm::get(mra.mad, cm::mra::kRemoteCommId), cm::get(rep.mad, cm::rep::kLocalCommId));
-  EXPECT_GT(b_.agent.next_deadline_ns(), rep_retry + cm::timeout_ns(23));
+  ASSERT_EQ(mra.attr(), uint16_t(mad::Attr::kMra));
+  EXPECT_EQ(mad::get(mra.mad, mad::mra::kMessageMraed), 1u);  // the REP
+  EXPECT_EQ(mad::get(mra.mad, mad::mra::kRemoteCommId), mad::get(rep.mad, mad::rep::kLocalCommId));
+  EXPECT_GT(b_.agent.next_deadline_ns(), rep_retry + mad::timeout_ns(23));
   // The REP sent again gets the MRA again; the late establish connects.
   a_.agent.receive_mad(b_.gid(), a_.gid(), rep.mad);
-  EXPECT_EQ(carry(a_, b_).attr(), uint16_t(cm::Attr::kMra));
+  EXPECT_EQ(carry(a_, b_).attr(), uint16_t(mad::Attr::kMra));
   EXPECT_FALSE(a_.event());
   ASSERT_EQ(a_.agent.establish(&a_.owner, active), 0);
-  EXPECT_EQ(carry(a_, b_).attr(), uint16_t(cm::Attr::kRtu));
+  EXPECT_EQ(carry(a_, b_).attr(), uint16_t(mad::Attr::kRtu));
   EXPECT_EQ(b_.next_type(), kEstablished);
   EXPECT_EQ(a_.agent.next_deadline_ns(), 0u);
   EXPECT_EQ(b_.agent.next_deadline_ns(), 0u);
@@ -656,9 +655,9 @@ TEST_F(CmWireTest, ALostRtuIsRecoveredByTheRepRetry) {
   a_.take();  // the RTU, lost
   now_ = b_.agent.next_deadline_ns();
   EXPECT_TRUE(b_.agent.poll_timers(now_));
-  EXPECT_EQ(carry(b_, a_).attr(), uint16_t(cm::Attr::kRep));
+  EXPECT_EQ(carry(b_, a_).attr(), uint16_t(mad::Attr::kRep));
   EXPECT_FALSE(a_.event());  // no second CONNECT_RESPONSE
-  EXPECT_EQ(carry(a_, b_).attr(), uint16_t(cm::Attr::kRtu));
+  EXPECT_EQ(carry(a_, b_).attr(), uint16_t(mad::Attr::kRtu));
   EXPECT_EQ(b_.next_type(), kEstablished);
   EXPECT_EQ(b_.agent.next_deadline_ns(), 0u);
 }
@@ -672,10 +671,10 @@ TEST_F(CmWireTest, AClientThatDiesDisconnectsItsRemotePeer) {
   a_.agent.release_owner(&a_.owner);
   EXPECT_EQ(a_.agent.id_count(), 0u);
   const SentMad dreq = a_.take();
-  EXPECT_EQ(dreq.attr(), uint16_t(cm::Attr::kDreq));
+  EXPECT_EQ(dreq.attr(), uint16_t(mad::Attr::kDreq));
   now_ = a_.agent.next_deadline_ns();  // lost once
   EXPECT_TRUE(a_.agent.poll_timers(now_));
-  EXPECT_EQ(carry(a_, b_).attr(), uint16_t(cm::Attr::kDreq));
+  EXPECT_EQ(carry(a_, b_).attr(), uint16_t(mad::Attr::kDreq));
   EXPECT_EQ(b_.next_type(), kDisconnected);
   carry(b_, a_);  // the DREP
   EXPECT_EQ(a_.agent.next_deadline_ns(), 0u);
@@ -689,7 +688,7 @@ TEST_F(CmWireTest, AWithdrawnReqRejectsThePendingRequest) {
   const uint64_t active = a_.resolved("10.9.0.2", 7007);
   ASSERT_TRUE(requested(active));
   ASSERT_EQ(a_.agent.destroy_id(&a_.owner, active), 0);
-  EXPECT_EQ(carry(a_, b_).attr(), uint16_t(cm::Attr::kRej));
+  EXPECT_EQ(carry(a_, b_).attr(), uint16_t(mad::Attr::kRej));
   auto e = b_.event();
   ASSERT_TRUE(e);
   EXPECT_EQ(e->event, kRejected);
@@ -701,13 +700,13 @@ TEST_F(CmWireTest, SidrResolvesAUdServiceAndRefusesAnUnknownOne) {
   b_.listen(7008, kPsUdp);
   const uint64_t id = a_.resolved("10.9.0.2", 7008, kPsUdp);
   ASSERT_EQ(a_.agent.connect(&a_.owner, conn(id, 0x11, 0)), 0);
-  EXPECT_EQ(carry(a_, b_).attr(), uint16_t(cm::Attr::kSidrReq));
+  EXPECT_EQ(carry(a_, b_).attr(), uint16_t(mad::Attr::kSidrReq));
   auto req = b_.event();
   ASSERT_TRUE(req);
   EXPECT_EQ(req->event, kConnectRequest);
   EXPECT_EQ(req->param.private_data_len, 180);  // 216 - sizeof(cma_hdr)
   ASSERT_EQ(b_.agent.accept(&b_.owner, conn(req->id, 0x44, 0)), 0);
-  EXPECT_EQ(carry(b_, a_).attr(), uint16_t(cm::Attr::kSidrRep));
+  EXPECT_EQ(carry(b_, a_).attr(), uint16_t(mad::Attr::kSidrRep));
   auto e = a_.event();
   ASSERT_TRUE(e);
   EXPECT_EQ(e->event, kEstablished);
@@ -726,14 +725,14 @@ TEST_F(CmWireTest, SidrResolvesAUdServiceAndRefusesAnUnknownOne) {
 }
 
 TEST_F(CmWireTest, MadsOfAnotherClassOrForNoIdAreDropped) {
-  cm::Mad m{};
+  mad::Mad m{};
   m.hdr.base_version = 1;
   m.hdr.mgmt_class = 0x03;  // subnet administration
   m.hdr.class_version = 2;
   m.hdr.method = 3;
   a_.agent.receive_mad(b_.gid(), a_.gid(), m);
-  m.hdr.mgmt_class = cm::kMgmtClassCm;
-  m.hdr.attr_id = uint16_t(cm::Attr::kRtu);
+  m.hdr.mgmt_class = mad::kMgmtClassCm;
+  m.hdr.attr_id = uint16_t(mad::Attr::kRtu);
   a_.agent.receive_mad(b_.gid(), a_.gid(), m);  // names no id of ours
   EXPECT_EQ(a_.agent.wire_counters().mads_dropped, 2u);
   EXPECT_FALSE(a_.event());
@@ -779,4 +778,4 @@ TEST_F(CmWireTest, AddressResolutionWaitsForTheNeighbour) {
 }
 
 }  // namespace
-}  // namespace uroce::device
+}  // namespace uroce::cm

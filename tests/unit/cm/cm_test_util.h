@@ -9,7 +9,7 @@
 
 #include "uroce/abi.h"
 
-namespace uroce::device::cm_test {
+namespace uroce::cm::cm_test {
 
 constexpr uint32_t kPsTcp = 0x0106, kPsUdp = 0x0111, kPsIb = 0x013F;  // RDMA_PS_TCP, _UDP, _IB
 enum : uint32_t { kAddrResolved = 0, kRouteResolved = 2, kConnectRequest = 4, kConnectResponse = 5,
@@ -24,4 +24,4 @@ inline abi::CmAddr v4(const char* ip, uint16_t port) {
   return a;
 }
 
-}  // namespace uroce::device::cm_test
+}  // namespace uroce::cm::cm_test

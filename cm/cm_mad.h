@@ -11,17 +11,22 @@
 #include <cstdint>
 #include <cstring>
 
+#include "device/qp1_agent.h"
 #include "net/byteorder.h"
 
-namespace uroce::net::cm {
+namespace uroce::cm::mad {
+
+using net::be16;
+using net::be32;
+using net::be64;
 
 // The general services QP and its well-known Q_Key (IBA 13.5.1, C13-23);
 // every GSI MAD on RoCE goes with P_Key 0xffff (the default partition).
-constexpr uint32_t kGsiQpn = 1;
-constexpr uint32_t kGsiQkey = 0x80010000u;
-constexpr uint16_t kGsiPkey = 0xffff;
+constexpr uint32_t kGsiQpn = device::kGsiQpn;
+constexpr uint32_t kGsiQkey = device::kGsiQkey;
+constexpr uint16_t kGsiPkey = device::kGsiPkey;
 
-constexpr size_t kMadBytes = 256;
+constexpr size_t kMadBytes = device::kMadBytes;
 constexpr uint8_t kBaseVersion = 1;
 constexpr uint8_t kMgmtClassCm = 0x07;  // IBA 13.4.4, table 148
 constexpr uint8_t kCmClassVersion = 2;
@@ -270,4 +275,4 @@ constexpr size_t kSidrReqUserPrivateData = sidr_req::kPrivateData.len - sizeof(C
 // IBA 12.7.30 and 13.4.6.2: a timeout field t means 4.096 us * 2^t.
 constexpr uint64_t timeout_ns(uint8_t t) { return uint64_t(4096) << (t > 31 ? 31 : t); }
 
-}  // namespace uroce::net::cm
+}  // namespace uroce::cm::mad

@@ -1,6 +1,6 @@
 // The connection manager's agent (see cm_agent.h). Setup path: runs on the
 // engine thread from control requests, never from the datapath.
-#include "device/cm_agent.h"
+#include "cm/cm_agent.h"
 
 #include <fcntl.h>
 #include <infiniband/verbs.h>
@@ -17,7 +17,7 @@
 #include "device/objects.h"
 #include "uroce/gid.h"
 
-namespace uroce::device {
+namespace uroce::cm {
 
 using namespace cm_events;
 
@@ -453,7 +453,7 @@ int CmAgent::connect(Owner* o, const abi::CmConnectRequest& r) {
   // The application's private data: what the REQ's (SIDR REQ's) field
   // holds less rdma_cm's IP header (an AF_IB id has no route: it never
   // gets here).
-  if (r.param.private_data_len > (ud ? net::cm::kSidrReqUserPrivateData : net::cm::kReqUserPrivateData))
+  if (r.param.private_data_len > (ud ? mad::kSidrReqUserPrivateData : mad::kReqUserPrivateData))
     return EINVAL;
   if (id->remote) return connect_remote(*id, r.id, r);
   const uint64_t lh = find_listener(id->ps, id->dst);
@@ -481,7 +481,7 @@ int CmAgent::connect(Owner* o, const abi::CmConnectRequest& r) {
   child.src = id->dst;
   child.dst = id->src;
   child.peer = r.id;
-  uint8_t wire_private[net::cm::sidr_req::kPrivateData.len];
+  uint8_t wire_private[mad::sidr_req::kPrivateData.len];
   const size_t wire_len = request_private(*id, r.param, wire_private);
   const uint64_t ch = next_handle_++;
   id = &ids_.emplace(ch, child).first->second;  // (the map's nodes stay put)
@@ -496,7 +496,7 @@ int CmAgent::connect(Owner* o, const abi::CmConnectRequest& r) {
   ev.dst = child.dst;
   ev.param = r.param;
   // What follows rdma_cm's IP header (cma_user_data_offset).
-  const size_t skip = sizeof(net::cm::CmaHdr);
+  const size_t skip = sizeof(mad::CmaHdr);
   ev.param.private_data_len = uint8_t(std::min(wire_len - skip, sizeof(ev.param.private_data)));
   std::memcpy(ev.param.private_data, wire_private + skip, ev.param.private_data_len);
   // The receiver's view: the REQ's initiator depth is what it may answer
@@ -667,4 +667,4 @@ std::vector<uint16_t> CmAgent::listening_ports() const {
   return ports;
 }
 
-}  // namespace uroce::device
+}  // namespace uroce::cm

@@ -18,14 +18,17 @@
 #include <functional>
 #include <map>
 #include <netinet/in.h>
+#include <nlohmann/json.hpp>
+#include <string>
 #include <vector>
 
-#include "net/cm_mad.h"
+#include "cm/cm_mad.h"
+#include "device/qp1_agent.h"
 #include "uroce/abi.h"
 
-namespace uroce::device {
+namespace uroce::cm {
 
-struct Owner;
+using device::Owner;
 
 // The AF_IB address (abi::CmAddr) of a GID and a service ID.
 inline abi::CmAddr cm_ib_address(const uint8_t* gid, uint64_t sid) {
@@ -57,19 +60,19 @@ enum CmEvent : uint32_t {
 constexpr uint32_t kPsTcp = 0x0106;
 constexpr uint32_t kPsUdp = 0x0111;
 constexpr uint32_t kPsIb = 0x013F;  // RC, UC, XRC and UD alike (RDMA_PS_IB)
-constexpr int32_t kRejTimeout = net::cm::kRejTimeout;
-constexpr int32_t kRejInvalidServiceId = net::cm::kRejInvalidServiceId;
-constexpr int32_t kRejConsumerDefined = net::cm::kRejConsumerDefined;
-constexpr int32_t kSidrUnsupported = net::cm::kSidrUnsupported;
-constexpr int32_t kSidrReject = net::cm::kSidrReject;
+constexpr int32_t kRejTimeout = mad::kRejTimeout;
+constexpr int32_t kRejInvalidServiceId = mad::kRejInvalidServiceId;
+constexpr int32_t kRejConsumerDefined = mad::kRejConsumerDefined;
+constexpr int32_t kSidrUnsupported = mad::kSidrUnsupported;
+constexpr int32_t kSidrReject = mad::kSidrReject;
 }  // namespace cm_events
 
-// How the agent reaches the wire: the device gives it (device/gsi.cc), unit
+// How the agent reaches the wire: the device's QP1 (cm/device_link.h), unit
 // tests a fake. Without it every address beyond the engine is ADDR_ERROR.
 struct CmWire {
   // Sends a MAD to the GSI (QPN 1) of the port whose GID is dgid, from our
   // GID sgid_index, as a UD send through the device's ports.
-  std::function<void(const uint8_t* dgid, uint8_t sgid_index, const net::cm::Mad&)> send;
+  std::function<void(const uint8_t* dgid, uint8_t sgid_index, const mad::Mad&)> send;
   // The engine reaches addresses beyond its own (it has a wire port).
   std::function<bool()> has_route;
   // Is the neighbour of dgid known (the ARP/NDP cache)? If not and solicit,
@@ -98,13 +101,13 @@ struct CmWireCounters {
   uint64_t mras_sent = 0, mras_received = 0;  // (12.6.6) our application slow, or the peer's
 };
 
-class CmAgent {
+class CmAgent final : public device::Qp1Agent {
  public:
   // The engine's addresses and GID table (they outlive the agent).
   CmAgent(const std::array<uint8_t, 4>& ip, const std::array<uint8_t, 16>& ip6,
           const abi::DeviceInfo& info)
       : ip_(ip), ip6_(ip6), info_(info) {}
-  ~CmAgent();
+  ~CmAgent() override;
 
   // Each returns 0 or an errno; handles name the calling owner's objects
   // only (another's, or a stale one, is ENOENT).
@@ -124,11 +127,11 @@ class CmAgent {
   int migrate(Owner* o, uint64_t id, uint64_t channel);
   // The owner is gone (its process exited or was killed): its connections
   // end as when it destroys each id (the peer sees DISCONNECTED or REJECTED).
-  void release_owner(Owner* o);
+  void release_owner(Owner* o) override;
   // An address of the bound interface went (its GID is gone): every id
   // bound to it gets ADDR_CHANGE (cma_netdev_change's event for ids bound to
   // an interface whose address changed); what to do is the application's.
-  void address_removed(const uint8_t gid[16]);
+  void address_removed(const uint8_t gid[16]) override;
 
   size_t id_count() const { return ids_.size(); }
   // The ports (host order) ids listen on (`uroce run --wait-listen`).
@@ -139,16 +142,22 @@ class CmAgent {
   void attach_wire(CmWire wire) { wire_ = std::move(wire); }
   // A CM MAD that reached the GSI: sgid is the sender's port GID (its IP
   // source), dgid ours that it was sent to.
-  void receive_mad(const uint8_t* sgid, const uint8_t* dgid, const net::cm::Mad& mad);
+  void receive_mad(const uint8_t* sgid, const uint8_t* dgid, const mad::Mad& mad);
+  // The device's QP1 (device/qp1_agent.h): a CM MAD goes on to the above,
+  // another class is dropped (no other GSI class is served).
+  bool receive_mad(const uint8_t* sgid, const uint8_t* dgid, const uint8_t* mad) override;
   // Retransmits what is due and fails exchanges out of retries; true if it
   // did anything.
-  bool poll_timers(uint64_t now_ns);
-  uint64_t next_deadline_ns() const;  // 0: no MAD awaits an answer, no timer runs
+  bool poll_timers(uint64_t now_ns) override;
+  uint64_t next_deadline_ns() const override;  // 0: no MAD awaits an answer, no timer runs
   // How long a disconnected connection stays in time-wait before its id
   // gets TIMEWAIT_EXIT: the packet life time's timeout doubled (cm.c's
   // av.timeout, the packet life time + 1: 2.1 s on RoCE).
-  uint64_t timewait_ns() const { return net::cm::timeout_ns(uint8_t(wire_.packet_life_time + 1)); }
+  uint64_t timewait_ns() const override { return mad::timeout_ns(uint8_t(wire_.packet_life_time + 1)); }
   const CmWireCounters& wire_counters() const { return wire_counters_; }
+  // `uroce status`'s lines and the report's "cm" (cm_report.cc).
+  std::string status_text() const;
+  void report(nlohmann::json& out) const;
 
  private:
   // The states of rdma_cm's ids that the agent needs (cma.c enum rdma_cm_state).
@@ -201,8 +210,8 @@ class CmAgent {
   struct Outstanding {
     uint64_t handle = 0;
     uint32_t comm_id = 0;
-    net::cm::Attr attr{};
-    net::cm::Mad mad{};
+    mad::Attr attr{};
+    mad::Mad mad{};
     uint8_t dgid[16] = {};
     uint8_t sgid_index = 0;
     uint64_t deadline_ns = 0;
@@ -236,7 +245,7 @@ class CmAgent {
   bool listens_on(uint64_t sid) const;
   // Does the listener refuse IP requests (an AF_IB one: cma_ib_acquire_dev)?
   bool refuses_ip_requests(uint64_t listener) const;
-  static bool ip_request(const net::cm::Mad& m, net::cm::Bytes private_data, uint64_t sid, abi::CmAddr* local,
+  static bool ip_request(const mad::Mad& m, mad::Bytes private_data, uint64_t sid, abi::CmAddr* local,
                          abi::CmAddr* peer);
   // A request's private data as on the wire, its length returned: rdma_cm's
   // IP header first (cma_user_data_offset), then the application's; a new
@@ -268,9 +277,9 @@ class CmAgent {
   uint64_t handle_of(uint32_t comm) const { return handle_base_ | (comm ^ comm_id_operand_); }
   // The remote id a message names by our communication ID, or nullptr.
   Id* find_remote(uint32_t our_comm_id, uint64_t* h);
-  net::cm::Mad new_mad(net::cm::Attr attr, uint64_t tid) const;
-  void send(const Id& id, const net::cm::Mad& m);
-  void send_tracked(uint64_t h, const Id& id, const net::cm::Mad& m);
+  mad::Mad new_mad(mad::Attr attr, uint64_t tid) const;
+  void send(const Id& id, const mad::Mad& m);
+  void send_tracked(uint64_t h, const Id& id, const mad::Mad& m);
   void cancel(uint64_t h);
   // MRAs (12.6.6): of the REQ (msg 0) or the REP (msg 1) id has not yet
   // answered; schedule_mra sends one at half the time the peer waits.
@@ -289,24 +298,24 @@ class CmAgent {
                         uint64_t sid, uint8_t status);
   uint8_t sgid_index_of(const uint8_t* gid) const;
   // One handler per message (IBA 12.6), by attribute ID.
-  using MadHandler = void (CmAgent::*)(const uint8_t* sgid, const uint8_t* dgid, const net::cm::Mad& m);
+  using MadHandler = void (CmAgent::*)(const uint8_t* sgid, const uint8_t* dgid, const mad::Mad& m);
   struct MadRoute {
-    net::cm::Attr attr;
+    mad::Attr attr;
     MadHandler handler;
   };
   static const MadRoute kMadRoutes[];
-  void on_req(const uint8_t* sgid, const uint8_t* dgid, const net::cm::Mad& m);
-  void on_sidr_req(const uint8_t* sgid, const uint8_t* dgid, const net::cm::Mad& m);
-  void on_mra(const uint8_t* sgid, const uint8_t* dgid, const net::cm::Mad& m);
-  void on_rej(const uint8_t* sgid, const uint8_t* dgid, const net::cm::Mad& m);
-  void on_rep(const uint8_t* sgid, const uint8_t* dgid, const net::cm::Mad& m);
-  void on_rtu(const uint8_t* sgid, const uint8_t* dgid, const net::cm::Mad& m);
-  void on_dreq(const uint8_t* sgid, const uint8_t* dgid, const net::cm::Mad& m);
-  void on_drep(const uint8_t* sgid, const uint8_t* dgid, const net::cm::Mad& m);
-  void on_sidr_rep(const uint8_t* sgid, const uint8_t* dgid, const net::cm::Mad& m);
+  void on_req(const uint8_t* sgid, const uint8_t* dgid, const mad::Mad& m);
+  void on_sidr_req(const uint8_t* sgid, const uint8_t* dgid, const mad::Mad& m);
+  void on_mra(const uint8_t* sgid, const uint8_t* dgid, const mad::Mad& m);
+  void on_rej(const uint8_t* sgid, const uint8_t* dgid, const mad::Mad& m);
+  void on_rep(const uint8_t* sgid, const uint8_t* dgid, const mad::Mad& m);
+  void on_rtu(const uint8_t* sgid, const uint8_t* dgid, const mad::Mad& m);
+  void on_dreq(const uint8_t* sgid, const uint8_t* dgid, const mad::Mad& m);
+  void on_drep(const uint8_t* sgid, const uint8_t* dgid, const mad::Mad& m);
+  void on_sidr_rep(const uint8_t* sgid, const uint8_t* dgid, const mad::Mad& m);
   // A new passive id for a request from the wire, and its CONNECT_REQUEST.
   uint64_t request_from_wire(uint64_t listener, const uint8_t* sgid, const uint8_t* dgid,
-                             const net::cm::Mad& m, const abi::CmAddr& local, const abi::CmAddr& peer,
+                             const mad::Mad& m, const abi::CmAddr& local, const abi::CmAddr& peer,
                              uint32_t remote_comm_id, bool ud);
 
   const std::array<uint8_t, 4>& ip_;
@@ -338,4 +347,4 @@ class CmAgent {
   std::vector<TimewaitDue> timewait_;  // in due order (one time-wait for all)
 };
 
-}  // namespace uroce::device
+}  // namespace uroce::cm

@@ -1,13 +1,13 @@
-// Tests for net/cm_mad.h: the CM field table's getter and setter against
+// Tests for cm/cm_mad.h: the CM field table's getter and setter against
 // bytes placed by hand from IBA chapter 12's tables.
-#include "net/cm_mad.h"
+#include "cm/cm_mad.h"
 
 #include <gtest/gtest.h>
 
 #include <cstddef>
 #include <cstring>
 
-namespace uroce::net::cm {
+namespace uroce::cm::mad {
 namespace {
 
 TEST(CmMadTest, FieldsReadBackWhatWasWrittenWithoutTouchingNeighbours) {
@@ -68,4 +68,4 @@ TEST(CmMadTest, CmaHdrAndTimeouts) {
 }
 
 }  // namespace
-}  // namespace uroce::net::cm
+}  // namespace uroce::cm::mad

@@ -1,6 +1,6 @@
-// The CM agent alone (device/cm_agent.h): owners, ports, listeners and the
+// The CM agent alone (cm/cm_agent.h): owners, ports, listeners and the
 // events each step delivers, read back from the channels' pipes.
-#include "device/cm_agent.h"
+#include "cm/cm_agent.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -10,10 +10,10 @@
 #include <cstring>
 #include <optional>
 
-#include "device/cm_test_util.h"
+#include "cm/cm_test_util.h"
 #include "device/objects.h"
 
-namespace uroce::device {
+namespace uroce::cm {
 namespace {
 
 using namespace cm_test;
@@ -195,4 +195,4 @@ TEST_F(CmAgentTest, AChannelNobodyReadsLosesEventsNotTheEnginesTime) {
 }
 
 }  // namespace
-}  // namespace uroce::device
+}  // namespace uroce::cm
