@@ -13,6 +13,7 @@
 #include <cstring>
 #include <vector>
 
+#include "cm/device_link.h"
 #include "device/device.h"
 
 namespace uroce::device::fuzz {
@@ -44,6 +45,8 @@ abi::QpAttr base_attr() {
 
 struct World {
   Device dev{DeviceConfig{}};
+  // The CM on QP1, as in the engine: GSI MADs reach its parser too.
+  cm::CmAgent cm{dev.config().ip, dev.config().ip6, dev.info()};
   Owner owner;
   std::vector<uint8_t> buf = std::vector<uint8_t>(kBuf, 0x5a);
   uint32_t pd = 0, key = 0, cq = 0, srq = 0;
@@ -55,6 +58,7 @@ struct World {
   uint64_t now = 1'000'000'000;
 
   World() {
+    cm::attach_to_device(cm, dev);
     owner.id = 1;
     owner.mem = ProcessMemory(getpid());
     owner.comm = "fuzz";
