@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "device/objects.h"
-#include "uroce/gid.h"
+#include "uroce/cm_addr.h"
 
 namespace uroce::cm {
 

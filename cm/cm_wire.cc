@@ -14,7 +14,7 @@
 #include <cstring>
 
 #include "cm/cm_agent.h"
-#include "uroce/gid.h"
+#include "uroce/cm_addr.h"
 
 namespace uroce::cm {
 

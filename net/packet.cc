@@ -4,13 +4,13 @@
 #include <cassert>
 
 #include "net/icrc.h"
+#include "uroce/gid.h"
 
 namespace uroce::net {
 
 namespace {
 
 constexpr size_t kIpv4FrameHeaders = sizeof(EthHdr) + sizeof(Ipv4Hdr) + sizeof(UdpHdr);
-constexpr uint8_t kIpv4MappedPrefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
 
 // One's complement sum (RFC 1071) in 64-bit native-order words with
 // end-around carry; the byte order is fixed once at the end (RFC 1071 2(B)).
@@ -333,14 +333,12 @@ void roce_grh(const Packet& p, uint8_t grh[40]) {
 
 // ---- GIDs and routes ----
 
-bool gid_is_ipv4_mapped(const uint8_t gid[16]) {
-  return std::memcmp(gid, kIpv4MappedPrefix, sizeof(kIpv4MappedPrefix)) == 0;
-}
+// The rule is uroce/gid.h's, which the CM and the drop-in librdmacm read too.
+bool gid_is_ipv4_mapped(const uint8_t gid[16]) { return uroce::is_ipv4_mapped(gid); }
 
 Ipv6Addr ipv4_mapped_gid(const std::array<uint8_t, 4>& ip) {
   Ipv6Addr g{};
-  std::memcpy(g.data(), kIpv4MappedPrefix, sizeof(kIpv4MappedPrefix));
-  std::memcpy(g.data() + 12, ip.data(), 4);
+  uroce::ipv4_gid(ip.data(), g.data());
   return g;
 }
 

@@ -10,7 +10,7 @@
 #include <cstring>
 #include <string>
 
-#include "uroce/gid.h"
+#include "uroce/cm_addr.h"
 #include "uroce/runtime_dir.h"
 #include "verbs_provider/rdmacm/rdmacm.h"
 
