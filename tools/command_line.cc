@@ -49,8 +49,10 @@ Commands:
                       take the engine's port down or up: clients get
                       IBV_EVENT_PORT_ERR / IBV_EVENT_PORT_ACTIVE, traffic stops
   bench [--quick] [--out DIR] [--no-two-hosts] [--keep] [--only PARTS]
+        [--against BUILD [--runs N] [--tolerance F]]
                       run perftest through engines of its own beside the
-                      baselines (memcpy, shared memory, TCP); table, JSON, SVG
+                      baselines (memcpy, shared memory, TCP); table, JSON, SVG;
+                      with --against, an A/B of this build and BUILD
   help [COMMAND]      show this text, or the options of COMMAND
 
 'uroce COMMAND --help' shows the options of COMMAND.
@@ -239,6 +241,16 @@ void declare_bench(CLI::App& app, CommandLine& cl) {
          "--only", pass_option("--only"),
          "comma-separated parts to run: baselines, idle, perftest, ...")
       ->type_name("PARTS");
+  sub->add_option_function<std::string>(
+         "--against", pass_option("--against"),
+         "A/B: run this build and BUILD (a build directory) alternately and compare the medians")
+      ->type_name("BUILD");
+  sub->add_option_function<std::string>("--runs", pass_option("--runs"), "runs per build with --against (default 5)")
+      ->type_name("N");
+  sub->add_option_function<std::string>("--tolerance", pass_option("--tolerance"),
+                                        "with --against: how much worse a median may be before it is called "
+                                        "worse (default 0.05)")
+      ->type_name("F");
 }
 
 CLI::App* declare_help(CLI::App& app, std::string& topic) {

@@ -6,7 +6,8 @@
 # build tree, into a scratch prefix), starts an engine and runs a real verbs
 # consumer's own test suite, rdma-core's pyverbs, under `uroce run`; a
 # failing command fails the step and shows the engine's counters and log;
-# the engine is stopped either way.
+# the engine is stopped either way. (package_test.sh runs the same step on a
+# clean copy of the tree, with the build and the .deb made from it.)
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
@@ -17,14 +18,7 @@ grep -qE '^ +- uses: [^ ]+/uroce@(v[0-9][0-9.]*|[0-9a-f]{40})( |$)' "$workflow" 
   { echo "ci_recipe_test: the example workflow does not use the action with a pinned ref" >&2; exit 1; }
 # The action's step, as GitHub runs it (bash, its inputs in the environment).
 step="$UROCE_TEST_DIR/action-step.sh"
-python3 - "$UROCE_SRC_DIR/action.yml" "$step" <<'PY'
-import sys, yaml
-action = yaml.safe_load(open(sys.argv[1]))
-assert action["runs"]["using"] == "composite"
-steps = [s for s in action["runs"]["steps"] if "run" in s]
-assert len(steps) == 1 and steps[0]["shell"] == "bash"
-open(sys.argv[2], "w").write(steps[0]["run"])
-PY
+action_step "$UROCE_SRC_DIR/action.yml" "$step"
 grep -q 'run-under-uroce.sh' "$step" || { echo "ci_recipe_test: the action does not run the recipe" >&2; exit 1; }
 # RUNNER_TEMP/uroce-build is where the action builds; here the suite's own
 # build tree (a recipe uses an existing tree as it is), so nothing is rebuilt.

@@ -386,3 +386,16 @@ wait_gone() {
   done
   return 1
 }
+
+# The one step of the composite GitHub Action ACTION_YML (action.yml), written
+# to OUT as the bash GitHub runs for it (its inputs come from the environment).
+action_step() {  # ACTION_YML OUT
+  python3 - "$1" "$2" <<'PY'
+import sys, yaml
+action = yaml.safe_load(open(sys.argv[1]))
+assert action["runs"]["using"] == "composite"
+steps = [s for s in action["runs"]["steps"] if "run" in s]
+assert len(steps) == 1 and steps[0]["shell"] == "bash"
+open(sys.argv[2], "w").write(steps[0]["run"])
+PY
+}

@@ -102,3 +102,42 @@ as_user timeout 30 "$uroce_pkg" stop --all >/dev/null
 user_name=$(id -un)
 ((${#runner[@]})) && user_name=nobody
 echo "package_test: the packaged uroce ran ibv_rc_pingpong as $user_name"
+
+# The GitHub Action (action.yml) on this clean copy, as a project's CI runs
+# it: its one step, GITHUB_ACTION_PATH the copy, the device checked by a
+# command under it, the engine stopped after. From source: the build it
+# makes in RUNNER_TEMP/uroce-build is the tree dpkg-buildpackage just made
+# of the same copy, configured without the tests as the recipe configures
+# (a built tree is used as it is, so it is installed, not built twice). From
+# the .deb (as root): apt-get installs it, it runs, dpkg removes it.
+if type -P uroce >/dev/null; then
+  echo "package_test: the action not run: a uroce is installed on PATH, the action would use it"
+  exit 0
+fi
+step="$work/action-step.sh"
+action_step "$src/action.yml" "$step"
+obj=$(ls -d "$src"/obj-*/ | head -n 1)
+grep -q '^UROCE_BUILD_TESTS:BOOL=OFF$' "$obj/CMakeCache.txt" ||
+  { echo "package_test: the package's build tree has the tests" >&2; exit 1; }
+mkdir -p "$work/runner"
+ln -sfn "$obj" "$work/runner/uroce-build"
+check='ibv_devinfo -d uroce0 | grep -q PORT_ACTIVE'
+run_action() {  # LABEL DEB
+  (cd "$work" && timeout 300 env GITHUB_ACTION_PATH="$src" RUNNER_TEMP="$work/runner" UROCE_ACTION_RUN="$check" \
+    UROCE_ACTION_DEVICE=uroce0 UROCE_ACTION_ENGINE_ARGS="--cpu none" UROCE_ACTION_DEB="$2" \
+    UROCE_ACTION_PREFIX="$work/action-prefix" bash -e "$step") >"$UROCE_LOG_DIR/action-$1.log" 2>&1 ||
+    { tail -n 30 "$UROCE_LOG_DIR/action-$1.log" >&2; echo "package_test: the action ($1) failed" >&2; exit 1; }
+}
+run_action source ""
+[[ -x "$work/action-prefix/bin/uroce" ]] || { echo "package_test: the action installed no uroce" >&2; exit 1; }
+grep -q "^== uroce0" <<<"$("$work/action-prefix/bin/uroce" status 2>/dev/null)" &&
+  { echo "package_test: the action left its engine running" >&2; exit 1; }
+echo "package_test: the action ran from the clean copy (built without tests, installed, engine up, stopped)"
+if ((EUID == 0)) && [[ ${CI:-} == true || -n ${UROCE_TEST_INSTALL_DEB:-} ]]; then
+  add_cleanup "dpkg -r uroce >/dev/null 2>&1"
+  run_action deb "$deb"
+  [[ $(type -P uroce) == /usr/bin/uroce ]] || { echo "package_test: the action did not install the .deb" >&2; exit 1; }
+  dpkg -r uroce >"$UROCE_LOG_DIR/dpkg-remove.log" 2>&1 ||
+    { cat "$UROCE_LOG_DIR/dpkg-remove.log" >&2; echo "package_test: dpkg -r uroce failed" >&2; exit 1; }
+  echo "package_test: the action installed the .deb, ran under it and it was removed"
+fi

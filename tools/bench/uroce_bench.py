@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """uroce bench: uroce's speed beside the baselines that judge it, in one run.
 
-    uroce bench [--quick] [--out DIR] [--no-two-hosts] [--keep]
+    uroce bench [--quick] [--out DIR] [--no-two-hosts] [--keep] [--only PARTS]
+    uroce bench --against BUILD [--runs N] [--tolerance F] [--quick] [--only PARTS]
 
 `uroce bench` execs this script with --uroce PATH (the uroce command of the
 build tree or installation). It
@@ -29,6 +30,12 @@ build tree or installation). It
   4. prints a table (each figure, its baselines and the ratios), and writes
      results.json, table.md and bench.svg into --out (default
      ./uroce-bench-results).
+
+With --against, it is an A/B instead: this build and BUILD (another build
+directory, e.g. a worktree of main built alongside) run the same bench
+alternately, --runs times each on the same machine, and the table compares
+their medians figure by figure (ab.md, ab.json), naming each figure that came
+out worse than BUILD's by more than --tolerance.
 
 Progress goes to stdout while it runs. The exit status is 0 unless something
 failed (a run that did not complete, an engine that did not start); the
@@ -1336,6 +1343,111 @@ def panel(x0, y0, w, h, ylabel, series, hlines):
     return out
 
 
+# ---- A/B: two builds, alternating, in one run ----
+
+def build_commit(uroce):
+    """The source commit of the build tree a uroce command belongs to (its
+    CMakeCache names the source directory), or None for an installation."""
+    cache = os.path.join(os.path.dirname(os.path.dirname(uroce)), "CMakeCache.txt")
+    try:
+        with open(cache) as f:
+            src = next((l.split("=", 1)[1].strip() for l in f if l.startswith("CMAKE_HOME_DIRECTORY")), None)
+        out = subprocess.run(["git", "-C", src, "describe", "--always", "--dirty"], capture_output=True, text=True)
+        return out.stdout.strip() or None
+    except (OSError, StopIteration, TypeError):
+        return None
+
+
+def lower_is_better(row):
+    return str(row.get("uroce", "")).endswith(" us") or row["figure"].startswith("idle engine")
+
+
+def median(xs):
+    xs = sorted(xs)
+    n = len(xs)
+    return None if n == 0 else (xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2)
+
+
+def run_ab(opts):
+    """Runs this script for two builds alternately (this build and --against),
+    --runs times each, the order swapped every round so neither build always
+    goes first; prints each figure's median per build and their ratio, and
+    writes ab.json and ab.md. A figure counts as lower for this build when its
+    median is worse than the other's by more than --tolerance."""
+    other = os.path.abspath(opts.against)
+    if os.path.isdir(other):
+        other = os.path.join(other, "bin", "uroce")
+    if not os.access(other, os.X_OK):
+        print("uroce bench: --against: %s is not a uroce command or build directory" % opts.against, file=sys.stderr)
+        return 2
+    builds = [("this", os.path.abspath(opts.uroce)), ("against", other)]
+    out = os.path.abspath(opts.out)
+    os.makedirs(out, exist_ok=True)
+    passed = (["--quick"] if opts.quick else []) + (["--only", opts.only] if opts.only else []) + \
+        (["--no-two-hosts"] if opts.no_two_hosts else [])
+    values = {label: {} for label, _ in builds}
+    rows_seen = {}
+    failures = 0
+    t0 = time.monotonic()
+    for i in range(opts.runs):
+        order = builds if i % 2 == 0 else builds[::-1]
+        for label, uroce in order:
+            run_dir = os.path.join(out, "%s-%d" % (label, i + 1))
+            print("[%6.1fs] A/B run %d/%d: %s (%s)" % (time.monotonic() - t0, i + 1, opts.runs, label, uroce),
+                  flush=True)
+            with open(run_dir + ".log", "w") as log:
+                rc = subprocess.run([sys.executable, os.path.abspath(__file__), "--uroce", uroce, "--out", run_dir]
+                                    + passed, stdout=log, stderr=subprocess.STDOUT).returncode
+            if rc != 0:
+                failures += 1
+                print("  run failed (exit %d): see %s.log" % (rc, run_dir), flush=True)
+            try:
+                with open(os.path.join(run_dir, "results.json")) as f:
+                    table = json.load(f)["table"]
+            except (OSError, ValueError, KeyError):
+                continue
+            for row in table:
+                v = row.get("uroce_value")
+                if isinstance(v, (int, float)) and not isinstance(v, bool):
+                    rows_seen.setdefault(row["figure"], row)
+                    values[label].setdefault(row["figure"], []).append(v)
+    report = {"runs": opts.runs, "args": passed, "failed_runs": failures, "tolerance": opts.tolerance,
+              "builds": {label: {"uroce": u, "commit": build_commit(u)} for label, u in builds}, "figures": []}
+    lower = []
+    for figure, row in rows_seen.items():
+        a, b = median(values["this"].get(figure, [])), median(values["against"].get(figure, []))
+        r = ratio(a, b)
+        better_low = lower_is_better(row)
+        worse = r is not None and (r > 1 + opts.tolerance if better_low else r < 1 - opts.tolerance)
+        if worse:
+            lower.append(figure)
+        report["figures"].append({"figure": figure, "this": values["this"].get(figure, []),
+                                  "against": values["against"].get(figure, []), "this_median": a,
+                                  "against_median": b, "ratio": r, "lower_is_better": better_low, "worse": worse})
+    report["worse"] = lower
+    fmt = lambda row, v: (fmt_us(v) if str(row.get("uroce", "")).endswith(" us") else
+                          fmt_rate(v) if "msg/s" in str(row.get("uroce", "")) else
+                          fmt_bw(v) if "/s" in str(row.get("uroce", "")) else "-" if v is None else "%.3g" % v)
+    head = "| figure | this (%s) | against (%s) | this / against | |\n|---|---|---|---|---|\n" % (
+        report["builds"]["this"]["commit"] or "this", report["builds"]["against"]["commit"] or "against")
+    lines = ["| %s | %s | %s | %s | %s |" % (f["figure"], fmt(rows_seen[f["figure"]], f["this_median"]),
+                                             fmt(rows_seen[f["figure"]], f["against_median"]), fmt_ratio(f["ratio"]),
+                                             "worse" if f["worse"] else "")
+             for f in report["figures"]]
+    md = "Medians of %d runs each, alternating (%s).\n\n" % (opts.runs, " ".join(passed) or "full") + head + \
+        "\n".join(lines) + "\n"
+    with open(os.path.join(out, "ab.json"), "w") as f:
+        json.dump(report, f, indent=1, sort_keys=True)
+        f.write("\n")
+    with open(os.path.join(out, "ab.md"), "w") as f:
+        f.write(md)
+    print()
+    print(md)
+    print("wrote %s/ab.json, ab.md; %d failed run(s); %d figure(s) worse by more than %d%%" % (
+        out, failures, len(lower), round(opts.tolerance * 100)))
+    return 1 if failures else 0
+
+
 def main():
     ap = argparse.ArgumentParser(prog="uroce bench", description="uroce's speed beside its baselines.")
     ap.add_argument("--quick", action="store_true", help="a few sizes, short runs (under 2 minutes)")
@@ -1344,12 +1456,19 @@ def main():
     ap.add_argument("--keep", action="store_true", help="keep the logs and runtime directory")
     ap.add_argument("--only", metavar="PARTS", help="comma-separated parts to run: baselines, idle, perftest, "
                     "tag_matching, raw_ethernet, scale, two_hosts (default: all; two_hosts not with --quick)")
+    ap.add_argument("--against", metavar="BUILD", help="A/B: run this build and BUILD (another build directory "
+                    "or uroce command) alternately, --runs times each, and compare the medians")
+    ap.add_argument("--runs", type=int, default=5, help="runs per build with --against (default 5)")
+    ap.add_argument("--tolerance", type=float, default=0.05,
+                    help="with --against: how much worse a median may be before it is called worse (default 0.05)")
     ap.add_argument("--uroce", default=None, help=argparse.SUPPRESS)
     opts = ap.parse_args()
     if not opts.uroce:
         build = os.environ.get("UROCE_BUILD_DIR") or os.path.join(
             os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "build")
         opts.uroce = os.path.join(build, "bin", "uroce")
+    if opts.against:
+        return run_ab(opts)
     bench = Bench(opts)
     atexit.register(bench.cleanup)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))

@@ -2,7 +2,9 @@
 # injector, the af_packet wakeup socket and the DPDK port's EAL arguments (no
 # EAL is started here; the port itself is tests/integration/dpdk_port_test.sh). Included from
 # tests/unit/CMakeLists.txt, whose uroce_unit_test() it uses.
-uroce_unit_test(uroce_net_wire_unit_test
+# The af_packet tests send frames on lo and count what wakes their socket:
+# one at a time, or another's RoCE frame wakes it (ctest -L unit -j2).
+uroce_unit_test(uroce_net_wire_unit_test RESOURCE_LOCK loopback_interface
   net/arp_test.cc
   net/pcap_writer_test.cc
   net/fault_injector_test.cc
