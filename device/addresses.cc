@@ -74,6 +74,7 @@ bool Device::set_addresses(const std::vector<net::IfAddress>& addrs) {
     });
     if (!kept && qp1_agent_) qp1_agent_->address_removed(b.gid);
   }
+  paths_changed();
   return std::memcmp(before, info_.gids, sizeof(before)) != 0;
 }
 

@@ -12,6 +12,7 @@ namespace uroce::device {
   X(tx_port_down, "frames dropped: port administratively down")                  \
   X(tx_no_route, "frames dropped: destination GID is not IPv4 or no wire port")  \
   X(tx_backpressure, "times a sender waited: loopback or wire TX queue full, or packet buffers short") \
+  X(loopback_overflow, "loopback frames dropped: its ring full (only ACKs and NAKs can get there)") \
   X(no_packet_buffer, "frames dropped or not built: every packet buffer in use (packet_buffers_max)") \
   X(rx_not_for_us, "wire frames dropped: not to our MAC and IP")                 \
   X(rx_kernel, "wire frames left to the kernel: not RoCE (no UDP port 4791), on an interface the kernel shares") \
@@ -29,6 +30,7 @@ namespace uroce::device {
   X(rx_mcast_no_group, "multicast datagrams dropped: no QP of ours in the group") \
   X(rx_duplicate, "RC duplicate requests answered again")                        \
   X(rx_out_of_seq, "RC requests dropped: PSN ahead of expected (NAK sent)")      \
+  X(response_queue_full, "RC answers dropped: the responder's queue full (asked again by the requester)") \
   X(rx_stale_response, "responses dropped: PSN outside the outstanding window")  \
   X(first_contact_retries, "local ACK timeouts before the peer answered once, not counted against retry_cnt (device/params.h)") \
   X(rnr_nak_sent, "RNR NAKs sent: no receive WQE")                               \

@@ -12,7 +12,12 @@ namespace uroce::device {
 net::Packet* Device::new_packet(Qp& qp, uint8_t opcode, uint32_t psn, bool ack_req) {
   net::Packet* p = alloc_packet();
   if (!p) [[unlikely]] return nullptr;  // counted; senders check tx_ready() first
-  net::begin_roce_packet(*p, opcode);
+  // Laid out for the QP's path when it is known (IPv6, VLAN: no headers to
+  // move when it is finished), else as IPv4 and moved then.
+  if (qp.path.generation == path_generation_ && qp.path.kind != PathKind::kNone) [[likely]]
+    net::begin_roce_packet(*p, opcode, qp.path.route);
+  else
+    net::begin_roce_packet(*p, opcode);
   net::Bth* bth = p->bth();
   bth->pkey = kDefaultPkey;
   bth->dest_qp = qp.dest_qpn;

@@ -413,7 +413,6 @@ Result<uint32_t> Device::create_qp(Owner* o, const abi::CreateQpRequest& req) {
   qp->sq_copy.resize(size_t(engine_slots) * sq_stride);
   qp->sq_state.resize(engine_slots);
   qp->sq_mask = engine_slots - 1;
-  qp->responses.reserve(2 * kMaxQpRdAtomic);
 
   // Report what the rings really hold (ibv_create_qp writes caps back).
   const bool has_sq = type != IBV_QPT_XRC_RECV;

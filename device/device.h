@@ -262,6 +262,11 @@ class Device {
   void send_packet(Qp& qp, net::Packet* p, const abi::AddressVector* av = nullptr);
   // The same for a packet of no client QP (the GSI's): src_qpn spreads flows.
   void route_packet(net::Packet* p, const abi::AddressVector& path, uint32_t src_qpn);
+  // Where frames on `path` go and the route that frames them (no MAC yet).
+  PathKind resolve_path(const abi::AddressVector& path, uint32_t src_qpn, net::Route& route) const;
+  // Every cached path (Qp::path) is worked out again: the GID table or the
+  // port changed.
+  void paths_changed() { ++path_generation_; }
   void free_packet(net::Packet* p) { pool_.put(p); }
   // A buffer, or nullptr when the pool is exhausted (counted: the caller
   // drops what it would have built).
@@ -359,6 +364,9 @@ class Device {
   std::deque<HeldQpn> held_qpns_;
   void release_held_qpns();
   net::Route loopback_route_{};
+  uint64_t path_generation_ = 1;  // Qp::path caches made in another are stale
+  // Frames p by route and hands it to the port `kind` names.
+  void send_on_path(net::Packet* p, PathKind kind, const net::Route& route, const uint8_t* dgid);
   net::LoopbackPort loopback_;
   net::PacketPool pool_;
   std::unique_ptr<net::DpdkPort> wire_;
@@ -425,14 +433,17 @@ bool raw_send_next(Device& dev, Qp& qp);
 void raw_receive(Device& dev, Qp& qp, const uint8_t* frame, uint32_t len,
                  const net::FrameFields& f, const Flow& rule);
 // The SGEs of a receive WQE checked (key, PD, local write) and turned into
-// owner addresses (device/responder.cc). IBV_WC_SUCCESS or the status.
+// owner addresses (device/recv_wqe.cc). IBV_WC_SUCCESS or the status.
 uint32_t translate_recv_sges(Device& dev, RecvInProgress& r, uint32_t pd);
 // The receive WQE in slot `index` of `ring` copied out of shared memory
 // (untrusted) into r's wr_id, num_sge and SGEs, checked against max_sge and
 // the slot's size: IBV_WC_SUCCESS, or IBV_WC_LOC_LEN_ERR (counted in
 // bad_wqes; r.num_sge 0). The one fetch of RQs, SRQs, raw QPs and WQs
-// (device/responder.cc).
+// (device/recv_wqe.cc).
 uint32_t copy_recv_wqe(Device& dev, const RingView& ring, uint32_t index, uint32_t max_sge, RecvInProgress& r);
+// The wr_id of the receive WQE in slot `index`, read once: what a flush
+// completes with (the rest of the WQE is never read then).
+uint64_t recv_wqe_id(const RingView& ring, uint32_t index);
 
 // Rendezvous offload of a TM-SRQ (device/tm_rendezvous.cc): the device's own
 // RDMA READ and FIN on the QP's send queue.

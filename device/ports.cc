@@ -38,6 +38,7 @@ std::string Device::open_wire_port() {
   init_info();
   info_.port.max_mtu = info_.port.active_mtu = mtu_for_frames(wire_->mtu());
   loopback_route_.src_mac = loopback_route_.dst_mac = config_.mac;
+  paths_changed();
   return "";
 }
 
@@ -99,8 +100,21 @@ bool Device::is_local_gid(const uint8_t* gid) const {
 }
 
 void Device::send_packet(Qp& qp, net::Packet* p, const abi::AddressVector* av) {
-  if (port_active()) ++qp.tx_packets;  // (a frame the port drops is not the QP's)
-  route_packet(p, av ? *av : qp.av, qp.qpn);
+  if (av) {  // UD: the work request's address vector
+    if (port_active()) ++qp.tx_packets;  // (a frame the port drops is not the QP's)
+    return route_packet(p, *av, qp.qpn);
+  }
+  if (!port_active()) {
+    ++counters_.tx_port_down;
+    pool_.put(p);
+    return;
+  }
+  ++qp.tx_packets;
+  if (qp.path.generation != path_generation_) [[unlikely]] {
+    qp.path.kind = resolve_path(qp.av, qp.qpn, qp.path.route);
+    qp.path.generation = path_generation_;
+  }
+  send_on_path(p, qp.path.kind, qp.path.route, qp.av.dgid);
 }
 
 void Device::route_packet(net::Packet* p, const abi::AddressVector& path, uint32_t src_qpn) {
@@ -109,46 +123,54 @@ void Device::route_packet(net::Packet* p, const abi::AddressVector& path, uint32
     pool_.put(p);
     return;
   }
-  net::Route route = loopback_route_;
+  net::Route route;
+  send_on_path(p, resolve_path(path, src_qpn, route), route, path.dgid);
+}
+
+PathKind Device::resolve_path(const abi::AddressVector& path, uint32_t src_qpn, net::Route& route) const {
+  route = loopback_route_;
   // RoCEv2 source port: a hash of the flow so ECMP spreads QPs (A17.3.1).
   route.src_port = uint16_t(0xc000 | ((src_qpn * 2654435761u) >> 18));
   route.ttl = path.hop_limit ? path.hop_limit : 64;
   route.tos = path.traffic_class;
   // IPv4 or IPv6 from the GIDs: both IPv4-mapped, or neither (RoCEv2, A17.4.5.2).
   const uint8_t* sgid = info_.gids[path.sgid_index < kGidTableLen ? path.sgid_index : 0].gid;
-  if (!net::route_set_gids(route, sgid, path.dgid)) {
-    ++counters_.tx_no_route;
-    pool_.put(p);
-    return;
-  }
+  if (!net::route_set_gids(route, sgid, path.dgid)) return PathKind::kNone;
   route.flow_label = path.flow_label;
-  if (is_multicast_gid(path.dgid)) [[unlikely]] {
-    if (config_.vlan >= 0) {
-      route.vlan = true;
-      route.vlan_id = uint16_t(config_.vlan);
-      route.vlan_pcp = uint8_t(path.sl & 7);
-    }
-    return send_multicast(p, route, path.dgid);
-  }
-  if (is_local_gid(path.dgid)) {
+  const bool multicast = is_multicast_gid(path.dgid);
+  if (!multicast && is_local_gid(path.dgid)) {
     route.vlan = false;  // the loopback is no VLAN's member
-    // A loopback frame never leaves the engine: no checksums, unless a
-    // capture must show valid frames or the fault injector may corrupt it
-    // (the receiver's ICRC check is what drops a corrupted frame).
-    p->checksummed = capture_ || loopback_fault_.active();
-    net::finish_roce_packet(*p, route);
-    return transmit(p, PortId::kLoopback);
+    return PathKind::kLoopback;
   }
-  if (!wire_) {
-    ++counters_.tx_no_route;
-    pool_.put(p);
-    return;
-  }
+  if (!multicast && !wire_) return PathKind::kNone;
   if (config_.vlan >= 0) {
     route.vlan = true;
     route.vlan_id = uint16_t(config_.vlan);
     route.vlan_pcp = uint8_t(path.sl & 7);  // the service level maps to the priority
   }
+  return multicast ? PathKind::kMulticast : PathKind::kWire;
+}
+
+void Device::send_on_path(net::Packet* p, PathKind kind, const net::Route& path_route, const uint8_t* dgid) {
+  switch (kind) {
+    case PathKind::kNone:
+      ++counters_.tx_no_route;
+      pool_.put(p);
+      return;
+    case PathKind::kLoopback:
+      // A loopback frame never leaves the engine: no checksums, unless a
+      // capture must show valid frames or the fault injector may corrupt it
+      // (the receiver's ICRC check is what drops a corrupted frame).
+      p->checksummed = capture_ || loopback_fault_.active();
+      net::finish_roce_packet(*p, path_route);
+      return transmit(p, PortId::kLoopback);
+    case PathKind::kMulticast: {
+      net::Route route = path_route;
+      return send_multicast(p, route, dgid);
+    }
+    case PathKind::kWire: break;
+  }
+  net::Route route = path_route;
   // The MAC is outside the ICRC: a frame waiting for resolution is finished
   // now and gets its MAC when the neighbour answers.
   if (route.family == net::IpFamily::kIpv4) {
@@ -189,7 +211,12 @@ void Device::emit(net::Packet* p, PortId port) {
   ++counters_.tx_packets;
   capture(*p);
   if (port == PortId::kLoopback) {
-    loopback_.tx(p);  // the loopback keeps the buffer until it is received
+    // The loopback keeps the buffer until it is received; a full ring drops
+    // the frame as a switch would (only frames never held back get there).
+    if (!loopback_.tx(p)) [[unlikely]] {
+      ++counters_.loopback_overflow;
+      pool_.put(p);
+    }
     return;
   }
   // The engine's own frames on the wire (RoCE): SNIFFER rules get a copy.

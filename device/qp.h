@@ -11,7 +11,9 @@
 
 #include "device/objects.h"
 #include "device/params.h"
+#include "device/response_queue.h"
 #include "device/work_queue.h"
+#include "net/packet.h"
 #include "uroce/abi.h"
 
 namespace uroce::device {
@@ -40,23 +42,15 @@ struct SendWqeState {
   bool local_done = false; // executed: a go-back-N pass over it must not redo it
 };
 
-// A response the responder still owes, in PSN order: READ data is emitted a
-// budget of packets per poll, and ACKs/NAKs/atomic ACKs for later requests
-// queue behind it so no answer overtakes an earlier one (IBA 9.7.5.1.1).
-struct Response {
-  enum class Kind : uint8_t { kRead, kAeth, kAtomicAck };
-  Kind kind = Kind::kRead;
-  bool first = true;
-  bool fatal = false;     // kAeth: a NAK after which the responder QP errs
-  uint8_t syndrome = 0;   // kAeth, kAtomicAck
-  bool replay = false;    // answers a duplicate request: holds no responder resource (C9-149)
-  uint32_t psn = 0;       // next response PSN
-  uint32_t end_psn = 0;   // kRead: one past the READ's last response PSN
-  uint32_t remaining = 0; // kRead: bytes still to send
-  uint32_t mr_key = 0;    // kRead
-  uint32_t mr_pd = 0;     // kRead: the PD the key was checked in (a key freed and reused meanwhile is another PD's)
-  uint64_t va = 0;        // kRead: in the MR owner's address space
-  uint64_t orig = 0;      // kAtomicAck
+// Where a connected QP's frames go and the route that frames them, worked
+// out from its address vector once (Device::resolve_path) rather than for
+// every packet: kept while the device's GID table and port are as they were
+// (Device::path_generation_) and the QP's address vector unchanged.
+enum class PathKind : uint8_t { kNone, kLoopback, kWire, kMulticast };
+struct PathCache {
+  uint64_t generation = 0;  // the device's path generation it was worked out in; 0: never
+  PathKind kind = PathKind::kNone;
+  net::Route route;
 };
 
 struct AtomicReplay {
@@ -128,6 +122,7 @@ struct Qp {
   uint8_t max_rd_atomic = 0, max_dest_rd_atomic = 0;
   bool en_sqd_async_notify = false;
   abi::AddressVector av{};
+  PathCache path;                // av worked out (Device::send_packet), while current
   uint32_t mtu_bytes() const { return 128u << path_mtu; }
 
   // Shared memory: SQ then RQ in one region.
@@ -192,7 +187,7 @@ struct Qp {
   uint32_t resp_write_key = 0;
   uint64_t resp_write_left = 0;
   uint32_t rq_head = 0;          // RQ consumer (engine)
-  std::vector<Response> responses;  // FIFO of answers not yet sent
+  ResponseQueue responses;        // answers not yet sent, in PSN order
   std::array<AtomicReplay, kAtomicReplayDepth> atomic_replay{};
   uint32_t atomic_replay_next = 0;
   uint32_t resp_ack_pending_psn = 0;

@@ -193,7 +193,10 @@ int Device::modify_qp(Owner* o, uint32_t qpn, uint32_t mask, const abi::QpAttr& 
   if (mask & IBV_QP_PORT) qp->port = a.port_num;
   if (mask & IBV_QP_QKEY) qp->qkey = a.qkey;
   if (mask & IBV_QP_ACCESS_FLAGS) qp->access = a.qp_access_flags;
-  if (mask & IBV_QP_AV) qp->av = a.ah;
+  if (mask & IBV_QP_AV) {
+    qp->av = a.ah;
+    qp->path.generation = 0;  // worked out again at its next packet
+  }
   if (mask & IBV_QP_PATH_MTU) qp->path_mtu = ibv_mtu(a.path_mtu);
   if (mask & IBV_QP_DEST_QPN) qp->dest_qpn = a.dest_qp_num & kQpnMask;
   if (mask & IBV_QP_RQ_PSN) qp->resp_epsn = a.rq_psn & 0xffffff;
@@ -333,9 +336,8 @@ void Device::flush_qp(Qp& qp) {
   const uint32_t rq_prod = qp.rq.hdr->producer.load(std::memory_order_acquire);
   if (rq_prod - qp.rq_head <= qp.rq.size()) {
     for (; qp.rq_head != rq_prod; ++qp.rq_head) {
-      const auto* w = reinterpret_cast<const abi::RecvWqe*>(qp.rq.slot(qp.rq_head));
       abi::Cqe cqe{};
-      cqe.wr_id = w->wr_id;
+      cqe.wr_id = recv_wqe_id(qp.rq, qp.rq_head);
       cqe.status = IBV_WC_WR_FLUSH_ERR;
       cqe.opcode = IBV_WC_RECV;
       cqe.qp_num = qp.qpn;

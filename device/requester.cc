@@ -1,6 +1,7 @@
 // Requester: turns send WQEs into request packets (IBA 9.7.1-9.7.4). Copies
 // each WQE out of shared memory once, validates it, then segments it into
 // FIRST/MIDDLE/LAST/ONLY packets of path-MTU payload.
+#include <algorithm>
 #include <cstring>
 
 #include "device/device.h"
@@ -15,7 +16,14 @@ namespace {
 // will end with if it cannot be executed.
 uint32_t fetch_wqe(Device& dev, Qp& qp, uint32_t index) {
   abi::SendWqe& w = wqe_at(qp, index);
-  std::memcpy(&w, qp.sq.slot(qp.sq_user_fetched++), qp.sq.stride);
+  // The header, then only the body it names (its SGEs or inline bytes,
+  // bounded by the slot): the client may be rewriting the slot, so every
+  // field is read from this copy, never from the ring again.
+  const uint8_t* slot = qp.sq.slot(qp.sq_user_fetched++);
+  std::memcpy(&w, slot, sizeof(abi::SendWqe));
+  const uint32_t body = qp.sq.stride - sizeof(abi::SendWqe);
+  const uint64_t used = w.flags & IBV_SEND_INLINE ? uint64_t(w.inline_len) : uint64_t(w.num_sge) * sizeof(abi::Sge);
+  std::memcpy(&w + 1, slot + sizeof(abi::SendWqe), size_t(std::min<uint64_t>(used, body)));
   SendWqeState& st = wqe_state(qp, index);
   st = SendWqeState{};
   if (w.opcode >= 32 || !(allowed_wr_ops(qp.type) & (1u << w.opcode))) {
@@ -39,7 +47,6 @@ uint32_t fetch_wqe(Device& dev, Qp& qp, uint32_t index) {
     st.npsn = 1;
     return IBV_WC_SUCCESS;
   }
-  const uint32_t body = qp.sq.stride - sizeof(abi::SendWqe);
   if (w.flags & IBV_SEND_INLINE) {
     if (w.inline_len > body || w.inline_len > qp.caps.max_inline_data || st.is_rd_atomic)
       return IBV_WC_LOC_LEN_ERR;

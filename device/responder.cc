@@ -11,34 +11,6 @@
 
 namespace uroce::device {
 
-// Checks the SGEs of the receive being taken and turns them into owner
-// addresses. Returns IBV_WC_SUCCESS or the completion status.
-uint32_t translate_recv_sges(Device& dev, RecvInProgress& r, uint32_t pd) {
-  r.mr_limited = false;
-  r.declared_len = 0;
-  for (uint32_t i = 0; i < r.num_sge; ++i) r.declared_len += r.sge[i].length;
-  for (uint32_t i = 0; i < r.num_sge; ++i) {
-    if (r.sge[i].length == 0) continue;
-    // Key, PD and access are checked now; bounds only for the bytes a message
-    // writes (mlx5 and rxe): an SGE may run past its MR's end as long as the
-    // message stops short of it, so the SGE is cut there and ends the list.
-    const Mr* mr;
-    if (dev.check_mr(r.sge[i].lkey, pd, r.sge[i].addr, 0, IBV_ACCESS_LOCAL_WRITE, false, &mr) !=
-        Device::MrCheck::kOk) {
-      return IBV_WC_LOC_PROT_ERR;
-    }
-    const uint64_t room = mr->iova + mr->length - r.sge[i].addr;
-    r.sge[i].addr = mr->addr + (r.sge[i].addr - mr->iova);
-    if (room < r.sge[i].length) {
-      r.sge[i].length = uint32_t(room);
-      r.num_sge = i + 1;
-      r.mr_limited = true;
-      break;
-    }
-  }
-  return IBV_WC_SUCCESS;
-}
-
 namespace {
 
 using net::OpcodeInfo;
@@ -73,6 +45,20 @@ void send_aeth(Device& dev, Qp& qp, uint32_t psn, uint8_t syndrome, bool fatal =
   if (qp.responses.empty()) {
     emit_aeth(dev, qp, ack_opcode(qp), psn, syndrome);
     if (fatal) dev.qp_to_error(qp);
+    return;
+  }
+  const uint8_t ack = net::aeth::kAck | net::aeth::kCreditInvalid;
+  Response& last = qp.responses.back();
+  if (syndrome == ack && last.kind == Response::Kind::kAeth && last.syndrome == ack) {
+    last.psn = psn;  // an ACK covers the one before it (IBA 9.7.5.1.2: ACKs coalesce)
+    return;
+  }
+  if (qp.responses.full()) [[unlikely]] {
+    ++dev.counters_mut().response_queue_full;
+    if (!fatal) return;  // lost as on the wire: the requester's timer asks again
+    qp.responses.clear();  // the QP ends here: its queued answers would be dropped anyway
+    emit_aeth(dev, qp, ack_opcode(qp), psn, syndrome);
+    dev.qp_to_error(qp);
     return;
   }
   Response r;
@@ -121,32 +107,30 @@ void send_rnr_nak(Device& dev, Qp& qp, uint32_t psn) {
 // duplicates hold none, the requester counted their requests once.
 size_t pending_rd_atomic(const Qp& qp) {
   size_t n = 0;
-  for (const Response& r : qp.responses) n += r.kind != Response::Kind::kAeth && !r.replay;
+  for (uint32_t i = 0; i < qp.responses.size(); ++i)
+    n += qp.responses[i].kind != Response::Kind::kAeth && !qp.responses[i].replay;
   return n;
 }
 
 // Queues a response in PSN order (IBA 9.7.5.1.1): an answer to a duplicate
 // goes before the queued answers to later requests, as the requester, gone
 // back to the duplicate's PSN, waits for it first.
-void enqueue_in_psn_order(Qp& qp, const Response& r) {
-  auto it = qp.responses.begin();
-  while (it != qp.responses.end() && psn_diff(it->psn, r.psn) <= 0) ++it;
-  qp.responses.insert(it, r);
+void enqueue_in_psn_order(Device& dev, Qp& qp, const Response& r) {
+  if (qp.responses.full()) [[unlikely]] {
+    ++dev.counters_mut().response_queue_full;  // as a lost answer: asked again
+    return;
+  }
+  uint32_t pos = 0;
+  while (pos < qp.responses.size() && psn_diff(qp.responses[pos].psn, r.psn) <= 0) ++pos;
+  qp.responses.insert(pos, r);
 }
 
-// Duplicates may be queued at most this deep; more are dropped (class D,
-// the requester's timer asks again), so a flood of them cannot grow the queue.
-constexpr size_t kMaxQueuedResponses = 4 * kMaxQpRdAtomic;
-
-// The SRQ an XRC request names in its XRCETH; it must live in the target
-// QP's domain (XRC annex: otherwise an invalid request).
-Srq* xrc_target_srq(Device& dev, const Qp& qp, const net::Packet& p) {
-  const OpcodeInfo& info = p.info();
-  if (!info.has(net::kHasXrcEth)) return nullptr;
-  Srq* srq = dev.srq(p.hdr<net::XrcEth>(info.xrceth_off)->srqn & 0xffffff);
-  if (!srq || srq->type != IBV_SRQT_XRC || srq->xrcd != qp.xrcd) return nullptr;
-  return srq;
-}
+// Duplicates may be queued while the queue holds fewer than this; more are
+// dropped (class D, the requester's timer asks again), so a flood of them
+// cannot fill it: the READs and atomics C9-149 allows and the NAKs behind
+// them always find room.
+constexpr size_t kMaxQueuedResponses = ResponseQueue::kCapacity - kMaxQpRdAtomic - 8;
+static_assert(kMaxQueuedResponses >= 2 * kMaxQpRdAtomic);
 
 // The PD that memory keys of this request are checked against: the QP's, or
 // for an XRC target the named SRQ's (0 when the SRQ is invalid: every check fails).
@@ -155,162 +139,6 @@ uint32_t request_pd(Device& dev, const Qp& qp, const net::Packet& p) {
   const Srq* srq = xrc_target_srq(dev, qp, p);
   return srq ? srq->pd : 0;
 }
-
-}  // namespace
-
-uint32_t copy_recv_wqe(Device& dev, const RingView& ring, uint32_t index, uint32_t max_sge, RecvInProgress& r) {
-  abi::RecvWqe hdr;
-  const uint8_t* slot = ring.slot(index);
-  std::memcpy(&hdr, slot, sizeof(hdr));
-  r.wr_id = hdr.wr_id;
-  r.num_sge = hdr.num_sge;
-  if (hdr.num_sge > max_sge || sizeof(abi::RecvWqe) + hdr.num_sge * sizeof(abi::Sge) > ring.stride) {
-    ++dev.counters_mut().bad_wqes;
-    r.num_sge = 0;
-    return IBV_WC_LOC_LEN_ERR;
-  }
-  std::memcpy(r.sge.data(), slot + sizeof(abi::RecvWqe), hdr.num_sge * sizeof(abi::Sge));
-  return IBV_WC_SUCCESS;
-}
-
-namespace {
-
-// take_recv_wqe's status for a receive queue whose producer index is corrupt:
-// no WQE to complete, the QP is fatal.
-constexpr uint32_t kRecvQueueBroken = ~0u;
-
-// Takes the next receive WQE into qp.resp_recv, from the QP's RQ, its SRQ or
-// (XRC) the SRQ the request names, translating each SGE. Returns false if
-// none is posted; sets *status for a WQE that cannot be used.
-bool take_recv_wqe(Device& dev, Qp& qp, const net::Packet& p, uint32_t* status) {
-  *status = IBV_WC_SUCCESS;
-  Srq* srq = qp.type == IBV_QPT_XRC_RECV ? xrc_target_srq(dev, qp, p) : dev.srq(qp.srq);
-  const uint32_t srq_handle =  // SRQ numbers are their handles
-      qp.type == IBV_QPT_XRC_RECV ? p.hdr<net::XrcEth>(p.info().xrceth_off)->srqn & 0xffffff : qp.srq;
-  if (qp.type == IBV_QPT_XRC_RECV && !srq) {
-    *status = IBV_WC_REM_INV_REQ_ERR;  // caller NAKs: no such SRQ in this domain
-    return true;
-  }
-  const RingView& ring = srq ? srq->ring : qp.rq;
-  uint32_t& head = srq ? srq->head : qp.rq_head;
-  const uint32_t max_sge = srq ? srq->max_sge : qp.caps.max_recv_sge;
-  const uint32_t pd = srq ? srq->pd : qp.pd;
-  const uint32_t prod = ring.hdr->producer.load(std::memory_order_acquire);
-  if (prod == head) return false;
-  if (prod - head > ring.size()) {
-    // The client wrote a producer index no ring can hold: there is no WQE to
-    // complete (qp.resp_recv is still the last message's), so the queue is
-    // broken (IBA 11.6.2 "local work queue catastrophic"; an SRQ's owner also
-    // gets IBV_EVENT_SRQ_ERR, IBA 11.6.3.2). The caller fails the QP.
-    ++dev.counters_mut().bad_wqes;
-    if (srq) srq->owner->post_async(IBV_EVENT_SRQ_ERR, srq->cookie);
-    *status = kRecvQueueBroken;
-    return true;
-  }
-  RecvInProgress& r = qp.resp_recv;
-  const uint32_t fetched = copy_recv_wqe(dev, ring, head, max_sge, r);
-  r.from_srq = srq != nullptr;
-  r.discard = false;
-  r.srq = srq ? srq_handle : 0;
-  // XRC and TM SRQs complete on their own CQ (a TM-SRQ's: rdma-core's
-  // Documentation/tag_matching.md).
-  r.cq = srq && srq->cq ? srq->cq : qp.recv_cq;
-  r.tm_opcode = r.tm_flags = r.tm_status = 0;
-  r.tm_matched = false;
-  r.tm_skip = 0;
-  r.tm_rndv = false;
-  r.owner = srq ? srq->owner : qp.owner;
-  qp.resp_recv_valid = true;
-  if (srq) {
-    // An SRQ WQE leaves the queue when a QP takes it (rxe get_srq_wqe).
-    ++head;
-    ring.hdr->consumer.store(head, std::memory_order_release);
-    dev.srq_consumed(*srq);
-  }
-  *status = fetched == IBV_WC_SUCCESS ? translate_recv_sges(dev, r, pd) : fetched;
-  return true;
-}
-
-}  // namespace
-
-uint64_t recv_capacity(const RecvInProgress& r) {
-  uint64_t total = 0;
-  for (uint32_t i = 0; i < r.num_sge; ++i) total += r.sge[i].length;
-  return total;
-}
-
-// The status of a message of `need` bytes that does not fit its receive:
-// longer than the WQE's SGEs (IBA 9.7.5.2.5), or reaching past an MR's end.
-uint32_t overflow_status(const RecvInProgress& r, uint64_t need) {
-  return r.mr_limited && need <= r.declared_len ? IBV_WC_LOC_PROT_ERR : IBV_WC_LOC_LEN_ERR;
-}
-
-namespace {
-
-// RoCEv2 annex A17.4.5.1: a receive completion tells whether the frame was
-// IPv4 or IPv6. mlx5 puts the frame's L3 header type in wc.sl (bits 2:0: 1
-// IPv6, 2 IPv4; rdma-core providers/mlx5/cq.c copies it from the CQE for
-// every responder completion), and UCX's ud_verbs reads it there to find the
-// destination GID in the GRH area.
-uint8_t l3_header_type(const net::Packet& p) {
-  constexpr uint8_t kMlx5L3Ipv6 = 1, kMlx5L3Ipv4 = 2;
-  return net::roce_family(p) == net::IpFamily::kIpv6 ? kMlx5L3Ipv6 : kMlx5L3Ipv4;
-}
-
-}  // namespace
-
-// Completes the receive WQE being filled and frees its RQ slot.
-void complete_recv(Device& dev, Qp& qp, uint32_t status, uint32_t opcode, uint32_t byte_len,
-                   const net::Packet* p, bool solicited) {
-  abi::Cqe cqe{};
-  cqe.wr_id = qp.resp_recv.wr_id;
-  cqe.status = status;
-  cqe.opcode = opcode;
-  cqe.byte_len = byte_len;
-  cqe.qp_num = qp.qpn;
-  cqe.src_qp = qp.dest_qpn;
-  if (p && status == IBV_WC_SUCCESS) {
-    const OpcodeInfo& info = p->info();
-    cqe.sl = l3_header_type(*p);
-    if (info.has(net::kHasImm)) {
-      cqe.imm_data = p->hdr<net::ImmDt>(info.imm_off)->imm;
-      cqe.wc_flags |= IBV_WC_WITH_IMM;
-    }
-    if (info.has(net::kHasIeth)) {
-      cqe.imm_data = p->hdr<net::Ieth>(info.ieth_off)->rkey;
-      cqe.wc_flags |= IBV_WC_WITH_INV;
-    }
-    if (info.has(net::kHasDeth)) {
-      cqe.src_qp = p->hdr<net::Deth>(info.deth_off)->src_qp & kQpnMask;
-      cqe.wc_flags |= IBV_WC_GRH;
-    }
-  }
-  const RecvInProgress& r = qp.resp_recv;
-  if (r.tm_opcode) [[unlikely]] {
-    cqe.opcode = r.tm_opcode;
-    cqe.wc_flags |= r.tm_flags;
-    if (status == IBV_WC_SUCCESS) status = cqe.status = r.tm_status;
-    // Tag and app context only where mlx5's CQE carries them: the match.
-    if (r.tm_flags & IBV_WC_TM_MATCH) {
-      cqe.tm_tag = r.tm_tag;
-      cqe.tm_priv = r.tm_priv;
-    }
-    if (r.tm_matched)
-      if (Srq* s = dev.srq(r.srq); s && s->tm) s->tm->release(r.tm_handle);
-  }
-  if (status != IBV_WC_SUCCESS) cqe.vendor_err = status;
-  qp.resp_recv_valid = false;
-  if (!qp.resp_recv.from_srq) {
-    ++qp.rq_head;
-    qp.rq.hdr->consumer.store(qp.rq_head, std::memory_order_release);
-  }
-  if (!dev.complete_to(qp.resp_recv.cq, cqe, solicited)) {
-    dev.post_qp_event(qp, IBV_EVENT_QP_FATAL);
-    dev.qp_to_error(qp);
-  }
-}
-
-namespace {
 
 // ---- UD ----------------------------------------------------------------
 
@@ -380,7 +208,8 @@ void answer_duplicate_read(Device& dev, Qp& qp, net::Packet& p) {
     key = mr->key;
   }
   const uint32_t pd = request_pd(dev, qp, p);
-  for (Response& q : qp.responses) {
+  for (uint32_t i = 0; i < qp.responses.size(); ++i) {
+    Response& q = qp.responses[i];
     if (q.kind != Response::Kind::kRead || q.end_psn != end) continue;
     // The same READ, still being answered: nothing to add if the PSNs asked
     // for are still to go, else it starts again from `psn`.
@@ -393,8 +222,8 @@ void answer_duplicate_read(Device& dev, Qp& qp, net::Packet& p) {
     q.va = va;
     // Keep the queue in PSN order: it may now belong before its neighbour.
     Response moved = q;
-    qp.responses.erase(qp.responses.begin() + (&q - qp.responses.data()));
-    enqueue_in_psn_order(qp, moved);
+    qp.responses.erase(i);
+    enqueue_in_psn_order(dev, qp, moved);
     return;
   }
   if (qp.responses.size() >= kMaxQueuedResponses) return;
@@ -407,7 +236,7 @@ void answer_duplicate_read(Device& dev, Qp& qp, net::Packet& p) {
   r.mr_key = key;
   r.mr_pd = pd;
   r.va = va;
-  enqueue_in_psn_order(qp, r);
+  enqueue_in_psn_order(dev, qp, r);
 }
 
 // ATOMIC WRITE's answer, also to a duplicate of one: an RDMA READ response
@@ -421,7 +250,7 @@ void answer_atomic_write(Device& dev, Qp& qp, uint32_t psn, bool replay) {
   r.replay = replay;
   r.psn = psn;
   r.end_psn = psn_add(psn, 1);
-  enqueue_in_psn_order(qp, r);
+  enqueue_in_psn_order(dev, qp, r);
 }
 
 void answer_duplicate(Device& dev, Qp& qp, net::Packet& p) {
@@ -432,9 +261,11 @@ void answer_duplicate(Device& dev, Qp& qp, net::Packet& p) {
   if (info.has(net::kAtomicStore)) {
     // Executed once, answered again (rxe replays its resource): its answer
     // was lost. Not twice while the first is still queued.
-    for (const Response& q : qp.responses)
+    for (uint32_t i = 0; i < qp.responses.size(); ++i) {
+      const Response& q = qp.responses[i];
       if (q.kind == Response::Kind::kRead && q.psn == psn && q.end_psn == psn_add(psn, 1) && !q.remaining)
         return;
+    }
     if (qp.responses.size() >= kMaxQueuedResponses) return;
     return answer_atomic_write(dev, qp, psn, true);
   }
@@ -444,15 +275,16 @@ void answer_duplicate(Device& dev, Qp& qp, net::Packet& p) {
     for (const AtomicReplay& r : qp.atomic_replay) {
       if (!r.valid || r.psn != psn) continue;
       if (qp.responses.empty()) return emit_atomic_ack(dev, qp, psn, r.orig);
-      for (const Response& q : qp.responses)
-        if (q.kind == Response::Kind::kAtomicAck && q.psn == psn) return;  // still queued
+      for (uint32_t i = 0; i < qp.responses.size(); ++i)
+        if (qp.responses[i].kind == Response::Kind::kAtomicAck && qp.responses[i].psn == psn)
+          return;  // still queued
       if (qp.responses.size() >= kMaxQueuedResponses) return;
       Response resp;
       resp.kind = Response::Kind::kAtomicAck;
       resp.replay = true;
       resp.psn = psn;
       resp.orig = r.orig;
-      enqueue_in_psn_order(qp, resp);
+      enqueue_in_psn_order(dev, qp, resp);
       return;
     }
     return;
@@ -726,6 +558,7 @@ void execute_read(Device& dev, Qp& qp, net::Packet& p) {
   r.mr_key = key;
   r.mr_pd = request_pd(dev, qp, p);
   r.va = va;
+  if (qp.responses.full()) [[unlikely]] return;  // C9-149 above keeps room: never taken
   qp.responses.push_back(r);
   qp.resp_epsn = r.end_psn;
   ++qp.resp_msn;
@@ -771,6 +604,10 @@ void execute_atomic(Device& dev, Qp& qp, net::Packet& p) {
   r.kind = Response::Kind::kAtomicAck;
   r.psn = psn;
   r.orig = orig;
+  if (qp.responses.full()) [[unlikely]] {
+    ++dev.counters_mut().response_queue_full;  // its answer lost: a duplicate gets it from the replay cache
+    return;
+  }
   qp.responses.push_back(r);
 }
 
@@ -870,7 +707,7 @@ bool responder_run(Device& dev, Qp& qp) {
     if (r.kind == Response::Kind::kAeth) {
       const bool fatal = r.fatal;
       emit_aeth(dev, qp, ack_opcode(qp), r.psn, r.syndrome);
-      qp.responses.erase(qp.responses.begin());
+      qp.responses.pop_front();
       if (fatal) {
         qp.resp_fatal_pending = false;
         dev.qp_to_error(qp);
@@ -880,7 +717,7 @@ bool responder_run(Device& dev, Qp& qp) {
     }
     if (r.kind == Response::Kind::kAtomicAck) {
       emit_atomic_ack(dev, qp, r.psn, r.orig);
-      qp.responses.erase(qp.responses.begin());
+      qp.responses.pop_front();
       continue;
     }
     const uint32_t len = std::min(r.remaining, mtu);
@@ -917,7 +754,7 @@ bool responder_run(Device& dev, Qp& qp) {
     r.va += len;
     r.remaining -= len;
     r.psn = psn_add(r.psn, 1);
-    if (last) qp.responses.erase(qp.responses.begin());
+    if (last) qp.responses.pop_front();
   }
   return true;
 }

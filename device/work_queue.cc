@@ -138,10 +138,8 @@ void Device::flush_wq(Wq& w) {
     w.head = prod;
   }
   for (; w.head != prod; ++w.head) {
-    abi::RecvWqe hdr;
-    std::memcpy(&hdr, w.ring.slot(w.head), sizeof(hdr));
     abi::Cqe cqe{};
-    cqe.wr_id = hdr.wr_id;
+    cqe.wr_id = recv_wqe_id(w.ring, w.head);
     cqe.status = IBV_WC_WR_FLUSH_ERR;
     cqe.opcode = IBV_WC_RECV;
     cqe.qp_num = w.wqn;

@@ -238,12 +238,20 @@ void Engine::take_posted_work(const device::Owner& client) {
 }
 
 // A busy engine brings sysfs's hw_counters up to date once a second, an
-// engine going to sleep at once: a program reading them after its traffic
-// sees all of it, and an idle engine writes nothing.
-void Engine::refresh_sysfs_counters(uint64_t now, bool going_idle) {
-  if (!going_idle && now - sysfs_counters_ns_ < 1'000'000'000) return;
+// idle one once it has been idle a moment (kSysfsIdleNs): a program reading
+// them after its traffic sees all of it, an idle engine writes nothing, and
+// an engine that naps between the messages of a ping-pong (two clients of
+// two sessions) does not write files at every nap.
+constexpr uint64_t kSysfsIdleNs = 20'000'000;
+
+uint64_t Engine::refresh_sysfs_counters(uint64_t now, uint64_t idle_ns) {
+  if (!sysfs_counters_stale_) return 0;
+  const bool due = idle_ns ? idle_ns >= kSysfsIdleNs : now - sysfs_counters_ns_ >= 1'000'000'000;
+  if (!due) return idle_ns ? kSysfsIdleNs - idle_ns : 0;
   sysfs_counters_ns_ = now;
+  sysfs_counters_stale_ = false;
   sysfs_.update_counters(device_.counters());
+  return 0;
 }
 
 void Engine::arm_wire_wakeup() {
@@ -418,9 +426,10 @@ void Engine::run() {
     // iterations, and always before sleeping.
     if ((++iterations & 63) == 0) io_.poll();
     const uint64_t now = monotonic_ns();
-    if ((iterations & 1023) == 0) refresh_sysfs_counters(now, false);
+    if ((iterations & 1023) == 0) refresh_sysfs_counters(now, 0);
     if (device_.poll(now)) {
       last_work = now;
+      sysfs_counters_stale_ = true;
       continue;
     }
     io_.poll();
@@ -431,7 +440,7 @@ void Engine::run() {
       continue;
     }
 
-    refresh_sysfs_counters(now, true);
+    const uint64_t sysfs_due_ns = refresh_sysfs_counters(now, std::max<uint64_t>(now - last_work, 1));
     // Going to sleep: announce it, then look once more so a doorbell that
     // raced with the announcement is not lost (the client checks `sleeping`
     // after publishing; both sides fence).
@@ -440,9 +449,10 @@ void Engine::run() {
     if (device_.poll(monotonic_ns())) {
       shared_->sleeping.store(0, std::memory_order_relaxed);
       last_work = monotonic_ns();
+      sysfs_counters_stale_ = true;
       continue;
     }
-    uint64_t wait_ns = 1'000'000'000;
+    uint64_t wait_ns = sysfs_due_ns ? sysfs_due_ns : 1'000'000'000;
     if (uint64_t deadline = device_.next_deadline_ns()) {
       const uint64_t t = monotonic_ns();
       wait_ns = deadline > t ? std::min(wait_ns, deadline - t) : 0;

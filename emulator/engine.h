@@ -135,7 +135,11 @@ class Engine {
   std::string netdev_path_;  // <runtime dir>/<name>.netdev: the interface, for `uroce run`
   SysfsTree sysfs_;          // <runtime dir>/<name>.sysfs, for `uroce run`
   uint64_t sysfs_counters_ns_ = 0;  // when its hw_counters were last brought up to date
-  void refresh_sysfs_counters(uint64_t now, bool going_idle);
+  bool sysfs_counters_stale_ = false;  // the device worked since
+  // Brings sysfs's hw_counters up to date when they are stale and the engine
+  // has been idle kSysfsIdleNs (idle_ns) or busy a second. Returns how long
+  // a sleeping engine may wait before it is due (0: nothing due).
+  uint64_t refresh_sysfs_counters(uint64_t now, uint64_t idle_ns);
   std::unordered_map<Session*, std::unique_ptr<Session>> sessions_;
   std::string socket_path_, pid_path_;
   int shared_fd_ = -1, doorbell_fd_ = -1;

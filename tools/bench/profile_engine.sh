@@ -92,6 +92,7 @@ if command -v perf >/dev/null; then
     printf "perf record window: %d messages (%.0f/s); %d samples at 4999 Hz: engine on a core %.0f%% of the time, %.2f us per message\n", m1, m1 / 2, s, s / 4999 / 2 * 100, s / 4999 * 1e6 / m1
     printf "perf stat window:   %d messages (%.0f/s); engine CPU %.0f ms of 2000, %.2f us per message\n", m2, m2 / 2, t, t * 1000 / m2
     printf "system calls: %.2f per message; context switches: %d in 2 s\n", sc / m2, cs }'
+  set +o pipefail  # head closes the pipes early: not a failure
   perf report -i "$out/perf.data" --no-children --sort dso -g none --stdio 2>/dev/null |
     grep '%' | head -6 | sed 's/^/  time by object: /'
   perf report -i "$out/perf.data" --no-children --sort sym -g none --stdio 2>/dev/null >"$out/perf-report.txt"
@@ -100,6 +101,7 @@ if command -v perf >/dev/null; then
   echo "  inclusive (children), selected:"
   grep -E 'process_vm_readv|process_vm_writev|sched_yield|epoll_wait|compute_icrc|crc32_z|requester_run|responder_receive|completer_receive|ptrace_may_access|security_ptrace' \
     "$out/perf-report-children.txt" | grep '%' | head -14 | sed 's/^/  /' || true
+  set -o pipefail
 else
   echo "== perf not installed (Debian: linux-perf): skipped"
 fi
