@@ -91,7 +91,7 @@ mkdir -p "$rt"
 ((${#runner[@]})) && chown nobody "$rt"
 chmod 700 "$rt"
 as_user() { "${runner[@]}" env UROCE_RUNTIME_DIR="$rt" HOME=/ "$@"; }
-add_cleanup "as_user timeout 30 '$uroce_pkg' stop --all >/dev/null 2>&1"
+add_cleanup "[[ ! -x '$uroce_pkg' ]] || as_user timeout 30 '$uroce_pkg' stop --all >/dev/null 2>&1"
 as_user timeout 30 "$uroce_pkg" start >"$UROCE_LOG_DIR/pkg-start.log" 2>&1 ||
   { cat "$UROCE_LOG_DIR/pkg-start.log" >&2; echo "package_test: uroce start failed" >&2; exit 1; }
 UROCE_BIN="$uroce_pkg"  # run_pair's uroce: the packaged one
