@@ -56,6 +56,7 @@ uint16_t l3_offset(const Route& route) {
 void begin_at(Packet& p, uint8_t opcode, uint16_t l3_off, uint16_t bth_off) {
   p.opcode = opcode;
   p.checksummed = true;
+  p.framed = false;
   p.l3_off = l3_off;
   p.bth_off = bth_off;
   const OpcodeInfo& info = opcode_info(opcode);
@@ -223,6 +224,7 @@ void finish_roce_packet(Packet& p, const Route& route) {
   udp->checksum = 0;  // RoCEv2 over IPv4 sends a zero UDP checksum (A17.3.2)
 
   p.len = p.bth_off + transport_len + kIcrcBytes;
+  p.framed = true;
   uint8_t* icrc_at = p.data + p.bth_off + transport_len;
   if (!p.checksummed) {
     std::memset(icrc_at, 0, kIcrcBytes);  // no stale bytes for a reader to trust

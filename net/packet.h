@@ -35,6 +35,11 @@ struct Packet {
   // Flow steering already saw it (a raw QP's frame to the engine's own MAC):
   // the receive path does not steer it twice. The pool clears it.
   bool steered = false;
+  // finish_roce_packet laid it out: len, the offsets, payload_len and opcode
+  // are the builder's and agree with the bytes, so a receiver of the
+  // engine's own loopback frame that checks no checksum need not parse it
+  // again (Device::dispatch). begin_roce_packet and the pool clear it.
+  bool framed = false;
   alignas(64) uint8_t data[kFrameCapacity];
 
   Bth* bth() { return reinterpret_cast<Bth*>(data + bth_off); }
@@ -79,6 +84,7 @@ class PacketPool {
   }
   void put(Packet* p) {
     p->steered = false;
+    p->framed = false;
     free_.push_back(p);
   }
   size_t allocated() const { return all_.size(); }
