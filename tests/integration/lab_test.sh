@@ -124,6 +124,16 @@ expect 'Look at the packets' 'captured [1-9][0-9]* frames' "the capture reports 
 expect 'Loss' 'uroce0: loopback: drop=0\.05' "uroce fault does not show drop=0.05"
 expect 'Loss' 'uroce0: loopback: off' "uroce fault does not show off at the end"
 expect 'Loss' '^200 iters in [0-9.]+ seconds' "the lossy ping-pong did not complete"
+# The client ends as the server did, or (its last ACK dropped, the server's
+# QP gone: the lab explains it) with retry exceeded on its last SEND.
+iters=$(step 'Loss' | grep -cE '^200 iters in [0-9.]+ seconds' || true)
+if ((iters < 2)) && ! step 'Loss' | grep -qE '^Failed status transport retry counter exceeded \(12\)'; then
+  step 'Loss' | tail -n 40 >&2
+  fail "step /Loss/: the client's ending is neither its 200 iterations nor the lost closing ACK"
+fi
+if step 'Loss' | grep -qE 'invalid data|[Cc]ouldn.t|Unable'; then
+  fail "step /Loss/: the ping-pong reports bad data or a failure to start"
+fi
 positive 'Loss' fault_loopback_dropped
 positive 'Loss' retransmits
 positive 'Loss' nak_sent
