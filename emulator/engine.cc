@@ -452,7 +452,9 @@ void Engine::run() {
       sysfs_counters_stale_ = true;
       continue;
     }
-    uint64_t wait_ns = sysfs_due_ns ? sysfs_due_ns : 1'000'000'000;
+    // Counters due for sysfs: wake for them, unless a wire port's nap
+    // (wire_max_sleep_ns) brings the engine round soon enough anyway.
+    uint64_t wait_ns = sysfs_due_ns && !device_.has_wire() ? sysfs_due_ns : 1'000'000'000;
     if (uint64_t deadline = device_.next_deadline_ns()) {
       const uint64_t t = monotonic_ns();
       wait_ns = deadline > t ? std::min(wait_ns, deadline - t) : 0;
