@@ -14,4 +14,6 @@ jobs="${UROCE_JOBS:-2}"
 
 cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo
 cmake --build "$build_dir" -j"$jobs"
-ctest --test-dir "$build_dir" --output-on-failure -j1 "$@"
+# -j: the GoogleTest units run side by side; every other test is RUN_SERIAL
+# (tests/CMakeLists.txt): engines, CPU ticks and latencies are measured alone.
+ctest --test-dir "$build_dir" --output-on-failure -j"$jobs" "$@"

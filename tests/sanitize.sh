@@ -72,7 +72,8 @@ export UROCE_SANITIZE=address,undefined
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
 
 rc=0
-ctest --test-dir "$build_dir" --output-on-failure -j1 "${select[@]}" || rc=$?
+# -j: the units side by side, every other test alone (RUN_SERIAL), as run_all.sh.
+ctest --test-dir "$build_dir" --output-on-failure -j"$jobs" "${select[@]}" || rc=$?
 
 shopt -s nullglob
 found=("$reports"/*)
