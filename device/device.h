@@ -366,7 +366,10 @@ class Device {
   net::Route loopback_route_{};
   uint64_t path_generation_ = 1;  // Qp::path caches made in another are stale
   // Frames p by route and hands it to the port `kind` names.
-  void send_on_path(net::Packet* p, PathKind kind, const net::Route& route, const uint8_t* dgid);
+  bool dropped_port_down(net::Packet* p);
+  // header: route's template when the path has one (a connected QP's), else null.
+  void send_on_path(net::Packet* p, PathKind kind, const net::Route& route, const net::HeaderTemplate* header,
+                    const uint8_t* dgid);
   net::LoopbackPort loopback_;
   net::PacketPool pool_;
   std::unique_ptr<net::DpdkPort> wire_;

@@ -99,32 +99,33 @@ bool Device::is_local_gid(const uint8_t* gid) const {
   return false;
 }
 
+// A port that is down sends nothing: the frame is dropped and counted.
+bool Device::dropped_port_down(net::Packet* p) {
+  if (port_active()) [[likely]] return false;
+  ++counters_.tx_port_down;
+  pool_.put(p);
+  return true;
+}
+
 void Device::send_packet(Qp& qp, net::Packet* p, const abi::AddressVector* av) {
-  if (av) {  // UD: the work request's address vector
-    if (port_active()) ++qp.tx_packets;  // (a frame the port drops is not the QP's)
-    return route_packet(p, *av, qp.qpn);
-  }
-  if (!port_active()) {
-    ++counters_.tx_port_down;
-    pool_.put(p);
-    return;
-  }
+  if (dropped_port_down(p)) return;
   ++qp.tx_packets;
+  if (av) {  // UD: the work request's address vector
+    net::Route route;
+    return send_on_path(p, resolve_path(*av, qp.qpn, route), route, nullptr, av->dgid);
+  }
   if (qp.path.generation != path_generation_) [[unlikely]] {
     qp.path.kind = resolve_path(qp.av, qp.qpn, qp.path.route);
+    net::make_header_template(qp.path.route, qp.path.header);
     qp.path.generation = path_generation_;
   }
-  send_on_path(p, qp.path.kind, qp.path.route, qp.av.dgid);
+  send_on_path(p, qp.path.kind, qp.path.route, &qp.path.header, qp.av.dgid);
 }
 
 void Device::route_packet(net::Packet* p, const abi::AddressVector& path, uint32_t src_qpn) {
-  if (!port_active()) {
-    ++counters_.tx_port_down;
-    pool_.put(p);
-    return;
-  }
+  if (dropped_port_down(p)) return;
   net::Route route;
-  send_on_path(p, resolve_path(path, src_qpn, route), route, path.dgid);
+  send_on_path(p, resolve_path(path, src_qpn, route), route, nullptr, path.dgid);
 }
 
 PathKind Device::resolve_path(const abi::AddressVector& path, uint32_t src_qpn, net::Route& route) const {
@@ -151,7 +152,14 @@ PathKind Device::resolve_path(const abi::AddressVector& path, uint32_t src_qpn, 
   return multicast ? PathKind::kMulticast : PathKind::kWire;
 }
 
-void Device::send_on_path(net::Packet* p, PathKind kind, const net::Route& path_route, const uint8_t* dgid) {
+void Device::send_on_path(net::Packet* p, PathKind kind, const net::Route& path_route,
+                          const net::HeaderTemplate* header, const uint8_t* dgid) {
+  const auto finish = [&](const net::Route& route) {
+    if (header)
+      net::finish_roce_packet(*p, route, *header);
+    else
+      net::finish_roce_packet(*p, route);
+  };
   switch (kind) {
     case PathKind::kNone:
       ++counters_.tx_no_route;
@@ -162,7 +170,7 @@ void Device::send_on_path(net::Packet* p, PathKind kind, const net::Route& path_
       // capture must show valid frames or the fault injector may corrupt it
       // (the receiver's ICRC check is what drops a corrupted frame).
       p->checksummed = capture_ || loopback_fault_.active();
-      net::finish_roce_packet(*p, path_route);
+      finish(path_route);
       return transmit(p, PortId::kLoopback);
     case PathKind::kMulticast: {
       net::Route route = path_route;
@@ -170,15 +178,17 @@ void Device::send_on_path(net::Packet* p, PathKind kind, const net::Route& path_
     }
     case PathKind::kWire: break;
   }
-  net::Route route = path_route;
   // The MAC is outside the ICRC: a frame waiting for resolution is finished
   // now and gets its MAC when the neighbour answers.
-  if (route.family == net::IpFamily::kIpv4) {
-    const net::Ipv4Addr ip = route.dst_ip;
+  const auto set_dst_mac = [p](const net::MacAddr& mac) { std::memcpy(p->data, mac.data(), 6); };
+  if (path_route.family == net::IpFamily::kIpv4) {
+    const net::Ipv4Addr ip = path_route.dst_ip;
     const auto mac = arp_.lookup(ip, now_ns_);
-    if (mac) route.dst_mac = *mac;
-    net::finish_roce_packet(*p, route);
-    if (mac) return transmit(p, PortId::kWire);
+    finish(path_route);
+    if (mac) {
+      set_dst_mac(*mac);
+      return transmit(p, PortId::kWire);
+    }
     switch (arp_pending_.enqueue(ip, p, now_ns_)) {
       case net::ArpPending::Enqueue::kQueuedSendRequest: send_arp_request(ip); break;
       case net::ArpPending::Enqueue::kQueued: break;
@@ -186,11 +196,13 @@ void Device::send_on_path(net::Packet* p, PathKind kind, const net::Route& path_
     }
     return;
   }
-  const net::Ipv6Addr ip6 = route.dst_ip6;
+  const net::Ipv6Addr ip6 = path_route.dst_ip6;
   const auto mac = ndp_.lookup(ip6, now_ns_);
-  if (mac) route.dst_mac = *mac;
-  net::finish_roce_packet(*p, route);
-  if (mac) return transmit(p, PortId::kWire);
+  finish(path_route);
+  if (mac) {
+    set_dst_mac(*mac);
+    return transmit(p, PortId::kWire);
+  }
   switch (ndp_pending_.enqueue(ip6, p, now_ns_)) {
     case net::NdpPending::Enqueue::kQueuedSendRequest: send_ndp_solicitation(ip6); break;
     case net::NdpPending::Enqueue::kQueued: break;

@@ -51,6 +51,7 @@ struct PathCache {
   uint64_t generation = 0;  // the device's path generation it was worked out in; 0: never
   PathKind kind = PathKind::kNone;
   net::Route route;
+  net::HeaderTemplate header;  // route's headers, copied into each frame
 };
 
 struct AtomicReplay {

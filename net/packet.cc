@@ -198,31 +198,22 @@ void begin_roce_packet(Packet& p, uint8_t opcode, const Route& route) {
   begin_at(p, opcode, l3_offset(route), bth_offset_for(route));
 }
 
-void finish_roce_packet(Packet& p, const Route& route) {
-  const uint16_t bth_off = bth_offset_for(route);
-  if (p.bth_off != bth_off) move_transport(p, bth_off);
-  p.l3_off = l3_offset(route);
-  const bool v6 = route.family == IpFamily::kIpv6;
+namespace {
 
+// The pad and the BTH's pad count; returns the transport length (BTH to the
+// end of the pad).
+uint32_t pad_transport(Packet& p) {
   const uint32_t pad = (4 - (p.payload_len & 3)) & 3;
   std::memset(p.payload() + p.payload_len, 0, pad);
   Bth* bth = p.bth();
   bth->flags = uint8_t((bth->flags & 0xc0) | (pad << 4));  // TVer 0
-  const uint32_t transport_len = p.payload_off - p.bth_off + p.payload_len + pad;
-  const uint32_t udp_len = uint32_t(sizeof(UdpHdr) + transport_len + kIcrcBytes);
+  return p.payload_off - p.bth_off + p.payload_len + pad;
+}
 
-  write_ethernet(p, route, v6 ? kEtherTypeIpv6 : kEtherTypeIpv4);
-  if (v6)
-    write_ipv6(p, route, udp_len);
-  else
-    write_ipv4(p, route, udp_len);
-
+// After the headers: the frame's length and, when checksummed, the ICRC and
+// (IPv6) the UDP checksum.
+void finish_checksums(Packet& p, bool v6, uint32_t transport_len, uint32_t udp_len) {
   auto* udp = reinterpret_cast<UdpHdr*>(p.data + p.bth_off - sizeof(UdpHdr));
-  udp->src_port = route.src_port;
-  udp->dst_port = kRoceV2Port;
-  udp->length = uint16_t(udp_len);
-  udp->checksum = 0;  // RoCEv2 over IPv4 sends a zero UDP checksum (A17.3.2)
-
   p.len = p.bth_off + transport_len + kIcrcBytes;
   p.framed = true;
   uint8_t* icrc_at = p.data + p.bth_off + transport_len;
@@ -243,6 +234,82 @@ void finish_roce_packet(Packet& p, const Route& route) {
                                         reinterpret_cast<const uint8_t*>(udp), udp_len);
     udp->checksum = c ? c : 0xffff;
   }
+}
+
+void write_udp(Packet& p, const Route& route, uint32_t udp_len) {
+  auto* udp = reinterpret_cast<UdpHdr*>(p.data + p.bth_off - sizeof(UdpHdr));
+  udp->src_port = route.src_port;
+  udp->dst_port = kRoceV2Port;
+  udp->length = uint16_t(udp_len);
+  udp->checksum = 0;  // RoCEv2 over IPv4 sends a zero UDP checksum (A17.3.2)
+}
+
+}  // namespace
+
+void finish_roce_packet(Packet& p, const Route& route) {
+  const uint16_t bth_off = bth_offset_for(route);
+  if (p.bth_off != bth_off) move_transport(p, bth_off);
+  p.l3_off = l3_offset(route);
+  const bool v6 = route.family == IpFamily::kIpv6;
+  const uint32_t transport_len = pad_transport(p);
+  const uint32_t udp_len = uint32_t(sizeof(UdpHdr) + transport_len + kIcrcBytes);
+
+  write_ethernet(p, route, v6 ? kEtherTypeIpv6 : kEtherTypeIpv4);
+  if (v6)
+    write_ipv6(p, route, udp_len);
+  else
+    write_ipv4(p, route, udp_len);
+  write_udp(p, route, udp_len);
+  finish_checksums(p, v6, transport_len, udp_len);
+}
+
+void make_header_template(const Route& route, HeaderTemplate& t) {
+  // The headers of an empty packet laid out for route, lengths then cleared.
+  Packet scratch;
+  scratch.checksummed = false;
+  scratch.l3_off = l3_offset(route);
+  scratch.bth_off = bth_offset_for(route);
+  const bool v6 = route.family == IpFamily::kIpv6;
+  write_ethernet(scratch, route, v6 ? kEtherTypeIpv6 : kEtherTypeIpv4);
+  if (v6)
+    write_ipv6(scratch, route, 0);
+  else
+    write_ipv4(scratch, route, 0);
+  write_udp(scratch, route, 0);
+  t.len = scratch.bth_off;
+  std::memcpy(t.bytes.data(), scratch.data, t.len);
+  t.ipv4_sum = 0;
+  if (!v6) {
+    auto* ip = reinterpret_cast<Ipv4Hdr*>(t.bytes.data() + scratch.l3_off);
+    ip->total_len = 0;
+    ip->checksum = 0;
+    // ipv4_checksum gives ~sum; its complement is the sum of every other field.
+    t.ipv4_sum = uint16_t(~ipv4_checksum(*ip));
+  }
+}
+
+void finish_roce_packet(Packet& p, const Route& route, const HeaderTemplate& t) {
+  if (p.bth_off != t.len) move_transport(p, t.len);
+  p.l3_off = l3_offset(route);
+  const bool v6 = route.family == IpFamily::kIpv6;
+  const uint32_t transport_len = pad_transport(p);
+  const uint32_t udp_len = uint32_t(sizeof(UdpHdr) + transport_len + kIcrcBytes);
+
+  std::memcpy(p.data, t.bytes.data(), t.len);
+  if (v6) {
+    reinterpret_cast<Ipv6Hdr*>(p.data + p.l3_off)->payload_len = uint16_t(udp_len);
+  } else {
+    auto* ip = reinterpret_cast<Ipv4Hdr*>(p.data + p.l3_off);
+    const uint16_t total_len = uint16_t(sizeof(Ipv4Hdr) + udp_len);
+    ip->total_len = total_len;
+    if (p.checksummed) {
+      uint32_t sum = t.ipv4_sum + total_len;  // RFC 1624: the sum grows by the new field
+      sum = (sum & 0xffff) + (sum >> 16);
+      ip->checksum = uint16_t(~sum);
+    }
+  }
+  reinterpret_cast<UdpHdr*>(p.data + p.bth_off - sizeof(UdpHdr))->length = uint16_t(udp_len);
+  finish_checksums(p, v6, transport_len, udp_len);
 }
 
 const char* parse_error_name(ParseError e) {

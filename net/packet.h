@@ -154,6 +154,20 @@ void begin_roce_packet(Packet& p, uint8_t opcode, const Route& route);
 // payload are first moved to bth_offset_for(route).
 void finish_roce_packet(Packet& p, const Route& route);
 
+// A route's frame bytes before the BTH (Ethernet [+ 802.1Q], IP, UDP) with
+// the lengths and checksums left 0, made once per route (a connected QP's
+// path, Device::resolve_path) so that finishing a packet copies them and
+// fills in the lengths rather than writing every field of every header.
+struct HeaderTemplate {
+  std::array<uint8_t, kNetHeaderRoom> bytes{};
+  uint16_t len = 0;       // bth_offset_for(route) once made
+  uint32_t ipv4_sum = 0;  // IPv4: the header's one's complement sum without its total length
+};
+void make_header_template(const Route& route, HeaderTemplate& t);
+// finish_roce_packet(p, route) with route's template t (made from route):
+// the same frame.
+void finish_roce_packet(Packet& p, const Route& route, const HeaderTemplate& t);
+
 enum class ParseError : uint8_t {
   kOk,
   kTooShort,
