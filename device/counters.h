@@ -9,6 +9,7 @@ namespace uroce::device {
 #define UROCE_COUNTERS(X)                                                        \
   X(rx_packets, "frames received from a port")                                   \
   X(tx_packets, "frames sent to a port")                                         \
+  X(tx_acks, "RC ACKs and NAKs sent (one ACK answers the requests a QP received in one burst)") \
   X(tx_port_down, "frames dropped: port administratively down")                  \
   X(tx_no_route, "frames dropped: destination GID is not IPv4 or no wire port")  \
   X(tx_backpressure, "times a sender waited: loopback or wire TX queue full, or packet buffers short") \

@@ -18,14 +18,16 @@ using net::OpcodeInfo;
 uint8_t response_opcode(const Qp& qp, uint8_t code) { return net::make_opcode(transport_of(qp), code); }
 uint8_t ack_opcode(const Qp& qp) { return response_opcode(qp, net::op::kAck); }
 
-uint32_t aeth_word(const Qp& qp, uint8_t syndrome) {
-  return (uint32_t(syndrome) << 24) | (qp.resp_msn & 0xffffff);
-}
+uint32_t aeth_word(uint32_t msn, uint8_t syndrome) { return (uint32_t(syndrome) << 24) | (msn & 0xffffff); }
+uint32_t aeth_word(const Qp& qp, uint8_t syndrome) { return aeth_word(qp.resp_msn, syndrome); }
 
-void emit_aeth(Device& dev, Qp& qp, uint8_t opcode, uint32_t psn, uint8_t syndrome) {
+// msn: the MSN as of psn (an ACK that waited in the queue carries the MSN of
+// its own PSN, not of requests answered since).
+void emit_aeth(Device& dev, Qp& qp, uint8_t opcode, uint32_t psn, uint8_t syndrome, uint32_t msn) {
   net::Packet* p = dev.new_packet(qp, opcode, psn, false);
   if (!p) [[unlikely]] return;  // no buffer (counted): lost as on the wire; the requester retries
-  p->hdr<net::Aeth>(p->info().aeth_off)->syndrome_msn = aeth_word(qp, syndrome);
+  p->hdr<net::Aeth>(p->info().aeth_off)->syndrome_msn = aeth_word(msn, syndrome);
+  if ((opcode & 0x1f) == net::op::kAck) ++dev.counters_mut().tx_acks;
   dev.send_packet(qp, p);
 }
 
@@ -39,31 +41,40 @@ void emit_atomic_ack(Device& dev, Qp& qp, uint32_t psn, uint64_t orig) {
   dev.send_packet(qp, a);
 }
 
-// ACKs and NAKs go out now unless READ data is still queued: then they wait
-// their turn, as responses leave in PSN order.
+// NAKs go out now unless answers are still queued: then they wait their
+// turn, as responses leave in PSN order. A positive ACK always waits in the
+// queue for responder_run, later in the same Device::poll (receive first,
+// then the responders): the ACKs for a burst of requests received together
+// coalesce into one (IBA 9.7.5.1.2, C9-105), as a NIC's do, and whatever
+// answers follow in the burst queue behind it.
 void send_aeth(Device& dev, Qp& qp, uint32_t psn, uint8_t syndrome, bool fatal = false) {
-  if (qp.responses.empty()) {
-    emit_aeth(dev, qp, ack_opcode(qp), psn, syndrome);
+  const uint8_t ack = net::aeth::kAck | net::aeth::kCreditInvalid;
+  const bool positive = syndrome == ack && !fatal;
+  if (qp.responses.empty() && !positive) {
+    emit_aeth(dev, qp, ack_opcode(qp), psn, syndrome, qp.resp_msn);
     if (fatal) dev.qp_to_error(qp);
     return;
   }
-  const uint8_t ack = net::aeth::kAck | net::aeth::kCreditInvalid;
-  Response& last = qp.responses.back();
-  if (syndrome == ack && last.kind == Response::Kind::kAeth && last.syndrome == ack) {
-    last.psn = psn;  // an ACK covers the one before it (IBA 9.7.5.1.2: ACKs coalesce)
-    return;
+  if (positive && !qp.responses.empty()) {
+    Response& last = qp.responses.back();
+    if (last.kind == Response::Kind::kAeth && last.syndrome == ack && !last.fatal) {
+      last.psn = psn;  // an ACK covers the one before it
+      last.msn = qp.resp_msn;
+      return;
+    }
   }
   if (qp.responses.full()) [[unlikely]] {
     ++dev.counters_mut().response_queue_full;
     if (!fatal) return;  // lost as on the wire: the requester's timer asks again
     qp.responses.clear();  // the QP ends here: its queued answers would be dropped anyway
-    emit_aeth(dev, qp, ack_opcode(qp), psn, syndrome);
+    emit_aeth(dev, qp, ack_opcode(qp), psn, syndrome, qp.resp_msn);
     dev.qp_to_error(qp);
     return;
   }
   Response r;
   r.kind = Response::Kind::kAeth;
   r.psn = psn;
+  r.msn = qp.resp_msn;
   r.syndrome = syndrome;
   r.fatal = fatal;
   qp.responses.push_back(r);
@@ -245,7 +256,7 @@ void answer_duplicate_read(Device& dev, Qp& qp, net::Packet& p) {
 void answer_atomic_write(Device& dev, Qp& qp, uint32_t psn, bool replay) {
   if (qp.responses.empty())
     return emit_aeth(dev, qp, response_opcode(qp, net::op::kReadRespOnly), psn,
-                     net::aeth::kAck | net::aeth::kCreditInvalid);
+                     net::aeth::kAck | net::aeth::kCreditInvalid, qp.resp_msn);
   Response r;  // a READ of no bytes: responder_run sends it as this answer
   r.replay = replay;
   r.psn = psn;
@@ -706,7 +717,7 @@ bool responder_run(Device& dev, Qp& qp) {
     Response& r = qp.responses.front();
     if (r.kind == Response::Kind::kAeth) {
       const bool fatal = r.fatal;
-      emit_aeth(dev, qp, ack_opcode(qp), r.psn, r.syndrome);
+      emit_aeth(dev, qp, ack_opcode(qp), r.psn, r.syndrome, r.msn);
       qp.responses.pop_front();
       if (fatal) {
         qp.resp_fatal_pending = false;
@@ -743,7 +754,7 @@ bool responder_run(Device& dev, Qp& qp) {
         const uint32_t psn = r.psn;
         qp.responses.clear();
         ++dev.counters_mut().nak_sent;
-        emit_aeth(dev, qp, ack_opcode(qp), psn, net::aeth::kNakRemoteAccessError);
+        emit_aeth(dev, qp, ack_opcode(qp), psn, net::aeth::kNakRemoteAccessError, qp.resp_msn);
         dev.qp_to_error(qp);
         return true;
       }

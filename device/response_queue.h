@@ -1,8 +1,9 @@
 // The responder's answers not yet sent, in PSN order (IBA 9.7.5.1.1): READ
-// data, and the ACKs, NAKs and atomic ACKs that must not overtake it. A
-// fixed ring of kCapacity entries, allocated the first time a QP queues an
-// answer (most QPs never do: an ACK with nothing ahead of it goes out at
-// once), never again; nothing is allocated per packet.
+// data, and the ACKs, NAKs and atomic ACKs that must not overtake it (a
+// positive ACK always waits here until the end of the receive burst, so
+// that one ACK answers the burst). A fixed ring of kCapacity entries,
+// allocated the first time a QP answers a request (about 4 KiB; a QP that
+// only sends never does), never again; nothing is allocated per packet.
 #pragma once
 
 #include <cstdint>
@@ -21,6 +22,7 @@ struct Response {
   uint8_t syndrome = 0;   // kAeth, kAtomicAck
   bool replay = false;    // answers a duplicate request: holds no responder resource (C9-149)
   uint32_t psn = 0;       // next response PSN
+  uint32_t msn = 0;       // kAeth: the responder's MSN as of psn
   uint32_t end_psn = 0;   // kRead: one past the READ's last response PSN
   uint32_t remaining = 0; // kRead: bytes still to send
   uint32_t mr_key = 0;    // kRead

@@ -7,7 +7,8 @@
 # 1. perf (software clock; works in VMs without hardware counters): the
 #    engine's CPU time, context switches and system calls over a 2-second
 #    window of traffic, divided by the messages the engine moved in that
-#    window (its tx_packets counter / 2: each SEND is answered by an ACK),
+#    window (its tx_packets counter less its tx_acks: the SENDs, whatever
+#    number of ACKs answered them),
 #    and where the time went (perf report by symbol, user and kernel).
 # 2. callgrind: the engine's user-space instructions per message over a whole
 #    run of N messages (startup and connection setup included; they are a
@@ -63,7 +64,8 @@ send_bw_pair() {
 }
 watchdogs=()
 pairs=()  # every perftest process started, to be stopped on exit
-tx_packets() { "$uroce" stats --name uroce0 | awk '$1 == "tx_packets" {print $2}'; }
+# The SENDs the engine has sent: every frame but the ACKs.
+sends_sent() { "$uroce" stats --name uroce0 | awk '$1 == "tx_packets" {t = $2} $1 == "tx_acks" {a = $2} END {print t - a}'; }
 
 echo "machine: $(nproc) cores, $(lscpu | sed -n 's/^Model name: *//p'), kernel $(uname -r), load $(cut -d' ' -f1-3 /proc/loadavg)"
 
@@ -73,14 +75,14 @@ if command -v perf >/dev/null; then
   engine=$(cat "$UROCE_RUNTIME_DIR/uroce0.pid")
   send_bw_pair 100000000  # more than the windows need at any rate: killed after them
   sleep 1.5
-  a=$(tx_packets)
+  a=$(sends_sent)
   perf record -q -e cpu-clock -F 4999 -g -p "$engine" -o "$out/perf.data" -- sleep 2 2>/dev/null &
   wait $!
-  b=$(tx_packets)
+  b=$(sends_sent)
   perf stat -x, -e task-clock,context-switches,raw_syscalls:sys_enter -p "$engine" \
     -o "$out/perf-stat.csv" -- sleep 2 &
   wait $!
-  c=$(tx_packets)
+  c=$(sends_sent)
   kill -TERM "$client_pid" "$server_pid" 2>/dev/null || true
   wait "$client_pid" "$server_pid" 2>/dev/null || true
   "$uroce" stop --name uroce0 >/dev/null
@@ -88,7 +90,7 @@ if command -v perf >/dev/null; then
   task_ms=$(awk -F, '$3 == "task-clock" {print $1}' "$out/perf-stat.csv")
   cs=$(awk -F, '$3 == "context-switches" {print $1}' "$out/perf-stat.csv")
   sc=$(awk -F, '$3 ~ /sys_enter/ {print $1}' "$out/perf-stat.csv")
-  awk -v m1="$(((b - a) / 2))" -v s="$samples" -v m2="$(((c - b) / 2))" -v t="$task_ms" -v cs="$cs" -v sc="$sc" 'BEGIN {
+  awk -v m1="$((b - a))" -v s="$samples" -v m2="$((c - b))" -v t="$task_ms" -v cs="$cs" -v sc="$sc" 'BEGIN {
     printf "perf record window: %d messages (%.0f/s); %d samples at 4999 Hz: engine on a core %.0f%% of the time, %.2f us per message\n", m1, m1 / 2, s, s / 4999 / 2 * 100, s / 4999 * 1e6 / m1
     printf "perf stat window:   %d messages (%.0f/s); engine CPU %.0f ms of 2000, %.2f us per message\n", m2, m2 / 2, t, t * 1000 / m2
     printf "system calls: %.2f per message; context switches: %d in 2 s\n", sc / m2, cs }'
@@ -119,14 +121,14 @@ if command -v valgrind >/dev/null; then
   send_bw_pair "$n"
   wait "$client_pid" || echo "client failed: see $out/client.$port.log"
   sleep 1
-  packets=$(tx_packets)
+  packets=$(sends_sent)
   kill -TERM "$valgrind_pid"
   wait "$valgrind_pid" || true
   valgrind_pid=""
   callgrind_annotate "$out/callgrind.out" >"$out/callgrind-exclusive.txt" 2>/dev/null
   callgrind_annotate --inclusive=yes "$out/callgrind.out" >"$out/callgrind-inclusive.txt" 2>/dev/null
   total=$(sed -n 's/^ *\([0-9,]*\) .*PROGRAM TOTALS.*/\1/p' "$out/callgrind-exclusive.txt" | tr -d ,)
-  msgs=$((packets / 2))
+  msgs=$packets
   awk -v t="$total" -v m="$msgs" 'BEGIN { printf "instructions: %d for %d messages: %.0f per message\n", t, m, t / m }'
   per_msg() {  # FILE COUNT: "instructions per message  function" for the top lines
     grep -E '^ *[0-9,]+ \( *[0-9.]+%\)  ' "$1" | grep -v 'PROGRAM TOTALS' |

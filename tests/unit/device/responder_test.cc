@@ -88,6 +88,37 @@ TEST_F(ResponderTest, SendOnlyIsAckedWithTheMsn) {
   EXPECT_EQ(B().resp_epsn, kPsn + 1);
 }
 
+// Requests received in one burst are answered by one ACK, for the last of
+// them, with the MSN as of it (IBA 9.7.5.1.2: an ACK covers those before
+// it); an ACK never overtakes an answer queued behind it.
+TEST_F(ResponderTest, OneAckAnswersABurstOfRequests) {
+  for (uint64_t i = 0; i < 3; ++i) post_recv(B(), i + 1, {sge(b(256 * i), 256, b_key_)});
+  for (uint32_t i = 0; i < 3; ++i) inject(kSendOnly, b_, kPsn + i, true, payload_.data(), 32);
+  Frame f = one_frame();
+  EXPECT_EQ(f.opcode, kAck);
+  EXPECT_EQ(f.syndrome, kSynAck);
+  EXPECT_EQ(f.psn, kPsn + 2);
+  EXPECT_EQ(f.msn, 3u);
+  EXPECT_EQ(drain_cq(dev_, b_rcq_).size(), 3u);
+
+  // A SEND, then a READ, then a SEND in one burst: the first ACK, the READ's
+  // data, then the last SEND's ACK, in PSN order, each with its own MSN.
+  for (uint64_t i = 0; i < 2; ++i) post_recv(B(), 10 + i, {sge(b(1024 + 256 * i), 256, b_key_)});
+  inject(kSendOnly, b_, kPsn + 3, true, payload_.data(), 32);
+  inject(kReadRequest, b_, kPsn + 4, true, reth(b_addr(0), b_key_, 16));
+  inject(kSendOnly, b_, kPsn + 5, true, payload_.data(), 32);
+  auto frames = step();
+  ASSERT_EQ(frames.size(), 3u);
+  EXPECT_EQ(frames[0].opcode, kAck);
+  EXPECT_EQ(frames[0].psn, kPsn + 3);
+  EXPECT_EQ(frames[0].msn, 4u);
+  EXPECT_EQ(frames[1].opcode, kReadRespOnly);
+  EXPECT_EQ(frames[1].psn, kPsn + 4);
+  EXPECT_EQ(frames[2].opcode, kAck);
+  EXPECT_EQ(frames[2].psn, kPsn + 5);
+  EXPECT_EQ(frames[2].msn, 6u);
+}
+
 TEST_F(ResponderTest, NoAckWithoutAckReq) {
   post_recv(B(), 1, {sge(b(0), 256, b_key_)});
   inject(kSendOnly, b_, kPsn, false, payload_.data(), 32);
