@@ -15,7 +15,7 @@ namespace uroce::device {
 
 namespace {
 
-uint32_t qp_index(uint32_t qpn) { return qpn - kFirstQpn + 1; }
+uint32_t qp_index(uint32_t qpn) { return qpn - kFirstQpn + 1; }  // as Device::qp
 
 uint32_t round_pow2(uint32_t v) { return 1u << log2_ceil(std::max(v, 1u)); }
 
@@ -312,25 +312,6 @@ int Device::destroy_ah(Owner* o, uint32_t handle) {
   --pds_.get(ah->pd)->refs;
   ahs_.erase(handle);
   return 0;
-}
-
-Device::MrCheck Device::check_mr(uint32_t key, uint32_t pd, uint64_t va, uint64_t len,
-                                 uint32_t access, bool remote, const Mr** out) const {
-  const Mr* mr = mrs_.get(key >> 8);
-  if (!mr || mr->key != key) return MrCheck::kBadKey;
-  if (mr->pd != pd) return MrCheck::kBadPd;
-  // IBA 10.6.3: [va, va+len) within [iova, iova+length).
-  if (va < mr->iova || len > mr->length || va - mr->iova > mr->length - len)
-    return MrCheck::kBadBounds;
-  if ((mr->access & access) != access) return MrCheck::kBadAccess;
-  (void)remote;
-  *out = mr;
-  return MrCheck::kOk;
-}
-
-Qp* Device::qp(uint32_t qpn) const {
-  if (qpn < kFirstQpn) return nullptr;
-  return qps_.get(qp_index(qpn));
 }
 
 Result<uint32_t> Device::create_qp(Owner* o, const abi::CreateQpRequest& req) {

@@ -111,7 +111,9 @@ class Device {
   int query_qp(Owner* o, uint32_t qpn, abi::QpAttr* attr);
   // handle: a QPN (the creator's handle) or, from open_qp, id << 32 | QPN.
   int destroy_qp(Owner* o, uint64_t handle);
-  Qp* qp(uint32_t qpn) const;
+  Qp* qp(uint32_t qpn) const {  // inline: every received frame looks its QP up
+    return qpn < kFirstQpn ? nullptr : qps_.get(qpn - kFirstQpn + 1);
+  }
   Result<uint32_t> create_srq(Owner* o, const abi::CreateSrqRequest& req);  // returns handle
   int modify_srq(Owner* o, uint32_t handle, uint32_t mask, uint32_t max_wr, uint32_t limit);
   Srq* srq(uint32_t handle) const { return srqs_.get(handle); }
@@ -232,8 +234,18 @@ class Device {
 
   // Transport internals, shared by requester/responder/completer.
   enum class MrCheck { kOk, kBadKey, kBadPd, kBadBounds, kBadAccess };
+  // Inline: every message checks a key on each side.
   MrCheck check_mr(uint32_t key, uint32_t pd, uint64_t va, uint64_t len, uint32_t access,
-                   bool remote, const Mr** out) const;
+                   const Mr** out) const {
+    const Mr* mr = find_mr(key);
+    if (!mr) return MrCheck::kBadKey;
+    if (mr->pd != pd) return MrCheck::kBadPd;
+    // IBA 10.6.3: [va, va+len) within [iova, iova+length).
+    if (va < mr->iova || len > mr->length || va - mr->iova > mr->length - len) return MrCheck::kBadBounds;
+    if ((mr->access & access) != access) return MrCheck::kBadAccess;
+    *out = mr;
+    return MrCheck::kOk;
+  }
   const Mr* find_mr(uint32_t key) const {
     const Mr* mr = mrs_.get(key >> 8);
     return mr && mr->key == key ? mr : nullptr;
@@ -246,7 +258,7 @@ class Device {
                      uint32_t access, const Mr** mr, uint64_t* owner_addr) const {
     if (is_mw_key(rkey)) [[unlikely]]
       return check_mw(rkey, pd, qpn, va, len, access, mr, owner_addr);
-    const MrCheck c = check_mr(rkey, pd, va, len, access, true, mr);
+    const MrCheck c = check_mr(rkey, pd, va, len, access, mr);
     if (c == MrCheck::kOk) *owner_addr = (*mr)->addr + (va - (*mr)->iova);
     return c;
   }
@@ -347,7 +359,10 @@ class Device {
   void send_ndp_solicitation(const net::Ipv6Addr& ip);
   bool has_ip6() const;
   bool is_roce_frame(const net::Packet& p) const;
-  void capture(const net::Packet& p);
+  void capture(const net::Packet& p) {
+    if (capture_) [[unlikely]] capture_frame(p);
+  }
+  void capture_frame(const net::Packet& p);
   bool is_local_gid(const uint8_t* gid) const;
 
   DeviceConfig config_;
@@ -366,7 +381,8 @@ class Device {
   net::Route loopback_route_{};
   uint64_t path_generation_ = 1;  // Qp::path caches made in another are stale
   // Frames p by route and hands it to the port `kind` names.
-  bool dropped_port_down(net::Packet* p);
+  bool dropped_port_down(net::Packet* p) { return !port_active() && drop_port_down(p); }
+  bool drop_port_down(net::Packet* p);
   // header: route's template when the path has one (a connected QP's), else null.
   void send_on_path(net::Packet* p, PathKind kind, const net::Route& route, const net::HeaderTemplate* header,
                     const uint8_t* dgid);

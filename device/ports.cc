@@ -57,8 +57,7 @@ std::string Device::start_capture(const std::string& path, uint64_t max_frames) 
   return "";
 }
 
-void Device::capture(const net::Packet& p) {
-  if (!capture_) return;
+void Device::capture_frame(const net::Packet& p) {
   if (capture_->write(p)) ++captured_;
   if (capture_->limit_reached()) {
     capture_->flush();
@@ -100,8 +99,7 @@ bool Device::is_local_gid(const uint8_t* gid) const {
 }
 
 // A port that is down sends nothing: the frame is dropped and counted.
-bool Device::dropped_port_down(net::Packet* p) {
-  if (port_active()) [[likely]] return false;
+bool Device::drop_port_down(net::Packet* p) {
   ++counters_.tx_port_down;
   pool_.put(p);
   return true;

@@ -22,7 +22,10 @@ uint32_t copy_recv_wqe(Device& dev, const RingView& ring, uint32_t index, uint32
     r.num_sge = 0;
     return IBV_WC_LOC_LEN_ERR;
   }
-  std::memcpy(r.sge.data(), slot + sizeof(abi::RecvWqe), hdr.num_sge * sizeof(abi::Sge));
+  if (hdr.num_sge == 1) [[likely]]
+    std::memcpy(r.sge.data(), slot + sizeof(abi::RecvWqe), sizeof(abi::Sge));  // a fixed-size copy, inlined
+  else
+    std::memcpy(r.sge.data(), slot + sizeof(abi::RecvWqe), hdr.num_sge * sizeof(abi::Sge));
   return IBV_WC_SUCCESS;
 }
 
@@ -93,7 +96,7 @@ uint32_t translate_recv_sges(Device& dev, RecvInProgress& r, uint32_t pd) {
     // writes (mlx5 and rxe): an SGE may run past its MR's end as long as the
     // message stops short of it, so the SGE is cut there and ends the list.
     const Mr* mr;
-    if (dev.check_mr(r.sge[i].lkey, pd, r.sge[i].addr, 0, IBV_ACCESS_LOCAL_WRITE, false, &mr) !=
+    if (dev.check_mr(r.sge[i].lkey, pd, r.sge[i].addr, 0, IBV_ACCESS_LOCAL_WRITE, &mr) !=
         Device::MrCheck::kOk) {
       return IBV_WC_LOC_PROT_ERR;
     }
@@ -118,13 +121,6 @@ Srq* xrc_target_srq(Device& dev, const Qp& qp, const net::Packet& p) {
   return srq;
 }
 
-
-// Bytes the receive being filled can take (the sum of its SGEs).
-uint64_t recv_capacity(const RecvInProgress& r) {
-  uint64_t total = 0;
-  for (uint32_t i = 0; i < r.num_sge; ++i) total += r.sge[i].length;
-  return total;
-}
 
 // The status of a message of `need` bytes that does not fit its receive:
 // longer than the WQE's SGEs (IBA 9.7.5.2.5), or reaching past an MR's end.

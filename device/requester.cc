@@ -23,7 +23,10 @@ uint32_t fetch_wqe(Device& dev, Qp& qp, uint32_t index) {
   std::memcpy(&w, slot, sizeof(abi::SendWqe));
   const uint32_t body = qp.sq.stride - sizeof(abi::SendWqe);
   const uint64_t used = w.flags & IBV_SEND_INLINE ? uint64_t(w.inline_len) : uint64_t(w.num_sge) * sizeof(abi::Sge);
-  std::memcpy(&w + 1, slot + sizeof(abi::SendWqe), size_t(std::min<uint64_t>(used, body)));
+  if (used == sizeof(abi::Sge) && body >= sizeof(abi::Sge)) [[likely]]
+    std::memcpy(&w + 1, slot + sizeof(abi::SendWqe), sizeof(abi::Sge));  // one SGE: a fixed-size copy, inlined
+  else
+    std::memcpy(&w + 1, slot + sizeof(abi::SendWqe), size_t(std::min<uint64_t>(used, body)));
   SendWqeState& st = wqe_state(qp, index);
   st = SendWqeState{};
   if (w.opcode >= 32 || !(allowed_wr_ops(qp.type) & (1u << w.opcode))) {
@@ -60,7 +63,7 @@ uint32_t fetch_wqe(Device& dev, Qp& qp, uint32_t index) {
     for (uint32_t i = 0; i < w.num_sge; ++i) {
       if (sge[i].length == 0) continue;
       const Mr* mr;
-      if (dev.check_mr(sge[i].lkey, qp.pd, sge[i].addr, sge[i].length, need, false, &mr) !=
+      if (dev.check_mr(sge[i].lkey, qp.pd, sge[i].addr, sge[i].length, need, &mr) !=
           Device::MrCheck::kOk) {
         if (!st.is_rd_atomic) return IBV_WC_LOC_PROT_ERR;
         // A READ's or an atomic's local key is checked when its response is
@@ -270,10 +273,29 @@ int sge_spans(const Device& dev, const Owner& owner, const abi::Sge* sge, uint32
   return want ? -1 : n;
 }
 
+// Bytes [offset, offset + len) of a message when they all lie in its first
+// SGE and in pages the engine maps (one SGE on memory the provider shared:
+// nearly every message), else nullptr and the general walk runs. The same
+// rules as sge_spans and ProcessMemory::transfer, for one span.
+[[gnu::always_inline]] inline uint8_t* shared_span_in_first_sge(const Device& dev, const Owner& owner, const abi::Sge* sge,
+                                  uint32_t num_sge, uint64_t offset, uint32_t len) {
+  if (num_sge == 0 || offset > sge[0].length || len > sge[0].length - offset) return nullptr;
+  const Mr* mr = dev.find_mr(sge[0].lkey);
+  if (!mr || mr->owner != &owner || !mr->pages) return nullptr;
+  const SharedPages& pages = *mr->pages;
+  const uint64_t addr = sge[0].addr + offset;
+  if (!pages.contains(addr) || len > pages.end() - addr) return nullptr;
+  return pages.at(addr);
+}
+
 }  // namespace
 
 bool gather_sges(const Device& dev, const Owner& owner, const abi::Sge* sge, uint32_t num_sge,
                  uint64_t offset, uint8_t* dst, uint32_t len) {
+  if (const uint8_t* src = shared_span_in_first_sge(dev, owner, sge, num_sge, offset, len)) [[likely]] {
+    std::memcpy(dst, src, len);
+    return true;
+  }
   RemoteSpan spans[kMaxSge];
   const int n = sge_spans(dev, owner, sge, num_sge, offset, len, spans);
   return n >= 0 && owner.mem.read(spans, size_t(n), dst);
@@ -281,6 +303,10 @@ bool gather_sges(const Device& dev, const Owner& owner, const abi::Sge* sge, uin
 
 bool scatter_sges(const Device& dev, const Owner& owner, const abi::Sge* sge, uint32_t num_sge,
                   uint64_t offset, const uint8_t* src, uint32_t len) {
+  if (uint8_t* dst = shared_span_in_first_sge(dev, owner, sge, num_sge, offset, len)) [[likely]] {
+    std::memcpy(dst, src, len);
+    return true;
+  }
   RemoteSpan spans[kMaxSge];
   const int n = sge_spans(dev, owner, sge, num_sge, offset, len, spans);
   return n >= 0 && owner.mem.write(spans, size_t(n), src);

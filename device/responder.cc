@@ -41,6 +41,19 @@ void emit_atomic_ack(Device& dev, Qp& qp, uint32_t psn, uint64_t orig) {
   dev.send_packet(qp, a);
 }
 
+constexpr uint8_t kPositiveAck = net::aeth::kAck | net::aeth::kCreditInvalid;
+
+// An ACK covers the one before it: a positive ACK for psn replaces one that
+// waits at the end of the queue. False if none waits there.
+[[gnu::always_inline]] inline bool merged_into_queued_ack(Qp& qp, uint32_t psn) {
+  if (qp.responses.empty()) return false;
+  Response& last = qp.responses.back();
+  if (last.kind != Response::Kind::kAeth || last.syndrome != kPositiveAck || last.fatal) return false;
+  last.psn = psn;
+  last.msn = qp.resp_msn;
+  return true;
+}
+
 // NAKs go out now unless answers are still queued: then they wait their
 // turn, as responses leave in PSN order. A positive ACK always waits in the
 // queue for responder_run, later in the same Device::poll (receive first,
@@ -48,21 +61,13 @@ void emit_atomic_ack(Device& dev, Qp& qp, uint32_t psn, uint64_t orig) {
 // coalesce into one (IBA 9.7.5.1.2, C9-105), as a NIC's do, and whatever
 // answers follow in the burst queue behind it.
 void send_aeth(Device& dev, Qp& qp, uint32_t psn, uint8_t syndrome, bool fatal = false) {
-  const uint8_t ack = net::aeth::kAck | net::aeth::kCreditInvalid;
-  const bool positive = syndrome == ack && !fatal;
+  const bool positive = syndrome == kPositiveAck && !fatal;
   if (qp.responses.empty() && !positive) {
     emit_aeth(dev, qp, ack_opcode(qp), psn, syndrome, qp.resp_msn);
     if (fatal) dev.qp_to_error(qp);
     return;
   }
-  if (positive && !qp.responses.empty()) {
-    Response& last = qp.responses.back();
-    if (last.kind == Response::Kind::kAeth && last.syndrome == ack && !last.fatal) {
-      last.psn = psn;  // an ACK covers the one before it
-      last.msn = qp.resp_msn;
-      return;
-    }
-  }
+  if (positive && merged_into_queued_ack(qp, psn)) return;
   if (qp.responses.full()) [[unlikely]] {
     ++dev.counters_mut().response_queue_full;
     if (!fatal) return;  // lost as on the wire: the requester's timer asks again
@@ -81,8 +86,10 @@ void send_aeth(Device& dev, Qp& qp, uint32_t psn, uint8_t syndrome, bool fatal =
   if (fatal) qp.resp_fatal_pending = true;
 }
 
-void send_ack(Device& dev, Qp& qp, uint32_t psn) {
-  send_aeth(dev, qp, psn, net::aeth::kAck | net::aeth::kCreditInvalid);
+// Inline: every request that asks for an ACK comes here, and nearly always
+// the ACK queued for the request before it takes its PSN (send_aeth).
+[[gnu::always_inline]] inline void send_ack(Device& dev, Qp& qp, uint32_t psn) {
+  if (!merged_into_queued_ack(qp, psn)) send_aeth(dev, qp, psn, kPositiveAck);
 }
 
 }  // namespace

@@ -26,7 +26,11 @@ bool take_recv_wqe(Device& dev, Qp& qp, const net::Packet& p, uint32_t* status);
 // domain (XRC annex: otherwise an invalid request); nullptr if not.
 Srq* xrc_target_srq(Device& dev, const Qp& qp, const net::Packet& p);
 // Bytes the receive being filled can take (the sum of its SGEs).
-uint64_t recv_capacity(const RecvInProgress& r);
+inline uint64_t recv_capacity(const RecvInProgress& r) {
+  uint64_t total = 0;
+  for (uint32_t i = 0; i < r.num_sge; ++i) total += r.sge[i].length;
+  return total;
+}
 // The status of a message of `need` bytes that does not fit its receive.
 uint32_t overflow_status(const RecvInProgress& r, uint64_t need);
 // Completes the receive WQE being filled and frees its RQ slot.

@@ -18,7 +18,7 @@ class MrTest : public DeviceFixture {
  protected:
   MrCheck check(uint32_t key, uint64_t va, uint64_t len, uint32_t access, uint32_t pd = 0) {
     const Mr* mr = nullptr;
-    const MrCheck r = dev_.check_mr(key, pd ? pd : pd_, va, len, access, true, &mr);
+    const MrCheck r = dev_.check_mr(key, pd ? pd : pd_, va, len, access, &mr);
     if (r == MrCheck::kOk) {
       EXPECT_NE(mr, nullptr);
       if (mr) { EXPECT_EQ(mr->key, key); }
