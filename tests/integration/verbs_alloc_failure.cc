@@ -94,6 +94,55 @@ TEST_F(AllocationFailure, VerbsReturnEnomemAndThrowNothing) {
     ibv_ah_attr av = loopback_av();
     return null_or_errno(ibv_create_ah(pd_, &av));
   });
+  expect_enomem("ibv_open_device", [&] { return null_or_errno(ibv_open_device(ctx_->device)); });
+  expect_enomem("ibv_create_cq_ex", [&] {
+    ibv_cq_init_attr_ex ca{};
+    ca.cqe = 16;
+    ca.wc_flags = IBV_WC_STANDARD_FLAGS;
+    return null_or_errno(ibv_create_cq_ex(ctx_, &ca));
+  });
+  expect_enomem("ibv_create_srq_ex", [&] {
+    ibv_srq_init_attr_ex sa{};
+    sa.attr.max_wr = 16;
+    sa.attr.max_sge = 1;
+    sa.comp_mask = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD;
+    sa.srq_type = IBV_SRQT_BASIC;
+    sa.pd = pd_;
+    return null_or_errno(ibv_create_srq_ex(ctx_, &sa));
+  });
+  expect_enomem("ibv_create_qp_ex", [&] {
+    ibv_qp_init_attr_ex qa{};
+    qa.send_cq = qa.recv_cq = cq;
+    qa.qp_type = IBV_QPT_RC;
+    qa.cap = {16, 16, 1, 1, 0};
+    qa.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+    qa.pd = pd_;
+    qa.send_ops_flags = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_RDMA_WRITE;
+    return null_or_errno(ibv_create_qp_ex(ctx_, &qa));
+  });
+  expect_enomem("ibv_create_wq", [&] {
+    ibv_wq_init_attr wa{};
+    wa.wq_type = IBV_WQT_RQ;
+    wa.max_wr = 16;
+    wa.max_sge = 1;
+    wa.pd = pd_;
+    wa.cq = cq;
+    return null_or_errno(ibv_create_wq(ctx_, &wa));
+  });
+  expect_enomem("ibv_alloc_td", [&] {
+    ibv_td_init_attr ta{};
+    return null_or_errno(ibv_alloc_td(ctx_, &ta));
+  });
+  expect_enomem("ibv_alloc_parent_domain", [&] {
+    ibv_parent_domain_init_attr pa{};
+    pa.pd = pd_;
+    return null_or_errno(ibv_alloc_parent_domain(ctx_, &pa));
+  });
+  expect_enomem("ibv_alloc_dm", [&] {
+    ibv_alloc_dm_attr da{};
+    da.length = 64;
+    return null_or_errno(ibv_alloc_dm(ctx_, &da));
+  });
   expect_enomem("ibv_get_device_list", [&] {
     int n = -1;
     ibv_device** list = ibv_get_device_list(&n);
