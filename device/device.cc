@@ -49,9 +49,9 @@ void Device::init_info() {
   std::memcpy(&d.node_guid, guid, 8);
   d.sys_image_guid = d.node_guid;
   std::snprintf(d.fw_ver, sizeof(d.fw_ver), "%s", kFwVer);
-  d.vendor_id = kVendorId;
-  d.vendor_part_id = kVendorPartId;
-  d.hw_ver = kHwVer;
+  d.vendor_id = config_.mlx5 ? kMlx5VendorId : kVendorId;
+  d.vendor_part_id = config_.mlx5 ? kMlx5VendorPartId : kVendorPartId;
+  d.hw_ver = config_.mlx5 ? kMlx5HwVer : kHwVer;
   d.engine_pid = uint32_t(getpid());
   d.max_mr_size = kMaxMrSize;
   d.page_size_cap = kPageSizeCap;

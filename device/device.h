@@ -64,6 +64,10 @@ struct DeviceConfig {
   // answer before it is sent again, and how often (uroced --cm-*).
   int cm_response_timeout = 20;
   int cm_max_retries = 15;
+  // mlx5 mode (uroced --mlx5): the device answers as a ConnectX-5 (vendor and
+  // part ids, a PCI parent in its sysfs tree), so that the drop-in libmlx5
+  // (verbs_provider/mlx5/) serves mlx5 direct verbs on it.
+  bool mlx5 = false;
 };
 
 enum class PortId : uint8_t { kLoopback, kWire };

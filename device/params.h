@@ -3,6 +3,8 @@
 
 #include <cstdint>
 
+#include "uroce/abi.h"
+
 namespace uroce::device {
 
 // A requester that has not yet heard from its peer (no ACK, NAK or response
@@ -23,6 +25,12 @@ constexpr uint32_t kVendorId = 0x5552;  // "UR": neither Mellanox (0x02c9) nor A
 constexpr uint32_t kVendorPartId = 0x7563;        // "uc"
 constexpr uint32_t kHwVer = 1;
 constexpr char kFwVer[] = "0.1.0";
+// mlx5 mode (abi::kMlx5VendorId): a ConnectX-5, whose PCI function sysfs
+// shows with vendor 0x15b3.
+constexpr uint32_t kMlx5VendorId = abi::kMlx5VendorId;
+constexpr uint32_t kMlx5VendorPartId = abi::kMlx5VendorPartId;
+constexpr uint32_t kMlx5HwVer = 0;
+constexpr uint32_t kMlx5PciVendor = 0x15b3;
 
 // Objects per device (all clients together). One past any of them is ENOMEM,
 // as mlx5 reports a firmware limit (MLX5_CMD_STAT_LIM_ERR / EXCEED_LIM).

@@ -51,8 +51,12 @@ Result<uint32_t> Device::create_srq(Owner* o, const abi::CreateSrqRequest& req) 
     if (req.max_num_tags == 0 || req.max_num_tags > kTmMaxNumTags) return {EINVAL};
     if (req.max_ops == 0 || req.max_ops > kTmMaxOps) return {EINVAL};
   }
-  // IBA 11.2.3.1 / man ibv_create_srq: zero or over-limit sizes are EINVAL.
-  if (req.max_wr == 0 || req.max_wr > kMaxSrqWr - 1 || req.max_sge > kMaxSrqSge) return {EINVAL};
+  // Zero or over-limit sizes are EINVAL (rxe_srq_chk_init; man
+  // ibv_create_srq). In mlx5 mode max_wr 0 is taken, as a ConnectX takes it
+  // (providers/mlx5/srq.c: a ring of align_queue_size(max_wr + 1), reported
+  // max_wr 0); rdma-core's test_mlx5_huge_page creates such SRQs.
+  if ((req.max_wr == 0 && !config_.mlx5) || req.max_wr > kMaxSrqWr - 1 || req.max_sge > kMaxSrqSge)
+    return {EINVAL};
   if (srqs_.count() >= info_.max_srq) return {ENOMEM};
   auto srq = std::make_unique<Srq>();
   srq->owner = o;

@@ -134,6 +134,9 @@ std::optional<EngineConfig> parse_command_line(int argc, const char* const* argv
                  "how often the IB CM sends an unanswered REQ, REP or DREQ again (rdma_cm's 15)")
       ->type_name("N")
       ->check(CLI::Range(0, 15));
+  app.add_flag("--mlx5", dev.mlx5,
+               "answer as a ConnectX-5 (mlx5 mode): the drop-in libmlx5 serves mlx5 direct verbs "
+               "on the device");
   app.add_flag("--hugepages,!--no-hugepages", dev.use_hugepages,
                "DPDK memory in huge pages when the host has free ones (the default), or never");
   app.add_option_function<std::string>(

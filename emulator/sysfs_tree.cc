@@ -11,6 +11,10 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <vector>
+
+#include "device/params.h"
+#include "uroce/runtime_dir.h"
 
 namespace uroce::emulator {
 
@@ -115,19 +119,45 @@ std::string sysfs_rate(uint8_t active_width, uint8_t active_speed) {
 
 std::string SysfsTree::create(const std::string& runtime_dir, const abi::DeviceInfo& info,
                               const std::string& netdev) {
-  const std::string dir = runtime_dir + "/" + info.name + ".sysfs";
+  const std::string link = engine_sysfs_path(runtime_dir, info.name);
+  const std::string pci = engine_pci_path(runtime_dir, info.name);
+  const bool mlx5 = info.vendor_id == device::kMlx5VendorId;
+  // mlx5 mode: the tree sits below a PCI function (runtime_dir.h) and
+  // <name>.sysfs links to it.
+  const std::string dir = mlx5 ? engine_mlx5_ibdev_path(runtime_dir, info.name) : link;
   std::error_code ec;
-  fs::remove_all(dir, ec);  // an earlier engine's
+  fs::remove_all(link, ec);  // an earlier engine's
+  fs::remove_all(pci, ec);
   const std::string port = dir + "/ports/1";
-  // Readable by whoever may reach the runtime directory (the engine's umask
-  // may be tighter): sysfs's modes.
+  std::vector<std::string> dirs;
+  if (mlx5) dirs = {pci, pci + "/infiniband"};
   for (const std::string& d : {dir, dir + "/ports", port, port + "/gids", port + "/gid_attrs",
                                port + "/gid_attrs/types", port + "/gid_attrs/ndevs", port + "/pkeys",
                                port + "/hw_counters"})
+    dirs.push_back(d);
+  // Readable by whoever may reach the runtime directory (the engine's umask
+  // may be tighter): sysfs's modes.
+  for (const std::string& d : dirs)
     if ((::mkdir(d.c_str(), 0755) != 0 && errno != EEXIST) || ::chmod(d.c_str(), 0755) != 0)
       return "mkdir " + d + ": " + std::strerror(errno);
+  if (mlx5 && ::symlink((std::string(info.name) + ".pci/infiniband/" + info.name).c_str(), link.c_str()) != 0)
+    return "symlink " + link + ": " + std::strerror(errno);
   dir_ = dir;
+  link_ = mlx5 ? link : "";
+  pci_ = mlx5 ? pci : "";
   netdev_ = netdev;
+  if (mlx5) {
+    // The PCI function's files a ConnectX-5 has (drivers/pci/pci-sysfs.c),
+    // and the device's `device` link up to it, as on a host.
+    put("../../vendor", format("0x%04x", device::kMlx5PciVendor));
+    put("../../device", format("0x%04x", info.vendor_part_id));
+    put("../../subsystem_vendor", format("0x%04x", device::kMlx5PciVendor));
+    put("../../subsystem_device", "0x0008");
+    put("../../class", "0x020000");  // Ethernet controller
+    put("../../numa_node", "-1");
+    // Absolute: `uroce run` mounts the tree elsewhere (/sys/class/infiniband/<name>).
+    if (::symlink(pci.c_str(), (dir + "/device").c_str()) != 0) return "symlink " + dir + "/device: " + std::strerror(errno);
+  }
   put("node_guid", sysfs_guid(info.node_guid));
   put("sys_image_guid", sysfs_guid(info.sys_image_guid));
   put("node_type", "1: CA");
@@ -149,8 +179,14 @@ std::string SysfsTree::create(const std::string& runtime_dir, const abi::DeviceI
     // below it (as mlx5's `device`, whose net/ holds the interface), else a
     // directory holding just the interface (rdma-core's pyverbs lists
     // <dev>/device/net/).
-    const std::string below = parent_device(netdev);
-    if (!below.empty()) {
+    const std::string below = mlx5 ? std::string() : parent_device(netdev);
+    if (mlx5) {
+      // The PCI function's net/ holds the interface, as mlx5's does.
+      const std::string net = pci + "/net";
+      if ((::mkdir(net.c_str(), 0755) != 0 && errno != EEXIST) || ::chmod(net.c_str(), 0755) != 0 ||
+          ::symlink(("/sys/class/net/" + netdev).c_str(), (net + "/" + netdev).c_str()) != 0)
+        return "cannot make " + net + "/" + netdev;
+    } else if (!below.empty()) {
       if (::symlink(below.c_str(), (dir + "/device").c_str()) != 0) return "symlink " + dir + "/device: " + std::strerror(errno);
     } else {
       const std::string net = dir + "/device/net";
@@ -217,6 +253,8 @@ void SysfsTree::remove() {
   if (!active()) return;
   std::error_code ec;
   fs::remove_all(dir_, ec);
+  if (!link_.empty()) fs::remove(link_, ec);
+  if (!pci_.empty()) fs::remove_all(pci_, ec);
   dir_.clear();
 }
 

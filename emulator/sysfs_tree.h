@@ -8,6 +8,10 @@
 // /sys/class/infiniband/<name> in the program's private mount namespace
 // (tools/sysfs_view.h). Nothing on the host's /sys changes.
 //
+// In mlx5 mode (uroced --mlx5) the tree is <runtime dir>/<name>.pci/
+// infiniband/<name>, below a PCI function with a ConnectX-5's ids, and
+// <name>.sysfs links to it (uroce/runtime_dir.h, engine_pci_path).
+//
 // Each file is replaced whole (written beside it, then renamed), so a reader
 // never sees half a value. Where the kernel answers a read with an error (a
 // GID entry's type and netdev when the entry is empty: EINVAL), the file is
@@ -59,6 +63,7 @@ class SysfsTree {
   void drop(const std::string& rel);
 
   std::string dir_, netdev_;
+  std::string link_, pci_;  // mlx5 mode: <name>.sysfs, and the PCI function above dir_
   std::array<uint64_t, kSysfsCounters.size()> written_{};
   bool counters_written_ = false;
   std::array<bool, abi::kMaxGids> gid_attrs_{};  // types/N and ndevs/N exist

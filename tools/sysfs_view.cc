@@ -109,7 +109,11 @@ std::string provide_sysfs_view(const std::vector<EngineSysfs>& engines) {
     if (::mount(e.tree.c_str(), dir.c_str(), nullptr, MS_BIND, nullptr) != 0) return errno_text("bind " + e.tree);
     // The program reads the engine's files; it does not write them.
     read_only(dir);
-    if (const std::string nic = read_link(e.tree + "/device"); !nic.empty() && nic[0] == '/')
+    // A NIC's device below the engine's interface gets the engine under its
+    // infiniband/; an mlx5-mode engine's own PCI function already has it.
+    const std::string nic = read_link(e.tree + "/device");
+    if (!nic.empty() && nic[0] == '/' &&
+        nic != engine_pci_path(e.tree.substr(0, e.tree.rfind('/')), e.engine))
       nics.emplace_back(nic, e.engine);
   }
   seal(covered);

@@ -196,6 +196,7 @@ ibv_cq_ex* create_cq(ibv_context* context, uint32_t cqe, void* cq_context, ibv_c
     errno = EINVAL;
     return nullptr;
   }
+  if (refuse_huge_queue(c, "MLX_CQ_ALLOC_TYPE")) return nullptr;
   place_polling_thread(c);  // the thread that makes a CQ usually polls it
   auto* cq = new_queue_object<UCq>(parent_domain, kResourceTypeCq);
   if (!cq) return nullptr;

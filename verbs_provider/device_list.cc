@@ -18,19 +18,30 @@ namespace uroce::provider {
 
 namespace {
 
-// Non-null and ours: vendor libraries compare verbs_device::ops with theirs.
-struct UroceDeviceOps {
-  const char* name = "uroce";
-} const kDeviceOps;
+const UroceDeviceOps kDeviceOps{kUroceDeviceOpsName};
 
 std::mutex g_mu;
 std::vector<UDevice*> g_devices;  // never freed: see above
+
+// Where programs read the device's sysfs files: /sys/class/infiniband/<name>
+// (which `uroce run` provides), or for an mlx5-mode engine the tree below its
+// PCI function in the runtime directory (uroce/runtime_dir.h,
+// engine_mlx5_ibdev_path), where the PCI ids are two levels up.
+void set_ibdev_path(UDevice* d, const std::string& sock) {
+  ibv_device& dev = d->device;
+  std::snprintf(dev.ibdev_path, sizeof(dev.ibdev_path), "/sys/class/infiniband/%s", d->info.name);
+  if (d->info.vendor_id != abi::kMlx5VendorId) return;
+  const std::string path = engine_mlx5_ibdev_path(sock.substr(0, sock.rfind('/')), d->info.name);
+  if (path.size() < sizeof(dev.ibdev_path))
+    std::snprintf(dev.ibdev_path, sizeof(dev.ibdev_path), "%s", path.c_str());
+}
 
 UDevice* find_or_add(const abi::DeviceInfo& info, const std::string& sock) {
   for (UDevice* d : g_devices)
     if (std::strcmp(d->info.name, info.name) == 0) {
       d->info = info;
       std::snprintf(d->socket_path, sizeof(d->socket_path), "%s", sock.c_str());
+      set_ibdev_path(d, sock);
       return d;
     }
   auto* d = new (std::nothrow) UDevice{};
@@ -45,7 +56,7 @@ UDevice* find_or_add(const abi::DeviceInfo& info, const std::string& sock) {
   std::snprintf(dev.name, sizeof(dev.name), "%s", info.name);
   std::snprintf(dev.dev_name, sizeof(dev.dev_name), "uverbs-%.56s", info.name);
   std::snprintf(dev.dev_path, sizeof(dev.dev_path), "/sys/class/infiniband_verbs/uverbs-%s", info.name);
-  std::snprintf(dev.ibdev_path, sizeof(dev.ibdev_path), "/sys/class/infiniband/%s", info.name);
+  set_ibdev_path(d, sock);
   try {
     g_devices.push_back(d);
   } catch (const std::bad_alloc&) {

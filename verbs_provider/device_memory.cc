@@ -16,16 +16,6 @@ namespace uroce::provider {
 
 namespace {
 
-struct UDm {
-  ibv_dm dm;  // must be first
-  Connection* conn = nullptr;  // the session it was allocated in
-  uint8_t* map = nullptr;
-  size_t map_length = 0;
-  uint64_t length = 0;  // what was asked for: the bounds of copies and MRs
-};
-
-UDm* to_udm(ibv_dm* dm) { return reinterpret_cast<UDm*>(dm); }
-
 // mlx5_access_dm: past the end is EFAULT, an offset or length that is not a
 // multiple of 4 EINVAL (MEMIC is reached in 4-byte words).
 int check_access(const UDm* dm, uint64_t offset, size_t length) {

@@ -8,7 +8,9 @@
 
 #include <atomic>
 #include <cstddef>
+#include <cerrno>
 #include <cstdint>
+#include <cstdlib>
 #include <deque>
 #include <memory>
 #include <mutex>
@@ -26,7 +28,7 @@ namespace uroce::provider {
 // mlx5dv_is_supported() read `ops` through verbs_get_device().
 struct UDevice {
   ibv_device device;  // must be first
-  const void* ops;    // never a vendor's ops table
+  const void* ops;    // &kUroceDeviceOps, never a vendor's ops table
   std::atomic<int> refcount;
   void* entry[2];
   void* sysfs;
@@ -36,6 +38,20 @@ struct UDevice {
   abi::DeviceInfo info;
   int index;
 };
+
+// What UDevice::ops points at: non-null and ours (vendor libraries compare
+// verbs_device::ops with theirs); the drop-in libmlx5 tells uroce's devices
+// by its name.
+struct UroceDeviceOps {
+  const char* name;
+};
+inline constexpr char kUroceDeviceOpsName[] = "uroce";
+// A device of ours (a UDevice), as the drop-in libmlx5 checks one it is given.
+inline bool is_uroce_device(const ibv_device* d) {
+  const void* ops = d ? reinterpret_cast<const UDevice*>(d)->ops : nullptr;
+  const char* name = ops ? static_cast<const UroceDeviceOps*>(ops)->name : nullptr;
+  return name && __builtin_strcmp(name, kUroceDeviceOpsName) == 0;
+}
 
 // Control channel to the engine: one request, one reply, fds alongside.
 class Connection {
@@ -123,6 +139,21 @@ struct UContext {
     }
   }
 };
+
+// mlx5 mode (abi::kMlx5VendorId): libmlx5's MLX_CQ_ALLOC_TYPE,
+// MLX_QP_ALLOC_TYPE and MLX_SRQ_ALLOC_TYPE set to HUGE put a queue's buffer
+// in huge pages and fail its creation when there are none (rdma-core
+// providers/mlx5/buf.c, mlx5_alloc_prefered_buf). uroce's queues are the
+// engine's shared memory in ordinary pages, never huge ones, so HUGE fails
+// the creation with ENOMEM; PREFER_HUGE and the others fall back to
+// ordinary pages, as mlx5's do. False (and errno untouched) otherwise.
+inline bool refuse_huge_queue(const UContext* c, const char* alloc_type_env) {
+  if (c->info.vendor_id != abi::kMlx5VendorId) return false;
+  const char* v = std::getenv(alloc_type_env);
+  if (!v || __builtin_strcmp(v, "HUGE") != 0) return false;
+  errno = ENOMEM;
+  return true;
+}
 
 // The GID table as the engine has it now: it follows the bound interface's
 // addresses (abi::EngineShared, a seqlock), so every query reads it afresh
@@ -380,7 +411,18 @@ ibv_td* alloc_td(ibv_context* ctx, ibv_td_init_attr* attr);
 int dealloc_td(ibv_td* td);
 ibv_pd* alloc_parent_domain(ibv_context* ctx, ibv_parent_domain_init_attr* attr);
 int dealloc_parent_domain(UPd* pd);
-// Device memory (device_memory.cc): alloc_dm, free_dm, reg_dm_mr.
+// Device memory (device_memory.cc): alloc_dm, free_dm, reg_dm_mr. Its
+// bytes are shared memory mapped here (map), which mlx5dv_init_obj hands
+// out as mlx5dv_dm::buf (verbs_provider/mlx5/).
+struct UDm {
+  ibv_dm dm;  // must be first
+  Connection* conn = nullptr;  // the session it was allocated in
+  uint8_t* map = nullptr;
+  size_t map_length = 0;
+  uint64_t length = 0;  // what was asked for: the bounds of copies and MRs
+};
+inline UDm* to_udm(ibv_dm* dm) { return reinterpret_cast<UDm*>(dm); }
+
 void fill_dm_ops(verbs_context* v);
 // On-demand paging (odp.cc).
 void fill_odp_caps(ibv_device_attr_ex* attr);

@@ -45,6 +45,7 @@ constexpr uint64_t kSupportedSendOps =
 
 ibv_qp* create_qp_ex(ibv_context* context, ibv_qp_init_attr_ex* attr) {
   UContext* c = to_uctx(context);
+  if (refuse_huge_queue(c, "MLX_QP_ALLOC_TYPE")) return nullptr;
   const uint32_t known = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_XRCD |
                          IBV_QP_INIT_ATTR_CREATE_FLAGS | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS |
                          IBV_QP_INIT_ATTR_IND_TABLE | IBV_QP_INIT_ATTR_RX_HASH;

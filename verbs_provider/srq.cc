@@ -106,6 +106,7 @@ int tm_check(USrq* s, const ibv_ops_wr* w) {
 
 ibv_srq* create_srq_ex(ibv_context* context, ibv_srq_init_attr_ex* attr) {
   UContext* c = to_uctx(context);
+  if (refuse_huge_queue(c, "MLX_SRQ_ALLOC_TYPE")) return nullptr;
   // libibverbs' rules (cmd_srq.c): unknown bits EOPNOTSUPP, PD mandatory,
   // XRC needs its domain and CQ.
   if (attr->comp_mask >= IBV_SRQ_INIT_ATTR_RESERVED) {

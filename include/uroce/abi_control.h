@@ -106,6 +106,13 @@ struct PortInfo {
   uint8_t reserved[5];
 };
 
+// DeviceInfo::vendor_id and vendor_part_id of an engine in mlx5 mode (uroced
+// --mlx5): a ConnectX-5 (IEEE OUI 0x02c9; PCI device 0x1017 = 4119, rdma-core
+// providers/mlx5/mlx5.c hca_table). The provider and the drop-in libmlx5 tell
+// mlx5 mode by them.
+constexpr uint32_t kMlx5VendorId = 0x02c9;
+constexpr uint32_t kMlx5VendorPartId = 0x1017;
+
 struct DeviceInfo {
   char name[kMaxDeviceName];
   uint64_t node_guid;  // network order

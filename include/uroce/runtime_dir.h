@@ -27,5 +27,23 @@ inline std::string engine_pid_path(const std::string& dir, const std::string& na
 inline std::string engine_log_path(const std::string& dir, const std::string& name) {
   return dir + "/" + name + ".log";
 }
+// The device's sysfs tree (emulator/sysfs_tree.h), which `uroce run` mounts
+// at /sys/class/infiniband/<name>.
+inline std::string engine_sysfs_path(const std::string& dir, const std::string& name) {
+  return dir + "/" + name + ".sysfs";
+}
+// An mlx5-mode engine's PCI function: its vendor and device ids, with the
+// sysfs tree at infiniband/<name> below it (engine_sysfs_path is then a link
+// to it), as /sys/devices/pci*/<BDF>/infiniband/mlx5_0 on a host. The
+// provider gives this path as the device's ibdev_path, so that programs that
+// look two levels above realpath(ibdev_path) for the PCI ids (UCX 1.13's
+// src/uct/ib/base/ib_device.c, uct_ib_device_get_sysfs_path) find them,
+// with or without `uroce run`.
+inline std::string engine_pci_path(const std::string& dir, const std::string& name) {
+  return dir + "/" + name + ".pci";
+}
+inline std::string engine_mlx5_ibdev_path(const std::string& dir, const std::string& name) {
+  return engine_pci_path(dir, name) + "/infiniband/" + name;
+}
 
 }  // namespace uroce

@@ -28,8 +28,13 @@ if [[ -e "$UROCE_BUILD_DIR/provider/librdmacm.so.1" ]]; then
   have_rdmacm=1
   [[ -e "$prefix/lib/uroce/librdmacm.so.1" ]] || { echo "install_test: lib/uroce/librdmacm.so.1 is not installed" >&2; exit 1; }
 fi
+# The drop-in libmlx5 (mlx5 mode; built where <infiniband/mlx5dv.h> is).
+if [[ -e "$UROCE_BUILD_DIR/provider/libmlx5.so.1" && ! -e "$prefix/lib/uroce/libmlx5.so.1" ]]; then
+  echo "install_test: lib/uroce/libmlx5.so.1 is not installed" >&2
+  exit 1
+fi
 # The drop-ins never land where the dynamic linker would find them by default.
-if find "$prefix" -name 'libibverbs*' -o -name 'librdmacm*' | grep -v "^$prefix/lib/uroce/"; then
+if find "$prefix" -name 'libibverbs*' -o -name 'librdmacm*' -o -name 'libmlx5*' | grep -v "^$prefix/lib/uroce/"; then
   echo "install_test: a libibverbs or librdmacm outside lib/uroce" >&2
   exit 1
 fi

@@ -46,7 +46,7 @@ fi
 echo "package_test: lintian: no errors, no warnings"
 
 contents=$(dpkg-deb -c "$deb" | awk '{print $6}')
-for f in ./usr/bin/uroce ./usr/bin/uroced ./usr/lib/uroce/libibverbs.so.1 \
+for f in ./usr/bin/uroce ./usr/bin/uroced ./usr/lib/uroce/libibverbs.so.1 ./usr/lib/uroce/libmlx5.so.1 \
   ./usr/share/man/man1/uroce.1.gz ./usr/share/man/man8/uroced.8.gz \
   ./usr/share/doc/uroce/copyright ./lib/systemd/system/uroced@.service \
   ./usr/share/bash-completion/completions/uroce ./usr/bin/uroce-tag-pingpong ./usr/bin/uroce-raw-udp-echo \

@@ -133,5 +133,27 @@ TEST_F(SysfsTreeTest, ReplacesWhatAnEarlierEngineLeft) {
   EXPECT_EQ(file("node_guid"), "0075:72ff:feeb:d1bd\n");
 }
 
+// mlx5 mode: the tree below a PCI function with a ConnectX-5's ids, found two
+// levels above the tree's real path (UCX's uct_ib_device_get_sysfs_path), the
+// device link up to it, <name>.sysfs a link to the tree; all of it removed.
+TEST_F(SysfsTreeTest, Mlx5ModePutsTheTreeBelowAPciFunction) {
+  info_.vendor_id = abi::kMlx5VendorId;
+  info_.vendor_part_id = abi::kMlx5VendorPartId;
+  {
+    SysfsTree tree;
+    ASSERT_EQ(tree.create(dir_, info_, "lo"), "");
+    EXPECT_EQ(file("node_guid"), "0075:72ff:feeb:d1bd\n");  // through the link
+    const fs::path real = fs::canonical(dir_ + "/dev0.sysfs");
+    EXPECT_EQ(real, fs::canonical(dir_ + "/dev0.pci/infiniband/dev0"));
+    const fs::path pci = real.parent_path().parent_path();
+    EXPECT_EQ(file("../../vendor"), "0x15b3\n");
+    EXPECT_EQ(file("../../device"), "0x1017\n");
+    EXPECT_EQ(fs::read_symlink(dir_ + "/dev0.sysfs/device"), pci);
+    EXPECT_TRUE(fs::is_symlink(pci / "net/lo"));
+  }
+  EXPECT_FALSE(fs::exists(dir_ + "/dev0.pci"));
+  EXPECT_FALSE(fs::is_symlink(dir_ + "/dev0.sysfs"));
+}
+
 }  // namespace
 }  // namespace uroce::emulator

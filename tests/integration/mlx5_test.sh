@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# mlx5 mode (uroced --mlx5) and the drop-in libmlx5.so.1 (verbs_provider/mlx5/):
+#   1. verbs_mlx5's Mlx5Mode.* against an engine started with --mlx5: the
+#      device answers as a ConnectX-5, the direct verbs that work on uroce's
+#      objects work, the others fail as libmlx5 fails without the feature;
+#   2. rdma-core's own mlx5 tests (pyverbs, Debian's python3-pyverbs) against
+#      that engine: every one passes or skips, and those listed below must
+#      pass (they skip on a device that is not mlx5);
+#   3. UCX sees an mlx5 device without DevX (its dv memory domain opens);
+#   4. NotMlx5.* against an engine without --mlx5: every direct verb refuses
+#      the device, as rdma-core's libmlx5 refuses another vendor's.
+#
+#   mlx5_test.sh PATH/TO/verbs_mlx5
+set -euo pipefail
+# shellcheck source=tests/integration/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+binary=${1:?usage: $0 PATH/TO/verbs_mlx5}
+if [[ ! -x "$binary" ]]; then
+  echo "mlx5_test: $binary is not built" >&2
+  exit 1
+fi
+if [[ ! -e "$(dirname "$UROCE_BIN")/../provider/libmlx5.so.1" ]]; then
+  echo "mlx5_test: the drop-in libmlx5.so.1 is not built" >&2
+  exit 1
+fi
+
+failures=0
+fail() {
+  echo "FAIL: $*" >&2
+  failures=$((failures + 1))
+}
+
+start_engine uroce0 --mlx5
+timeout 120 "$UROCE_BIN" run -- "$binary" --gtest_filter='Mlx5Mode.*' || fail "Mlx5Mode.* (verbs_mlx5)"
+
+# rdma-core's mlx5 tests. Each must pass or skip; these must pass (the
+# reason each other one skips is in docs/mlx5.md).
+src=/usr/share/doc/rdma-core/tests
+if [[ -f $src/run_tests.py ]] && /usr/bin/python3 -c 'import pyverbs' 2>/dev/null; then
+  tests="$UROCE_LOG_DIR/pyverbs_mlx5/tests"
+  mkdir -p "$tests"
+  cp -r "$src/." "$tests/"
+  find "$tests" -name '*.gz' -exec gunzip -f {} +
+  log="$UROCE_LOG_DIR/pyverbs_mlx5.log"
+  rc=0
+  (cd "$UROCE_LOG_DIR/pyverbs_mlx5" &&
+    timeout 300 "$UROCE_BIN" run -- /usr/bin/python3 tests/run_tests.py --dev uroce0 -v -k test_mlx5) >"$log" 2>&1 || rc=$?
+  tail -n 3 "$log"
+  if ((rc != 0)) || ! grep -qE '^OK( |$)' "$log"; then
+    grep -E '^(FAIL|ERROR):' -A12 "$log" || true
+    fail "pyverbs mlx5 tests (exit $rc)"
+  fi
+  for t in test_dv_query_port test_dv_cq_traffic test_dv_cq_padding test_dv_cq_cqe_size_128 \
+    test_dv_cq_cqe_size_64 test_dv_cq_cqe_size_with_bad_size test_dv_cq_padding_not_aligned_cqe_size \
+    test_dv_cq_cqe_size_environment_var test_prefer_obj_on_huge test_obj_on_huge \
+    test_timestamp_free_running_rc_traffic test_timestamp_real_time_rc_traffic \
+    test_timestamp_free_running_send_raw_traffic test_timestamp_free_running_recv_raw_traffic \
+    test_timestamp_real_time_raw_traffic test_query_rt_values; do
+    # unittest -v: the test's name line, maybe its docstring, then "ok"
+    # at the end of a line before the next test's name line.
+    if ! awk -v t="$t" 'index($0, t " (") == 1 { inside = 1 }
+                        inside && index($0, t " (") != 1 && /^test_[A-Za-z0-9_]+ \(/ { inside = 0 }
+                        inside && /(^| )ok$/ { found = 1; inside = 0 }
+                        END { exit !found }' "$log"; then
+      fail "pyverbs $t did not pass"
+      grep -A2 "^$t (" "$log" >&2 || echo "  (not run)" >&2
+    fi
+  done
+else
+  echo "note: python3-pyverbs is not installed: rdma-core's mlx5 tests not run"
+fi
+
+# UCX opens its mlx5 (dv) memory domain on the device, without DevX.
+if command -v ucx_info >/dev/null 2>&1; then
+  log="$UROCE_LOG_DIR/ucx_info_mlx5.log"
+  timeout 60 "$UROCE_BIN" run -- env UCX_LOG_LEVEL=debug ucx_info -d >"$log" 2>&1 || true
+  grep -q "uroce0: vendor_id 0x15b3 device_id 4119" "$log" || fail "UCX did not read the ConnectX-5 PCI ids"
+  grep -q "uroce0: md open by 'uct_ib_mlx5_md_ops' is successful" "$log" ||
+    fail "UCX did not open its mlx5 (dv) memory domain on uroce0"
+  grep -q "uroce0: DEVX is not supported" "$log" || fail "UCX did not find DevX refused"
+else
+  echo "note: ucx-utils is not installed: UCX's view not checked"
+fi
+stop_all_engines
+
+start_engine uroce0
+timeout 60 "$UROCE_BIN" run -- "$binary" --gtest_filter='NotMlx5.*' || fail "NotMlx5.* (verbs_mlx5)"
+stop_all_engines
+
+if ((failures)); then
+  echo "mlx5_test: $failures failure(s)"
+  exit 1
+fi
+echo "mlx5_test: passed"

@@ -1,0 +1,286 @@
+// mlx5 direct verbs (the drop-in libmlx5.so.1, verbs_provider/mlx5/) against
+// a real engine: a program compiled against the system <infiniband/mlx5dv.h>
+// and linked against the system libmlx5, run under `uroce run`, which puts
+// uroce's libmlx5 first. mlx5_test.sh runs Mlx5Mode.* against an engine
+// started with --mlx5 and NotMlx5.* against one without.
+#include <infiniband/mlx5dv.h>
+#include <time.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "tests/integration/verbs_fixture.h"
+
+namespace vt {
+namespace {
+
+uint64_t realtime_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return uint64_t(ts.tv_sec) * 1'000'000'000u + uint64_t(ts.tv_nsec);
+}
+
+class Mlx5Mode : public VerbsTest {
+ protected:
+  ibv_cq_ex* dv_cq(mlx5dv_cq_init_attr* dv, uint64_t wc_flags = IBV_WC_STANDARD_FLAGS) {
+    ibv_cq_init_attr_ex attr{};
+    attr.cqe = 64;
+    attr.wc_flags = wc_flags;
+    ibv_cq_ex* cq = mlx5dv_create_cq(ctx_, &attr, dv);
+    if (cq) defer([cq] { ibv_destroy_cq(ibv_cq_ex_to_cq(cq)); });
+    return cq;
+  }
+  ibv_qp* dv_qp(ibv_cq* cq, mlx5dv_qp_init_attr* dv, ibv_qp_type type = IBV_QPT_RC) {
+    ibv_qp_init_attr_ex attr = qp_ex_attr(type, cq, 0, {});
+    attr.comp_mask = IBV_QP_INIT_ATTR_PD;
+    ibv_qp* qp = mlx5dv_create_qp(ctx_, &attr, dv);
+    if (qp) defer([qp] { ibv_destroy_qp(qp); });
+    return qp;
+  }
+};
+
+TEST_F(Mlx5Mode, DeviceAnswersAsConnectX5) {
+  ibv_device_attr attr{};
+  ASSERT_EQ(ibv_query_device(ctx_, &attr), 0);
+  EXPECT_EQ(attr.vendor_id, 0x02c9u);
+  EXPECT_EQ(attr.vendor_part_id, 4119u);
+  EXPECT_TRUE(mlx5dv_is_supported(ctx_->device));
+}
+
+// UCX reads the PCI ids two levels above realpath(ibdev_path)
+// (src/uct/ib/base/ib_device.c, uct_ib_device_get_sysfs_path).
+TEST_F(Mlx5Mode, PciIdsTwoLevelsAboveIbdevPath) {
+  char real[PATH_MAX];
+  ASSERT_NE(realpath(ctx_->device->ibdev_path, real), nullptr) << ctx_->device->ibdev_path;
+  std::string pci = real;
+  for (int i = 0; i < 2; ++i) pci = pci.substr(0, pci.rfind('/'));
+  auto read = [](const std::string& path) {
+    FILE* f = std::fopen(path.c_str(), "r");
+    char buf[64] = {};
+    if (f) {
+      if (!std::fgets(buf, sizeof(buf), f)) buf[0] = 0;
+      std::fclose(f);
+    }
+    return std::string(buf);
+  };
+  EXPECT_EQ(read(pci + "/vendor"), "0x15b3\n");
+  EXPECT_EQ(read(pci + "/device"), "0x1017\n");
+  EXPECT_NE(read(std::string(real) + "/ports/1/state"), "");
+}
+
+TEST_F(Mlx5Mode, QueryDeviceGivesWhatWasAskedFor) {
+  mlx5dv_context dv{};
+  dv.comp_mask = MLX5DV_CONTEXT_MASK_CQE_COMPRESION | MLX5DV_CONTEXT_MASK_STRIDING_RQ |
+                 MLX5DV_CONTEXT_MASK_CLOCK_INFO_UPDATE | MLX5DV_CONTEXT_MASK_HCA_CORE_CLOCK;
+  ASSERT_EQ(mlx5dv_query_device(ctx_, &dv), 0);
+  EXPECT_TRUE(dv.flags & MLX5DV_CONTEXT_FLAGS_CQE_V1);
+  EXPECT_TRUE(dv.flags & MLX5DV_CONTEXT_FLAGS_CQE_128B_PAD);
+  EXPECT_FALSE(dv.flags & MLX5DV_CONTEXT_FLAGS_CQE_128B_COMP);
+  // Given: compression and striding RQ caps (both none), the clock update
+  // period; not the mapped core clock, which this device has not.
+  EXPECT_EQ(dv.comp_mask, uint64_t(MLX5DV_CONTEXT_MASK_CQE_COMPRESION | MLX5DV_CONTEXT_MASK_STRIDING_RQ |
+                                   MLX5DV_CONTEXT_MASK_CLOCK_INFO_UPDATE));
+  EXPECT_EQ(dv.cqe_comp_caps.max_num, 0u);
+  EXPECT_EQ(dv.striding_rq_caps.supported_qpts, 0u);
+  EXPECT_GT(dv.max_clock_info_update_nsec, 0u);
+}
+
+TEST_F(Mlx5Mode, QueryPort) {
+  mlx5dv_port port;
+  std::memset(&port, 0xa5, sizeof(port));
+  ASSERT_EQ(mlx5dv_query_port(ctx_, 1, &port), 0);
+  EXPECT_EQ(port.flags, 0u);  // no e-switch in switchdev mode: the kernel fills nothing
+  EXPECT_EQ(port.vport, 0);
+  EXPECT_EQ(mlx5dv_query_port(ctx_, 2, &port), EINVAL);
+}
+
+// A completion's device timestamp, through mlx5dv_ts_to_ns, is the wall
+// clock at completion (test_mlx5_timestamp's check, tighter).
+TEST_F(Mlx5Mode, ClockInfoMapsCompletionTimestampsToWallClock) {
+  mlx5dv_cq_init_attr dv{};
+  ibv_cq_ex* cq = dv_cq(&dv, uint64_t(IBV_WC_STANDARD_FLAGS) | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP);
+  ASSERT_NE(cq, nullptr) << std::strerror(errno);
+  ibv_qp* a = dv_qp(ibv_cq_ex_to_cq(cq), nullptr);
+  ibv_qp* b = dv_qp(ibv_cq_ex_to_cq(cq), nullptr);
+  ASSERT_TRUE(a && b);
+  connect_qp(a, b->qp_num);
+  connect_qp(b, a->qp_num);
+  ibv_mr* mr = reg_buffer(64, kRw, 7);
+  ibv_sge sge = sge_of(mr, 0, 64);
+  const uint64_t before = realtime_ns();
+  ASSERT_EQ(post_send(a, 1, IBV_WR_RDMA_WRITE, &sge, 1, IBV_SEND_SIGNALED, addr_of(mr), mr->rkey), 0);
+  ibv_poll_cq_attr pa{};
+  const auto until = deadline_after(kWaitSeconds);
+  int rc;
+  while ((rc = ibv_start_poll(cq, &pa)) == ENOENT && Clock::now() < until) {
+  }
+  ASSERT_EQ(rc, 0);
+  EXPECT_EQ(cq->status, IBV_WC_SUCCESS);
+  const uint64_t ts = ibv_wc_read_completion_ts(cq);
+  ibv_end_poll(cq);
+  const uint64_t after = realtime_ns();
+  mlx5dv_clock_info ci{};
+  ASSERT_EQ(mlx5dv_get_clock_info(ctx_, &ci), 0);
+  const uint64_t ns = mlx5dv_ts_to_ns(&ci, ts);
+  EXPECT_GE(ns + 1'000'000, before);  // within 1 ms: the two clocks are read apart
+  EXPECT_LE(ns, after + 1'000'000);
+}
+
+TEST_F(Mlx5Mode, CreateCqChecksItsAttributes) {
+  mlx5dv_cq_init_attr dv{};
+  dv.comp_mask = MLX5DV_CQ_INIT_ATTR_MASK_CQE_SIZE | MLX5DV_CQ_INIT_ATTR_MASK_FLAGS;
+  dv.cqe_size = 128;
+  dv.flags = MLX5DV_CQ_INIT_ATTR_FLAGS_CQE_PAD;
+  EXPECT_NE(dv_cq(&dv), nullptr) << std::strerror(errno);
+  dv.cqe_size = 64;  // padding is for 128-byte CQEs only
+  errno = 0;
+  EXPECT_EQ(dv_cq(&dv), nullptr);
+  EXPECT_EQ(errno, EINVAL);
+  dv = {};
+  dv.comp_mask = MLX5DV_CQ_INIT_ATTR_MASK_CQE_SIZE;
+  dv.cqe_size = 100;
+  errno = 0;
+  EXPECT_EQ(dv_cq(&dv), nullptr);
+  EXPECT_EQ(errno, EINVAL);
+  dv = {};
+  dv.comp_mask = MLX5DV_CQ_INIT_ATTR_MASK_COMPRESSED_CQE;  // no compression on this device
+  dv.cqe_comp_res_format = MLX5DV_CQE_RES_FORMAT_HASH;
+  errno = 0;
+  EXPECT_EQ(dv_cq(&dv), nullptr);
+  EXPECT_EQ(errno, EINVAL);
+}
+
+// A CQ and QPs made through direct verbs carry traffic through the verbs.
+TEST_F(Mlx5Mode, DirectVerbsObjectsCarryTraffic) {
+  mlx5dv_cq_init_attr cq_dv{};
+  cq_dv.comp_mask = MLX5DV_CQ_INIT_ATTR_MASK_CQE_SIZE;
+  cq_dv.cqe_size = 128;
+  ibv_cq_ex* cq = dv_cq(&cq_dv);
+  ASSERT_NE(cq, nullptr) << std::strerror(errno);
+  mlx5dv_qp_init_attr qp_dv{};
+  qp_dv.comp_mask = MLX5DV_QP_INIT_ATTR_MASK_QP_CREATE_FLAGS;
+  qp_dv.create_flags = MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE;
+  ibv_qp* a = dv_qp(ibv_cq_ex_to_cq(cq), &qp_dv);
+  ibv_qp* b = dv_qp(ibv_cq_ex_to_cq(cq), &qp_dv);
+  ASSERT_TRUE(a && b) << std::strerror(errno);
+  connect_qp(a, b->qp_num);
+  connect_qp(b, a->qp_num);
+  ibv_mr* src = reg_buffer(256, kRw, 0x3c);
+  ibv_mr* dst = reg_buffer(256, kRw, 0);
+  ibv_sge rs = sge_of(dst, 0, 256);
+  ASSERT_EQ(post_recv(b, 9, &rs, 1), 0);
+  ibv_sge ss = sge_of(src, 0, 256);
+  ASSERT_EQ(post_send(a, 8, IBV_WR_SEND, &ss, 1), 0);
+  const auto wcs = by_wr_id(poll_n(ibv_cq_ex_to_cq(cq), 2));
+  ASSERT_EQ(wcs.size(), 2u);
+  EXPECT_EQ(wcs.at(8).status, IBV_WC_SUCCESS);
+  EXPECT_EQ(wcs.at(9).byte_len, 256u);
+  EXPECT_EQ(static_cast<uint8_t*>(dst->addr)[255], 0x3c);
+}
+
+TEST_F(Mlx5Mode, CreateQpRefusesWhatTheDeviceHasNot) {
+  ibv_cq* cq = make_cq();
+  mlx5dv_qp_init_attr dv{};
+  dv.comp_mask = MLX5DV_QP_INIT_ATTR_MASK_QP_CREATE_FLAGS;
+  dv.create_flags = MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE | MLX5DV_QP_CREATE_ALLOW_SCATTER_TO_CQE;
+  errno = 0;
+  EXPECT_EQ(dv_qp(cq, &dv), nullptr);
+  EXPECT_EQ(errno, EINVAL);  // the two contradict each other (verbs.c)
+  dv.create_flags = MLX5DV_QP_CREATE_TUNNEL_OFFLOADS;
+  errno = 0;
+  EXPECT_EQ(dv_qp(cq, &dv), nullptr);
+  EXPECT_EQ(errno, EOPNOTSUPP);
+  dv = {};
+  dv.comp_mask = MLX5DV_QP_INIT_ATTR_MASK_DC;  // DC needs IBV_QPT_DRIVER
+  dv.dc_init_attr.dc_type = MLX5DV_DCTYPE_DCI;
+  errno = 0;
+  EXPECT_EQ(dv_qp(cq, &dv), nullptr);
+  EXPECT_EQ(errno, EINVAL);
+  dv.comp_mask = MLX5DV_QP_INIT_ATTR_MASK_SEND_OPS_FLAGS;
+  dv.send_ops_flags = MLX5DV_QP_EX_WITH_MEMCPY;
+  errno = 0;
+  EXPECT_EQ(dv_qp(cq, &dv), nullptr);
+  EXPECT_EQ(errno, EOPNOTSUPP);
+}
+
+TEST_F(Mlx5Mode, DevxIsRefusedWithEopnotsupp) {
+  mlx5dv_context_attr attr{};
+  attr.flags = MLX5DV_CONTEXT_FLAGS_DEVX;
+  errno = 0;
+  EXPECT_EQ(mlx5dv_open_device(ctx_->device, &attr), nullptr);
+  EXPECT_EQ(errno, EOPNOTSUPP);
+  // UCX reads errno after a failed general command (EOPNOTSUPP: "no DevX").
+  uint32_t in[4] = {}, out[4] = {};
+  errno = 0;
+  EXPECT_NE(mlx5dv_devx_general_cmd(ctx_, in, sizeof(in), out, sizeof(out)), 0);
+  EXPECT_EQ(errno, EOPNOTSUPP);
+  attr.flags = 0;
+  ibv_context* plain = mlx5dv_open_device(ctx_->device, &attr);
+  ASSERT_NE(plain, nullptr) << std::strerror(errno);
+  EXPECT_EQ(ibv_close_device(plain), 0);
+}
+
+TEST_F(Mlx5Mode, InitObjGivesPdAndDmAndRefusesQueues) {
+  ibv_alloc_dm_attr dm_attr{};
+  dm_attr.length = 256;
+  mlx5dv_alloc_dm_attr dv_dm{};
+  dv_dm.type = MLX5DV_DM_TYPE_MEMIC;
+  ibv_dm* dm = mlx5dv_alloc_dm(ctx_, &dm_attr, &dv_dm);
+  ASSERT_NE(dm, nullptr) << std::strerror(errno);
+  defer([dm] { ibv_free_dm(dm); });
+  mlx5dv_pd dvpd{};
+  mlx5dv_dm dvdm{};
+  mlx5dv_obj obj{};
+  obj.pd.in = pd_;
+  obj.pd.out = &dvpd;
+  obj.dm.in = dm;
+  obj.dm.out = &dvdm;
+  ASSERT_EQ(mlx5dv_init_obj(&obj, MLX5DV_OBJ_PD | MLX5DV_OBJ_DM), 0);
+  EXPECT_EQ(dvpd.pdn, pd_->handle);
+  ASSERT_NE(dvdm.buf, nullptr);
+  EXPECT_EQ(dvdm.length, 256u);
+  // Stores into the mapping are device memory, as UCX's are.
+  const uint64_t word = 0x1122334455667788ull;
+  std::memcpy(static_cast<uint8_t*>(dvdm.buf) + 64, &word, 8);
+  uint64_t back = 0;
+  ASSERT_EQ(ibv_memcpy_from_dm(&back, dm, 64, 8), 0);
+  EXPECT_EQ(back, word);
+
+  ibv_cq* cq = make_cq();
+  mlx5dv_cq dvcq{};
+  obj = {};
+  obj.cq.in = cq;
+  obj.cq.out = &dvcq;
+  EXPECT_EQ(mlx5dv_init_obj(&obj, MLX5DV_OBJ_CQ), EOPNOTSUPP);  // uroce's queue formats, not mlx5's
+  dv_dm.type = MLX5DV_DM_TYPE_STEERING_SW_ICM;
+  errno = 0;
+  EXPECT_EQ(mlx5dv_alloc_dm(ctx_, &dm_attr, &dv_dm), nullptr);
+  EXPECT_EQ(errno, EOPNOTSUPP);
+}
+
+// Without --mlx5 the device is not mlx5: every direct verb fails as
+// rdma-core's libmlx5 fails on another vendor's device.
+class NotMlx5 : public VerbsTest {};
+
+TEST_F(NotMlx5, DirectVerbsRefuseTheDevice) {
+  EXPECT_FALSE(mlx5dv_is_supported(ctx_->device));
+  mlx5dv_context_attr attr{};
+  errno = 0;
+  EXPECT_EQ(mlx5dv_open_device(ctx_->device, &attr), nullptr);
+  EXPECT_EQ(errno, EOPNOTSUPP);
+  mlx5dv_context dv{};
+  EXPECT_EQ(mlx5dv_query_device(ctx_, &dv), EOPNOTSUPP);
+  mlx5dv_clock_info ci{};
+  EXPECT_EQ(mlx5dv_get_clock_info(ctx_, &ci), EOPNOTSUPP);
+  ibv_cq_init_attr_ex cq_attr{};
+  cq_attr.cqe = 8;
+  errno = 0;
+  EXPECT_EQ(mlx5dv_create_cq(ctx_, &cq_attr, nullptr), nullptr);
+  EXPECT_EQ(errno, EOPNOTSUPP);
+  ibv_device_attr da{};
+  ASSERT_EQ(ibv_query_device(ctx_, &da), 0);
+  EXPECT_NE(da.vendor_id, 0x02c9u);
+}
+
+}  // namespace
+}  // namespace vt

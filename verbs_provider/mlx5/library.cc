@@ -1,0 +1,331 @@
+// The drop-in libmlx5.so.1: mlx5 direct verbs on an mlx5-mode uroce device
+// (uroced --mlx5, which answers as a ConnectX-5).
+//
+// This file holds the entry points that work on uroce's own objects: the
+// device and port queries, the clock, and the mlx5dv_create_* verbs, which
+// check their mlx5 attributes as rdma-core 44's providers/mlx5/verbs.c does
+// and then create the object through the verbs. Objects keep uroce's queue
+// formats, so mlx5dv_init_obj hands out what has no queue (PD, DM) and
+// refuses queues (QP, CQ, SRQ, RWQ) with EOPNOTSUPP. unsupported.cc holds
+// every other entry point, refused as libmlx5 refuses it on a device
+// without the feature. On any other device every entry point fails as
+// rdma-core's does on a device that is not mlx5 (EOPNOTSUPP).
+#include <infiniband/mlx5dv.h>
+#include <time.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+#include "verbs_provider/mlx5/export.h"
+#include "uroce/abi_rings.h"
+#include "verbs_provider/provider.h"
+
+namespace uroce::provider::mlx5 {
+namespace {
+
+// rdma-core providers/mlx5/mlx5.c is_mlx5_dev: a device this library drives.
+bool is_mlx5_device(const ibv_device* d) {
+  return is_uroce_device(d) && reinterpret_cast<const UDevice*>(d)->info.vendor_id == abi::kMlx5VendorId;
+}
+
+bool is_mlx5_context(const ibv_context* c) { return c && is_mlx5_device(c->device); }
+
+template <typename T>
+T* fail(int err) {
+  errno = err;
+  return nullptr;
+}
+
+// The device's capabilities as mlx5dv_query_device reports them (mlx5.c
+// _mlx5dv_query_device): CQE version 1 and 128-byte CQE padding, as a
+// ConnectX-5; the real-time completion timestamp uroce's CQs give
+// (IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK). No CQE compression,
+// multi-packet WQEs, striding RQ, tunnel offloads, DCI streams, signature,
+// crypto or DMA memcpy engine: their caps stay zero.
+constexpr uint64_t kContextFlags =
+    MLX5DV_CONTEXT_FLAGS_CQE_V1 | MLX5DV_CONTEXT_FLAGS_CQE_128B_PAD | MLX5DV_CONTEXT_FLAGS_REAL_TIME_TS;
+
+// How often a program must read the clock info again (mlx5's
+// overflow_period): uroce's counter has 64 bits and never wraps, but the
+// wall clock it maps to may be stepped (NTP, settimeofday).
+constexpr uint64_t kClockInfoUpdateNs = 1'000'000'000;
+
+constexpr uint64_t kCqAttrMask = MLX5DV_CQ_INIT_ATTR_MASK_COMPRESSED_CQE | MLX5DV_CQ_INIT_ATTR_MASK_FLAGS |
+                                 MLX5DV_CQ_INIT_ATTR_MASK_CQE_SIZE;
+constexpr uint64_t kQpAttrMask = MLX5DV_QP_INIT_ATTR_MASK_QP_CREATE_FLAGS | MLX5DV_QP_INIT_ATTR_MASK_DC |
+                                 MLX5DV_QP_INIT_ATTR_MASK_SEND_OPS_FLAGS |
+                                 MLX5DV_QP_INIT_ATTR_MASK_DCI_STREAMS;
+constexpr uint32_t kQpCreateFlags =
+    MLX5DV_QP_CREATE_TUNNEL_OFFLOADS | MLX5DV_QP_CREATE_TIR_ALLOW_SELF_LOOPBACK_UC |
+    MLX5DV_QP_CREATE_TIR_ALLOW_SELF_LOOPBACK_MC | MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE |
+    MLX5DV_QP_CREATE_ALLOW_SCATTER_TO_CQE | MLX5DV_QP_CREATE_PACKET_BASED_CREDIT_MODE |
+    MLX5DV_QP_CREATE_SIG_PIPELINING;
+// Scatter to CQE puts small receives into the CQE instead of the buffer: a
+// placement choice invisible through the verbs, so either flag is taken.
+constexpr uint32_t kQpCreateFlagsTaken =
+    MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE | MLX5DV_QP_CREATE_ALLOW_SCATTER_TO_CQE;
+
+uint64_t clock_ns(clockid_t clock) {
+  timespec ts;
+  clock_gettime(clock, &ts);
+  return uint64_t(ts.tv_sec) * 1'000'000'000u + uint64_t(ts.tv_nsec);
+}
+
+int init_pd(const mlx5dv_obj* obj) {
+  if (!obj->pd.in || !obj->pd.out || !is_mlx5_context(obj->pd.in->context)) return EOPNOTSUPP;
+  obj->pd.out->pdn = obj->pd.in->handle;
+  obj->pd.out->comp_mask = 0;
+  return 0;
+}
+
+int init_dm(const mlx5dv_obj* obj) {
+  if (!obj->dm.in || !obj->dm.out || !is_mlx5_context(obj->dm.in->context)) return EOPNOTSUPP;
+  const UDm* dm = to_udm(obj->dm.in);
+  // The engine's shared mapping of the device memory: stores into it are
+  // what ibv_memcpy_to_dm does (mlx5.c mlx5dv_get_dm: buf, length).
+  obj->dm.out->buf = dm->map;
+  obj->dm.out->length = dm->length;
+  obj->dm.out->comp_mask = 0;  // no MLX5DV_DM_MASK_REMOTE_VA (MEMIC's PCI address)
+  return 0;
+}
+
+}  // namespace
+}  // namespace uroce::provider::mlx5
+
+using namespace uroce::provider;
+using namespace uroce::provider::mlx5;
+namespace abi = uroce::abi;
+
+UROCE_MLX5_EXPORT bool mlx5dv_is_supported(ibv_device* device) { return is_mlx5_device(device); }
+
+UROCE_MLX5_EXPORT ibv_context* mlx5dv_open_device(ibv_device* device, mlx5dv_context_attr* attr) {
+  if (!is_mlx5_device(device)) return fail<ibv_context>(EOPNOTSUPP);
+  // DevX (raw PRM commands to the device) is what a kernel without it
+  // refuses: EOPNOTSUPP, which UCX takes as "open without DevX".
+  if (attr && (attr->flags & MLX5DV_CONTEXT_FLAGS_DEVX)) return fail<ibv_context>(EOPNOTSUPP);
+  if (attr && (attr->flags || attr->comp_mask)) return fail<ibv_context>(EOPNOTSUPP);
+  return ibv_open_device(device);
+}
+
+UROCE_MLX5_EXPORT int mlx5dv_query_device(ibv_context* ctx, mlx5dv_context* out) {
+  if (!is_mlx5_context(ctx)) return EOPNOTSUPP;
+  const uint64_t asked = out->comp_mask;
+  uint64_t given = 0;
+  out->version = 0;
+  out->flags = kContextFlags;
+  if (asked & MLX5DV_CONTEXT_MASK_CQE_COMPRESION) {
+    out->cqe_comp_caps = {};
+    given |= MLX5DV_CONTEXT_MASK_CQE_COMPRESION;
+  }
+  if (asked & MLX5DV_CONTEXT_MASK_SWP) {
+    out->sw_parsing_caps = {};
+    given |= MLX5DV_CONTEXT_MASK_SWP;
+  }
+  if (asked & MLX5DV_CONTEXT_MASK_STRIDING_RQ) {
+    out->striding_rq_caps = {};
+    given |= MLX5DV_CONTEXT_MASK_STRIDING_RQ;
+  }
+  if (asked & MLX5DV_CONTEXT_MASK_TUNNEL_OFFLOADS) {
+    out->tunnel_offloads_caps = 0;
+    given |= MLX5DV_CONTEXT_MASK_TUNNEL_OFFLOADS;
+  }
+  if (asked & MLX5DV_CONTEXT_MASK_DCI_STREAMS) {
+    out->dci_streams_caps = {};
+    given |= MLX5DV_CONTEXT_MASK_DCI_STREAMS;
+  }
+  if (asked & MLX5DV_CONTEXT_MASK_DYN_BFREGS) {
+    out->max_dynamic_bfregs = 0;
+    given |= MLX5DV_CONTEXT_MASK_DYN_BFREGS;
+  }
+  if (asked & MLX5DV_CONTEXT_MASK_CLOCK_INFO_UPDATE) {
+    out->max_clock_info_update_nsec = kClockInfoUpdateNs;
+    given |= MLX5DV_CONTEXT_MASK_CLOCK_INFO_UPDATE;
+  }
+  if (asked & MLX5DV_CONTEXT_MASK_FLOW_ACTION_FLAGS) {
+    out->flow_action_flags = 0;
+    given |= MLX5DV_CONTEXT_MASK_FLOW_ACTION_FLAGS;
+  }
+  if (asked & MLX5DV_CONTEXT_MASK_DC_ODP_CAPS) {
+    out->dc_odp_caps = 0;
+    given |= MLX5DV_CONTEXT_MASK_DC_ODP_CAPS;
+  }
+  // MLX5DV_CONTEXT_MASK_HCA_CORE_CLOCK: a mapping of the free-running
+  // counter itself, which uroce has not (mlx5 leaves the bit clear without
+  // one); mlx5dv_get_clock_info gives the conversion instead.
+  // MLX5DV_CONTEXT_MASK_NUM_LAG_PORTS: one port, no LAG (bit clear, as mlx5).
+  if (asked & MLX5DV_CONTEXT_MASK_SIGNATURE_OFFLOAD) {
+    out->sig_caps = {};
+    given |= MLX5DV_CONTEXT_MASK_SIGNATURE_OFFLOAD;
+  }
+  if (asked & MLX5DV_CONTEXT_MASK_WR_MEMCPY_LENGTH) {
+    out->max_wr_memcpy_length = 0;
+    given |= MLX5DV_CONTEXT_MASK_WR_MEMCPY_LENGTH;
+  }
+  if (asked & MLX5DV_CONTEXT_MASK_CRYPTO_OFFLOAD) {
+    out->crypto_caps = {};
+    given |= MLX5DV_CONTEXT_MASK_CRYPTO_OFFLOAD;
+  }
+  out->comp_mask = given;
+  return 0;
+}
+
+// A port outside the device is EINVAL (the kernel's MLX5_IB_METHOD_QUERY_PORT,
+// drivers/infiniband/hw/mlx5/std_types.c: rdma_is_port_valid). Without an
+// e-switch in switchdev mode the kernel fills nothing: every field 0.
+UROCE_MLX5_EXPORT int _mlx5dv_query_port(ibv_context* ctx, uint32_t port_num, mlx5dv_port* info,
+                                         size_t info_len) {
+  if (!is_mlx5_context(ctx)) return EOPNOTSUPP;
+  if (port_num != 1) return EINVAL;
+  std::memset(info, 0, info_len);
+  return 0;
+}
+
+// The device clock (abi::kDeviceClock, CLOCK_MONOTONIC_RAW in
+// abi::kHcaCoreClockKhz = 1 GHz ticks) as the wall clock: mlx5dv_ts_to_ns
+// computes nsec + (ts - last_cycles) * mult >> shift, so a pair of readings
+// of both clocks, mult 1 and shift 0 map a completion's timestamp to
+// real-time nanoseconds, as mlx5's clock info page does.
+static_assert(abi::kHcaCoreClockKhz == 1'000'000, "clock info below assumes 1 ns per tick");
+UROCE_MLX5_EXPORT int mlx5dv_get_clock_info(ibv_context* ctx, mlx5dv_clock_info* info) {
+  if (!is_mlx5_context(ctx)) return EOPNOTSUPP;
+  const uint64_t before = clock_ns(abi::kDeviceClock);
+  const uint64_t real = clock_ns(CLOCK_REALTIME);
+  const uint64_t after = clock_ns(abi::kDeviceClock);
+  info->nsec = real;
+  info->last_cycles = before + (after - before) / 2;
+  info->frac = 0;
+  info->mult = 1;
+  info->shift = 0;
+  info->mask = ~uint64_t(0);
+  return 0;
+}
+
+// mlx5dv_set_context_attr(MLX5DV_CTX_ATTR_BUF_ALLOCATORS): mlx5 allocates
+// its queue buffers with these. uroce's queues are shared memory the engine
+// makes, never the program's allocations, so the allocators are never
+// called (as mlx5's for a queue it places in device memory).
+UROCE_MLX5_EXPORT int mlx5dv_set_context_attr(ibv_context* ctx, mlx5dv_set_ctx_attr_type type, void* attr) {
+  if (!is_mlx5_context(ctx)) return EOPNOTSUPP;
+  if (type != MLX5DV_CTX_ATTR_BUF_ALLOCATORS) return ENOTSUP;
+  if (!attr) return EINVAL;
+  return 0;
+}
+
+namespace {
+
+int init_obj(mlx5dv_obj* obj, uint64_t type) {
+  if (!obj) return EINVAL;
+  // Queues are in uroce's formats, not mlx5's: no buffer, doorbell record
+  // or UAR to hand out yet.
+  if (type & (MLX5DV_OBJ_QP | MLX5DV_OBJ_CQ | MLX5DV_OBJ_SRQ | MLX5DV_OBJ_RWQ | MLX5DV_OBJ_AH)) return EOPNOTSUPP;
+  if (type & ~uint64_t(MLX5DV_OBJ_PD | MLX5DV_OBJ_DM)) return EINVAL;
+  if (type & MLX5DV_OBJ_PD)
+    if (int e = init_pd(obj)) return e;
+  if (type & MLX5DV_OBJ_DM)
+    if (int e = init_dm(obj)) return e;
+  return 0;
+}
+
+}  // namespace
+
+// mlx5dv_init_obj@@MLX5_1.2, and the MLX5_1.0 one programs built against
+// rdma-core before 1.2 bind to (mlx5.c __mlx5dv_init_obj_1_0: the same but
+// for the CQ's UAR, which is refused here anyway).
+extern "C" __attribute__((visibility("default"), used, symver("mlx5dv_init_obj@@MLX5_1.2"))) int
+uroce_mlx5dv_init_obj_1_2(mlx5dv_obj* obj, uint64_t type) {
+  return init_obj(obj, type);
+}
+extern "C" __attribute__((visibility("default"), used, symver("mlx5dv_init_obj@MLX5_1.0"))) int
+uroce_mlx5dv_init_obj_1_0(mlx5dv_obj* obj, uint64_t type) {
+  return init_obj(obj, type);
+}
+
+UROCE_MLX5_EXPORT ibv_cq_ex* mlx5dv_create_cq(ibv_context* ctx, ibv_cq_init_attr_ex* cq_attr,
+                                              mlx5dv_cq_init_attr* mlx5_attr) {
+  if (!is_mlx5_context(ctx)) return fail<ibv_cq_ex>(EOPNOTSUPP);
+  // verbs.c create_cq: the checks and errnos, in its order. The CQE size
+  // comes from the attributes, else from MLX5_CQE_SIZE (verbs.c
+  // get_cqe_size; libmlx5 reads it for every CQ, this library for those
+  // made here).
+  uint32_t cqe_size = 64;
+  if (mlx5_attr && (mlx5_attr->comp_mask & MLX5DV_CQ_INIT_ATTR_MASK_CQE_SIZE))
+    cqe_size = mlx5_attr->cqe_size;
+  else if (const char* env = std::getenv("MLX5_CQE_SIZE"))
+    cqe_size = uint32_t(std::atoi(env));
+  if (mlx5_attr && (mlx5_attr->comp_mask & ~kCqAttrMask)) return fail<ibv_cq_ex>(EINVAL);
+  if (cqe_size != 64 && cqe_size != 128) return fail<ibv_cq_ex>(EINVAL);
+  if (mlx5_attr) {
+    // No CQE compression on this device (cqe_comp_caps.max_num 0).
+    if (mlx5_attr->comp_mask & MLX5DV_CQ_INIT_ATTR_MASK_COMPRESSED_CQE) return fail<ibv_cq_ex>(EINVAL);
+    if (mlx5_attr->comp_mask & MLX5DV_CQ_INIT_ATTR_MASK_FLAGS) {
+      if (mlx5_attr->flags & ~uint32_t(MLX5DV_CQ_INIT_ATTR_FLAGS_RESERVED - 1)) return fail<ibv_cq_ex>(EINVAL);
+      if ((mlx5_attr->flags & MLX5DV_CQ_INIT_ATTR_FLAGS_CQE_PAD) && cqe_size != 128)
+        return fail<ibv_cq_ex>(EINVAL);
+    }
+    // The CQE size and padding shape mlx5's ring in memory; uroce's CQ
+    // gives the same completions through the verbs whatever they are.
+  }
+  return ibv_create_cq_ex(ctx, cq_attr);
+}
+
+UROCE_MLX5_EXPORT ibv_qp* mlx5dv_create_qp(ibv_context* ctx, ibv_qp_init_attr_ex* qp_attr,
+                                           mlx5dv_qp_init_attr* mlx5_attr) {
+  if (!is_mlx5_context(ctx)) return fail<ibv_qp>(EOPNOTSUPP);
+  if (mlx5_attr) {
+    // verbs.c create_qp: the checks and errnos, in its order.
+    if (mlx5_attr->comp_mask & ~kQpAttrMask) return fail<ibv_qp>(EINVAL);
+    if ((mlx5_attr->comp_mask & MLX5DV_QP_INIT_ATTR_MASK_DC) && qp_attr->qp_type != IBV_QPT_DRIVER)
+      return fail<ibv_qp>(EINVAL);
+    if (mlx5_attr->comp_mask & MLX5DV_QP_INIT_ATTR_MASK_QP_CREATE_FLAGS) {
+      const uint32_t f = mlx5_attr->create_flags;
+      if (f & ~kQpCreateFlags) return fail<ibv_qp>(EINVAL);
+      if ((f & MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE) && (f & MLX5DV_QP_CREATE_ALLOW_SCATTER_TO_CQE))
+        return fail<ibv_qp>(EINVAL);
+      // Tunnel offloads and self-loopback (RSS TIRs), packet-based credits,
+      // signature pipelining: features this device does not report.
+      if (f & ~kQpCreateFlagsTaken) return fail<ibv_qp>(EOPNOTSUPP);
+    }
+    // The Dynamically Connected transport (DCI, DCT) and DCI streams: not
+    // in uroce's transport yet.
+    if (mlx5_attr->comp_mask & (MLX5DV_QP_INIT_ATTR_MASK_DC | MLX5DV_QP_INIT_ATTR_MASK_DCI_STREAMS))
+      return fail<ibv_qp>(EOPNOTSUPP);
+    // mlx5's own send operations (UMR memory keys, raw WQEs, the DMA
+    // memcpy engine): none on this device.
+    if ((mlx5_attr->comp_mask & MLX5DV_QP_INIT_ATTR_MASK_SEND_OPS_FLAGS) && mlx5_attr->send_ops_flags)
+      return fail<ibv_qp>(EOPNOTSUPP);
+  }
+  if (qp_attr->qp_type == IBV_QPT_DRIVER) return fail<ibv_qp>(EINVAL);  // only DC is a driver QP
+  return ibv_create_qp_ex(ctx, qp_attr);
+}
+
+// The mlx5dv_qp_ex of a QP: its function pointers are those of the mlx5
+// send operations the QP was created with (verbs.c mlx5_qp_fill_wr_pfns),
+// and mlx5dv_create_qp accepts none yet, so all are null, as mlx5's are
+// for a QP created without them.
+UROCE_MLX5_EXPORT mlx5dv_qp_ex* mlx5dv_qp_ex_from_ibv_qp_ex(ibv_qp_ex* qp) {
+  static mlx5dv_qp_ex no_mlx5_ops{};
+  if (!qp || !is_mlx5_context(qp->qp_base.context)) return fail<mlx5dv_qp_ex>(EOPNOTSUPP);
+  return &no_mlx5_ops;
+}
+
+UROCE_MLX5_EXPORT ibv_wq* mlx5dv_create_wq(ibv_context* ctx, ibv_wq_init_attr* attr,
+                                           mlx5dv_wq_init_attr* mlx5_attr) {
+  if (!is_mlx5_context(ctx)) return fail<ibv_wq>(EOPNOTSUPP);
+  if (mlx5_attr) {
+    if (mlx5_attr->comp_mask & ~uint64_t(MLX5DV_WQ_INIT_ATTR_MASK_STRIDING_RQ)) return fail<ibv_wq>(EINVAL);
+    // Striding RQ: striding_rq_caps are zero on this device.
+    if (mlx5_attr->comp_mask & MLX5DV_WQ_INIT_ATTR_MASK_STRIDING_RQ) return fail<ibv_wq>(EOPNOTSUPP);
+  }
+  return ibv_create_wq(ctx, attr);
+}
+
+// MEMIC, the device memory ibv_alloc_dm gives; the steering and header
+// modify ICM types belong to the steering engine this device has not.
+UROCE_MLX5_EXPORT ibv_dm* mlx5dv_alloc_dm(ibv_context* ctx, ibv_alloc_dm_attr* dm_attr,
+                                          mlx5dv_alloc_dm_attr* mlx5_attr) {
+  if (!is_mlx5_context(ctx)) return fail<ibv_dm>(EOPNOTSUPP);
+  if (mlx5_attr && mlx5_attr->comp_mask) return fail<ibv_dm>(EINVAL);
+  if (mlx5_attr && mlx5_attr->type != MLX5DV_DM_TYPE_MEMIC) return fail<ibv_dm>(EOPNOTSUPP);
+  return ibv_alloc_dm(ctx, dm_attr);
+}
