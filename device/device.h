@@ -270,6 +270,8 @@ class Device {
   // status of IBV_WR_BIND_MW / IBV_WR_LOCAL_INV posted on qp.
   uint32_t bind_mw(Qp& qp, const abi::MwBind& bind);
   uint32_t local_invalidate(const Qp& qp, uint32_t rkey);
+  // kWrMemcpy, the DMA copy engine (device/dma_copy.cc): a completion status.
+  uint32_t dma_copy(const Qp& qp, const abi::MemcpyArgs& copy);
   // SEND_WITH_INV arriving at qp: true if it invalidated a window.
   bool remote_invalidate(const Qp& qp, uint32_t pd, uint32_t rkey);
   net::Packet* new_packet(Qp& qp, uint8_t opcode, uint32_t psn, bool ack_req);

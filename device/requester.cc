@@ -29,7 +29,7 @@ uint32_t fetch_wqe(Device& dev, Qp& qp, uint32_t index) {
     std::memcpy(&w + 1, slot + sizeof(abi::SendWqe), size_t(std::min<uint64_t>(used, body)));
   SendWqeState& st = wqe_state(qp, index);
   st = SendWqeState{};
-  if (w.opcode >= 32 || !(allowed_wr_ops(qp.type) & (1u << w.opcode))) {
+  if (w.opcode >= 32 || !(executable_wr_ops(qp.type) & (1u << w.opcode))) {
     ++dev.counters_mut().bad_wqes;
     return IBV_WC_LOC_QP_OP_ERR;
   }
@@ -233,7 +233,9 @@ bool send_next_packet(Device& dev, Qp& qp) {
 bool run_local_wqe(Device& dev, Qp& qp, const abi::SendWqe& w, SendWqeState& st) {
   if (!st.local_done) {
     st.local_done = true;
-    st.status = w.opcode == IBV_WR_BIND_MW ? dev.bind_mw(qp, w.bind) : dev.local_invalidate(qp, w.imm_data);
+    st.status = w.opcode == IBV_WR_BIND_MW  ? dev.bind_mw(qp, w.bind)
+                : w.opcode == kWrMemcpy     ? dev.dma_copy(qp, w.copy)
+                                            : dev.local_invalidate(qp, w.imm_data);
     if (st.status != IBV_WC_SUCCESS) return false;
     ++qp.locals_unretired;
     st.started = true;

@@ -14,6 +14,8 @@ namespace uroce::device {
 
 // The opcode table and its classes, shared with the provider.
 using uroce::allowed_wr_ops;
+using uroce::executable_wr_ops;
+using uroce::kWrMemcpy;
 using uroce::is_local_op;
 using uroce::is_rd_atomic;
 using uroce::kLocalWrOps;
@@ -23,6 +25,7 @@ inline ibv_wc_opcode wc_opcode_for(uint32_t op) {
   switch (op) {
     case IBV_WR_BIND_MW: return IBV_WC_BIND_MW;
     case IBV_WR_LOCAL_INV: return IBV_WC_LOCAL_INV;
+    case kWrMemcpy: return IBV_WC_DRIVER3;  // MLX5DV_WC_MEMCPY
     case IBV_WR_RDMA_WRITE:
     case IBV_WR_RDMA_WRITE_WITH_IMM: return IBV_WC_RDMA_WRITE;
     case IBV_WR_RDMA_READ: return IBV_WC_RDMA_READ;

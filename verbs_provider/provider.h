@@ -328,6 +328,10 @@ struct UQp {
   bool opened;   // from ibv_open_qp: no queues of its own
   QueueMemory qmem;
   bool rss;      // an RSS QP (wq.cc): no queues, no state machine
+  // A vendor library's state for this QP (the drop-in libmlx5's
+  // mlx5dv_qp_ex), set once and freed with the QP through vendor_free.
+  std::atomic<void*> vendor;
+  void (*vendor_free)(void*);
 };
 
 inline UQp* to_uqp(ibv_qp* qp) { return reinterpret_cast<UQp*>(qp); }

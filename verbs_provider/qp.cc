@@ -336,6 +336,7 @@ UROCE_EXPORT int ibv_destroy_qp(ibv_qp* qp) {
   if (err && err != EIO) return err;
   untrack_async_events(u->ctx, u, &qp->mutex, &qp->cond, &qp->events_completed);
   if (u->map) unmap_queue(u->map, u->map_size);
+  if (void* v = u->vendor.load()) u->vendor_free(v);
   pthread_cond_destroy(&qp->cond);
   pthread_mutex_destroy(&qp->mutex);
   delete_queue_object(u, kResourceTypeQp);

@@ -74,6 +74,22 @@ struct MwBind {
 };
 static_assert(sizeof(MwBind) == 32);
 
+// The DMA copy engine's work request (mlx5dv_wr_memcpy, an mlx5-mode QP's
+// kWrMemcpy, uroce/wr_opcodes.h): `length` bytes from one local region to
+// another of the QP's PD, no packet. Addresses are the regions' (iova).
+struct MemcpyArgs {
+  uint64_t dst_addr;
+  uint64_t src_addr;
+  uint32_t dst_lkey;  // needs IBV_ACCESS_LOCAL_WRITE
+  uint32_t src_lkey;
+  uint32_t length;    // 1 .. kMaxMemcpyLength
+  uint32_t reserved;
+};
+static_assert(sizeof(MemcpyArgs) == 32);
+// The largest copy the engine makes in one go (mlx5dv_query_device's
+// max_wr_memcpy_length): it runs inside the engine's poll loop.
+constexpr uint32_t kMaxMemcpyLength = 1u << 20;
+
 // Send WQE: a fixed 128-byte header followed by either num_sge Sge entries or
 // inline_len bytes of inline data (IBV_SEND_INLINE). IBV_WR_LOCAL_INV names
 // the R_Key to invalidate in imm_data, as IBV_WR_SEND_WITH_INV does.
@@ -95,12 +111,14 @@ struct SendWqe {
   union {
     AddressVector av;   // UD
     MwBind bind;        // IBV_WR_BIND_MW (RC, UC, XRC)
+    MemcpyArgs copy;    // kWrMemcpy (RC)
   };
   uint8_t reserved1[24];
 };
 static_assert(sizeof(SendWqe) == 128);
 static_assert(offsetof(SendWqe, av) == 72);
 static_assert(offsetof(SendWqe, bind) == 72);
+static_assert(offsetof(SendWqe, copy) == 72);
 static_assert(std::is_standard_layout_v<SendWqe>);
 
 struct RecvWqe {

@@ -42,7 +42,23 @@ constexpr bool is_rd_atomic(uint32_t op) {
          op == IBV_WR_ATOMIC_WRITE;
 }
 
-constexpr bool is_local_op(uint32_t op) { return op < 32 && (kLocalWrOps & (1u << op)); }
+// mlx5dv_wr_memcpy: a copy between two local regions by the device's DMA
+// engine (mlx5's MMO DMA WQE), no packet. Not an ibv_wr_opcode, so never
+// accepted from ibv_post_send or ibv_wr_*: only the drop-in libmlx5 posts
+// it, on an RC QP made with MLX5DV_QP_EX_WITH_MEMCPY (rdma-core
+// providers/mlx5/qp.c mlx5_wr_memcpy; DCIs too, once DC exists).
+constexpr uint32_t kWrMemcpy = 16;
+static_assert(kWrMemcpy > IBV_WR_ATOMIC_WRITE && kWrMemcpy < 32);
+
+// What the engine executes on a QP of type t: the posted opcodes and the
+// device's own (kWrMemcpy).
+constexpr uint32_t executable_wr_ops(ibv_qp_type t) {
+  return allowed_wr_ops(t) | (t == IBV_QPT_RC ? 1u << kWrMemcpy : 0);
+}
+
+constexpr bool is_local_op(uint32_t op) {
+  return op < 32 && ((kLocalWrOps | 1u << kWrMemcpy) & (1u << op));
+}
 
 static_assert((kUdWrOps & ~kUcWrOps) == 0 && (kUcWrOps & ~kRcWrOps) == 0, "each transport's set grows");
 static_assert(is_rd_atomic(IBV_WR_ATOMIC_WRITE) && !is_rd_atomic(IBV_WR_RDMA_WRITE));

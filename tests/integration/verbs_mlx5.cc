@@ -197,10 +197,72 @@ TEST_F(Mlx5Mode, CreateQpRefusesWhatTheDeviceHasNot) {
   EXPECT_EQ(dv_qp(cq, &dv), nullptr);
   EXPECT_EQ(errno, EINVAL);
   dv.comp_mask = MLX5DV_QP_INIT_ATTR_MASK_SEND_OPS_FLAGS;
-  dv.send_ops_flags = MLX5DV_QP_EX_WITH_MEMCPY;
+  dv.send_ops_flags = MLX5DV_QP_EX_WITH_RAW_WQE;  // no raw WQEs (queues not in mlx5's format)
   errno = 0;
   EXPECT_EQ(dv_qp(cq, &dv), nullptr);
   EXPECT_EQ(errno, EOPNOTSUPP);
+  dv.send_ops_flags = MLX5DV_QP_EX_WITH_MEMCPY;  // the DMA engine is RC's (and DCI's) only
+  errno = 0;
+  EXPECT_EQ(dv_qp(cq, &dv, IBV_QPT_UD), nullptr);
+  EXPECT_EQ(errno, EOPNOTSUPP);
+}
+
+// mlx5dv_wr_memcpy: the device copies between two local regions of the
+// QP's PD (test_mlx5_dma_memcpy's flows, plus the length bounds).
+TEST_F(Mlx5Mode, DmaMemcpyCopiesAndChecksKeysAndLength) {
+  mlx5dv_context caps{};
+  caps.comp_mask = MLX5DV_CONTEXT_MASK_WR_MEMCPY_LENGTH;
+  ASSERT_EQ(mlx5dv_query_device(ctx_, &caps), 0);
+  ASSERT_TRUE(caps.comp_mask & MLX5DV_CONTEXT_MASK_WR_MEMCPY_LENGTH);
+  const size_t max = caps.max_wr_memcpy_length;
+  ASSERT_GE(max, size_t(65536));
+  ibv_cq_init_attr_ex cq_attr{};
+  cq_attr.cqe = 16;
+  cq_attr.wc_flags = IBV_WC_STANDARD_FLAGS;
+  ibv_cq_ex* cq = make_cq_ex(&cq_attr);
+  ASSERT_NE(cq, nullptr);
+  mlx5dv_qp_init_attr dv{};
+  dv.comp_mask = MLX5DV_QP_INIT_ATTR_MASK_SEND_OPS_FLAGS;
+  dv.send_ops_flags = MLX5DV_QP_EX_WITH_MEMCPY;
+  ibv_qp_init_attr_ex attr = qp_ex_attr(IBV_QPT_RC, ibv_cq_ex_to_cq(cq), IBV_QP_EX_WITH_SEND, {});
+  ibv_qp* qp = mlx5dv_create_qp(ctx_, &attr, &dv);
+  ASSERT_NE(qp, nullptr) << std::strerror(errno);
+  defer([qp] { ibv_destroy_qp(qp); });
+  connect_qp(qp, qp->qp_num);  // the copy sends nothing: any RTS QP
+  ibv_qp_ex* qpx = ibv_qp_to_qp_ex(qp);
+  mlx5dv_qp_ex* mqpx = mlx5dv_qp_ex_from_ibv_qp_ex(qpx);
+  ASSERT_NE(mqpx, nullptr);
+  ASSERT_NE(mqpx->wr_memcpy, nullptr);
+  EXPECT_EQ(mqpx->wr_mr_list, nullptr);  // not created with it
+  // Over a whole staging chunk and not a multiple of it.
+  const size_t len = 200 * 1024 + 3;
+  ibv_mr* src = reg_buffer(len, IBV_ACCESS_LOCAL_WRITE);
+  ibv_mr* dst = reg_buffer(len, IBV_ACCESS_LOCAL_WRITE, 0);
+  for (size_t i = 0; i < len; ++i) static_cast<uint8_t*>(src->addr)[i] = uint8_t(i * 7 + 1);
+  auto copy = [&](uint64_t wr_id, uint32_t dst_lkey, uint32_t src_lkey, size_t n) {
+    ibv_wr_start(qpx);
+    qpx->wr_id = wr_id;
+    qpx->wr_flags = IBV_SEND_SIGNALED;
+    mlx5dv_wr_memcpy(mqpx, dst_lkey, addr_of(dst), src_lkey, addr_of(src), n);
+    return ibv_wr_complete(qpx);
+  };
+  EXPECT_EQ(copy(0, dst->lkey, src->lkey, 0), EINVAL);
+  EXPECT_EQ(copy(0, dst->lkey, src->lkey, max + 1), EINVAL);
+  ASSERT_EQ(copy(1, dst->lkey, src->lkey, len), 0);
+  ibv_wc wc{};
+  ASSERT_TRUE(poll_one(ibv_cq_ex_to_cq(cq), &wc));
+  EXPECT_EQ(wc.wr_id, 1u);
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << describe(wc);
+  EXPECT_EQ(int(wc.opcode), int(MLX5DV_WC_MEMCPY));
+  EXPECT_EQ(std::memcmp(src->addr, dst->addr, len), 0);
+  // A destination without local write: a local protection error, and the
+  // QP goes to error as after any failed send WQE.
+  ibv_mr* read_only = reg_buffer(len, IBV_ACCESS_REMOTE_READ);
+  ASSERT_EQ(copy(2, read_only->lkey, src->lkey, 64), 0);
+  ASSERT_TRUE(poll_one(ibv_cq_ex_to_cq(cq), &wc));
+  EXPECT_EQ(wc.wr_id, 2u);
+  EXPECT_EQ(wc.status, IBV_WC_LOC_PROT_ERR);
+  EXPECT_EQ(qp_state(qp), IBV_QPS_ERR);
 }
 
 TEST_F(Mlx5Mode, DevxIsRefusedWithEopnotsupp) {

@@ -4,9 +4,10 @@
 // This file holds the entry points that work on uroce's own objects: the
 // device and port queries, the clock, and the mlx5dv_create_* verbs, which
 // check their mlx5 attributes as rdma-core 44's providers/mlx5/verbs.c does
-// and then create the object through the verbs. Objects keep uroce's queue
-// formats, so mlx5dv_init_obj hands out what has no queue (PD, DM) and
-// refuses queues (QP, CQ, SRQ, RWQ) with EOPNOTSUPP. unsupported.cc holds
+// and then create the object through the verbs; and the mlx5 send operation
+// the device has, the DMA copy engine (mlx5dv_wr_memcpy). Objects keep
+// uroce's queue formats, so mlx5dv_init_obj hands out what has no queue (PD,
+// DM) and refuses queues (QP, CQ, SRQ, RWQ) with EOPNOTSUPP. unsupported.cc holds
 // every other entry point, refused as libmlx5 refuses it on a device
 // without the feature. On any other device every entry point fails as
 // rdma-core's does on a device that is not mlx5 (EOPNOTSUPP).
@@ -16,9 +17,11 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <new>
 
 #include "verbs_provider/mlx5/export.h"
 #include "uroce/abi_rings.h"
+#include "uroce/wr_opcodes.h"
 #include "verbs_provider/provider.h"
 
 namespace uroce::provider::mlx5 {
@@ -40,9 +43,9 @@ T* fail(int err) {
 // The device's capabilities as mlx5dv_query_device reports them (mlx5.c
 // _mlx5dv_query_device): CQE version 1 and 128-byte CQE padding, as a
 // ConnectX-5; the real-time completion timestamp uroce's CQs give
-// (IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK). No CQE compression,
-// multi-packet WQEs, striding RQ, tunnel offloads, DCI streams, signature,
-// crypto or DMA memcpy engine: their caps stay zero.
+// (IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK); the DMA copy engine
+// (max_wr_memcpy_length). No CQE compression, multi-packet WQEs, striding
+// RQ, tunnel offloads, DCI streams, signature or crypto: their caps stay zero.
 constexpr uint64_t kContextFlags =
     MLX5DV_CONTEXT_FLAGS_CQE_V1 | MLX5DV_CONTEXT_FLAGS_CQE_128B_PAD | MLX5DV_CONTEXT_FLAGS_REAL_TIME_TS;
 
@@ -159,7 +162,7 @@ UROCE_MLX5_EXPORT int mlx5dv_query_device(ibv_context* ctx, mlx5dv_context* out)
     given |= MLX5DV_CONTEXT_MASK_SIGNATURE_OFFLOAD;
   }
   if (asked & MLX5DV_CONTEXT_MASK_WR_MEMCPY_LENGTH) {
-    out->max_wr_memcpy_length = 0;
+    out->max_wr_memcpy_length = abi::kMaxMemcpyLength;  // the DMA copy engine (device/dma_copy.cc)
     given |= MLX5DV_CONTEXT_MASK_WR_MEMCPY_LENGTH;
   }
   if (asked & MLX5DV_CONTEXT_MASK_CRYPTO_OFFLOAD) {
@@ -269,6 +272,60 @@ UROCE_MLX5_EXPORT ibv_cq_ex* mlx5dv_create_cq(ibv_context* ctx, ibv_cq_init_attr
   return ibv_create_cq_ex(ctx, cq_attr);
 }
 
+namespace {
+
+// The direct-verbs side of a QP (mlx5's mlx5_qp.dv_qp): the mlx5dv_qp_ex a
+// program gets from mlx5dv_qp_ex_from_ibv_qp_ex, with the function pointers
+// of the mlx5 send operations the QP was created with and null for the
+// others (providers/mlx5/qp.c mlx5_qp_fill_wr_pfns). Kept in UQp::vendor.
+struct DvQp {
+  mlx5dv_qp_ex dv{};  // first: the program's pointer is this struct's
+  ibv_qp_ex* qpx = nullptr;
+};
+
+DvQp* dv_of(mlx5dv_qp_ex* mqp) { return reinterpret_cast<DvQp*>(mqp); }
+
+void free_dv_qp(void* p) { delete static_cast<DvQp*>(p); }
+
+// The QP's DvQp, made on first use; nullptr without memory.
+DvQp* attach_dv_qp(ibv_qp_ex* qpx) {
+  UQp* qp = to_uqp(qpx);
+  if (void* v = qp->vendor.load(std::memory_order_acquire)) return static_cast<DvQp*>(v);
+  auto* d = new (std::nothrow) DvQp;
+  if (!d) return nullptr;
+  d->qpx = qpx;
+  qp->vendor_free = free_dv_qp;
+  void* expected = nullptr;
+  if (!qp->vendor.compare_exchange_strong(expected, d, std::memory_order_acq_rel)) {
+    delete d;  // another thread attached one first
+    return static_cast<DvQp*>(expected);
+  }
+  return d;
+}
+
+// mlx5dv_wr_memcpy (qp.c mlx5_wr_memcpy): one WQE of the batch, which the
+// engine's DMA copy engine executes (device/dma_copy.cc). A length of 0 or
+// over max_wr_memcpy_length fails the batch with EINVAL at wr_complete.
+void wr_memcpy(mlx5dv_qp_ex* mqp, uint32_t dst_lkey, uint64_t dst_addr, uint32_t src_lkey, uint64_t src_addr,
+               size_t length) {
+  ibv_qp_ex* qpx = dv_of(mqp)->qpx;
+  UQp* qp = to_uqp(qpx);
+  if (length == 0 || length > abi::kMaxMemcpyLength) {
+    if (!qp->batch_err) qp->batch_err = EINVAL;
+    return;
+  }
+  qpx->wr_send(qpx);  // a slot of the batch, with wr_id and flags, as any WQE
+  abi::SendWqe* w = qp->batch_cur;
+  if (!w) return;  // the batch already failed (full queue, ...)
+  w->opcode = uroce::kWrMemcpy;
+  w->copy = {dst_addr, src_addr, dst_lkey, src_lkey, uint32_t(length), 0};
+}
+
+// The mlx5 send operations this device has: the DMA copy engine, on RC.
+constexpr uint64_t kDvSendOps = MLX5DV_QP_EX_WITH_MEMCPY;
+
+}  // namespace
+
 UROCE_MLX5_EXPORT ibv_qp* mlx5dv_create_qp(ibv_context* ctx, ibv_qp_init_attr_ex* qp_attr,
                                            mlx5dv_qp_init_attr* mlx5_attr) {
   if (!is_mlx5_context(ctx)) return fail<ibv_qp>(EOPNOTSUPP);
@@ -290,23 +347,34 @@ UROCE_MLX5_EXPORT ibv_qp* mlx5dv_create_qp(ibv_context* ctx, ibv_qp_init_attr_ex
     // in uroce's transport yet.
     if (mlx5_attr->comp_mask & (MLX5DV_QP_INIT_ATTR_MASK_DC | MLX5DV_QP_INIT_ATTR_MASK_DCI_STREAMS))
       return fail<ibv_qp>(EOPNOTSUPP);
-    // mlx5's own send operations (UMR memory keys, raw WQEs, the DMA
-    // memcpy engine): none on this device.
-    if ((mlx5_attr->comp_mask & MLX5DV_QP_INIT_ATTR_MASK_SEND_OPS_FLAGS) && mlx5_attr->send_ops_flags)
-      return fail<ibv_qp>(EOPNOTSUPP);
   }
+  // mlx5's own send operations (qp.c mlx5_qp_fill_wr_pfns, verbs.c
+  // qp_init_wr_memcpy): the DMA copy engine on RC; UMR memory keys and raw
+  // WQEs are not on this device.
+  const uint64_t dv_ops = mlx5_attr && (mlx5_attr->comp_mask & MLX5DV_QP_INIT_ATTR_MASK_SEND_OPS_FLAGS)
+                              ? mlx5_attr->send_ops_flags
+                              : 0;
+  if (dv_ops & ~kDvSendOps) return fail<ibv_qp>(EOPNOTSUPP);
+  if (dv_ops && qp_attr->qp_type != IBV_QPT_RC) return fail<ibv_qp>(EOPNOTSUPP);
+  if (dv_ops && !(qp_attr->comp_mask & IBV_QP_INIT_ATTR_PD)) return fail<ibv_qp>(EINVAL);
   if (qp_attr->qp_type == IBV_QPT_DRIVER) return fail<ibv_qp>(EINVAL);  // only DC is a driver QP
-  return ibv_create_qp_ex(ctx, qp_attr);
+  ibv_qp* qp = ibv_create_qp_ex(ctx, qp_attr);
+  if (!qp || !dv_ops) return qp;
+  DvQp* d = attach_dv_qp(ibv_qp_to_qp_ex(qp));
+  if (!d) {
+    ibv_destroy_qp(qp);
+    return fail<ibv_qp>(ENOMEM);
+  }
+  if (dv_ops & MLX5DV_QP_EX_WITH_MEMCPY) d->dv.wr_memcpy = wr_memcpy;
+  return qp;
 }
 
-// The mlx5dv_qp_ex of a QP: its function pointers are those of the mlx5
-// send operations the QP was created with (verbs.c mlx5_qp_fill_wr_pfns),
-// and mlx5dv_create_qp accepts none yet, so all are null, as mlx5's are
-// for a QP created without them.
+// The mlx5dv_qp_ex of a QP (DvQp): null function pointers for the mlx5
+// send operations it was not created with, as mlx5's.
 UROCE_MLX5_EXPORT mlx5dv_qp_ex* mlx5dv_qp_ex_from_ibv_qp_ex(ibv_qp_ex* qp) {
-  static mlx5dv_qp_ex no_mlx5_ops{};
   if (!qp || !is_mlx5_context(qp->qp_base.context)) return fail<mlx5dv_qp_ex>(EOPNOTSUPP);
-  return &no_mlx5_ops;
+  DvQp* d = attach_dv_qp(qp);
+  return d ? &d->dv : fail<mlx5dv_qp_ex>(ENOMEM);
 }
 
 UROCE_MLX5_EXPORT ibv_wq* mlx5dv_create_wq(ibv_context* ctx, ibv_wq_init_attr* attr,
