@@ -336,7 +336,7 @@ namespace {
   if (report) {
     cqe.wr_id = w.wr_id;
     cqe.status = status;
-    cqe.opcode = wc_opcode_for(w.opcode);
+    cqe.opcode = w.flags & abi::kSendFlagMlx5RawWqe ? IBV_WC_DRIVER2 : wc_opcode_for(w.opcode);
     cqe.qp_num = qp.qpn;
     if (w.opcode == IBV_WR_RDMA_READ) cqe.byte_len = uint32_t(st.length);
     // 8 for the atomics, ATOMIC WRITE too (rxe reports its dma.length).

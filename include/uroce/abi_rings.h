@@ -90,6 +90,11 @@ static_assert(sizeof(MemcpyArgs) == 32);
 // max_wr_memcpy_length): it runs inside the engine's poll loop.
 constexpr uint32_t kMaxMemcpyLength = 1u << 20;
 
+// SendWqe::flags, beside the ibv_send_flags: the WQE came from an mlx5 send
+// WQE the program wrote (mlx5dv_wr_raw_wqe), so its completion's opcode is
+// MLX5DV_WC_RAW_WQE (IBV_WC_DRIVER2), as mlx5's (providers/mlx5/qp.c raw_wqe_init).
+constexpr uint32_t kSendFlagMlx5RawWqe = 1u << 31;
+
 // Send WQE: a fixed 128-byte header followed by either num_sge Sge entries or
 // inline_len bytes of inline data (IBV_SEND_INLINE). IBV_WR_LOCAL_INV names
 // the R_Key to invalidate in imm_data, as IBV_WR_SEND_WITH_INV does.

@@ -58,7 +58,7 @@ if [[ -f $src/run_tests.py ]] && /usr/bin/python3 -c 'import pyverbs' 2>/dev/nul
     test_timestamp_free_running_send_raw_traffic test_timestamp_free_running_recv_raw_traffic \
     test_timestamp_real_time_raw_traffic test_query_rt_values test_dma_memcpy_data \
     test_dma_memcpy_different_pd_bad_flow test_dma_memcpy_protection_bad_flow \
-    test_dma_memcpy_large_data_bad_flow; do
+    test_dma_memcpy_large_data_bad_flow test_mixed_raw_wqe_traffic; do
     # unittest -v: the test's name line, maybe its docstring, then "ok"
     # at the end of a line before the next test's name line.
     if ! awk -v t="$t" 'index($0, t " (") == 1 { inside = 1 }

@@ -197,7 +197,7 @@ TEST_F(Mlx5Mode, CreateQpRefusesWhatTheDeviceHasNot) {
   EXPECT_EQ(dv_qp(cq, &dv), nullptr);
   EXPECT_EQ(errno, EINVAL);
   dv.comp_mask = MLX5DV_QP_INIT_ATTR_MASK_SEND_OPS_FLAGS;
-  dv.send_ops_flags = MLX5DV_QP_EX_WITH_RAW_WQE;  // no raw WQEs (queues not in mlx5's format)
+  dv.send_ops_flags = MLX5DV_QP_EX_WITH_MR_LIST;  // no UMR memory keys
   errno = 0;
   EXPECT_EQ(dv_qp(cq, &dv), nullptr);
   EXPECT_EQ(errno, EOPNOTSUPP);
@@ -263,6 +263,103 @@ TEST_F(Mlx5Mode, DmaMemcpyCopiesAndChecksKeysAndLength) {
   EXPECT_EQ(wc.wr_id, 2u);
   EXPECT_EQ(wc.status, IBV_WC_LOC_PROT_ERR);
   EXPECT_EQ(qp_state(qp), IBV_QPS_ERR);
+}
+
+// mlx5dv_wr_raw_wqe: WQEs the program builds from mlx5's segments, mixed
+// with ordinary ones (test_mlx5_raw_wqe's flow, plus WRITE, inline data and
+// an atomic); each completes as MLX5DV_WC_RAW_WQE when its CQ_UPDATE is set.
+TEST_F(Mlx5Mode, RawWqesCarryTrafficAndCompleteAsRawWqe) {
+  ibv_cq_init_attr_ex cq_attr{};
+  cq_attr.cqe = 32;
+  cq_attr.wc_flags = IBV_WC_STANDARD_FLAGS;
+  ibv_cq_ex* cq = make_cq_ex(&cq_attr);
+  ASSERT_NE(cq, nullptr);
+  mlx5dv_qp_init_attr dv{};
+  dv.comp_mask = MLX5DV_QP_INIT_ATTR_MASK_SEND_OPS_FLAGS;
+  dv.send_ops_flags = MLX5DV_QP_EX_WITH_RAW_WQE;
+  QpCaps caps;
+  caps.max_inline_data = 64;
+  ibv_qp_init_attr_ex attr = qp_ex_attr(IBV_QPT_RC, ibv_cq_ex_to_cq(cq), IBV_QP_EX_WITH_SEND, caps);
+  ibv_qp* a = mlx5dv_create_qp(ctx_, &attr, &dv);
+  ASSERT_NE(a, nullptr) << std::strerror(errno);
+  defer([a] { ibv_destroy_qp(a); });
+  ibv_qp* b = make_qp(IBV_QPT_RC, ibv_cq_ex_to_cq(cq), ibv_cq_ex_to_cq(cq));
+  ASSERT_NE(b, nullptr);
+  connect_qp(a, b->qp_num);
+  connect_qp(b, a->qp_num);
+  ibv_qp_ex* qpx = ibv_qp_to_qp_ex(a);
+  mlx5dv_qp_ex* mqpx = mlx5dv_qp_ex_from_ibv_qp_ex(qpx);
+  ASSERT_NE(mqpx->wr_raw_wqe, nullptr);
+  ibv_mr* src = reg_buffer(256, kRw, 0x5a);
+  ibv_mr* dst = reg_buffer(256, kRw, 0);
+  ibv_mr* counter = reg_buffer(8, kRw | IBV_ACCESS_REMOTE_ATOMIC, 0);
+  ibv_mr* fetched = reg_buffer(8, kRw, 0);
+  ibv_sge rs = sge_of(dst, 0, 256);
+  ASSERT_EQ(post_recv(b, 100, &rs, 1), 0);
+
+  alignas(16) uint8_t wqe[4][64] = {};
+  // 0: SEND of 16 inline bytes, signalled.
+  {
+    auto* ctrl = reinterpret_cast<mlx5_wqe_ctrl_seg*>(wqe[0]);
+    const uint32_t count = htobe32(16 | MLX5_INLINE_SEG);
+    std::memcpy(wqe[0] + 16, &count, 4);
+    std::memcpy(wqe[0] + 20, "sixteen bytes!!!", 16);
+    mlx5dv_set_ctrl_seg(ctrl, 0, MLX5_OPCODE_SEND, 0, a->qp_num, MLX5_WQE_CTRL_CQ_UPDATE, 3, 0, 0);
+  }
+  // 1: RDMA WRITE of 200 bytes from src into dst + 32, not signalled.
+  {
+    auto* raddr = reinterpret_cast<mlx5_wqe_raddr_seg*>(wqe[1] + 16);
+    raddr->raddr = htobe64(addr_of(dst, 32));
+    raddr->rkey = htobe32(dst->rkey);
+    mlx5dv_set_data_seg(reinterpret_cast<mlx5_wqe_data_seg*>(wqe[1] + 32), 200, src->lkey, addr_of(src));
+    mlx5dv_set_ctrl_seg(reinterpret_cast<mlx5_wqe_ctrl_seg*>(wqe[1]), 0, MLX5_OPCODE_RDMA_WRITE, 0, a->qp_num, 0, 3,
+                        0, 0);
+  }
+  // 2: fetch-and-add 5 on the counter, signalled.
+  {
+    auto* raddr = reinterpret_cast<mlx5_wqe_raddr_seg*>(wqe[2] + 16);
+    raddr->raddr = htobe64(addr_of(counter));
+    raddr->rkey = htobe32(counter->rkey);
+    auto* atomic = reinterpret_cast<mlx5_wqe_atomic_seg*>(wqe[2] + 32);
+    atomic->swap_add = htobe64(5);
+    mlx5dv_set_data_seg(reinterpret_cast<mlx5_wqe_data_seg*>(wqe[2] + 48), 8, fetched->lkey, addr_of(fetched));
+    mlx5dv_set_ctrl_seg(reinterpret_cast<mlx5_wqe_ctrl_seg*>(wqe[2]), 0, MLX5_OPCODE_ATOMIC_FA, 0, a->qp_num,
+                        MLX5_WQE_CTRL_CQ_UPDATE, 4, 0, 0);
+  }
+  ibv_wr_start(qpx);
+  qpx->wr_id = 1;
+  mlx5dv_wr_raw_wqe(mqpx, wqe[0]);
+  qpx->wr_id = 2;
+  mlx5dv_wr_raw_wqe(mqpx, wqe[1]);
+  qpx->wr_id = 3;
+  mlx5dv_wr_raw_wqe(mqpx, wqe[2]);
+  qpx->wr_id = 4;  // an ordinary one in the same batch
+  qpx->wr_flags = IBV_SEND_SIGNALED;
+  ibv_wr_rdma_write(qpx, dst->rkey, addr_of(dst, 240));
+  ibv_wr_set_sge(qpx, src->lkey, addr_of(src), 16);
+  ASSERT_EQ(ibv_wr_complete(qpx), 0);
+  const auto wcs = by_wr_id(poll_n(ibv_cq_ex_to_cq(cq), 4));  // 1, 3, 4 and the receive
+  ASSERT_EQ(wcs.size(), 4u);
+  EXPECT_EQ(wcs.count(2), 0u);  // no CQ_UPDATE, no completion
+  for (uint64_t id : {1, 3}) {
+    EXPECT_EQ(wcs.at(id).status, IBV_WC_SUCCESS) << describe(wcs.at(id));
+    EXPECT_EQ(int(wcs.at(id).opcode), int(MLX5DV_WC_RAW_WQE));
+  }
+  EXPECT_EQ(wcs.at(4).opcode, IBV_WC_RDMA_WRITE);
+  EXPECT_EQ(wcs.at(100).byte_len, 16u);
+  EXPECT_EQ(std::memcmp(dst->addr, "sixteen bytes!!!", 16), 0);
+  EXPECT_EQ(static_cast<uint8_t*>(dst->addr)[32], 0x5a);
+  EXPECT_EQ(static_cast<uint8_t*>(dst->addr)[231], 0x5a);
+  EXPECT_EQ(*static_cast<uint64_t*>(counter->addr), 5u);
+  EXPECT_EQ(*static_cast<uint64_t*>(fetched->addr), 0u);
+  // A NOP says nothing a work request can: the batch fails, nothing is posted.
+  std::memset(wqe[3], 0, sizeof(wqe[3]));
+  mlx5dv_set_ctrl_seg(reinterpret_cast<mlx5_wqe_ctrl_seg*>(wqe[3]), 0, MLX5_OPCODE_NOP, 0, a->qp_num,
+                      MLX5_WQE_CTRL_CQ_UPDATE, 1, 0, 0);
+  ibv_wr_start(qpx);
+  mlx5dv_wr_raw_wqe(mqpx, wqe[3]);
+  EXPECT_EQ(ibv_wr_complete(qpx), EINVAL);
+  EXPECT_TRUE(drain_for(ibv_cq_ex_to_cq(cq), 50).empty());
 }
 
 TEST_F(Mlx5Mode, DevxIsRefusedWithEopnotsupp) {

@@ -21,6 +21,7 @@
 
 #include "verbs_provider/mlx5/export.h"
 #include "uroce/abi_rings.h"
+#include "uroce/mlx5_wqe.h"
 #include "uroce/wr_opcodes.h"
 #include "verbs_provider/provider.h"
 
@@ -321,8 +322,47 @@ void wr_memcpy(mlx5dv_qp_ex* mqp, uint32_t dst_lkey, uint64_t dst_addr, uint32_t
   w->copy = {dst_addr, src_addr, dst_lkey, src_lkey, uint32_t(length), 0};
 }
 
-// The mlx5 send operations this device has: the DMA copy engine, on RC.
-constexpr uint64_t kDvSendOps = MLX5DV_QP_EX_WITH_MEMCPY;
+// mlx5dv_wr_raw_wqe (qp.c mlx5_wr_raw_wqe): an mlx5 send WQE the program
+// built, read back into the work request it describes (uroce/mlx5_wqe.h)
+// and posted as one; signalled by its own CQ_UPDATE bit, completed as
+// MLX5DV_WC_RAW_WQE. What no work request can say (NOP, UMR, mixed inline
+// and pointer data, more data segments than max_send_sge) fails the batch
+// with EINVAL, since uroce's send queue is not in mlx5's format.
+void wr_raw_wqe(mlx5dv_qp_ex* mqp, const void* wqe) {
+  ibv_qp_ex* qpx = dv_of(mqp)->qpx;
+  UQp* qp = to_uqp(qpx);
+  if (qp->batch_err) return;
+  uroce::mlx5::DecodedSend d;
+  if (uroce::mlx5::decode_send_wqe(wqe, 63 * uroce::mlx5::kSegBytes, &d) != 0 || d.num_sge > qp->caps.max_send_sge) {
+    qp->batch_err = EINVAL;
+    return;
+  }
+  const uint64_t wr_id = qpx->wr_id;
+  const unsigned wr_flags = qpx->wr_flags;
+  qpx->wr_flags = d.send_flags & ~unsigned(IBV_SEND_INLINE);
+  switch (d.opcode) {
+    case IBV_WR_SEND: ibv_wr_send(qpx); break;
+    case IBV_WR_SEND_WITH_IMM: ibv_wr_send_imm(qpx, d.imm); break;
+    case IBV_WR_SEND_WITH_INV: ibv_wr_send_inv(qpx, d.imm); break;
+    case IBV_WR_RDMA_WRITE: ibv_wr_rdma_write(qpx, d.rkey, d.remote_addr); break;
+    case IBV_WR_RDMA_WRITE_WITH_IMM: ibv_wr_rdma_write_imm(qpx, d.rkey, d.remote_addr, d.imm); break;
+    case IBV_WR_RDMA_READ: ibv_wr_rdma_read(qpx, d.rkey, d.remote_addr); break;
+    case IBV_WR_ATOMIC_CMP_AND_SWP:
+      ibv_wr_atomic_cmp_swp(qpx, d.rkey, d.remote_addr, d.compare_add, d.swap);
+      break;
+    default: ibv_wr_atomic_fetch_add(qpx, d.rkey, d.remote_addr, d.compare_add); break;
+  }
+  qpx->wr_flags = wr_flags;
+  qpx->wr_id = wr_id;
+  if (!qp->batch_cur) return;  // the batch failed (a full queue, ...)
+  qp->batch_cur->flags |= abi::kSendFlagMlx5RawWqe;
+  if (d.num_inline) ibv_wr_set_inline_data_list(qpx, d.num_inline, d.inline_bufs);
+  else ibv_wr_set_sge_list(qpx, d.num_sge, d.sge);
+}
+
+// The mlx5 send operations this device has: the DMA copy engine on RC, raw
+// WQEs on RC and UC (whose WQEs carry no address segment).
+constexpr uint64_t kDvSendOps = MLX5DV_QP_EX_WITH_MEMCPY | MLX5DV_QP_EX_WITH_RAW_WQE;
 
 }  // namespace
 
@@ -355,7 +395,9 @@ UROCE_MLX5_EXPORT ibv_qp* mlx5dv_create_qp(ibv_context* ctx, ibv_qp_init_attr_ex
                               ? mlx5_attr->send_ops_flags
                               : 0;
   if (dv_ops & ~kDvSendOps) return fail<ibv_qp>(EOPNOTSUPP);
-  if (dv_ops && qp_attr->qp_type != IBV_QPT_RC) return fail<ibv_qp>(EOPNOTSUPP);
+  if ((dv_ops & MLX5DV_QP_EX_WITH_MEMCPY) && qp_attr->qp_type != IBV_QPT_RC) return fail<ibv_qp>(EOPNOTSUPP);
+  if ((dv_ops & MLX5DV_QP_EX_WITH_RAW_WQE) && qp_attr->qp_type != IBV_QPT_RC && qp_attr->qp_type != IBV_QPT_UC)
+    return fail<ibv_qp>(EOPNOTSUPP);
   if (dv_ops && !(qp_attr->comp_mask & IBV_QP_INIT_ATTR_PD)) return fail<ibv_qp>(EINVAL);
   if (qp_attr->qp_type == IBV_QPT_DRIVER) return fail<ibv_qp>(EINVAL);  // only DC is a driver QP
   ibv_qp* qp = ibv_create_qp_ex(ctx, qp_attr);
@@ -366,6 +408,7 @@ UROCE_MLX5_EXPORT ibv_qp* mlx5dv_create_qp(ibv_context* ctx, ibv_qp_init_attr_ex
     return fail<ibv_qp>(ENOMEM);
   }
   if (dv_ops & MLX5DV_QP_EX_WITH_MEMCPY) d->dv.wr_memcpy = wr_memcpy;
+  if (dv_ops & MLX5DV_QP_EX_WITH_RAW_WQE) d->dv.wr_raw_wqe = wr_raw_wqe;
   return qp;
 }
 

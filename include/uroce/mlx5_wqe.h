@@ -1,0 +1,158 @@
+// mlx5 send WQEs read back into a work request: what a program that writes
+// mlx5's segments itself means (mlx5dv_wr_raw_wqe today; the engine reading
+// an mlx5-format send queue later). Layouts and codes are those of rdma-core
+// 44's <infiniband/mlx5dv.h> (struct mlx5_wqe_ctrl_seg, _raddr_seg,
+// _atomic_seg, _data_seg, _inl_data_seg; MLX5_OPCODE_*, MLX5_WQE_CTRL_*),
+// written out here so that the engine needs no rdma-core header.
+// Header-only, no dependencies: shared by the drop-in libmlx5 and the engine.
+#pragma once
+
+#include <endian.h>
+#include <infiniband/verbs.h>
+
+#include <cerrno>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+namespace uroce::mlx5 {
+
+// mlx5_wqe_ctrl_seg's opcode byte (MLX5_OPCODE_*).
+enum : uint8_t {
+  kOpNop = 0x00,
+  kOpSendInval = 0x01,
+  kOpRdmaWrite = 0x08,
+  kOpRdmaWriteImm = 0x09,
+  kOpSend = 0x0a,
+  kOpSendImm = 0x0b,
+  kOpRdmaRead = 0x10,
+  kOpAtomicCs = 0x11,
+  kOpAtomicFa = 0x12,
+};
+// fm_ce_se (MLX5_WQE_CTRL_*).
+enum : uint8_t {
+  kCtrlSolicited = 1 << 1,
+  kCtrlCqUpdate = 2 << 2,
+  kCtrlSmallFence = 1 << 5,
+  kCtrlFence = 4 << 5,
+};
+constexpr uint32_t kInlineSeg = 0x80000000u;  // MLX5_INLINE_SEG, in byte_count
+constexpr size_t kSegBytes = 16;              // the unit of qpn_ds's ds
+constexpr uint32_t kMaxDecodedSges = 30;      // ds is 6 bits: 63 units less ctrl and raddr/atomic
+
+// The fields of mlx5_wqe_ctrl_seg (16 bytes, big-endian words).
+struct CtrlSeg {
+  uint32_t opmod_idx_opcode;
+  uint32_t qpn_ds;
+  uint8_t signature;
+  uint8_t stream_id[2];
+  uint8_t fm_ce_se;
+  uint32_t imm;
+};
+static_assert(sizeof(CtrlSeg) == kSegBytes);
+
+// A decoded send WQE: an ibv_wr_opcode with its ibv_send_flags and
+// arguments, and its data as SGEs or as inline bytes (pointers into the WQE).
+struct DecodedSend {
+  ibv_wr_opcode opcode;
+  unsigned send_flags;  // IBV_SEND_SIGNALED, _SOLICITED, _FENCE, _INLINE
+  uint32_t imm;         // network order; the R_Key (host order) for SEND_WITH_INV
+  uint64_t remote_addr;
+  uint32_t rkey;
+  uint64_t compare_add, swap;
+  uint32_t num_sge;
+  ibv_sge sge[kMaxDecodedSges];
+  uint32_t num_inline;
+  ibv_data_buf inline_bufs[kMaxDecodedSges];
+};
+
+// Reads the WQE at `wqe` (its size is ds * 16 bytes, from the control
+// segment; at most `bytes` are read). 0, or EINVAL for what no verbs work
+// request can say: an opcode other than the RC/UC ones above (NOP, UMR,
+// TSO, ...), a size that does not hold its segments, data segments mixed
+// with inline ones.
+inline int decode_send_wqe(const void* wqe, size_t bytes, DecodedSend* out) {
+  const auto* p = static_cast<const uint8_t*>(wqe);
+  if (bytes < kSegBytes) return EINVAL;
+  CtrlSeg ctrl;
+  std::memcpy(&ctrl, p, sizeof(ctrl));
+  const size_t size = size_t(be32toh(ctrl.qpn_ds) & 0x3f) * kSegBytes;
+  if (size < kSegBytes || size > bytes) return EINVAL;
+  *out = DecodedSend{};
+  const uint8_t fm_ce_se = ctrl.fm_ce_se;
+  if (fm_ce_se & kCtrlCqUpdate) out->send_flags |= IBV_SEND_SIGNALED;
+  if (fm_ce_se & kCtrlSolicited) out->send_flags |= IBV_SEND_SOLICITED;
+  if (fm_ce_se & (kCtrlFence | kCtrlSmallFence)) out->send_flags |= IBV_SEND_FENCE;
+  size_t at = kSegBytes;
+  auto take_raddr = [&]() {
+    if (size - at < kSegBytes) return false;
+    uint64_t raddr;
+    uint32_t rkey;
+    std::memcpy(&raddr, p + at, 8);
+    std::memcpy(&rkey, p + at + 8, 4);
+    out->remote_addr = be64toh(raddr);
+    out->rkey = be32toh(rkey);
+    at += kSegBytes;
+    return true;
+  };
+  switch (be32toh(ctrl.opmod_idx_opcode) & 0xff) {
+    case kOpSend: out->opcode = IBV_WR_SEND; break;
+    case kOpSendImm:
+      out->opcode = IBV_WR_SEND_WITH_IMM;
+      out->imm = ctrl.imm;
+      break;
+    case kOpSendInval:
+      out->opcode = IBV_WR_SEND_WITH_INV;
+      out->imm = be32toh(ctrl.imm);
+      break;
+    case kOpRdmaWrite:
+    case kOpRdmaWriteImm:
+    case kOpRdmaRead: {
+      const uint8_t op = be32toh(ctrl.opmod_idx_opcode) & 0xff;
+      out->opcode = op == kOpRdmaWrite ? IBV_WR_RDMA_WRITE : op == kOpRdmaRead ? IBV_WR_RDMA_READ : IBV_WR_RDMA_WRITE_WITH_IMM;
+      if (op == kOpRdmaWriteImm) out->imm = ctrl.imm;
+      if (!take_raddr()) return EINVAL;
+      break;
+    }
+    case kOpAtomicCs:
+    case kOpAtomicFa: {
+      const bool cs = (be32toh(ctrl.opmod_idx_opcode) & 0xff) == kOpAtomicCs;
+      out->opcode = cs ? IBV_WR_ATOMIC_CMP_AND_SWP : IBV_WR_ATOMIC_FETCH_AND_ADD;
+      if (!take_raddr() || size - at < kSegBytes) return EINVAL;
+      uint64_t swap_add, compare;
+      std::memcpy(&swap_add, p + at, 8);
+      std::memcpy(&compare, p + at + 8, 8);
+      // mlx5_wqe_atomic_seg: swap_add, then compare (for fetch-and-add unused).
+      out->compare_add = cs ? be64toh(compare) : be64toh(swap_add);
+      out->swap = cs ? be64toh(swap_add) : 0;
+      at += kSegBytes;
+      break;
+    }
+    default: return EINVAL;
+  }
+  // The data: data segments, or inline segments (each its byte count with
+  // MLX5_INLINE_SEG, then the bytes, padded to 16).
+  while (at < size) {
+    uint32_t count;
+    std::memcpy(&count, p + at, 4);
+    count = be32toh(count);
+    if (count & kInlineSeg) {
+      const uint32_t len = count & ~kInlineSeg;
+      if (out->num_sge || out->num_inline == kMaxDecodedSges || size - at - 4 < len) return EINVAL;
+      out->inline_bufs[out->num_inline++] = {const_cast<uint8_t*>(p + at + 4), len};
+      out->send_flags |= IBV_SEND_INLINE;
+      at += (4 + size_t(len) + kSegBytes - 1) / kSegBytes * kSegBytes;
+    } else {
+      if (out->num_inline || out->num_sge == kMaxDecodedSges || size - at < kSegBytes) return EINVAL;
+      uint32_t lkey;
+      uint64_t addr;
+      std::memcpy(&lkey, p + at + 4, 4);
+      std::memcpy(&addr, p + at + 8, 8);
+      out->sge[out->num_sge++] = {be64toh(addr), count, be32toh(lkey)};
+      at += kSegBytes;
+    }
+  }
+  return 0;
+}
+
+}  // namespace uroce::mlx5
