@@ -30,6 +30,22 @@ class Mlx5Mode : public VerbsTest {
     if (cq) defer([cq] { ibv_destroy_cq(ibv_cq_ex_to_cq(cq)); });
     return cq;
   }
+  // An extended CQ and an RC QP on it made with mlx5 send operations `ops`.
+  ibv_qp* dv_ops_qp(uint64_t ops, ibv_cq_ex** cq_out) {
+    ibv_cq_init_attr_ex cq_attr{};
+    cq_attr.cqe = 32;
+    cq_attr.wc_flags = IBV_WC_STANDARD_FLAGS;
+    ibv_cq_ex* cq = make_cq_ex(&cq_attr);
+    *cq_out = cq;
+    if (!cq) return nullptr;
+    mlx5dv_qp_init_attr dv{};
+    dv.comp_mask = MLX5DV_QP_INIT_ATTR_MASK_SEND_OPS_FLAGS;
+    dv.send_ops_flags = ops;
+    ibv_qp_init_attr_ex attr = qp_ex_attr(IBV_QPT_RC, ibv_cq_ex_to_cq(cq), IBV_QP_EX_WITH_SEND, {});
+    ibv_qp* qp = mlx5dv_create_qp(ctx_, &attr, &dv);
+    if (qp) defer([qp] { ibv_destroy_qp(qp); });
+    return qp;
+  }
   ibv_qp* dv_qp(ibv_cq* cq, mlx5dv_qp_init_attr* dv, ibv_qp_type type = IBV_QPT_RC) {
     ibv_qp_init_attr_ex attr = qp_ex_attr(type, cq, 0, {});
     attr.comp_mask = IBV_QP_INIT_ATTR_PD;
@@ -216,18 +232,9 @@ TEST_F(Mlx5Mode, DmaMemcpyCopiesAndChecksKeysAndLength) {
   ASSERT_TRUE(caps.comp_mask & MLX5DV_CONTEXT_MASK_WR_MEMCPY_LENGTH);
   const size_t max = caps.max_wr_memcpy_length;
   ASSERT_GE(max, size_t(65536));
-  ibv_cq_init_attr_ex cq_attr{};
-  cq_attr.cqe = 16;
-  cq_attr.wc_flags = IBV_WC_STANDARD_FLAGS;
-  ibv_cq_ex* cq = make_cq_ex(&cq_attr);
-  ASSERT_NE(cq, nullptr);
-  mlx5dv_qp_init_attr dv{};
-  dv.comp_mask = MLX5DV_QP_INIT_ATTR_MASK_SEND_OPS_FLAGS;
-  dv.send_ops_flags = MLX5DV_QP_EX_WITH_MEMCPY;
-  ibv_qp_init_attr_ex attr = qp_ex_attr(IBV_QPT_RC, ibv_cq_ex_to_cq(cq), IBV_QP_EX_WITH_SEND, {});
-  ibv_qp* qp = mlx5dv_create_qp(ctx_, &attr, &dv);
+  ibv_cq_ex* cq = nullptr;
+  ibv_qp* qp = dv_ops_qp(MLX5DV_QP_EX_WITH_MEMCPY, &cq);
   ASSERT_NE(qp, nullptr) << std::strerror(errno);
-  defer([qp] { ibv_destroy_qp(qp); });
   connect_qp(qp, qp->qp_num);  // the copy sends nothing: any RTS QP
   ibv_qp_ex* qpx = ibv_qp_to_qp_ex(qp);
   mlx5dv_qp_ex* mqpx = mlx5dv_qp_ex_from_ibv_qp_ex(qpx);
@@ -269,20 +276,9 @@ TEST_F(Mlx5Mode, DmaMemcpyCopiesAndChecksKeysAndLength) {
 // with ordinary ones (test_mlx5_raw_wqe's flow, plus WRITE, inline data and
 // an atomic); each completes as MLX5DV_WC_RAW_WQE when its CQ_UPDATE is set.
 TEST_F(Mlx5Mode, RawWqesCarryTrafficAndCompleteAsRawWqe) {
-  ibv_cq_init_attr_ex cq_attr{};
-  cq_attr.cqe = 32;
-  cq_attr.wc_flags = IBV_WC_STANDARD_FLAGS;
-  ibv_cq_ex* cq = make_cq_ex(&cq_attr);
-  ASSERT_NE(cq, nullptr);
-  mlx5dv_qp_init_attr dv{};
-  dv.comp_mask = MLX5DV_QP_INIT_ATTR_MASK_SEND_OPS_FLAGS;
-  dv.send_ops_flags = MLX5DV_QP_EX_WITH_RAW_WQE;
-  QpCaps caps;
-  caps.max_inline_data = 64;
-  ibv_qp_init_attr_ex attr = qp_ex_attr(IBV_QPT_RC, ibv_cq_ex_to_cq(cq), IBV_QP_EX_WITH_SEND, caps);
-  ibv_qp* a = mlx5dv_create_qp(ctx_, &attr, &dv);
+  ibv_cq_ex* cq = nullptr;
+  ibv_qp* a = dv_ops_qp(MLX5DV_QP_EX_WITH_RAW_WQE, &cq);  // QpCaps' 64 bytes of inline data
   ASSERT_NE(a, nullptr) << std::strerror(errno);
-  defer([a] { ibv_destroy_qp(a); });
   ibv_qp* b = make_qp(IBV_QPT_RC, ibv_cq_ex_to_cq(cq), ibv_cq_ex_to_cq(cq));
   ASSERT_NE(b, nullptr);
   connect_qp(a, b->qp_num);
