@@ -113,6 +113,7 @@ class Device {
   Result<uint32_t> create_qp(Owner* o, const abi::CreateQpRequest& req);  // returns qpn
   int modify_qp(Owner* o, uint32_t qpn, uint32_t mask, const abi::QpAttr& attr);
   int query_qp(Owner* o, uint32_t qpn, abi::QpAttr* attr);
+  int set_qp_udp_sport(Owner* o, uint32_t qpn, uint16_t udp_sport);
   // handle: a QPN (the creator's handle) or, from open_qp, id << 32 | QPN.
   int destroy_qp(Owner* o, uint64_t handle);
   Qp* qp(uint32_t qpn) const {  // inline: every received frame looks its QP up

@@ -114,6 +114,7 @@ void Device::send_packet(Qp& qp, net::Packet* p, const abi::AddressVector* av) {
   }
   if (qp.path.generation != path_generation_) [[unlikely]] {
     qp.path.kind = resolve_path(qp.av, qp.qpn, qp.path.route);
+    if (qp.udp_sport) qp.path.route.src_port = qp.udp_sport;
     net::make_header_template(qp.path.route, qp.path.header);
     qp.path.generation = path_generation_;
   }

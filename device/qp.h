@@ -124,6 +124,7 @@ struct Qp {
   bool en_sqd_async_notify = false;
   abi::AddressVector av{};
   PathCache path;                // av worked out (Device::send_packet), while current
+  uint16_t udp_sport = 0;        // mlx5dv_modify_qp_udp_sport's source port; 0: the QPN's hash
   uint32_t mtu_bytes() const { return 128u << path_mtu; }
 
   // Shared memory: SQ then RQ in one region.

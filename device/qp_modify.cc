@@ -196,6 +196,7 @@ int Device::modify_qp(Owner* o, uint32_t qpn, uint32_t mask, const abi::QpAttr& 
   if (mask & IBV_QP_AV) {
     qp->av = a.ah;
     qp->path.generation = 0;  // worked out again at its next packet
+    qp->udp_sport = 0;        // a new path: mlx5 sets its source port afresh
   }
   if (mask & IBV_QP_PATH_MTU) qp->path_mtu = ibv_mtu(a.path_mtu);
   if (mask & IBV_QP_DEST_QPN) qp->dest_qpn = a.dest_qp_num & kQpnMask;
@@ -261,6 +262,20 @@ int Device::query_qp(Owner* o, uint32_t qpn, abi::QpAttr* attr) {
   if (!qp || !holds(*qp, o)) return EINVAL;
   if (qp->rss) return EOPNOTSUPP;  // mlx5_query_qp
   export_attr(*qp, attr);
+  return 0;
+}
+
+// mlx5dv_modify_qp_udp_sport: RTS2RTS with the udp_sport optional parameter
+// (rdma-core providers/mlx5/mlx5.c, _mlx5dv_modify_qp_udp_sport): RC and UC
+// QPs in RTS only, on a device that has the capability, which is mlx5 mode's.
+int Device::set_qp_udp_sport(Owner* o, uint32_t qpn, uint16_t udp_sport) {
+  Qp* qp = this->qp(qpn);
+  if (!qp || !holds(*qp, o)) return EINVAL;
+  if (!config_.mlx5) return EOPNOTSUPP;
+  if (qp->type != IBV_QPT_RC && qp->type != IBV_QPT_UC) return EOPNOTSUPP;
+  if (qp->state != IBV_QPS_RTS) return EINVAL;
+  qp->udp_sport = udp_sport;
+  qp->path.generation = 0;  // its frames' headers built again with the port
   return 0;
 }
 

@@ -141,6 +141,8 @@ constexpr Table make_table() {
                                einval(UROCE_HANDLE(HandleRequest, handle, kQp)));
   at(CtlOp::kDestroyQp) = method("destroy_qp", destroy_qp, exact<HandleRequest>(), kNoFds,
                                  destroyed(UROCE_HANDLE(HandleRequest, handle, kQp)));
+  at(CtlOp::kSetQpUdpSport) = method("set_qp_udp_sport", set_qp_udp_sport, exact<QpUdpSportRequest>(),
+                                     kNoFds, einval(UROCE_HANDLE(QpUdpSportRequest, handle, kQp)));
 
   // SRQs and XRC (methods_srq_xrc.cc).
   at(CtlOp::kCreateSrq) = method("create_srq", create_srq, exact<CreateSrqRequest>(), kNoFds,

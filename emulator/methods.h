@@ -160,6 +160,7 @@ int destroy_cq(Call& c);
 int create_qp(Call& c);
 int modify_qp(Call& c);
 int query_qp(Call& c);
+int set_qp_udp_sport(Call& c);
 int destroy_qp(Call& c);
 // methods_srq_xrc.cc: SRQs, XRC domains and opened XRC target QPs
 int create_srq(Call& c);

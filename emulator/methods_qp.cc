@@ -46,6 +46,12 @@ int query_qp(Call& c) {
   return c.reply(rep);
 }
 
+int set_qp_udp_sport(Call& c) {
+  const auto req = c.request<abi::QpUdpSportRequest>();
+  if (req.udp_sport > 0xffff || req.reserved) return EINVAL;
+  return c.dev.set_qp_udp_sport(&c.owner, uint32_t(req.handle), uint16_t(req.udp_sport));
+}
+
 // The device id: a QPN, or id << 32 | QPN for an opened QP.
 int destroy_qp(Call& c) { return c.dev.destroy_qp(&c.owner, c.request<abi::HandleRequest>().handle); }
 

@@ -80,6 +80,8 @@ enum class CtlOp : uint32_t {
   kImportPd,  // HandleRequest
   kImportMr,  // HandleRequest; reply ImportMrReply
   kImportDm,  // HandleRequest; reply ImportDmReply, fds: [the memory's memfd]
+  // mlx5 mode (uroced --mlx5).
+  kSetQpUdpSport,  // QpUdpSportRequest (mlx5dv_modify_qp_udp_sport)
   kCount,
 };
 
@@ -418,6 +420,15 @@ struct ModifyQpRequest {
   uint32_t attr_mask;  // enum ibv_qp_attr_mask
   uint32_t reserved;
   QpAttr attr;
+};
+
+// kSetQpUdpSport: the UDP source port of an RC/UC QP in RTS, in place of
+// the hash of its QPN, until the next modify that sets its address vector
+// (mlx5's RTS2RTS with the udp_sport optional parameter).
+struct QpUdpSportRequest {
+  uint64_t handle;
+  uint32_t udp_sport;  // 16 bits
+  uint32_t reserved;
 };
 
 struct QueryQpReply {

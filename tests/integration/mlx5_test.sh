@@ -32,7 +32,25 @@ fail() {
 }
 
 start_engine uroce0 --mlx5
-timeout 120 "$UROCE_BIN" run -- "$binary" --gtest_filter='Mlx5Mode.*' || fail "Mlx5Mode.* (verbs_mlx5)"
+timeout 120 "$UROCE_BIN" run -- "$binary" --gtest_filter='Mlx5Mode.*:-Mlx5Mode.UdpSourcePort*' ||
+  fail "Mlx5Mode.* (verbs_mlx5)"
+
+# mlx5dv_modify_qp_udp_sport, seen on the wire: the loopback port captured
+# while the test runs; the frames of the modified QP leave from its port.
+cap="$UROCE_LOG_DIR/udp_sport.pcap"
+"$UROCE_BIN" capture --name uroce0 -w "$cap" --count 1000 --seconds 60 >/dev/null &
+cap_pid=$!
+sleep 0.3
+out=$(timeout 60 "$UROCE_BIN" run -- "$binary" --gtest_filter='Mlx5Mode.UdpSourcePort*') ||
+  fail "Mlx5Mode.UdpSourcePort* (verbs_mlx5)"
+kill -TERM "$cap_pid" 2>/dev/null || true
+wait "$cap_pid" || true
+if [[ $out =~ udp\ sport:\ qpn\ ([0-9]+)\ port\ 55555,\ qpn\ ([0-9]+) ]]; then
+  python3 "$(dirname "$0")/pcap_udp_sport.py" "$cap" "${BASH_REMATCH[1]}" "${BASH_REMATCH[2]}" 55555 ||
+    fail "the modified QP's frames do not leave from UDP port 55555"
+else
+  fail "Mlx5Mode.UdpSourcePort* named no QPs"
+fi
 
 # rdma-core's mlx5 tests. Each must pass or skip; these must pass (the
 # reason each other one skips is in docs/mlx5.md).
@@ -58,7 +76,7 @@ if [[ -f $src/run_tests.py ]] && /usr/bin/python3 -c 'import pyverbs' 2>/dev/nul
     test_timestamp_free_running_send_raw_traffic test_timestamp_free_running_recv_raw_traffic \
     test_timestamp_real_time_raw_traffic test_query_rt_values test_dma_memcpy_data \
     test_dma_memcpy_different_pd_bad_flow test_dma_memcpy_protection_bad_flow \
-    test_dma_memcpy_large_data_bad_flow test_mixed_raw_wqe_traffic; do
+    test_dma_memcpy_large_data_bad_flow test_mixed_raw_wqe_traffic test_rc_modify_udp_sport; do
     # unittest -v: the test's name line, maybe its docstring, then "ok"
     # at the end of a line before the next test's name line.
     if ! awk -v t="$t" 'index($0, t " (") == 1 { inside = 1 }

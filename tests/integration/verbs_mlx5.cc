@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 
 #include "tests/integration/verbs_fixture.h"
@@ -192,6 +193,37 @@ TEST_F(Mlx5Mode, DirectVerbsObjectsCarryTraffic) {
   EXPECT_EQ(wcs.at(8).status, IBV_WC_SUCCESS);
   EXPECT_EQ(wcs.at(9).byte_len, 256u);
   EXPECT_EQ(static_cast<uint8_t*>(dst->addr)[255], 0x3c);
+}
+
+// mlx5dv_modify_qp_udp_sport: RC and UC QPs in RTS only (EOPNOTSUPP
+// otherwise, as libmlx5); the QP keeps carrying traffic. mlx5_test.sh
+// captures the loopback port while this runs and checks that the frames of
+// QP `a` leave from UDP port 55555 and those of `b` from the QPN's hash.
+TEST_F(Mlx5Mode, UdpSourcePortOfRcQpInRts) {
+  ibv_cq* cq = make_cq();
+  mlx5dv_qp_init_attr dv{};
+  ibv_qp* a = dv_qp(cq, &dv);
+  ibv_qp* b = dv_qp(cq, &dv);
+  ibv_qp* ud = dv_qp(cq, &dv, IBV_QPT_UD);
+  ASSERT_TRUE(a && b && ud) << std::strerror(errno);
+  EXPECT_EQ(mlx5dv_modify_qp_udp_sport(a, 55555), EOPNOTSUPP);  // RESET
+  EXPECT_EQ(mlx5dv_modify_qp_udp_sport(ud, 55555), EOPNOTSUPP);
+  connect_qp(a, b->qp_num);
+  connect_qp(b, a->qp_num);
+  ASSERT_EQ(mlx5dv_modify_qp_udp_sport(a, 55555), 0);
+  ibv_mr* src = reg_buffer(64, kRw, 0x5a);
+  ibv_mr* dst = reg_buffer(64, kRw, 0);
+  for (uint64_t i = 0; i < 4; ++i) {
+    ibv_sge rs = sge_of(dst, 0, 64);
+    ASSERT_EQ(post_recv(b, 100 + i, &rs, 1), 0);
+    ibv_sge ss = sge_of(src, 0, 64);
+    ASSERT_EQ(post_send(a, i, IBV_WR_SEND, &ss, 1), 0);
+    const auto wcs = poll_n(cq, 2);
+    ASSERT_EQ(wcs.size(), 2u);
+    for (const ibv_wc& wc : wcs) EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << ibv_wc_status_str(wc.status);
+  }
+  EXPECT_EQ(static_cast<uint8_t*>(dst->addr)[63], 0x5a);
+  std::printf("udp sport: qpn %u port 55555, qpn %u its hash\n", a->qp_num, b->qp_num);
 }
 
 TEST_F(Mlx5Mode, CreateQpRefusesWhatTheDeviceHasNot) {
@@ -432,6 +464,14 @@ TEST_F(NotMlx5, DirectVerbsRefuseTheDevice) {
   errno = 0;
   EXPECT_EQ(mlx5dv_create_cq(ctx_, &cq_attr, nullptr), nullptr);
   EXPECT_EQ(errno, EOPNOTSUPP);
+  ibv_cq* cq = make_cq();
+  ibv_qp_init_attr_ex qp_attr = qp_ex_attr(IBV_QPT_RC, cq, 0, {});
+  qp_attr.comp_mask = IBV_QP_INIT_ATTR_PD;
+  ibv_qp* qp = ibv_create_qp_ex(ctx_, &qp_attr);
+  ASSERT_NE(qp, nullptr) << std::strerror(errno);
+  connect_qp(qp, qp->qp_num);
+  EXPECT_EQ(mlx5dv_modify_qp_udp_sport(qp, 55555), EOPNOTSUPP);
+  ibv_destroy_qp(qp);
   ibv_device_attr da{};
   ASSERT_EQ(ibv_query_device(ctx_, &da), 0);
   EXPECT_NE(da.vendor_id, 0x02c9u);

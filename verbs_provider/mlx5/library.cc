@@ -431,6 +431,19 @@ UROCE_MLX5_EXPORT ibv_wq* mlx5dv_create_wq(ibv_context* ctx, ibv_wq_init_attr* a
   return ibv_create_wq(ctx, attr);
 }
 
+// The UDP source port of an RC or UC QP's frames (RoCEv2's entropy for
+// ECMP), instead of the hash of its QPN, until a modify sets its address
+// vector again. libmlx5 (mlx5.c _mlx5dv_modify_qp_udp_sport) refuses any
+// other QP type or a QP not in RTS with EOPNOTSUPP, then sends RTS2RTS with
+// the udp_sport optional parameter; uroce's engine takes it as kSetQpUdpSport.
+UROCE_MLX5_EXPORT int mlx5dv_modify_qp_udp_sport(ibv_qp* qp, uint16_t udp_sport) {
+  if (!qp || !is_mlx5_context(qp->context)) return EOPNOTSUPP;
+  if (qp->qp_type != IBV_QPT_RC && qp->qp_type != IBV_QPT_UC) return EOPNOTSUPP;
+  if (qp->state != IBV_QPS_RTS) return EOPNOTSUPP;
+  abi::QpUdpSportRequest req{qp->handle, udp_sport, 0};
+  return to_uctx(qp->context)->conn.call(abi::CtlOp::kSetQpUdpSport, &req, sizeof(req), nullptr, 0);
+}
+
 // MEMIC, the device memory ibv_alloc_dm gives; the steering and header
 // modify ICM types belong to the steering engine this device has not.
 UROCE_MLX5_EXPORT ibv_dm* mlx5dv_alloc_dm(ibv_context* ctx, ibv_alloc_dm_attr* dm_attr,
