@@ -40,12 +40,26 @@ bool resident(const void* page) {
 
 class Odp : public VerbsTest {
  protected:
-  // Fresh anonymous pages nobody has touched; unmapped at the end.
+  // Fresh anonymous pages nobody has touched; unmapped at the end. The
+  // tests unmap some of them and map them again at the same address, so they
+  // sit in an address range of their own, far below where mmap() places the
+  // process's other mappings (top-down from below the stack): a hole left
+  // among those is where the next one lands (an allocator's, or ASan's stack
+  // depot's: CI's sanitizer run lost a depot chunk to these tests' munmap and
+  // MAP_FIXED there, and crashed a test later). 0x5000'0000'0000 is above
+  // ASan's shadow and below its allocator's space.
   uint8_t* fresh_pages(size_t pages) {
-    void* p = mmap(nullptr, pages * kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    EXPECT_NE(p, MAP_FAILED);
+    static uintptr_t next = uintptr_t(0x500000000000);
+    const size_t len = pages * kPage;
+    void* p = MAP_FAILED;
+    for (int tries = 0; tries < 64 && p == MAP_FAILED; ++tries) {
+      p = mmap(reinterpret_cast<void*>(next), len, PROT_READ | PROT_WRITE,
+               MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+      next += len + 16 * kPage;  // a gap: one test's pages never touch another's
+    }
+    EXPECT_NE(p, MAP_FAILED) << std::strerror(errno);
     if (p == MAP_FAILED) return nullptr;
-    defer([=] { munmap(p, pages * kPage); });
+    defer([=] { munmap(p, len); });
     return static_cast<uint8_t*>(p);
   }
   ibv_mr* reg_odp(void* addr, size_t len, int access = kOdpRw) {
