@@ -10,6 +10,7 @@
 
 #include "device/device.h"
 #include "device/params.h"
+#include "uroce/mlx5_cqe.h"
 
 namespace uroce::device {
 
@@ -55,6 +56,7 @@ int Device::resize_cq(Owner* o, uint32_t handle, uint32_t cqe) {
   Cq* cq = cqs_.get(handle);
   if (!cq || cq->owner != o) return EINVAL;
   if (cqe < 1 || cqe > kMaxCqe) return EINVAL;
+  if (cq->mlx5) return EOPNOTSUPP;  // its ring is the program's to read now (mlx5dv_init_obj)
   const uint32_t cons = cq->ring.hdr->consumer.load(std::memory_order_acquire);
   const uint32_t pending = cq->prod - cons;
   if (pending > cq->ring.size()) return EINVAL;  // client corrupted its index
@@ -81,12 +83,13 @@ int Device::destroy_cq(Owner* o, uint32_t handle) {
   if (!cq || cq->owner != o) return EINVAL;
   if (cq->refs) return EBUSY;
   if (CompChannel* ch = channels_.get(cq->channel)) --ch->refs;
+  if (cq->mlx5) std::erase(mlx5_cqs_, handle);
   cqs_.erase(handle);
   return 0;
 }
 
 bool Device::complete(Qp& qp, bool send_cq, const abi::Cqe& cqe, bool solicited) {
-  return complete_to(send_cq ? qp.send_cq : qp.recv_cq, cqe, solicited);
+  return complete_to(send_cq ? qp.send_cq : qp.recv_cq, cqe, solicited, send_cq);
 }
 
 namespace {
@@ -113,9 +116,11 @@ uint64_t clock_ns(clockid_t clock) {
 
 }  // namespace
 
-bool Device::complete_to(uint32_t cq_handle, const abi::Cqe& cqe, bool solicited) {
+bool Device::complete_to(uint32_t cq_handle, const abi::Cqe& cqe, bool solicited, bool send) {
   Cq* cq = cqs_.get(cq_handle);
   if (!cq || cq->error) return false;
+  if (cq->mlx5) [[unlikely]]
+    return complete_mlx5(*cq, cqe, solicited, send);
   const uint32_t cons = cq->ring.hdr->consumer.load(std::memory_order_acquire);
   if (cq->prod - cons >= cq->ring.size()) {
     // IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN: no error, the entry is lost (mlx5's
@@ -142,15 +147,151 @@ bool Device::complete_to(uint32_t cq_handle, const abi::Cqe& cqe, bool solicited
   const uint32_t armed = cq->ring.hdr->notify.load(std::memory_order_acquire);
   if (armed == abi::kCqNotifyNext ||
       (armed == abi::kCqNotifySolicited && (solicited || cqe.status != IBV_WC_SUCCESS))) {
-    if (cq->ring.hdr->notify.exchange(abi::kCqNotifyNone) != abi::kCqNotifyNone) {
-      if (CompChannel* ch = channels_.get(cq->channel)) {
-        abi::CompEventRecord rec{cq->cookie};
-        if (::write(ch->fd, &rec, sizeof(rec)) != ssize_t(sizeof(rec)))
-          ++counters_.async_events_dropped;
-      }
-    }
+    if (cq->ring.hdr->notify.exchange(abi::kCqNotifyNone) != abi::kCqNotifyNone) raise_cq_event(*cq);
   }
   return true;
+}
+
+void Device::raise_cq_event(Cq& cq) {
+  if (CompChannel* ch = channels_.get(cq.channel)) {
+    abi::CompEventRecord rec{cq.cookie};
+    if (::write(ch->fd, &rec, sizeof(rec)) != ssize_t(sizeof(rec))) ++counters_.async_events_dropped;
+  }
+}
+
+// ---------------------------------------------------------------- mlx5 CQs
+//
+// A CQ in mlx5's format (mlx5 mode, after mlx5dv_init_obj): the program reads
+// CQEs itself, by their owner bit, and writes back only its consumer index
+// (doorbell record word 0; a program built without assertions may never
+// write it, and then asks for IGNORE_OVERRUN) and arm commands, as to a
+// ConnectX: the command word in doorbell record word 1, then the same with
+// the CQ number to the UAR's CQ doorbell, which is what arms it
+// (providers/mlx5/cq.c mlx5_arm_cq; UCX's uct_ib_mlx5dv_arm_cq).
+
+int Device::cq_to_mlx5(Owner* o, uint32_t handle, uint32_t cqe_size, abi::Mlx5CqFormatReply* rep, int* fd) {
+  Cq* cq = cqs_.get(handle);
+  if (!cq || cq->owner != o) return EINVAL;
+  if (!config_.mlx5) return EOPNOTSUPP;
+  if (cqe_size != 64 && cqe_size != 128) return EINVAL;
+  if (cq->mlx5) return EINVAL;  // the provider asks once per CQ
+  const uint32_t cons = cq->ring.hdr->consumer.load(std::memory_order_acquire);
+  if (cq->prod != cons) return EBUSY;  // completions wait in uroce's format
+  const uint32_t log2 = cq->ring.log2;
+  const uint32_t cnt = 1u << log2;
+  QueueMemory mem;
+  if (int e = mem.create("uroce-cq", abi::kMlx5CqCqesOffset + size_t(cnt) * cqe_size)) return e;
+  auto m = std::make_unique<Cq::Mlx5Ring>();
+  m->cqes = mem.base() + abi::kMlx5CqCqesOffset;
+  m->cqe_size = cqe_size;
+  m->dbrec = reinterpret_cast<std::atomic<uint32_t>*>(mem.base() + abi::kMlx5CqDbrecOffset);
+  m->doorbell = reinterpret_cast<std::atomic<uint64_t>*>(mem.base() + abi::kMlx5CqUarOffset + abi::kMlx5CqDoorbell);
+  for (uint32_t i = 0; i < cnt; ++i) m->cqes[size_t(i) * cqe_size + cqe_size - 1] = mlx5::kCqeInvalid << 4;
+  RingView ring;
+  ring.init(mem.base(), log2, cqe_size);  // the header: the producer index, for reports
+  *fd = mem.release_fd();
+  rep->shm_size = mem.size();
+  rep->cqe_cnt = cnt;
+  rep->cqn = handle;
+  cq->mem = std::move(mem);
+  cq->ring = ring;
+  cq->prod = 0;
+  cq->mlx5 = std::move(m);
+  mlx5_cqs_.push_back(handle);
+  return 0;
+}
+
+namespace {
+
+mlx5::Completion completion_of(const abi::Cqe& e, bool send) {
+  mlx5::Completion c;
+  c.status = ibv_wc_status(e.status);
+  c.opcode = ibv_wc_opcode(e.opcode);
+  c.wc_flags = e.wc_flags;
+  c.vendor_err = e.vendor_err;
+  c.byte_len = e.byte_len;
+  c.imm = e.imm_data;
+  c.qp_num = e.qp_num;
+  c.src_qp = e.src_qp;
+  c.slid = e.slid;
+  c.pkey_index = e.pkey_index;
+  c.sl = e.sl;
+  c.dlid_path_bits = e.dlid_path_bits;
+  c.send = send;
+  c.wr_id = e.wr_id;
+  return c;
+}
+
+// Whether 24-bit index a is at or past b (mlx5's indices wrap at 2^24).
+bool at_or_past(uint32_t a, uint32_t b) { return ((a - b) & 0xffffff) < 0x800000; }
+
+}  // namespace
+
+bool Device::complete_mlx5(Cq& cq, const abi::Cqe& cqe, bool solicited, bool send) {
+  Cq::Mlx5Ring& m = *cq.mlx5;
+  const uint32_t cnt = cq.ring.size();
+  if (!cq.ignore_overrun) {
+    const uint32_t ci = be32toh(m.dbrec[0].load(std::memory_order_acquire)) & 0xffffff;
+    if (((cq.prod - ci) & 0xffffff) >= cnt) {
+      cq.error = true;  // overflow, as complete_to's
+      ++counters_.cq_overflows;
+      cq.owner->post_async(IBV_EVENT_CQ_ERR, cq.cookie);
+      return false;
+    }
+  }
+  mlx5::Completion c = completion_of(cqe, send);
+  c.timestamp = clock_ns(abi::kDeviceClock);  // a ConnectX stamps every CQE
+  mlx5::Cqe64 q;
+  mlx5::encode_cqe(c, mlx5::owner_for_index(cq.prod, cnt), &q);
+  uint8_t* slot = m.cqes + size_t(cq.prod & (cnt - 1)) * m.cqe_size;
+  if (m.cqe_size == 128) std::memset(slot, 0, 64);  // nothing scattered to the CQE
+  uint8_t* e = slot + m.cqe_size - 64;
+  // The reader checks op_own first: the rest must be there before it.
+  std::memcpy(e, &q, sizeof(q) - 1);
+  std::atomic_ref<uint8_t>(e[63]).store(q.op_own, std::memory_order_release);
+  ++cq.prod;
+  cq.ring.hdr->producer.store(cq.prod, std::memory_order_release);
+  ++cq.completions;
+  if (solicited || cqe.status != IBV_WC_SUCCESS) m.solicited_end = cq.prod & 0xffffff;
+  take_mlx5_arm(cq);
+  fire_mlx5_arm(cq);
+  return true;
+}
+
+// An arm command the program wrote to the UAR since the last look.
+void Device::take_mlx5_arm(Cq& cq) {
+  Cq::Mlx5Ring& m = *cq.mlx5;
+  if (m.doorbell->load(std::memory_order_relaxed) == 0) return;
+  const uint64_t v = be64toh(m.doorbell->exchange(0, std::memory_order_acquire));
+  const uint32_t cmd = uint32_t(v >> 32);
+  m.armed = true;
+  m.solicited_only = cmd & abi::kMlx5CqArmSolicited;
+  m.arm_ci = cmd & 0xffffff;
+}
+
+// An armed CQ with a CQE (a solicited one, if so armed) at or past the arm's
+// index raises its event once, as mlx5's; true if it did.
+bool Device::fire_mlx5_arm(Cq& cq) {
+  Cq::Mlx5Ring& m = *cq.mlx5;
+  if (!m.armed) return false;
+  const uint32_t end = m.solicited_only ? m.solicited_end : cq.prod & 0xffffff;
+  if (end == m.arm_ci || !at_or_past(end, m.arm_ci)) return false;
+  m.armed = false;
+  raise_cq_event(cq);
+  return true;
+}
+
+// The engine's look at arm commands between completions: a command for
+// CQEs already written raises the event at once.
+bool Device::poll_mlx5_cq_arms() {
+  bool fired = false;
+  for (uint32_t handle : mlx5_cqs_) {
+    Cq* cq = cqs_.get(handle);
+    if (!cq) continue;
+    take_mlx5_arm(*cq);
+    fired |= fire_mlx5_arm(*cq);
+  }
+  return fired;
 }
 
 // ---------------------------------------------------------------- QP

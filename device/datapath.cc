@@ -107,6 +107,8 @@ bool Device::poll(uint64_t now_ns) {
   if (!loopback_.pending()) work |= poll_timers();
   work |= poll_port_timers();
   if (qp1_agent_) work |= qp1_agent_->poll_timers(now_ns);
+  if (!mlx5_cqs_.empty()) [[unlikely]]
+    work |= poll_mlx5_cq_arms();
   return work || loopback_.pending();
 }
 
@@ -132,6 +134,9 @@ uint64_t Device::next_deadline_ns() const {
   take(ndp_pending_.next_deadline_ns());
   if (qp1_agent_) take(qp1_agent_->next_deadline_ns());
   if (!busy_wqs_.empty()) take(next_wq_deadline_ns());
+  // A program arms an mlx5-format CQ by writing its UAR, which wakes no one:
+  // a sleeping engine looks every millisecond while such CQs exist.
+  if (!mlx5_cqs_.empty()) take(now_ns_ + kMlx5ArmLookNs);
   return next;
 }
 

@@ -109,6 +109,9 @@ class Device {
   Result<uint32_t> create_cq(Owner* o, const abi::CreateCqRequest& req);
   int resize_cq(Owner* o, uint32_t handle, uint32_t cqe);
   int destroy_cq(Owner* o, uint32_t handle);
+  // mlx5 mode: the CQ's ring in mlx5's format from now on (kMlx5CqFormat);
+  // *fd is the new ring's memfd, for the client.
+  int cq_to_mlx5(Owner* o, uint32_t handle, uint32_t cqe_size, abi::Mlx5CqFormatReply* rep, int* fd);
   Cq* cq(uint32_t handle) const { return cqs_.get(handle); }
   Result<uint32_t> create_qp(Owner* o, const abi::CreateQpRequest& req);  // returns qpn
   int modify_qp(Owner* o, uint32_t qpn, uint32_t mask, const abi::QpAttr& attr);
@@ -311,7 +314,7 @@ class Device {
   uint32_t max_raw_frame() const;
   // Completion queue entry for qp's send or recv CQ; false if the CQ overflowed.
   bool complete(Qp& qp, bool send_cq, const abi::Cqe& cqe, bool solicited);
-  bool complete_to(uint32_t cq, const abi::Cqe& cqe, bool solicited);
+  bool complete_to(uint32_t cq, const abi::Cqe& cqe, bool solicited, bool send = false);
   // Called after a WQE left an SRQ: fires IBV_EVENT_SRQ_LIMIT_REACHED once
   // when the posted count drops below an armed limit (IBA 10.2.9.3).
   void srq_consumed(Srq& srq);
@@ -334,6 +337,13 @@ class Device {
   bool poll_requesters();
   bool poll_rx();
   bool poll_timers();
+  // mlx5-format CQs (device/cq.cc): an entry written, arm commands taken
+  // from their UAR doorbells, completion events raised.
+  bool complete_mlx5(Cq& cq, const abi::Cqe& cqe, bool solicited, bool send);
+  bool poll_mlx5_cq_arms();
+  void take_mlx5_arm(Cq& cq);
+  bool fire_mlx5_arm(Cq& cq);
+  void raise_cq_event(Cq& cq);
   void dispatch(net::Packet* p, bool check_icrc);
   // QP1, the GSI (device/gsi.cc): MADs to and from its agent.
   void gsi_receive(const net::Packet& p);
@@ -423,6 +433,7 @@ class Device {
   Table<Ah> ahs_;
   Table<CompChannel> channels_;
   Table<Cq> cqs_;
+  std::vector<uint32_t> mlx5_cqs_;  // CQs in mlx5's format, whose UAR doorbells poll() reads
   Table<Qp> qps_;  // index = qpn - kFirstQpn + 1
   Table<Srq> srqs_;  // index = SRQ number
   std::vector<uint32_t> tm_srqs_;  // the TM-SRQs, whose list-operation rings poll() reads

@@ -4,6 +4,7 @@
 
 #include <infiniband/verbs.h>
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -158,6 +159,20 @@ struct Cq {
   bool ignore_overrun = false;  // abi::kCqIgnoreOverrun
   uint64_t last_wallclock_ns = 0;  // the wall clock may step back: entries never do
   uint64_t completions = 0;
+  // mlx5 mode, once mlx5dv_init_obj asked for it (Device::cq_to_mlx5): the
+  // ring holds mlx5 CQEs (uroce/mlx5_cqe.h) and is armed through its UAR
+  // page, as a ConnectX's (abi::kMlx5Cq*Offset).
+  struct Mlx5Ring {
+    uint8_t* cqes = nullptr;
+    uint32_t cqe_size = 64;
+    std::atomic<uint32_t>* dbrec = nullptr;    // [0] consumer index, [1] arm command (big-endian)
+    std::atomic<uint64_t>* doorbell = nullptr;  // the UAR's CQ doorbell: arm commands
+    bool armed = false;           // an arm command taken, no event raised for it yet
+    bool solicited_only = false;  // ... MLX5_CQ_DB_REQ_NOT_SOL
+    uint32_t arm_ci = 0;          // ... for CQEs from this index (24 bits)
+    uint32_t solicited_end = 0;   // one past the last solicited or error CQE written
+  };
+  std::unique_ptr<Mlx5Ring> mlx5;
 };
 
 // An XRC domain. Processes that open the same file share it (keyed by the

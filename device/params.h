@@ -31,6 +31,9 @@ constexpr uint32_t kMlx5VendorId = abi::kMlx5VendorId;
 constexpr uint32_t kMlx5VendorPartId = abi::kMlx5VendorPartId;
 constexpr uint32_t kMlx5HwVer = 0;
 constexpr uint32_t kMlx5PciVendor = 0x15b3;
+// How long a sleeping engine may miss an arm command written to an
+// mlx5-format CQ's UAR (device/cq.cc): writes to that page wake nobody.
+constexpr uint64_t kMlx5ArmLookNs = 1'000'000;
 
 // Objects per device (all clients together). One past any of them is ENOMEM,
 // as mlx5 reports a firmware limit (MLX5_CMD_STAT_LIM_ERR / EXCEED_LIM).

@@ -126,6 +126,8 @@ constexpr Table make_table() {
                                 einval(UROCE_HANDLE(ResizeCqRequest, handle, kCq)));
   at(CtlOp::kDestroyCq) = method("destroy_cq", destroy_cq, exact<HandleRequest>(), kNoFds,
                                  destroyed(UROCE_HANDLE(HandleRequest, handle, kCq)));
+  at(CtlOp::kMlx5CqFormat) = method("mlx5_cq_format", mlx5_cq_format, exact<Mlx5CqFormatRequest>(), kNoFds,
+                                    einval(UROCE_HANDLE(Mlx5CqFormatRequest, handle, kCq)));
 
   // QPs (methods_qp.cc). PD and CQs are optional here: an XRC target QP has
   // none, an XRC initiator no receive CQ; the device checks what each type needs.

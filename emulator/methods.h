@@ -156,6 +156,7 @@ int destroy_comp_channel(Call& c);
 int create_cq(Call& c);
 int resize_cq(Call& c);
 int destroy_cq(Call& c);
+int mlx5_cq_format(Call& c);
 // methods_qp.cc
 int create_qp(Call& c);
 int modify_qp(Call& c);

@@ -52,4 +52,15 @@ int destroy_cq(Call& c) {
   return c.dev.destroy_cq(&c.owner, uint32_t(c.request<abi::HandleRequest>().handle));
 }
 
+// Reply fds: [the mlx5-format ring's memfd].
+int mlx5_cq_format(Call& c) {
+  const auto req = c.request<abi::Mlx5CqFormatRequest>();
+  if (req.reserved) return EINVAL;
+  abi::Mlx5CqFormatReply rep{};
+  int fd = -1;
+  if (int err = c.dev.cq_to_mlx5(&c.owner, uint32_t(req.handle), req.cqe_size, &rep, &fd)) return err;
+  c.pass_fd(fd, true);
+  return c.reply(rep);
+}
+
 }  // namespace uroce::emulator

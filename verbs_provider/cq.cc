@@ -113,10 +113,14 @@ bool empty_poll(UContext* ctx, bool empty) {
 // ---- ibv_cq_ex reader -----------------------------------------------------
 
 int take_current(UCq* cq) {
-  const abi::Cqe* e = peek(cq);
-  if (!e) return ENOENT;
-  cq->cur = *e;
-  ++cq->ring.prod;
+  if (cq->vendor_take) [[unlikely]] {
+    if (int err = cq->vendor_take(cq, &cq->cur)) return err;
+  } else {
+    const abi::Cqe* e = peek(cq);
+    if (!e) return ENOENT;
+    cq->cur = *e;
+    ++cq->ring.prod;
+  }
   cq->ex.wr_id = cq->cur.wr_id;
   cq->ex.status = ibv_wc_status(cq->cur.status);
   return 0;
@@ -137,7 +141,10 @@ int next_poll(ibv_cq_ex* ex) { return take_current(to_ucq(ex)); }
 
 void end_poll(ibv_cq_ex* ex) {
   UCq* cq = to_ucq(ex);
-  cq->ring.hdr->consumer.store(cq->ring.prod, std::memory_order_release);
+  if (cq->vendor_consumed) [[unlikely]]
+    cq->vendor_consumed(cq);
+  else
+    cq->ring.hdr->consumer.store(cq->ring.prod, std::memory_order_release);
   cq->mu.unlock();
 }
 
@@ -276,6 +283,9 @@ void fill_cq_ex_ops(UCq* cq) {
 void cq_clean(ibv_cq* ibcq, uint32_t qpn) {
   UCq* cq = to_ucq(ibcq);
   std::lock_guard<std::mutex> lock(cq->mu);
+  // A CQ in a vendor's format belongs to the program that reads it: mlx5
+  // leaves a direct-verbs CQ's entries alone (MLX5_CQ_FLAGS_DV_OWNED).
+  if (cq->vendor_take) return;
   // The engine only appends past `producer`: entries up to the snapshot are
   // ours to compact. Keep the others in order, packed against the producer,
   // and move the consumer index past the gap.
@@ -298,21 +308,31 @@ int poll_cq(ibv_cq* ibcq, int num_entries, ibv_wc* wc) {
   UCq* cq = to_ucq(ibcq);
   if (num_entries < 0) return -1;
   place_polling_thread(cq->ctx);
-  std::lock_guard<std::mutex> lock(cq->mu);
   int n = 0;
-  while (n < num_entries) {
-    const abi::Cqe* e = peek(cq);
-    if (!e) break;
-    to_wc(*e, &wc[n++]);
-    ++cq->ring.prod;
+  {
+    std::lock_guard<std::mutex> lock(cq->mu);
+    if (cq->vendor_take) [[unlikely]] {
+      abi::Cqe e;
+      while (n < num_entries && cq->vendor_take(cq, &e) == 0) to_wc(e, &wc[n++]);
+      if (n) cq->vendor_consumed(cq);
+    } else {
+      while (n < num_entries) {
+        const abi::Cqe* e = peek(cq);
+        if (!e) break;
+        to_wc(*e, &wc[n++]);
+        ++cq->ring.prod;
+      }
+      if (n) cq->ring.hdr->consumer.store(cq->ring.prod, std::memory_order_release);
+    }
   }
-  if (n) cq->ring.hdr->consumer.store(cq->ring.prod, std::memory_order_release);
   if (!empty_poll(cq->ctx, n == 0)) return -1;  // nothing will ever come
   return n;
 }
 
 int req_notify_cq(ibv_cq* ibcq, int solicited_only) {
   UCq* cq = to_ucq(ibcq);
+  if (cq->vendor_arm) [[unlikely]]
+    return cq->vendor_arm(cq, solicited_only);
   // Arming a CQ without a channel is allowed (mlx5, rxe): nobody is told.
   // The stronger request stays in force until the next event (mlx5: a
   // solicited-only arm after an "any completion" arm does not weaken it).
@@ -423,6 +443,7 @@ UROCE_EXPORT int ibv_resize_cq(ibv_cq* ibcq, int cqe) {
   UCq* cq = to_ucq(ibcq);
   if (cqe <= 0) return EINVAL;
   std::lock_guard<std::mutex> lock(cq->mu);
+  if (cq->vendor_take) return EOPNOTSUPP;  // the program reads its ring in place (the engine refuses too)
   // The engine copies the unpolled entries into the new ring.
   cq->ring.hdr->consumer.store(cq->ring.prod, std::memory_order_release);
   abi::ResizeCqRequest req{ibcq->handle, uint32_t(cqe), 0};
@@ -451,6 +472,7 @@ UROCE_EXPORT int ibv_destroy_cq(ibv_cq* ibcq) {
   if (err && err != EIO) return err;
   untrack_async_events(cq->ctx, cq, &ibcq->mutex, &ibcq->cond, &ibcq->async_events_completed);
   if (cq->channel) --cq->channel->ch.refcnt;
+  if (void* v = cq->vendor.load()) cq->vendor_free(v);
   unmap_queue(cq->map, cq->map_size);
   pthread_cond_destroy(&ibcq->cond);
   pthread_mutex_destroy(&ibcq->mutex);

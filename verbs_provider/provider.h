@@ -300,6 +300,16 @@ struct UCq {
   uint64_t last_wallclock_ns = 0;  // wall clocks read from this CQ never step back
   bool extended = false;  // made by ibv_create_cq_ex (a TM-SRQ needs one, as on mlx5)
   QueueMemory qmem;
+  // A vendor library's state for this CQ (the drop-in libmlx5's), set once
+  // and freed with the CQ through vendor_free; and once that library has
+  // put the CQ's ring in its own format (mlx5dv_init_obj), how the pollers
+  // read it (vendor_take: the next entry, ENOENT if none; vendor_consumed:
+  // tell the device how far; both with mu held) and how it is armed.
+  std::atomic<void*> vendor{nullptr};
+  void (*vendor_free)(void*) = nullptr;
+  int (*vendor_take)(UCq* cq, abi::Cqe* out) = nullptr;
+  void (*vendor_consumed)(UCq* cq) = nullptr;
+  int (*vendor_arm)(UCq* cq, int solicited_only) = nullptr;
 };
 
 inline UCq* to_ucq(ibv_cq* cq) { return reinterpret_cast<UCq*>(cq); }

@@ -82,6 +82,7 @@ enum class CtlOp : uint32_t {
   kImportDm,  // HandleRequest; reply ImportDmReply, fds: [the memory's memfd]
   // mlx5 mode (uroced --mlx5).
   kSetQpUdpSport,  // QpUdpSportRequest (mlx5dv_modify_qp_udp_sport)
+  kMlx5CqFormat,   // Mlx5CqFormatRequest; reply Mlx5CqFormatReply, fds: [the new ring's memfd]
   kCount,
 };
 
@@ -429,6 +430,20 @@ struct QpUdpSportRequest {
   uint64_t handle;
   uint32_t udp_sport;  // 16 bits
   uint32_t reserved;
+};
+
+// kMlx5CqFormat: the CQ's ring in mlx5's format from now on (mlx5dv_init_obj
+// on an mlx5-mode device): a new memfd laid out as abi_rings.h's
+// kMlx5Cq*Offset say. EBUSY while completions wait in the old ring.
+struct Mlx5CqFormatRequest {
+  uint64_t handle;
+  uint32_t cqe_size;  // 64 or 128
+  uint32_t reserved;
+};
+struct Mlx5CqFormatReply {
+  uint64_t shm_size;
+  uint32_t cqe_cnt;  // a power of two
+  uint32_t cqn;
 };
 
 struct QueryQpReply {

@@ -95,6 +95,22 @@ constexpr uint32_t kMaxMemcpyLength = 1u << 20;
 // MLX5DV_WC_RAW_WQE (IBV_WC_DRIVER2), as mlx5's (providers/mlx5/qp.c raw_wqe_init).
 constexpr uint32_t kSendFlagMlx5RawWqe = 1u << 31;
 
+// An mlx5-format CQ (kMlx5CqFormat, mlx5 mode): its memfd holds the
+// QueueHeader (the engine's producer index, for reports) at 0, the doorbell
+// record (two big-endian words: [0] the consumer index the program has
+// polled to, 24 bits; [1] its last arm command) at kMlx5CqDbrecOffset, a
+// UAR page of its own whose CQ doorbell (+kMlx5CqDoorbell, 64 bits:
+// sn/cmd/ci << 32 | cqn, big-endian, as mlx5's) the engine takes arm
+// commands from, and then cqe_cnt CQEs of cqe_size bytes (uroce/mlx5_cqe.h;
+// a 128-byte one has its CQE in its last 64 bytes), each op_own 0xF0
+// (invalid, owner 0) until written.
+constexpr size_t kMlx5CqDbrecOffset = 0x100;
+constexpr size_t kMlx5CqUarOffset = 0x1000;
+constexpr size_t kMlx5CqDoorbell = 0x20;  // MLX5_CQ_DOORBELL
+constexpr size_t kMlx5CqCqesOffset = 0x2000;
+constexpr uint32_t kMlx5CqArmSolicited = 1u << 24;  // MLX5_CQ_DB_REQ_NOT_SOL
+static_assert(kMlx5CqDbrecOffset >= sizeof(QueueHeader));
+
 // Send WQE: a fixed 128-byte header followed by either num_sge Sge entries or
 // inline_len bytes of inline data (IBV_SEND_INLINE). IBV_WR_LOCAL_INV names
 // the R_Key to invalidate in imm_data, as IBV_WR_SEND_WITH_INV does.

@@ -5,6 +5,7 @@
 // started with --mlx5 and NotMlx5.* against one without.
 #include <infiniband/mlx5dv.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
@@ -226,6 +227,240 @@ TEST_F(Mlx5Mode, UdpSourcePortOfRcQpInRts) {
   std::printf("udp sport: qpn %u port 55555, qpn %u its hash\n", a->qp_num, b->qp_num);
 }
 
+// The words of a CQ's doorbell record (libmlx5's MLX5_CQ_SET_CI and
+// MLX5_CQ_ARM_DB, in its private mlx5.h).
+constexpr int kCqSetCi = 0;
+constexpr int kCqArmDb = 1;
+
+// A CQ in mlx5's format, as mlx5dv_init_obj hands it out.
+struct Mlx5Cq {
+  ibv_cq* cq = nullptr;
+  mlx5dv_cq dv{};
+  // The CQE at free-running index i (the last 64 bytes of its slot), or
+  // nullptr while hardware (the engine) still owns it (cq.c get_sw_cqe).
+  mlx5_cqe64* sw_cqe(uint32_t i) const {
+    auto* e = reinterpret_cast<mlx5_cqe64*>(static_cast<uint8_t*>(dv.buf) + size_t(i & (dv.cqe_cnt - 1)) * dv.cqe_size +
+                                            dv.cqe_size - 64);
+    const uint8_t op_own = __atomic_load_n(&e->op_own, __ATOMIC_ACQUIRE);
+    if ((op_own >> 4) == MLX5_CQE_INVALID || bool(op_own & MLX5_CQE_OWNER_MASK) != bool(i & dv.cqe_cnt))
+      return nullptr;
+    return e;
+  }
+  mlx5_cqe64* wait_cqe(uint32_t i) const {
+    for (int spin = 0; spin < 5000; ++spin) {
+      if (mlx5_cqe64* e = sw_cqe(i)) return e;
+      usleep(1000);
+    }
+    return nullptr;
+  }
+  // UCX's uct_ib_mlx5dv_arm_cq: the command in the doorbell record, then to the UAR.
+  void arm_by_hand(uint32_t ci) const {
+    const uint32_t cmd = ci & 0xffffff;  // sn 0, MLX5_CQ_DB_REQ_NOT
+    dv.dbrec[kCqArmDb] = htobe32(cmd);
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    const uint64_t db = htobe64(uint64_t(cmd) << 32 | dv.cqn);
+    __atomic_store_n(reinterpret_cast<uint64_t*>(static_cast<uint8_t*>(dv.cq_uar) + MLX5_CQ_DOORBELL), db,
+                     __ATOMIC_RELEASE);
+  }
+};
+
+// mlx5dv_init_obj on a CQ: its ring in mlx5's format, read by hand as a
+// program driving a ConnectX reads it (UCX's rc_mlx5 does): owner bits that
+// flip on each pass, opcodes, QPN, byte count, the consumer index written
+// back to the doorbell record; armed through the UAR, it raises its event.
+TEST_F(Mlx5Mode, InitObjCqIsReadByHandAsOnAConnectX) {
+  for (uint32_t cqe_size : {64u, 128u}) {
+    SCOPED_TRACE(cqe_size);
+    ibv_comp_channel* ch = make_channel();
+    ASSERT_NE(ch, nullptr);
+    mlx5dv_cq_init_attr cq_dv{};
+    cq_dv.comp_mask = MLX5DV_CQ_INIT_ATTR_MASK_CQE_SIZE;
+    cq_dv.cqe_size = cqe_size;
+    ibv_cq_init_attr_ex attr{};
+    attr.cqe = 7;
+    attr.channel = ch;
+    attr.wc_flags = IBV_WC_STANDARD_FLAGS;
+    ibv_cq_ex* cqx = mlx5dv_create_cq(ctx_, &attr, &cq_dv);
+    ASSERT_NE(cqx, nullptr) << std::strerror(errno);
+    defer([cqx] { ibv_destroy_cq(ibv_cq_ex_to_cq(cqx)); });
+    Mlx5Cq m{ibv_cq_ex_to_cq(cqx)};
+    mlx5dv_obj obj{};
+    obj.cq.in = m.cq;
+    obj.cq.out = &m.dv;
+    ASSERT_EQ(mlx5dv_init_obj(&obj, MLX5DV_OBJ_CQ), 0);
+    EXPECT_EQ(m.dv.cqe_cnt, 8u);  // cqe + 1, a power of two (mlx5's align_queue_size)
+    EXPECT_EQ(m.dv.cqe_size, cqe_size);
+    ASSERT_TRUE(m.dv.buf && m.dv.dbrec && m.dv.cq_uar);
+    for (uint32_t i = 0; i < 8; ++i) EXPECT_EQ(m.sw_cqe(i), nullptr) << "a CQE before any completion";
+
+    ibv_qp* a = nullptr;
+    ibv_qp* b = nullptr;
+    {
+      mlx5dv_qp_init_attr qp_dv{};
+      a = dv_qp(m.cq, &qp_dv);
+      b = dv_qp(m.cq, &qp_dv);
+    }
+    ASSERT_TRUE(a && b) << std::strerror(errno);
+    connect_qp(a, b->qp_num);
+    connect_qp(b, a->qp_num);
+    ibv_mr* src = reg_buffer(64, kRw, 0x7e);
+    ibv_mr* dst = reg_buffer(64, kRw, 0);
+    // Ten SEND/receive pairs: 20 CQEs through a ring of 8, owner bits flipping.
+    uint32_t ci = 0;
+    for (uint32_t round = 0; round < 10; ++round) {
+      ibv_sge rs = sge_of(dst, 0, 64);
+      ASSERT_EQ(post_recv(b, 100 + round, &rs, 1), 0);
+      ibv_sge ss = sge_of(src, 0, 40);
+      ASSERT_EQ(post_send(a, round, IBV_WR_SEND, &ss, 1), 0);
+      bool saw_req = false, saw_resp = false;
+      for (int k = 0; k < 2; ++k, ++ci) {
+        mlx5_cqe64* e = m.wait_cqe(ci);
+        ASSERT_NE(e, nullptr) << "no CQE at index " << ci;
+        const uint32_t qpn = be32toh(e->sop_drop_qpn) & 0xffffff;
+        switch (mlx5dv_get_cqe_opcode(e)) {
+          case MLX5_CQE_REQ:
+            saw_req = true;
+            EXPECT_EQ(qpn, a->qp_num);
+            EXPECT_EQ(be32toh(e->sop_drop_qpn) >> 24, uint32_t(MLX5_OPCODE_SEND));
+            break;
+          case MLX5_CQE_RESP_SEND:
+            saw_resp = true;
+            EXPECT_EQ(qpn, b->qp_num);
+            EXPECT_EQ(be32toh(e->byte_cnt), 40u);
+            EXPECT_EQ(be32toh(e->flags_rqpn) & 0xffffff, a->qp_num);
+            break;
+          default:
+            ADD_FAILURE() << "CQE opcode " << int(mlx5dv_get_cqe_opcode(e));
+        }
+        EXPECT_NE(be64toh(e->timestamp), 0u);
+      }
+      EXPECT_TRUE(saw_req && saw_resp);
+      m.dv.dbrec[kCqSetCi] = htobe32(ci & 0xffffff);
+    }
+    EXPECT_EQ(static_cast<uint8_t*>(dst->addr)[39], 0x7e);
+
+    // Armed by hand for the next CQE: the channel gets the CQ's event.
+    m.arm_by_hand(ci);
+    EXPECT_FALSE(fd_readable(ch->fd, 50)) << "an event with no CQE past the arm";
+    ibv_sge ss = sge_of(src, 0, 8);
+    ASSERT_EQ(post_send(a, 77, IBV_WR_RDMA_WRITE, &ss, 1, IBV_SEND_SIGNALED, uint64_t(uintptr_t(dst->addr)),
+                        dst->rkey),
+              0);
+    ASSERT_TRUE(fd_readable(ch->fd, 5000)) << "no completion event after an arm through the UAR";
+    ibv_cq* ev_cq = nullptr;
+    void* ev_ctx = nullptr;
+    ASSERT_EQ(ibv_get_cq_event(ch, &ev_cq, &ev_ctx), 0);
+    EXPECT_EQ(ev_cq, m.cq);
+    ibv_ack_cq_events(ev_cq, 1);
+    mlx5_cqe64* e = m.wait_cqe(ci);
+    ASSERT_NE(e, nullptr);
+    EXPECT_EQ(mlx5dv_get_cqe_opcode(e), MLX5_CQE_REQ);
+    EXPECT_EQ(be32toh(e->sop_drop_qpn) >> 24, uint32_t(MLX5_OPCODE_RDMA_WRITE));
+    ++ci;
+    m.dv.dbrec[kCqSetCi] = htobe32(ci & 0xffffff);
+    // An arm for CQEs already there raises the event at once (the engine
+    // looks at the UAR between completions too).
+    ASSERT_EQ(post_send(a, 78, IBV_WR_RDMA_WRITE, &ss, 1, IBV_SEND_SIGNALED, uint64_t(uintptr_t(dst->addr)),
+                        dst->rkey),
+              0);
+    ASSERT_NE(m.wait_cqe(ci), nullptr);
+    m.arm_by_hand(ci);
+    ASSERT_TRUE(fd_readable(ch->fd, 5000)) << "no event for a CQE already written when armed";
+    ASSERT_EQ(ibv_get_cq_event(ch, &ev_cq, &ev_ctx), 0);
+    ibv_ack_cq_events(ev_cq, 1);
+    ++ci;
+    m.dv.dbrec[kCqSetCi] = htobe32(ci & 0xffffff);
+  }
+}
+
+// After mlx5dv_init_obj the verbs still read and arm the CQ, now through
+// mlx5 CQEs: ibv_poll_cq, the ibv_cq_ex reader, error syndromes, events;
+// resizing it is refused (the program reads its ring in place).
+TEST_F(Mlx5Mode, InitObjCqStillWorksThroughTheVerbs) {
+  ibv_comp_channel* ch = make_channel();
+  ASSERT_NE(ch, nullptr);
+  ibv_cq_init_attr_ex attr{};
+  attr.cqe = 16;
+  attr.channel = ch;
+  attr.wc_flags = uint64_t(IBV_WC_STANDARD_FLAGS) | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP;
+  ibv_cq_ex* cqx = make_cq_ex(&attr);
+  ASSERT_NE(cqx, nullptr) << std::strerror(errno);
+  ibv_cq* cq = ibv_cq_ex_to_cq(cqx);
+  mlx5dv_cq dv{};
+  mlx5dv_obj obj{};
+  obj.cq.in = cq;
+  obj.cq.out = &dv;
+  ASSERT_EQ(mlx5dv_init_obj(&obj, MLX5DV_OBJ_CQ), 0);
+  EXPECT_EQ(dv.cqe_size, 64u);
+  EXPECT_EQ(dv.cqe_cnt, 32u);
+  EXPECT_EQ(ibv_resize_cq(cq, 64), EOPNOTSUPP);
+
+  mlx5dv_qp_init_attr qp_dv{};
+  ibv_qp* a = dv_qp(cq, &qp_dv);
+  ibv_qp* b = dv_qp(cq, &qp_dv);
+  ASSERT_TRUE(a && b) << std::strerror(errno);
+  connect_qp(a, b->qp_num);
+  connect_qp(b, a->qp_num);
+  ibv_mr* src = reg_buffer(64, kRw, 0x11);
+  ibv_mr* dst = reg_buffer(64, kRw, 0);
+  ibv_sge rs = sge_of(dst, 0, 64);
+  ASSERT_EQ(post_recv(b, 9, &rs, 1), 0);
+  ibv_sge ss = sge_of(src, 0, 24);
+  ASSERT_EQ(ibv_req_notify_cq(cq, 0), 0);
+  ASSERT_EQ(post_send(a, 8, IBV_WR_SEND, &ss, 1, IBV_SEND_SIGNALED, 0, 0, htobe32(0xabcd)), 0);
+  ASSERT_TRUE(fd_readable(ch->fd, 5000)) << "no event after ibv_req_notify_cq";
+  ibv_cq* ev_cq = nullptr;
+  void* ev_ctx = nullptr;
+  ASSERT_EQ(ibv_get_cq_event(ch, &ev_cq, &ev_ctx), 0);
+  EXPECT_EQ(ev_cq, cq);
+  ibv_ack_cq_events(ev_cq, 1);
+  const auto wcs = by_wr_id(poll_n(cq, 2));
+  ASSERT_EQ(wcs.size(), 2u);
+  EXPECT_EQ(wcs.at(8).status, IBV_WC_SUCCESS);
+  EXPECT_EQ(wcs.at(8).opcode, IBV_WC_SEND);
+  EXPECT_EQ(wcs.at(8).qp_num, a->qp_num);
+  EXPECT_EQ(wcs.at(9).opcode, IBV_WC_RECV);
+  EXPECT_EQ(wcs.at(9).byte_len, 24u);
+  EXPECT_EQ(wcs.at(9).src_qp, a->qp_num);
+  EXPECT_EQ(dv.dbrec[kCqSetCi], htobe32(2)) << "the consumer index written back";
+
+  // A bad lkey: the error travels as its syndrome and reads back as the status.
+  ibv_sge bad = ss;
+  bad.lkey ^= 0x5a5a00;
+  ASSERT_EQ(post_send(a, 10, IBV_WR_RDMA_WRITE, &bad, 1, IBV_SEND_SIGNALED, uint64_t(uintptr_t(dst->addr)),
+                      dst->rkey),
+            0);
+  ibv_wc wc{};
+  ASSERT_TRUE(poll_one(cq, &wc));
+  EXPECT_EQ(wc.wr_id, 10u);
+  EXPECT_EQ(wc.status, IBV_WC_LOC_PROT_ERR) << ibv_wc_status_str(wc.status);
+
+  // The extended reader on a fresh pair (the QP above is in error now).
+  ibv_qp* c = dv_qp(cq, &qp_dv);
+  ibv_qp* d = dv_qp(cq, &qp_dv);
+  ASSERT_TRUE(c && d);
+  connect_qp(c, d->qp_num);
+  connect_qp(d, c->qp_num);
+  ASSERT_EQ(post_send(c, 11, IBV_WR_RDMA_WRITE, &ss, 1, IBV_SEND_SIGNALED, uint64_t(uintptr_t(dst->addr)),
+                      dst->rkey),
+            0);
+  ibv_poll_cq_attr pa{};
+  int ret = ENOENT;
+  for (int spin = 0; spin < 5000 && ret == ENOENT; ++spin) {
+    ret = ibv_start_poll(cqx, &pa);
+    if (ret == ENOENT) usleep(1000);
+  }
+  ASSERT_EQ(ret, 0);
+  EXPECT_EQ(cqx->wr_id, 11u);
+  EXPECT_EQ(cqx->status, IBV_WC_SUCCESS);
+  EXPECT_EQ(ibv_wc_read_opcode(cqx), IBV_WC_RDMA_WRITE);
+  EXPECT_EQ(ibv_wc_read_qp_num(cqx), c->qp_num);
+  EXPECT_NE(ibv_wc_read_completion_ts(cqx), 0u);
+  EXPECT_EQ(ibv_next_poll(cqx), ENOENT);
+  ibv_end_poll(cqx);
+  EXPECT_EQ(static_cast<uint8_t*>(dst->addr)[23], 0x11);
+}
+
 TEST_F(Mlx5Mode, CreateQpRefusesWhatTheDeviceHasNot) {
   ibv_cq* cq = make_cq();
   mlx5dv_qp_init_attr dv{};
@@ -407,7 +642,7 @@ TEST_F(Mlx5Mode, DevxIsRefusedWithEopnotsupp) {
   EXPECT_EQ(ibv_close_device(plain), 0);
 }
 
-TEST_F(Mlx5Mode, InitObjGivesPdAndDmAndRefusesQueues) {
+TEST_F(Mlx5Mode, InitObjGivesPdAndDmAndRefusesWorkQueues) {
   ibv_alloc_dm_attr dm_attr{};
   dm_attr.length = 256;
   mlx5dv_alloc_dm_attr dv_dm{};
@@ -433,12 +668,32 @@ TEST_F(Mlx5Mode, InitObjGivesPdAndDmAndRefusesQueues) {
   ASSERT_EQ(ibv_memcpy_from_dm(&back, dm, 64, 8), 0);
   EXPECT_EQ(back, word);
 
-  ibv_cq* cq = make_cq();
+  ibv_comp_channel* ch = make_channel();
+  ASSERT_NE(ch, nullptr);
+  ibv_cq* cq = make_cq(16, ch);
+  mlx5dv_qp_init_attr qp_dv{};
+  ibv_qp* qp = dv_qp(cq, &qp_dv);
+  ASSERT_NE(qp, nullptr) << std::strerror(errno);
+  mlx5dv_qp dvqp{};
+  obj = {};
+  obj.qp.in = qp;
+  obj.qp.out = &dvqp;
+  EXPECT_EQ(mlx5dv_init_obj(&obj, MLX5DV_OBJ_QP), EOPNOTSUPP);  // uroce's send queue format, not mlx5's
+  // A CQ with completions waiting in uroce's format is not converted.
+  ibv_sge none{};
+  connect_qp(qp, qp->qp_num);
+  ASSERT_EQ(ibv_req_notify_cq(cq, 0), 0);
+  ASSERT_EQ(post_send(qp, 1, IBV_WR_RDMA_WRITE, &none, 0, IBV_SEND_SIGNALED, 0, 0), 0);
+  ASSERT_TRUE(fd_readable(ch->fd, 5000)) << "no completion";
+  ibv_cq* ev_cq = nullptr;
+  void* ev_ctx = nullptr;
+  ASSERT_EQ(ibv_get_cq_event(ch, &ev_cq, &ev_ctx), 0);
+  ibv_ack_cq_events(ev_cq, 1);
   mlx5dv_cq dvcq{};
   obj = {};
   obj.cq.in = cq;
   obj.cq.out = &dvcq;
-  EXPECT_EQ(mlx5dv_init_obj(&obj, MLX5DV_OBJ_CQ), EOPNOTSUPP);  // uroce's queue formats, not mlx5's
+  EXPECT_EQ(mlx5dv_init_obj(&obj, MLX5DV_OBJ_CQ), EBUSY);
   dv_dm.type = MLX5DV_DM_TYPE_STEERING_SW_ICM;
   errno = 0;
   EXPECT_EQ(mlx5dv_alloc_dm(ctx_, &dm_attr, &dv_dm), nullptr);

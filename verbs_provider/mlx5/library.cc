@@ -5,9 +5,10 @@
 // device and port queries, the clock, and the mlx5dv_create_* verbs, which
 // check their mlx5 attributes as rdma-core 44's providers/mlx5/verbs.c does
 // and then create the object through the verbs; and the mlx5 send operation
-// the device has, the DMA copy engine (mlx5dv_wr_memcpy). Objects keep
-// uroce's queue formats, so mlx5dv_init_obj hands out what has no queue (PD,
-// DM) and refuses queues (QP, CQ, SRQ, RWQ) with EOPNOTSUPP. unsupported.cc holds
+// the device has, the DMA copy engine (mlx5dv_wr_memcpy). mlx5dv_init_obj
+// hands out PDs, DMs and CQs (whose ring it puts in mlx5's format: cq.cc);
+// send and receive queues keep uroce's formats and are refused (QP, SRQ,
+// RWQ) with EOPNOTSUPP. unsupported.cc holds
 // every other entry point, refused as libmlx5 refuses it on a device
 // without the feature. On any other device every entry point fails as
 // rdma-core's does on a device that is not mlx5 (EOPNOTSUPP).
@@ -19,6 +20,7 @@
 #include <cstring>
 #include <new>
 
+#include "verbs_provider/mlx5/cq.h"
 #include "verbs_provider/mlx5/export.h"
 #include "uroce/abi_rings.h"
 #include "uroce/mlx5_wqe.h"
@@ -220,10 +222,14 @@ namespace {
 
 int init_obj(mlx5dv_obj* obj, uint64_t type) {
   if (!obj) return EINVAL;
-  // Queues are in uroce's formats, not mlx5's: no buffer, doorbell record
-  // or UAR to hand out yet.
-  if (type & (MLX5DV_OBJ_QP | MLX5DV_OBJ_CQ | MLX5DV_OBJ_SRQ | MLX5DV_OBJ_RWQ | MLX5DV_OBJ_AH)) return EOPNOTSUPP;
-  if (type & ~uint64_t(MLX5DV_OBJ_PD | MLX5DV_OBJ_DM)) return EINVAL;
+  // Send and receive queues keep uroce's formats: no mlx5 WQE buffer or
+  // doorbell record to hand out yet. A CQ is put in mlx5's (cq.cc).
+  if (type & (MLX5DV_OBJ_QP | MLX5DV_OBJ_SRQ | MLX5DV_OBJ_RWQ | MLX5DV_OBJ_AH)) return EOPNOTSUPP;
+  if (type & ~uint64_t(MLX5DV_OBJ_PD | MLX5DV_OBJ_DM | MLX5DV_OBJ_CQ)) return EINVAL;
+  if (type & MLX5DV_OBJ_CQ) {
+    if (!obj->cq.in || !obj->cq.out || !is_mlx5_context(obj->cq.in->context)) return EINVAL;
+    if (int e = init_cq(obj->cq.in, obj->cq.out)) return e;
+  }
   if (type & MLX5DV_OBJ_PD)
     if (int e = init_pd(obj)) return e;
   if (type & MLX5DV_OBJ_DM)
@@ -234,15 +240,17 @@ int init_obj(mlx5dv_obj* obj, uint64_t type) {
 }  // namespace
 
 // mlx5dv_init_obj@@MLX5_1.2, and the MLX5_1.0 one programs built against
-// rdma-core before 1.2 bind to (mlx5.c __mlx5dv_init_obj_1_0: the same but
-// for the CQ's UAR, which is refused here anyway).
+// rdma-core before 1.2 bind to (mlx5.c __mlx5dv_init_obj_1_0: the same, but
+// a CQ's cq_uar is where the UAR's address is kept, not the address).
 extern "C" __attribute__((visibility("default"), used, symver("mlx5dv_init_obj@@MLX5_1.2"))) int
 uroce_mlx5dv_init_obj_1_2(mlx5dv_obj* obj, uint64_t type) {
   return init_obj(obj, type);
 }
 extern "C" __attribute__((visibility("default"), used, symver("mlx5dv_init_obj@MLX5_1.0"))) int
 uroce_mlx5dv_init_obj_1_0(mlx5dv_obj* obj, uint64_t type) {
-  return init_obj(obj, type);
+  const int ret = init_obj(obj, type);
+  if (!ret && (type & MLX5DV_OBJ_CQ)) obj->cq.out->cq_uar = cq_uar_slot(obj->cq.in);
+  return ret;
 }
 
 UROCE_MLX5_EXPORT ibv_cq_ex* mlx5dv_create_cq(ibv_context* ctx, ibv_cq_init_attr_ex* cq_attr,
@@ -267,10 +275,15 @@ UROCE_MLX5_EXPORT ibv_cq_ex* mlx5dv_create_cq(ibv_context* ctx, ibv_cq_init_attr
       if ((mlx5_attr->flags & MLX5DV_CQ_INIT_ATTR_FLAGS_CQE_PAD) && cqe_size != 128)
         return fail<ibv_cq_ex>(EINVAL);
     }
-    // The CQE size and padding shape mlx5's ring in memory; uroce's CQ
-    // gives the same completions through the verbs whatever they are.
   }
-  return ibv_create_cq_ex(ctx, cq_attr);
+  // The CQE size shapes the ring if mlx5dv_init_obj puts it in mlx5's
+  // format; until then uroce's ring gives the same completions.
+  ibv_cq_ex* cq = ibv_create_cq_ex(ctx, cq_attr);
+  if (cq && !remember_cqe_size(cq, cqe_size)) {
+    ibv_destroy_cq(ibv_cq_ex_to_cq(cq));
+    return fail<ibv_cq_ex>(ENOMEM);
+  }
+  return cq;
 }
 
 namespace {
