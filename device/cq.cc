@@ -287,7 +287,7 @@ bool Device::poll_mlx5_cq_arms() {
   bool fired = false;
   for (uint32_t handle : mlx5_cqs_) {
     Cq* cq = cqs_.get(handle);
-    if (!cq) continue;
+    if (!cq || !cq->mlx5) continue;  // destroy_cq takes it off this list; never trust a handle
     take_mlx5_arm(*cq);
     fired |= fire_mlx5_arm(*cq);
   }
