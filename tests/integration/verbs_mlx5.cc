@@ -48,6 +48,16 @@ class Mlx5Mode : public VerbsTest {
     if (qp) defer([qp] { ibv_destroy_qp(qp); });
     return qp;
   }
+  // Two RC QPs made by mlx5dv_create_qp on `cq` (dv may be null), connected
+  // to each other; false if either was not made.
+  bool dv_pair(ibv_cq* cq, mlx5dv_qp_init_attr* dv, ibv_qp** a, ibv_qp** b) {
+    *a = dv_qp(cq, dv);
+    *b = dv_qp(cq, dv);
+    if (!*a || !*b) return false;
+    connect_qp(*a, (*b)->qp_num);
+    connect_qp(*b, (*a)->qp_num);
+    return true;
+  }
   ibv_qp* dv_qp(ibv_cq* cq, mlx5dv_qp_init_attr* dv, ibv_qp_type type = IBV_QPT_RC) {
     ibv_qp_init_attr_ex attr = qp_ex_attr(type, cq, 0, {});
     attr.comp_mask = IBV_QP_INIT_ATTR_PD;
@@ -118,11 +128,8 @@ TEST_F(Mlx5Mode, ClockInfoMapsCompletionTimestampsToWallClock) {
   mlx5dv_cq_init_attr dv{};
   ibv_cq_ex* cq = dv_cq(&dv, uint64_t(IBV_WC_STANDARD_FLAGS) | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP);
   ASSERT_NE(cq, nullptr) << std::strerror(errno);
-  ibv_qp* a = dv_qp(ibv_cq_ex_to_cq(cq), nullptr);
-  ibv_qp* b = dv_qp(ibv_cq_ex_to_cq(cq), nullptr);
-  ASSERT_TRUE(a && b);
-  connect_qp(a, b->qp_num);
-  connect_qp(b, a->qp_num);
+  ibv_qp *a, *b;
+  ASSERT_TRUE(dv_pair(ibv_cq_ex_to_cq(cq), nullptr, &a, &b));
   ibv_mr* mr = reg_buffer(64, kRw, 7);
   ibv_sge sge = sge_of(mr, 0, 64);
   const uint64_t before = realtime_ns();
@@ -178,11 +185,8 @@ TEST_F(Mlx5Mode, DirectVerbsObjectsCarryTraffic) {
   mlx5dv_qp_init_attr qp_dv{};
   qp_dv.comp_mask = MLX5DV_QP_INIT_ATTR_MASK_QP_CREATE_FLAGS;
   qp_dv.create_flags = MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE;
-  ibv_qp* a = dv_qp(ibv_cq_ex_to_cq(cq), &qp_dv);
-  ibv_qp* b = dv_qp(ibv_cq_ex_to_cq(cq), &qp_dv);
-  ASSERT_TRUE(a && b) << std::strerror(errno);
-  connect_qp(a, b->qp_num);
-  connect_qp(b, a->qp_num);
+  ibv_qp *a, *b;
+  ASSERT_TRUE(dv_pair(ibv_cq_ex_to_cq(cq), &qp_dv, &a, &b)) << std::strerror(errno);
   ibv_mr* src = reg_buffer(256, kRw, 0x3c);
   ibv_mr* dst = reg_buffer(256, kRw, 0);
   ibv_sge rs = sge_of(dst, 0, 256);
@@ -293,16 +297,8 @@ TEST_F(Mlx5Mode, InitObjCqIsReadByHandAsOnAConnectX) {
     ASSERT_TRUE(m.dv.buf && m.dv.dbrec && m.dv.cq_uar);
     for (uint32_t i = 0; i < 8; ++i) EXPECT_EQ(m.sw_cqe(i), nullptr) << "a CQE before any completion";
 
-    ibv_qp* a = nullptr;
-    ibv_qp* b = nullptr;
-    {
-      mlx5dv_qp_init_attr qp_dv{};
-      a = dv_qp(m.cq, &qp_dv);
-      b = dv_qp(m.cq, &qp_dv);
-    }
-    ASSERT_TRUE(a && b) << std::strerror(errno);
-    connect_qp(a, b->qp_num);
-    connect_qp(b, a->qp_num);
+    ibv_qp *a, *b;
+    ASSERT_TRUE(dv_pair(m.cq, nullptr, &a, &b)) << std::strerror(errno);
     ibv_mr* src = reg_buffer(64, kRw, 0x7e);
     ibv_mr* dst = reg_buffer(64, kRw, 0);
     // Ten SEND/receive pairs: 20 CQEs through a ring of 8, owner bits flipping.
@@ -395,12 +391,8 @@ TEST_F(Mlx5Mode, InitObjCqStillWorksThroughTheVerbs) {
   EXPECT_EQ(dv.cqe_cnt, 32u);
   EXPECT_EQ(ibv_resize_cq(cq, 64), EOPNOTSUPP);
 
-  mlx5dv_qp_init_attr qp_dv{};
-  ibv_qp* a = dv_qp(cq, &qp_dv);
-  ibv_qp* b = dv_qp(cq, &qp_dv);
-  ASSERT_TRUE(a && b) << std::strerror(errno);
-  connect_qp(a, b->qp_num);
-  connect_qp(b, a->qp_num);
+  ibv_qp *a, *b;
+  ASSERT_TRUE(dv_pair(cq, nullptr, &a, &b)) << std::strerror(errno);
   ibv_mr* src = reg_buffer(64, kRw, 0x11);
   ibv_mr* dst = reg_buffer(64, kRw, 0);
   ibv_sge rs = sge_of(dst, 0, 64);
@@ -436,11 +428,8 @@ TEST_F(Mlx5Mode, InitObjCqStillWorksThroughTheVerbs) {
   EXPECT_EQ(wc.status, IBV_WC_LOC_PROT_ERR) << ibv_wc_status_str(wc.status);
 
   // The extended reader on a fresh pair (the QP above is in error now).
-  ibv_qp* c = dv_qp(cq, &qp_dv);
-  ibv_qp* d = dv_qp(cq, &qp_dv);
-  ASSERT_TRUE(c && d);
-  connect_qp(c, d->qp_num);
-  connect_qp(d, c->qp_num);
+  ibv_qp *c, *d;
+  ASSERT_TRUE(dv_pair(cq, nullptr, &c, &d));
   ASSERT_EQ(post_send(c, 11, IBV_WR_RDMA_WRITE, &ss, 1, IBV_SEND_SIGNALED, uint64_t(uintptr_t(dst->addr)),
                       dst->rkey),
             0);
