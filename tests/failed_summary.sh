@@ -15,6 +15,9 @@ if [[ ! -s $failed ]]; then
   exit 0
 fi
 echo "---- $label: failed tests ----"
+block=$(mktemp)
+# gtest's verdict lines, and the FAIL of the project's scripts and matrices.
+what_failed='^\[  FAILED  \]|: Failure$|(^|[[:space:]])FAIL([[:space:]:]|$)'
 cut -d: -f2- "$failed"
 while IFS=: read -r _ name; do
   echo "==== $name (last $lines lines of its output) ===="
@@ -23,5 +26,13 @@ while IFS=: read -r _ name; do
     $0 ~ "^[0-9]+/[0-9]+ Testing: " && $NF == name { inside = 1; next }
     inside && /^<end of output>/ { exit }
     inside { print }
-  ' "$log" | tail -n "$lines"
+  ' "$log" >"$block"
+  # A suite of many cases fails in one of them, named far above the tail.
+  if grep -qE "$what_failed" "$block"; then
+    echo "---- $name: lines that say what failed (first 30) ----"
+    grep -E "$what_failed" "$block" | head -n 30
+    echo "---- $name: the end of its output ----"
+  fi
+  tail -n "$lines" "$block"
 done <"$failed"
+rm -f "$block"

@@ -70,10 +70,14 @@ TEST_F(SharedMr, HeapBufferMovesOntoSharedPagesAndDataCrossesTheirEdges) {
   ASSERT_FALSE(HasFailure());
   const size_t len = 4 * kPage;
   // Unaligned on purpose: a partial page at each end stays on process_vm_*.
+  // The heap may hand out a page-aligned buffer (then there would be no
+  // partial first page, and the span across its edge below would start
+  // before the MR): 64 bytes on from such a start.
   ibv_mr* a = reg_buffer(len, kRw, 'a');
-  ibv_mr* b = reg_buffer(len, kRw | IBV_ACCESS_REMOTE_ATOMIC, 'b');
+  uint8_t* bb = buffer(len + 64, 'b');
+  if ((uintptr_t(bb) & (kPage - 1)) == 0) bb += 64;
+  ibv_mr* b = reg(bb, len, kRw | IBV_ACCESS_REMOTE_ATOMIC);
   ASSERT_TRUE(a && b);
-  auto* bb = static_cast<uint8_t*>(b->addr);
   const uint8_t* first_whole = reinterpret_cast<uint8_t*>((uintptr_t(bb) + kPage - 1) & ~(kPage - 1));
   EXPECT_TRUE(on_shared_pages(first_whole)) << mapping_of(first_whole);
   EXPECT_TRUE(std::all_of(bb, bb + len, [](uint8_t c) { return c == 'b'; }))
@@ -81,6 +85,7 @@ TEST_F(SharedMr, HeapBufferMovesOntoSharedPagesAndDataCrossesTheirEdges) {
   // The whole buffer, then a span straddling the first page edge.
   write_then_read(p.a.qp, p.a.cq, a, 0, b, 0, len);
   const size_t edge = size_t(first_whole - bb);
+  ASSERT_GE(edge, 64u) << "the MR must start inside a page";
   write_then_read(p.a.qp, p.a.cq, a, 100, b, edge - 50, 100);
   // Atomics on a word inside the shared pages.
   auto* word = reinterpret_cast<uint64_t*>(bb + edge + 64);
