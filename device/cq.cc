@@ -241,6 +241,10 @@ bool Device::complete_mlx5(Cq& cq, const abi::Cqe& cqe, bool solicited, bool sen
   }
   mlx5::Completion c = completion_of(cqe, send);
   c.timestamp = clock_ns(abi::kDeviceClock);  // a ConnectX stamps every CQE
+  // A WQE of an mlx5-format send queue: its index, which the engine carried
+  // as the work request's id (device/mlx5_sq.cc), as a ConnectX reports it.
+  if (send)
+    if (const Qp* q = qp(cqe.qp_num); q && q->mlx5_sq) c.wqe_counter = uint16_t(cqe.wr_id);
   mlx5::Cqe64 q;
   mlx5::encode_cqe(c, mlx5::owner_for_index(cq.prod, cnt), &q);
   uint8_t* slot = m.cqes + size_t(cq.prod & (cnt - 1)) * m.cqe_size;

@@ -134,9 +134,11 @@ uint64_t Device::next_deadline_ns() const {
   take(ndp_pending_.next_deadline_ns());
   if (qp1_agent_) take(qp1_agent_->next_deadline_ns());
   if (!busy_wqs_.empty()) take(next_wq_deadline_ns());
-  // A program arms an mlx5-format CQ by writing its UAR, which wakes no one:
-  // a sleeping engine looks every millisecond while such CQs exist.
-  if (!mlx5_cqs_.empty()) take(now_ns_ + kMlx5ArmLookNs);
+  // A program arms an mlx5-format CQ by writing its UAR, and posts to an
+  // mlx5-format send queue by writing its doorbell record and BlueFlame
+  // register, none of which wakes anyone: a sleeping engine looks every
+  // millisecond while such queues exist.
+  if (!mlx5_cqs_.empty() || mlx5_qps_) take(now_ns_ + kMlx5ArmLookNs);
   return next;
 }
 

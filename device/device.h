@@ -117,6 +117,9 @@ class Device {
   int modify_qp(Owner* o, uint32_t qpn, uint32_t mask, const abi::QpAttr& attr);
   int query_qp(Owner* o, uint32_t qpn, abi::QpAttr* attr);
   int set_qp_udp_sport(Owner* o, uint32_t qpn, uint16_t udp_sport);
+  // mlx5 mode: the QP's send queue in mlx5's format from now on
+  // (kMlx5QpFormat, device/mlx5_sq.cc); *fd is its memfd, for the client.
+  int qp_to_mlx5(Owner* o, uint32_t qpn, abi::Mlx5QpFormatReply* rep, int* fd);
   // handle: a QPN (the creator's handle) or, from open_qp, id << 32 | QPN.
   int destroy_qp(Owner* o, uint64_t handle);
   Qp* qp(uint32_t qpn) const {  // inline: every received frame looks its QP up
@@ -434,6 +437,7 @@ class Device {
   Table<CompChannel> channels_;
   Table<Cq> cqs_;
   std::vector<uint32_t> mlx5_cqs_;  // CQs in mlx5's format, whose UAR doorbells poll() reads
+  uint32_t mlx5_qps_ = 0;           // QPs whose send queues are in mlx5's format
   Table<Qp> qps_;  // index = qpn - kFirstQpn + 1
   Table<Srq> srqs_;  // index = SRQ number
   std::vector<uint32_t> tm_srqs_;  // the TM-SRQs, whose list-operation rings poll() reads

@@ -5,6 +5,7 @@
 #include <infiniband/verbs.h>
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -124,7 +125,6 @@ struct Qp {
   bool en_sqd_async_notify = false;
   abi::AddressVector av{};
   PathCache path;                // av worked out (Device::send_packet), while current
-  uint16_t udp_sport = 0;        // mlx5dv_modify_qp_udp_sport's source port; 0: the QPN's hash
   uint32_t mtu_bytes() const { return 128u << path_mtu; }
 
   // Shared memory: SQ then RQ in one region.
@@ -205,6 +205,21 @@ struct Qp {
   // A raw packet QP's receive flags (IBV_QP_CREATE_SCATTER_FCS, ...), as
   // enum ibv_wq_flags bits.
   uint32_t raw_rx_flags = 0;
+
+  // mlx5 mode (here at the end: the fields the datapath reads on every
+  // packet keep their places).
+  uint16_t udp_sport = 0;  // mlx5dv_modify_qp_udp_sport's source port; 0: the QPN's hash
+  // After mlx5dv_init_obj (Device::qp_to_mlx5, device/mlx5_sq.cc): the send
+  // queue the program writes mlx5 WQEs into, as on a ConnectX
+  // (abi::kMlx5Qp*Offset). sq_user_fetched then counts its 64-byte basic
+  // blocks (16 bits, as the doorbell record's producer index).
+  struct Mlx5Sq {
+    QueueMemory mem;
+    const uint8_t* bbs = nullptr;
+    uint32_t wqe_cnt = 0;                      // basic blocks, a power of two
+    std::atomic<uint32_t>* dbrec = nullptr;    // [1]: the producer index, big-endian
+  };
+  std::unique_ptr<Mlx5Sq> mlx5_sq;
 };
 
 }  // namespace uroce::device

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "device/device.h"
+#include "device/mlx5_sq.h"
 #include "device/wqe.h"
 
 namespace uroce::device {
@@ -229,6 +230,13 @@ int Device::modify_qp(Owner* o, uint32_t qpn, uint32_t mask, const abi::QpAttr& 
     qp->rq_head = rq_prod;
     qp->sq.hdr->consumer.store(sq_prod, std::memory_order_release);
     qp->rq.hdr->consumer.store(rq_prod, std::memory_order_release);
+    if (qp->mlx5_sq) {
+      // mlx5's RESET zeroes the doorbell record and the queue's indices
+      // (providers/mlx5/verbs.c mlx5_modify_qp): the next WQE is at index 0.
+      qp->mlx5_sq->dbrec[0].store(0, std::memory_order_relaxed);
+      qp->mlx5_sq->dbrec[1].store(0, std::memory_order_release);
+      qp->sq_user_fetched = 0;
+    }
     qp->req_offset = 0;
     qp->rd_atomic_inflight = 0;
     qp->locals_unretired = 0;
@@ -309,8 +317,22 @@ void Device::flush_qp(Qp& qp) {
   }
   qp.sq_internal = 0;
   qp.sq_internal_reads = 0;
-  const uint32_t sq_prod = qp.sq.hdr->producer.load(std::memory_order_acquire);
-  if (sq_prod - qp.sq_user_head <= qp.sq.size()) {
+  if (qp.mlx5_sq) [[unlikely]] {
+    // What the program posted and the engine did not take, each WQE by its
+    // index (read into the free slot at the sequence's head: scratch).
+    uint32_t end;
+    if (mlx5_sq_posted(qp, &end)) {
+      abi::SendWqe& scratch = wqe_at(qp, qp.sq_head);
+      while (qp.sq_user_fetched != end) {
+        mlx5_take_wqe(qp, end, scratch, qp.sq.stride - uint32_t(sizeof(abi::SendWqe)));
+        flush_send(scratch.wr_id);
+      }
+    } else {
+      ++counters_.bad_wqes;
+      qp.sq_user_fetched = end;
+    }
+  } else if (const uint32_t sq_prod = qp.sq.hdr->producer.load(std::memory_order_acquire);
+             sq_prod - qp.sq_user_head <= qp.sq.size()) {
     for (; qp.sq_user_head != sq_prod; ++qp.sq_user_head)
       flush_send(reinterpret_cast<const abi::SendWqe*>(qp.sq.slot(qp.sq_user_head))->wr_id);
   } else {
@@ -318,7 +340,7 @@ void Device::flush_qp(Qp& qp) {
     qp.sq_user_head = sq_prod;
   }
   qp.sq_next = qp.sq_fetched = qp.sq_head;
-  qp.sq_user_fetched = qp.sq_user_head;
+  if (!qp.mlx5_sq) qp.sq_user_fetched = qp.sq_user_head;
   qp.sq.hdr->consumer.store(qp.sq_user_head, std::memory_order_release);
   qp.req_offset = 0;
   qp.rnr_wait_until_ns = qp.retrans_deadline_ns = 0;  // no timer outlives the error

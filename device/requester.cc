@@ -5,31 +5,58 @@
 #include <cstring>
 
 #include "device/device.h"
+#include "device/mlx5_sq.h"
 #include "device/wqe.h"
 
 namespace uroce::device {
 
 namespace {
 
+// Where the WQEs the program posted end, in the units sq_user_fetched counts
+// (uroce's ring: work requests; an mlx5-format queue: basic blocks). False
+// for an index no queue can hold, or one moved back behind WQEs the engine
+// already took (sq_user_fetched never passes a sane producer; without this
+// check sq_next would run on past it, around and around the ring).
+bool posted_end(const Qp& qp, uint32_t* end) {
+  if (qp.mlx5_sq) [[unlikely]]
+    return mlx5_sq_posted(qp, end);
+  const uint32_t prod = qp.sq.hdr->producer.load(std::memory_order_acquire);
+  *end = prod;
+  return !(prod - qp.sq_user_head > qp.sq.size() || prod - qp.sq_user_head < qp.sq_user_fetched - qp.sq_user_head);
+}
+
+// Whether the engine's send sequence has a free slot. uroce's ring cannot
+// hold more than the sequence; an mlx5-format queue can (one basic block
+// per WQE), and its WQEs wait there until the sequence has room.
+bool sequence_has_room(const Qp& qp) { return !qp.mlx5_sq || qp.sq_fetched - qp.sq_head <= qp.sq_mask; }
+
 // Copies the user's next SQ slot out of shared memory into the engine's
 // sequence at `index` and checks it. Returns the completion status the WQE
 // will end with if it cannot be executed.
-uint32_t fetch_wqe(Device& dev, Qp& qp, uint32_t index) {
+// `end`: where the posted WQEs end (uroce's ring: its producer index; an
+// mlx5-format queue: its doorbell record's, mlx5_sq_posted).
+uint32_t fetch_wqe(Device& dev, Qp& qp, uint32_t index, uint32_t end) {
   abi::SendWqe& w = wqe_at(qp, index);
-  // The header, then only the body it names (its SGEs or inline bytes,
-  // bounded by the slot): the client may be rewriting the slot, so every
-  // field is read from this copy, never from the ring again.
-  const uint8_t* slot = qp.sq.slot(qp.sq_user_fetched++);
-  std::memcpy(&w, slot, sizeof(abi::SendWqe));
   const uint32_t body = qp.sq.stride - sizeof(abi::SendWqe);
-  const uint64_t used = w.flags & IBV_SEND_INLINE ? uint64_t(w.inline_len) : uint64_t(w.num_sge) * sizeof(abi::Sge);
-  if (used == sizeof(abi::Sge) && body >= sizeof(abi::Sge)) [[likely]]
-    std::memcpy(&w + 1, slot + sizeof(abi::SendWqe), sizeof(abi::Sge));  // one SGE: a fixed-size copy, inlined
-  else
-    std::memcpy(&w + 1, slot + sizeof(abi::SendWqe), size_t(std::min<uint64_t>(used, body)));
+  bool readable = true;
+  if (qp.mlx5_sq) [[unlikely]] {
+    readable = mlx5_take_wqe(qp, end, w, body);  // mlx5's segments, read into the same form
+  } else {
+    // The header, then only the body it names (its SGEs or inline bytes,
+    // bounded by the slot): the client may be rewriting the slot, so every
+    // field is read from this copy, never from the ring again.
+    const uint8_t* slot = qp.sq.slot(qp.sq_user_fetched++);
+    std::memcpy(&w, slot, sizeof(abi::SendWqe));
+    const uint64_t used =
+        w.flags & IBV_SEND_INLINE ? uint64_t(w.inline_len) : uint64_t(w.num_sge) * sizeof(abi::Sge);
+    if (used == sizeof(abi::Sge) && body >= sizeof(abi::Sge)) [[likely]]
+      std::memcpy(&w + 1, slot + sizeof(abi::SendWqe), sizeof(abi::Sge));  // one SGE: a fixed-size copy, inlined
+    else
+      std::memcpy(&w + 1, slot + sizeof(abi::SendWqe), size_t(std::min<uint64_t>(used, body)));
+  }
   SendWqeState& st = wqe_state(qp, index);
   st = SendWqeState{};
-  if (w.opcode >= 32 || !(executable_wr_ops(qp.type) & (1u << w.opcode))) {
+  if (!readable || w.opcode >= 32 || !(executable_wr_ops(qp.type) & (1u << w.opcode))) {
     ++dev.counters_mut().bad_wqes;
     return IBV_WC_LOC_QP_OP_ERR;
   }
@@ -235,6 +262,7 @@ bool run_local_wqe(Device& dev, Qp& qp, const abi::SendWqe& w, SendWqeState& st)
     st.local_done = true;
     st.status = w.opcode == IBV_WR_BIND_MW  ? dev.bind_mw(qp, w.bind)
                 : w.opcode == kWrMemcpy     ? dev.dma_copy(qp, w.copy)
+                : w.opcode == kWrNop        ? uint32_t(IBV_WC_SUCCESS)
                                             : dev.local_invalidate(qp, w.imm_data);
     if (st.status != IBV_WC_SUCCESS) return false;
     ++qp.locals_unretired;
@@ -387,9 +415,11 @@ void complete_send_head(Device& dev, Qp& qp, uint32_t status) {
 
 bool requester_run(Device& dev, Qp& qp) {
   if (qp.state == IBV_QPS_ERR) {
-    const uint32_t prod = qp.sq.hdr->producer.load(std::memory_order_acquire);
+    uint32_t prod;
+    const bool sane = posted_end(qp, &prod);
+    const uint32_t taken = qp.mlx5_sq ? qp.sq_user_fetched : qp.sq_user_head;
     const uint32_t rprod = qp.rq.hdr->producer.load(std::memory_order_acquire);
-    if (prod == qp.sq_user_head && rprod == qp.rq_head) return false;
+    if (sane && prod == taken && rprod == qp.rq_head) return false;
     dev.flush_qp(qp);  // WRs posted in the error state complete flushed
     return true;
   }
@@ -409,18 +439,17 @@ bool requester_run(Device& dev, Qp& qp) {
   }
   if (qp.rnr_wait_until_ns && dev.now_ns() < qp.rnr_wait_until_ns) return false;
   qp.rnr_wait_until_ns = 0;
-  const uint32_t prod = qp.sq.hdr->producer.load(std::memory_order_acquire);
-  // A producer index no ring can hold, or one moved back behind WQEs the
-  // engine already took (sq_user_fetched never passes a sane producer; without
-  // this check sq_next would run on past it, around and around the ring):
-  if (prod - qp.sq_user_head > qp.sq.size() ||
-      prod - qp.sq_user_head < qp.sq_user_fetched - qp.sq_user_head) {
+  uint32_t prod;
+  if (!posted_end(qp, &prod)) {
     // No completion can describe that, so the QP is fatal (IBA 11.6.2 "local
     // work queue catastrophic").
     ++dev.counters_mut().bad_wqes;
     dev.post_qp_event(qp, IBV_EVENT_QP_FATAL);
     qp.state = IBV_QPS_ERR;
-    qp.sq.hdr->producer.store(qp.sq_user_fetched, std::memory_order_relaxed);
+    if (qp.mlx5_sq) [[unlikely]]
+      qp.sq_user_fetched = prod;  // nothing past it can be told apart
+    else
+      qp.sq.hdr->producer.store(qp.sq_user_fetched, std::memory_order_relaxed);
     dev.flush_qp(qp);
     return true;
   }
@@ -428,8 +457,9 @@ bool requester_run(Device& dev, Qp& qp) {
   for (uint32_t budget = kRequesterBudget;
        budget && (qp.sq_next != qp.sq_fetched || qp.sq_user_fetched != prod); --budget) {
     if (qp.sq_next == qp.sq_fetched) {
+      if (!sequence_has_room(qp)) [[unlikely]] break;
       wqe_state(qp, qp.sq_next).status = IBV_WC_SUCCESS;
-      const uint32_t status = fetch_wqe(dev, qp, qp.sq_next);
+      const uint32_t status = fetch_wqe(dev, qp, qp.sq_next, prod);
       ++qp.sq_fetched;
       if (status != IBV_WC_SUCCESS) wqe_state(qp, qp.sq_next).status = status;
     }
@@ -486,14 +516,11 @@ bool requester_run(Device& dev, Qp& qp) {
 // once taken (gather_sges reads through the owner's memory).
 void requester_take_posted(Device& dev, Qp& qp) {
   if (qp.state != IBV_QPS_RTS) return;
-  const uint32_t prod = qp.sq.hdr->producer.load(std::memory_order_acquire);
-  // A producer index no ring can hold: requester_run makes the QP fatal.
-  if (prod - qp.sq_user_head > qp.sq.size() ||
-      prod - qp.sq_user_head < qp.sq_user_fetched - qp.sq_user_head)
-    return;
-  while (qp.sq_user_fetched != prod) {
+  uint32_t prod;
+  if (!posted_end(qp, &prod)) return;  // requester_run makes the QP fatal
+  while (qp.sq_user_fetched != prod && sequence_has_room(qp)) {
     const uint32_t index = qp.sq_fetched++;
-    const uint32_t status = fetch_wqe(dev, qp, index);
+    const uint32_t status = fetch_wqe(dev, qp, index, prod);
     if (status != IBV_WC_SUCCESS) wqe_state(qp, index).status = status;
   }
 }

@@ -145,6 +145,8 @@ constexpr Table make_table() {
                                  destroyed(UROCE_HANDLE(HandleRequest, handle, kQp)));
   at(CtlOp::kSetQpUdpSport) = method("set_qp_udp_sport", set_qp_udp_sport, exact<QpUdpSportRequest>(),
                                      kNoFds, einval(UROCE_HANDLE(QpUdpSportRequest, handle, kQp)));
+  at(CtlOp::kMlx5QpFormat) = method("mlx5_qp_format", mlx5_qp_format, exact<HandleRequest>(), kNoFds,
+                                    einval(UROCE_HANDLE(HandleRequest, handle, kQp)));
 
   // SRQs and XRC (methods_srq_xrc.cc).
   at(CtlOp::kCreateSrq) = method("create_srq", create_srq, exact<CreateSrqRequest>(), kNoFds,

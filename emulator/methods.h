@@ -157,6 +157,7 @@ int create_cq(Call& c);
 int resize_cq(Call& c);
 int destroy_cq(Call& c);
 int mlx5_cq_format(Call& c);
+int mlx5_qp_format(Call& c);
 // methods_qp.cc
 int create_qp(Call& c);
 int modify_qp(Call& c);

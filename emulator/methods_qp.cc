@@ -52,6 +52,17 @@ int set_qp_udp_sport(Call& c) {
   return c.dev.set_qp_udp_sport(&c.owner, uint32_t(req.handle), uint16_t(req.udp_sport));
 }
 
+// Reply fds: [the mlx5-format send queue's memfd].
+int mlx5_qp_format(Call& c) {
+  const uint64_t handle = c.request<abi::HandleRequest>().handle;
+  if (handle >> 32) return EINVAL;  // a QP opened by another process is not this one's to reformat
+  abi::Mlx5QpFormatReply rep{};
+  int fd = -1;
+  if (int err = c.dev.qp_to_mlx5(&c.owner, uint32_t(handle), &rep, &fd)) return err;
+  c.pass_fd(fd, true);
+  return c.reply(rep);
+}
+
 // The device id: a QPN, or id << 32 | QPN for an opened QP.
 int destroy_qp(Call& c) { return c.dev.destroy_qp(&c.owner, c.request<abi::HandleRequest>().handle); }
 

@@ -244,7 +244,7 @@ void wr_start(ibv_qp_ex* q) {
 
 int wr_complete(ibv_qp_ex* q) {
   UQp* qp = to_uqp(q);
-  const int err = q->qp_base.state < IBV_QPS_RTS ? EINVAL : qp->batch_err;
+  const int err = q->qp_base.state < IBV_QPS_RTS ? EINVAL : qp->sq_vendor_owned ? EOPNOTSUPP : qp->batch_err;
   if (err) {
     qp->sq.prod = qp->batch_start;
   } else if (qp->sq.prod != qp->batch_start) {
@@ -303,6 +303,10 @@ int post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
   }
   int err = 0;
   std::lock_guard<std::mutex> lock(qp->sq_mu);
+  if (qp->sq_vendor_owned) [[unlikely]] {
+    *bad_wr = wr;  // its queue holds mlx5 WQEs the program writes (docs/mlx5.md)
+    return EOPNOTSUPP;
+  }
   const uint32_t start = qp->sq.prod;
   for (; wr; wr = wr->next) {
     if (sq_full(qp)) {

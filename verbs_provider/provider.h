@@ -342,6 +342,9 @@ struct UQp {
   // mlx5dv_qp_ex), set once and freed with the QP through vendor_free.
   std::atomic<void*> vendor;
   void (*vendor_free)(void*);
+  // The send queue is in the vendor's format and the program writes it
+  // (mlx5dv_init_obj): the verbs post nothing to it (set with sq_mu held).
+  bool sq_vendor_owned;
 };
 
 inline UQp* to_uqp(ibv_qp* qp) { return reinterpret_cast<UQp*>(qp); }

@@ -111,6 +111,22 @@ constexpr size_t kMlx5CqCqesOffset = 0x2000;
 constexpr uint32_t kMlx5CqArmSolicited = 1u << 24;  // MLX5_CQ_DB_REQ_NOT_SOL
 static_assert(kMlx5CqDbrecOffset >= sizeof(QueueHeader));
 
+// An mlx5-format send queue (kMlx5QpFormat, mlx5 mode): its memfd holds the
+// doorbell record (two big-endian words: [0] the receive counter, unused
+// while receives keep uroce's format; [1] the send producer index, the 16-bit
+// count of 64-byte basic blocks posted) at kMlx5QpDbrecOffset, a UAR page
+// whose BlueFlame register (kMlx5QpBfOffset, kMlx5QpBfSize bytes, and the
+// same again after it: programs write the two halves in turn) the engine
+// never needs to read (the WQE is in the queue and the doorbell record says
+// how far, mlx5's order), and then sq_wqe_cnt basic blocks of 64 bytes
+// holding mlx5 send WQEs (uroce/mlx5_wqe.h), the first at index 0.
+constexpr size_t kMlx5QpDbrecOffset = 0x100;
+constexpr size_t kMlx5QpBfOffset = 0x1800;  // MLX5_BF_OFFSET in a UAR page at 0x1000
+constexpr uint32_t kMlx5QpBfSize = 256;
+constexpr size_t kMlx5QpSqOffset = 0x2000;
+constexpr uint32_t kMlx5SendBasicBlock = 64;  // MLX5_SEND_WQE_BB
+static_assert(kMlx5QpBfOffset + 2 * kMlx5QpBfSize <= kMlx5QpSqOffset);
+
 // Send WQE: a fixed 128-byte header followed by either num_sge Sge entries or
 // inline_len bytes of inline data (IBV_SEND_INLINE). IBV_WR_LOCAL_INV names
 // the R_Key to invalidate in imm_data, as IBV_WR_SEND_WITH_INV does.

@@ -50,14 +50,21 @@ constexpr bool is_rd_atomic(uint32_t op) {
 constexpr uint32_t kWrMemcpy = 16;
 static_assert(kWrMemcpy > IBV_WR_ATOMIC_WRITE && kWrMemcpy < 32);
 
+// An mlx5 NOP WQE (MLX5_OPCODE_NOP) in an mlx5-format send queue (device/
+// mlx5_sq.cc): nothing to do, a completion in order if signalled (UCX's
+// flush posts one). Never posted through the verbs.
+constexpr uint32_t kWrNop = 17;
+static_assert(kWrNop > kWrMemcpy && kWrNop < 32);
+
 // What the engine executes on a QP of type t: the posted opcodes and the
-// device's own (kWrMemcpy).
+// device's own (kWrMemcpy, kWrNop).
 constexpr uint32_t executable_wr_ops(ibv_qp_type t) {
-  return allowed_wr_ops(t) | (t == IBV_QPT_RC ? 1u << kWrMemcpy : 0);
+  return allowed_wr_ops(t) | (t == IBV_QPT_RC ? 1u << kWrMemcpy : 0) |
+         (t == IBV_QPT_RC || t == IBV_QPT_UC ? 1u << kWrNop : 0);
 }
 
 constexpr bool is_local_op(uint32_t op) {
-  return op < 32 && ((kLocalWrOps | 1u << kWrMemcpy) & (1u << op));
+  return op < 32 && ((kLocalWrOps | 1u << kWrMemcpy | 1u << kWrNop) & (1u << op));
 }
 
 static_assert((kUdWrOps & ~kUcWrOps) == 0 && (kUcWrOps & ~kRcWrOps) == 0, "each transport's set grows");

@@ -6,14 +6,15 @@
 // check their mlx5 attributes as rdma-core 44's providers/mlx5/verbs.c does
 // and then create the object through the verbs; and the mlx5 send operation
 // the device has, the DMA copy engine (mlx5dv_wr_memcpy). mlx5dv_init_obj
-// hands out PDs, DMs and CQs (whose ring it puts in mlx5's format: cq.cc);
-// send and receive queues keep uroce's formats and are refused (QP, SRQ,
-// RWQ) with EOPNOTSUPP. unsupported.cc holds
+// hands out PDs, DMs, CQs (whose ring it puts in mlx5's format: cq.cc) and
+// the send queues of RC and UC QPs (init_qp, in mlx5's format too); receive
+// queues keep uroce's format and are refused (SRQ, RWQ) with EOPNOTSUPP. unsupported.cc holds
 // every other entry point, refused as libmlx5 refuses it on a device
 // without the feature. On any other device every entry point fails as
 // rdma-core's does on a device that is not mlx5 (EOPNOTSUPP).
 #include <infiniband/mlx5dv.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstdlib>
@@ -218,14 +219,20 @@ UROCE_MLX5_EXPORT int mlx5dv_set_context_attr(ibv_context* ctx, mlx5dv_set_ctx_a
   return 0;
 }
 
+int init_qp(ibv_qp* ibqp, mlx5dv_qp* out);  // below, with the QP's direct-verbs state
+
 namespace {
 
 int init_obj(mlx5dv_obj* obj, uint64_t type) {
   if (!obj) return EINVAL;
   // Send and receive queues keep uroce's formats: no mlx5 WQE buffer or
   // doorbell record to hand out yet. A CQ is put in mlx5's (cq.cc).
-  if (type & (MLX5DV_OBJ_QP | MLX5DV_OBJ_SRQ | MLX5DV_OBJ_RWQ | MLX5DV_OBJ_AH)) return EOPNOTSUPP;
-  if (type & ~uint64_t(MLX5DV_OBJ_PD | MLX5DV_OBJ_DM | MLX5DV_OBJ_CQ)) return EINVAL;
+  if (type & (MLX5DV_OBJ_SRQ | MLX5DV_OBJ_RWQ | MLX5DV_OBJ_AH)) return EOPNOTSUPP;
+  if (type & ~uint64_t(MLX5DV_OBJ_PD | MLX5DV_OBJ_DM | MLX5DV_OBJ_CQ | MLX5DV_OBJ_QP)) return EINVAL;
+  if (type & MLX5DV_OBJ_QP) {
+    if (!obj->qp.in || !obj->qp.out || !is_mlx5_context(obj->qp.in->context)) return EINVAL;
+    if (int e = init_qp(obj->qp.in, obj->qp.out)) return e;
+  }
   if (type & MLX5DV_OBJ_CQ) {
     if (!obj->cq.in || !obj->cq.out || !is_mlx5_context(obj->cq.in->context)) return EINVAL;
     if (int e = init_cq(obj->cq.in, obj->cq.out)) return e;
@@ -295,11 +302,19 @@ namespace {
 struct DvQp {
   mlx5dv_qp_ex dv{};  // first: the program's pointer is this struct's
   ibv_qp_ex* qpx = nullptr;
+  // After mlx5dv_init_obj: the mlx5-format send queue (abi::kMlx5Qp*Offset).
+  uint8_t* sq_map = nullptr;
+  size_t sq_map_size = 0;
+  uint32_t sq_wqe_cnt = 0;
 };
 
 DvQp* dv_of(mlx5dv_qp_ex* mqp) { return reinterpret_cast<DvQp*>(mqp); }
 
-void free_dv_qp(void* p) { delete static_cast<DvQp*>(p); }
+void free_dv_qp(void* p) {
+  auto* d = static_cast<DvQp*>(p);
+  if (d->sq_map) unmap_queue(d->sq_map, d->sq_map_size);
+  delete d;
+}
 
 // The QP's DvQp, made on first use; nullptr without memory.
 DvQp* attach_dv_qp(ibv_qp_ex* qpx) {
@@ -316,6 +331,50 @@ DvQp* attach_dv_qp(ibv_qp_ex* qpx) {
   }
   return d;
 }
+
+}  // namespace
+
+// mlx5dv_init_obj's QP part (mlx5.c mlx5dv_get_qp): the engine puts the QP's
+// send queue in mlx5's format the first time (kMlx5QpFormat: 64-byte basic
+// blocks the engine reads at the doorbell record's producer index, as a
+// ConnectX does; device/mlx5_sq.cc), and the program writes its WQEs there
+// itself, as UCX's rc_mlx5 does. A 256-byte BlueFlame register with both
+// halves writable (UCX flips between them), which the engine need not read:
+// the WQE is in the queue before the doorbell record says so. Receives
+// stay with the verbs: the QP must take them from an SRQ (EOPNOTSUPP
+// otherwise), and rq is empty.
+int init_qp(ibv_qp* ibqp, mlx5dv_qp* out) {
+  UQp* qp = to_uqp(ibqp);
+  if (qp->opened || qp->rss) return EOPNOTSUPP;
+  DvQp* d = attach_dv_qp(&qp->qpx);
+  if (!d) return ENOMEM;
+  std::lock_guard<std::mutex> lock(qp->sq_mu);
+  if (!d->sq_map) {
+    abi::HandleRequest req{ibqp->handle};
+    abi::Mlx5QpFormatReply rep;
+    int fd = -1;
+    if (int err = qp->ctx->conn.call(abi::CtlOp::kMlx5QpFormat, &req, sizeof(req), &rep, sizeof(rep), nullptr, 0,
+                                     &fd, 1))
+      return err;
+    void* map = map_queue(fd, rep.shm_size);
+    close(fd);
+    if (!map) return ENOMEM;  // the engine reads a queue no one can write: the QP sends nothing
+    d->sq_map = static_cast<uint8_t*>(map);
+    d->sq_map_size = rep.shm_size;
+    d->sq_wqe_cnt = rep.sq_wqe_cnt;
+    qp->sq_vendor_owned = true;
+  }
+  *out = mlx5dv_qp{};
+  out->dbrec = reinterpret_cast<__be32*>(d->sq_map + abi::kMlx5QpDbrecOffset);
+  out->sq.buf = d->sq_map + abi::kMlx5QpSqOffset;
+  out->sq.wqe_cnt = d->sq_wqe_cnt;
+  out->sq.stride = abi::kMlx5SendBasicBlock;
+  out->bf.reg = d->sq_map + abi::kMlx5QpBfOffset;
+  out->bf.size = abi::kMlx5QpBfSize;
+  return 0;  // comp_mask 0: no UAR mmap offset, no raw QP handles (mlx5_get_qp clears what it does not fill)
+}
+
+namespace {
 
 // mlx5dv_wr_memcpy (qp.c mlx5_wr_memcpy): one WQE of the batch, which the
 // engine's DMA copy engine executes (device/dma_copy.cc). A length of 0 or
