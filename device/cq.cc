@@ -243,8 +243,11 @@ bool Device::complete_mlx5(Cq& cq, const abi::Cqe& cqe, bool solicited, bool sen
   c.timestamp = clock_ns(abi::kDeviceClock);  // a ConnectX stamps every CQE
   // A WQE of an mlx5-format send queue: its index, which the engine carried
   // as the work request's id (device/mlx5_sq.cc), as a ConnectX reports it.
-  if (send)
-    if (const Qp* q = qp(cqe.qp_num); q && q->mlx5_sq) c.wqe_counter = uint16_t(cqe.wr_id);
+  // So does a receive from an mlx5-format SRQ (device/mlx5_srq.cc).
+  if (const Qp* q = qp(cqe.qp_num)) {
+    if (send ? bool(q->mlx5_sq) : q->srq && q->type != IBV_QPT_XRC_RECV && srqs_.get(q->srq) && srqs_.get(q->srq)->mlx5)
+      c.wqe_counter = uint16_t(cqe.wr_id);
+  }
   mlx5::Cqe64 q;
   mlx5::encode_cqe(c, mlx5::owner_for_index(cq.prod, cnt), &q);
   uint8_t* slot = m.cqes + size_t(cq.prod & (cnt - 1)) * m.cqe_size;

@@ -120,6 +120,9 @@ class Device {
   // mlx5 mode: the QP's send queue in mlx5's format from now on
   // (kMlx5QpFormat, device/mlx5_sq.cc); *fd is its memfd, for the client.
   int qp_to_mlx5(Owner* o, uint32_t qpn, abi::Mlx5QpFormatReply* rep, int* fd);
+  // mlx5 mode: a basic SRQ's WQEs in mlx5's linked list from now on
+  // (kMlx5SrqFormat, device/mlx5_srq.cc); *fd is its memfd, for the client.
+  int srq_to_mlx5(Owner* o, uint32_t handle, abi::Mlx5SrqFormatReply* rep, int* fd);
   // handle: a QPN (the creator's handle) or, from open_qp, id << 32 | QPN.
   int destroy_qp(Owner* o, uint64_t handle);
   Qp* qp(uint32_t qpn) const {  // inline: every received frame looks its QP up

@@ -218,6 +218,19 @@ struct Srq {
   uint32_t tm_log2_ops = 0, tm_log2_freed = 0;
   uint32_t tm_consumer = 0, tm_answered = 0;
   uint32_t tm_cq_seen = 0;  // the CQ's consumer at the last retire
+  // mlx5 mode, after mlx5dv_init_obj (Device::srq_to_mlx5, device/
+  // mlx5_srq.cc): WQEs in mlx5's linked list, which the program fills and
+  // links itself (abi::kMlx5Srq*Offset). `head` then counts the WQEs taken
+  // (16 bits, as the doorbell record's count).
+  struct Mlx5List {
+    QueueMemory mem;
+    const uint8_t* wqes = nullptr;
+    uint32_t stride = 0;
+    const std::atomic<uint32_t>* dbrec = nullptr;  // WQEs posted, big-endian
+    bool started = false;  // a WQE was taken: the next is the one `last` links to
+    uint32_t last = 0;     // the index of the WQE taken last
+  };
+  std::unique_ptr<Mlx5List> mlx5;
 };
 
 }  // namespace uroce::device

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "device/device.h"
+#include "device/mlx5_srq.h"
 #include "device/responder.h"
 #include "net/opcode.h"
 
@@ -42,9 +43,11 @@ bool take_recv_wqe(Device& dev, Qp& qp, const net::Packet& p, uint32_t* status) 
   uint32_t& head = srq ? srq->head : qp.rq_head;
   const uint32_t max_sge = srq ? srq->max_sge : qp.caps.max_recv_sge;
   const uint32_t pd = srq ? srq->pd : qp.pd;
-  const uint32_t prod = ring.hdr->producer.load(std::memory_order_acquire);
-  if (prod == head) return false;
-  if (prod - head > ring.size()) {
+  const bool mlx5 = srq && srq->mlx5;
+  const uint32_t waiting =
+      mlx5 ? mlx5_srq_waiting(*srq) : ring.hdr->producer.load(std::memory_order_acquire) - head;
+  if (waiting == 0) return false;
+  if (waiting > ring.size()) {
     // The client wrote a producer index no ring can hold: there is no WQE to
     // complete (qp.resp_recv is still the last message's), so the queue is
     // broken (IBA 11.6.2 "local work queue catastrophic"; an SRQ's owner also
@@ -55,7 +58,8 @@ bool take_recv_wqe(Device& dev, Qp& qp, const net::Packet& p, uint32_t* status) 
     return true;
   }
   RecvInProgress& r = qp.resp_recv;
-  const uint32_t fetched = copy_recv_wqe(dev, ring, head, max_sge, r);
+  const uint32_t fetched =
+      mlx5 ? mlx5_take_srq_wqe(dev, *srq, r) : copy_recv_wqe(dev, ring, head, max_sge, r);
   r.from_srq = srq != nullptr;
   r.discard = false;
   r.srq = srq ? srq_handle : 0;

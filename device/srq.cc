@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "device/device.h"
+#include "device/mlx5_srq.h"
 #include "device/params.h"
 
 namespace uroce::device {
@@ -21,6 +22,7 @@ uint32_t srq_stride(uint32_t max_sge) {
 }
 
 uint32_t posted(const Srq& s) {
+  if (s.mlx5) return std::min(mlx5_srq_waiting(s), s.ring.size());
   const uint32_t prod = s.ring.hdr->producer.load(std::memory_order_acquire);
   const uint32_t n = prod - s.head;
   return n > s.ring.size() ? 0 : n;  // a corrupt index counts as empty

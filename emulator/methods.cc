@@ -159,6 +159,8 @@ constexpr Table make_table() {
                                 einval(UROCE_HANDLE(HandleRequest, handle, kSrq)));
   at(CtlOp::kDestroySrq) = method("destroy_srq", destroy_srq, exact<HandleRequest>(), kNoFds,
                                   destroyed(UROCE_HANDLE(HandleRequest, handle, kSrq)));
+  at(CtlOp::kMlx5SrqFormat) = method("mlx5_srq_format", mlx5_srq_format, exact<HandleRequest>(), kNoFds,
+                                     einval(UROCE_HANDLE(HandleRequest, handle, kSrq)));
   // Versions 4-7 posted TM list operations here; they go through the
   // TM-SRQ's ring now (abi::TmOpsHeader), the slot keeps later ops' numbers.
   at(CtlOp::kUnusedPostSrqOps) = method("unused_post_srq_ops", [](Call&) { return EOPNOTSUPP; }, kNoBody, kNoFds);

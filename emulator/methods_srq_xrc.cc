@@ -61,6 +61,16 @@ int destroy_srq(Call& c) {
   return c.dev.destroy_srq(&c.owner, uint32_t(c.request<abi::HandleRequest>().handle));
 }
 
+// Reply fds: [the mlx5-format SRQ's memfd].
+int mlx5_srq_format(Call& c) {
+  abi::Mlx5SrqFormatReply rep{};
+  int fd = -1;
+  if (int err = c.dev.srq_to_mlx5(&c.owner, uint32_t(c.request<abi::HandleRequest>().handle), &rep, &fd))
+    return err;
+  c.pass_fd(fd, true);
+  return c.reply(rep);
+}
+
 // Request fds: [the file naming a shared domain] unless has_fd is 0.
 int open_xrcd(Call& c) {
   const auto req = c.request<abi::OpenXrcdRequest>();

@@ -377,6 +377,12 @@ struct USrq {
   uint32_t max_wr, max_sge;
   UTmRing tm;
   QueueMemory qmem;
+  // The WQEs in a vendor's format, which the program writes (the drop-in
+  // libmlx5's mlx5dv_init_obj): their mapping, unmapped with the SRQ, and
+  // its geometry; the verbs post nothing to it (set with mu held).
+  void* vendor_map;
+  size_t vendor_map_size;
+  uint32_t vendor_wqe_cnt, vendor_stride;
 };
 int post_srq_ops(ibv_srq* srq, ibv_ops_wr* op, ibv_ops_wr** bad_op);
 

@@ -205,6 +205,10 @@ int post_srq_recv(ibv_srq* ibsrq, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
   }
   int err = 0;
   std::lock_guard<std::mutex> lock(s->mu);
+  if (s->vendor_map) [[unlikely]] {
+    *bad_wr = wr;  // its WQEs are mlx5's, which the program writes (docs/mlx5.md)
+    return EOPNOTSUPP;
+  }
   const uint32_t start = s->ring.prod;
   for (; wr; wr = wr->next) {
     if (wr->num_sge < 0 || uint32_t(wr->num_sge) > s->max_sge) {
@@ -389,6 +393,7 @@ UROCE_EXPORT int ibv_destroy_srq(ibv_srq* ibsrq) {
   untrack_async_events(to_uctx(ibsrq->context), s, &ibsrq->mutex, &ibsrq->cond, &ibsrq->events_completed);
   unmap_queue(s->map, s->map_size);
   if (s->tm.map) unmap_queue(s->tm.map, s->tm.map_size);
+  if (s->vendor_map) unmap_queue(s->vendor_map, s->vendor_map_size);
   pthread_cond_destroy(&ibsrq->cond);
   pthread_mutex_destroy(&ibsrq->mutex);
   delete_queue_object(s, kResourceTypeSrq);

@@ -84,6 +84,7 @@ enum class CtlOp : uint32_t {
   kSetQpUdpSport,  // QpUdpSportRequest (mlx5dv_modify_qp_udp_sport)
   kMlx5CqFormat,   // Mlx5CqFormatRequest; reply Mlx5CqFormatReply, fds: [the new ring's memfd]
   kMlx5QpFormat,   // HandleRequest; reply Mlx5QpFormatReply, fds: [the send queue's memfd]
+  kMlx5SrqFormat,  // HandleRequest; reply Mlx5SrqFormatReply, fds: [the SRQ's memfd]
   kCount,
 };
 
@@ -457,6 +458,16 @@ struct Mlx5QpFormatReply {
   uint64_t shm_size;
   uint32_t sq_wqe_cnt;  // 64-byte basic blocks, a power of two
   uint32_t reserved;
+};
+
+// kMlx5SrqFormat: a basic SRQ's WQEs in mlx5's format from now on (the
+// linked list of mlx5_wqe_srq_next_seg + data segments, as abi_rings.h's
+// kMlx5Srq*Offset say), while nothing was posted to it (EBUSY otherwise);
+// XRC and TM SRQs EOPNOTSUPP.
+struct Mlx5SrqFormatReply {
+  uint64_t shm_size;
+  uint32_t wqe_cnt;  // a power of two; tail = wqe_cnt - 1
+  uint32_t stride;   // 16 + 16 * max_sge, a power of two
 };
 
 struct QueryQpReply {

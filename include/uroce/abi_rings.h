@@ -127,6 +127,20 @@ constexpr size_t kMlx5QpSqOffset = 0x2000;
 constexpr uint32_t kMlx5SendBasicBlock = 64;  // MLX5_SEND_WQE_BB
 static_assert(kMlx5QpBfOffset + 2 * kMlx5QpBfSize <= kMlx5QpSqOffset);
 
+// An mlx5-format SRQ (kMlx5SrqFormat, mlx5 mode): its memfd holds the
+// doorbell record (one big-endian word: the 16-bit count of WQEs the
+// program has posted) at kMlx5SrqDbrecOffset and then wqe_cnt WQEs of
+// `stride` bytes: a next segment (mlx5_wqe_srq_next_seg: the big-endian
+// index of the next WQE at byte 2; bytes 4-15 the program's own), then data
+// segments (a byte count, an lkey, an address; an lkey of
+// kMlx5InvalidLkey ends the list early). The device starts at WQE 0 and,
+// for each WQE after, follows the next index of the one before, read when
+// the next receive is taken (providers/mlx5/srq.c links each WQE to the one
+// after it at creation; the engine does the same when it formats the SRQ).
+constexpr size_t kMlx5SrqDbrecOffset = 0x100;
+constexpr size_t kMlx5SrqWqesOffset = 0x1000;
+constexpr uint32_t kMlx5InvalidLkey = 0x100;  // MLX5_INVALID_LKEY
+
 // Send WQE: a fixed 128-byte header followed by either num_sge Sge entries or
 // inline_len bytes of inline data (IBV_SEND_INLINE). IBV_WR_LOCAL_INV names
 // the R_Key to invalidate in imm_data, as IBV_WR_SEND_WITH_INV does.

@@ -615,6 +615,122 @@ TEST_F(Mlx5Mode, InitObjQpSendQueueIsWrittenByHandAsOnAConnectX) {
   EXPECT_EQ(qa.qp_state, IBV_QPS_ERR);
 }
 
+// mlx5dv_init_obj on a basic SRQ: its WQEs in mlx5's linked list, filled
+// and posted by hand as UCX's rc_mlx5 does (a data segment after each next
+// segment, the count in the doorbell record); the device takes WQE 0 first,
+// then follows each WQE's link as it stands when the next receive is taken,
+// so a link the program changed (UCX relinks freed WQEs) is followed; each
+// receive completes in an mlx5-format CQ with its WQE's index.
+TEST_F(Mlx5Mode, InitObjSrqIsFilledAndLinkedByHandAsOnAConnectX) {
+  mlx5dv_cq_init_attr cq_dv{};
+  cq_dv.comp_mask = MLX5DV_CQ_INIT_ATTR_MASK_CQE_SIZE;
+  cq_dv.cqe_size = 64;
+  ibv_cq_init_attr_ex cq_attr{};
+  cq_attr.cqe = 31;
+  cq_attr.wc_flags = IBV_WC_STANDARD_FLAGS;
+  ibv_cq_ex* cqx = mlx5dv_create_cq(ctx_, &cq_attr, &cq_dv);
+  ASSERT_NE(cqx, nullptr) << std::strerror(errno);
+  defer([cqx] { ibv_destroy_cq(ibv_cq_ex_to_cq(cqx)); });
+  Mlx5Cq m{ibv_cq_ex_to_cq(cqx)};
+  mlx5dv_obj obj{};
+  obj.cq.in = m.cq;
+  obj.cq.out = &m.dv;
+  ASSERT_EQ(mlx5dv_init_obj(&obj, MLX5DV_OBJ_CQ), 0);
+  ibv_srq_init_attr srq_attr{};
+  srq_attr.attr.max_wr = 15;
+  srq_attr.attr.max_sge = 1;
+  ibv_srq* srq = ibv_create_srq(pd_, &srq_attr);
+  ASSERT_NE(srq, nullptr);
+  defer([srq] { ibv_destroy_srq(srq); });
+  mlx5dv_srq dvsrq{};
+  dvsrq.comp_mask = MLX5DV_SRQ_MASK_SRQN;
+  obj = {};
+  obj.srq.in = srq;
+  obj.srq.out = &dvsrq;
+  ASSERT_EQ(mlx5dv_init_obj(&obj, MLX5DV_OBJ_SRQ), 0);
+  // What UCX's uct_ib_mlx5_verbs_srq_init checks.
+  EXPECT_EQ(dvsrq.head, 0u);
+  EXPECT_EQ(dvsrq.tail, 15u) << "max_wr + 1 WQEs, a power of two";
+  EXPECT_EQ(dvsrq.stride, 32u) << "a next segment and one data segment";
+  ASSERT_TRUE(dvsrq.buf && dvsrq.dbrec);
+  uint32_t srqn = 0;
+  ASSERT_EQ(ibv_get_srq_num(srq, &srqn), 0);
+  EXPECT_EQ(dvsrq.comp_mask, uint64_t(MLX5DV_SRQ_MASK_SRQN));
+  EXPECT_EQ(dvsrq.srqn, srqn);
+  auto* wqes = static_cast<uint8_t*>(dvsrq.buf);
+  auto* first_next = reinterpret_cast<mlx5_wqe_srq_next_seg*>(wqes);
+  EXPECT_EQ(be16toh(first_next->next_wqe_index), 1) << "WQE 0 links to WQE 1, as libmlx5 leaves it";
+
+  ibv_cq* send_cq = make_cq(16);
+  ASSERT_NE(send_cq, nullptr);
+  ibv_qp* a = make_qp(IBV_QPT_RC, send_cq, send_cq);
+  ibv_qp_init_attr_ex attr = qp_ex_attr(IBV_QPT_RC, m.cq, 0, {});
+  attr.comp_mask = IBV_QP_INIT_ATTR_PD;
+  attr.srq = srq;
+  ibv_qp* b = mlx5dv_create_qp(ctx_, &attr, nullptr);
+  ASSERT_TRUE(a && b) << std::strerror(errno);
+  defer([b] { ibv_destroy_qp(b); });
+  connect_qp(a, b->qp_num);
+  connect_qp(b, a->qp_num);
+  ibv_mr* src = reg_buffer(64, kRw, 0);
+  ibv_mr* dst = reg_buffer(16 * 64, kRw, 0);
+  auto* d = static_cast<uint8_t*>(dst->addr);
+  auto fill = [&](uint32_t i) {
+    mlx5dv_set_data_seg(reinterpret_cast<mlx5_wqe_data_seg*>(wqes + i * dvsrq.stride + 16), 64, dst->lkey,
+                        uintptr_t(d + i * 64));
+  };
+  uint16_t posted = 0;
+  auto post = [&] {
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+    *dvsrq.dbrec = htobe32(++posted);
+  };
+  uint32_t ci = 0;
+  // A SEND of 40 bytes of `tag` from a, which must land in WQE `index`.
+  auto send_into = [&](uint8_t tag, uint16_t index) {
+    std::memset(src->addr, tag, 40);
+    ibv_sge ss = sge_of(src, 0, 40);
+    ASSERT_EQ(post_send(a, tag, IBV_WR_SEND, &ss, 1), 0);
+    ibv_wc wc;
+    VT_POLL_ONE(send_cq, &wc);
+    ASSERT_EQ(wc.status, IBV_WC_SUCCESS) << describe(wc);
+    mlx5_cqe64* e = m.wait_cqe(ci);
+    ASSERT_NE(e, nullptr) << "no receive CQE for WQE " << index;
+    EXPECT_EQ(mlx5dv_get_cqe_opcode(e), MLX5_CQE_RESP_SEND);
+    EXPECT_EQ(be32toh(e->sop_drop_qpn) & 0xffffff, b->qp_num);
+    EXPECT_EQ(be32toh(e->byte_cnt), 40u);
+    EXPECT_EQ(be16toh(e->wqe_counter), index);
+    ++ci;
+    m.dv.dbrec[kCqSetCi] = htobe32(ci);
+    EXPECT_EQ(d[index * 64], tag) << "not in WQE " << index << "'s buffer";
+    EXPECT_EQ(d[index * 64 + 39], tag);
+  };
+  fill(0);
+  fill(1);
+  post();
+  post();
+  ASSERT_NO_FATAL_FAILURE(send_into(0x11, 0));
+  ASSERT_NO_FATAL_FAILURE(send_into(0x22, 1));
+  // WQE 1, taken last, now links to WQE 5: the next receive follows it.
+  auto* next1 = reinterpret_cast<mlx5_wqe_srq_next_seg*>(wqes + 1 * dvsrq.stride);
+  next1->next_wqe_index = htobe16(5);
+  fill(5);
+  post();
+  ASSERT_NO_FATAL_FAILURE(send_into(0x33, 5));
+  fill(6);  // WQE 5 still links to 6
+  post();
+  ASSERT_NO_FATAL_FAILURE(send_into(0x44, 6));
+  EXPECT_EQ(d[2 * 64], 0) << "WQE 2 was skipped";
+
+  // The verbs post nothing to a list the program writes.
+  ibv_sge rs = sge_of(dst, 0, 64);
+  ibv_recv_wr rwr{};
+  rwr.sg_list = &rs;
+  rwr.num_sge = 1;
+  ibv_recv_wr* bad = nullptr;
+  EXPECT_EQ(ibv_post_srq_recv(srq, &rwr, &bad), EOPNOTSUPP);
+  EXPECT_EQ(bad, &rwr);
+}
+
 // mlx5dv_init_obj on a QP the device cannot hand out: one with a receive
 // queue of its own (receives keep uroce's format), one the verbs posted to,
 // a UD QP (no datagram segments yet).

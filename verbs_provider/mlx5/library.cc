@@ -7,8 +7,9 @@
 // and then create the object through the verbs; and the mlx5 send operation
 // the device has, the DMA copy engine (mlx5dv_wr_memcpy). mlx5dv_init_obj
 // hands out PDs, DMs, CQs (whose ring it puts in mlx5's format: cq.cc) and
-// the send queues of RC and UC QPs (init_qp, in mlx5's format too); receive
-// queues keep uroce's format and are refused (SRQ, RWQ) with EOPNOTSUPP. unsupported.cc holds
+// the send queues of RC and UC QPs and basic SRQs (init_qp, init_srq: in
+// mlx5's formats too); a QP's own receive queue and WQs keep uroce's format
+// and are refused (RWQ, AH) with EOPNOTSUPP. unsupported.cc holds
 // every other entry point, refused as libmlx5 refuses it on a device
 // without the feature. On any other device every entry point fails as
 // rdma-core's does on a device that is not mlx5 (EOPNOTSUPP).
@@ -221,14 +222,57 @@ UROCE_MLX5_EXPORT int mlx5dv_set_context_attr(ibv_context* ctx, mlx5dv_set_ctx_a
 
 int init_qp(ibv_qp* ibqp, mlx5dv_qp* out);  // below, with the QP's direct-verbs state
 
+// mlx5dv_init_obj's SRQ part (mlx5.c mlx5dv_get_srq): the engine puts a
+// basic SRQ's WQEs in mlx5's linked list the first time (kMlx5SrqFormat,
+// device/mlx5_srq.cc), each linked to the one after it as libmlx5 leaves
+// them, head 0 and tail the last; the program fills and relinks them and
+// posts by the count in the doorbell record, as UCX's rc_mlx5 does.
+int init_srq(ibv_srq* ibsrq, mlx5dv_srq* out) {
+  USrq* s = to_usrq(ibsrq);
+  std::lock_guard<std::mutex> lock(s->mu);
+  if (!s->vendor_map) {
+    abi::HandleRequest req{ibsrq->handle};
+    abi::Mlx5SrqFormatReply rep;
+    int fd = -1;
+    if (int err = s->ctx->conn.call(abi::CtlOp::kMlx5SrqFormat, &req, sizeof(req), &rep, sizeof(rep), nullptr, 0,
+                                    &fd, 1))
+      return err;
+    void* map = map_queue(fd, rep.shm_size);
+    close(fd);
+    if (!map) return ENOMEM;  // the engine reads a list no one can write: it receives nothing
+    s->vendor_map_size = rep.shm_size;
+    s->vendor_wqe_cnt = rep.wqe_cnt;
+    s->vendor_stride = rep.stride;
+    s->vendor_map = map;
+  }
+  auto* base = static_cast<uint8_t*>(s->vendor_map);
+  out->buf = base + abi::kMlx5SrqWqesOffset;
+  out->dbrec = reinterpret_cast<__be32*>(base + abi::kMlx5SrqDbrecOffset);
+  out->stride = s->vendor_stride;
+  out->head = 0;
+  out->tail = s->vendor_wqe_cnt - 1;
+  const uint64_t asked = out->comp_mask;
+  out->comp_mask = 0;
+  if (asked & MLX5DV_SRQ_MASK_SRQN) {
+    out->srqn = s->srqn;
+    out->comp_mask |= MLX5DV_SRQ_MASK_SRQN;
+  }
+  return 0;
+}
+
 namespace {
 
 int init_obj(mlx5dv_obj* obj, uint64_t type) {
   if (!obj) return EINVAL;
   // Send and receive queues keep uroce's formats: no mlx5 WQE buffer or
   // doorbell record to hand out yet. A CQ is put in mlx5's (cq.cc).
-  if (type & (MLX5DV_OBJ_SRQ | MLX5DV_OBJ_RWQ | MLX5DV_OBJ_AH)) return EOPNOTSUPP;
-  if (type & ~uint64_t(MLX5DV_OBJ_PD | MLX5DV_OBJ_DM | MLX5DV_OBJ_CQ | MLX5DV_OBJ_QP)) return EINVAL;
+  if (type & (MLX5DV_OBJ_RWQ | MLX5DV_OBJ_AH)) return EOPNOTSUPP;
+  if (type & ~uint64_t(MLX5DV_OBJ_PD | MLX5DV_OBJ_DM | MLX5DV_OBJ_CQ | MLX5DV_OBJ_QP | MLX5DV_OBJ_SRQ))
+    return EINVAL;
+  if (type & MLX5DV_OBJ_SRQ) {
+    if (!obj->srq.in || !obj->srq.out || !is_mlx5_context(obj->srq.in->context)) return EINVAL;
+    if (int e = init_srq(obj->srq.in, obj->srq.out)) return e;
+  }
   if (type & MLX5DV_OBJ_QP) {
     if (!obj->qp.in || !obj->qp.out || !is_mlx5_context(obj->qp.in->context)) return EINVAL;
     if (int e = init_qp(obj->qp.in, obj->qp.out)) return e;
