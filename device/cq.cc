@@ -259,6 +259,7 @@ bool Device::complete_mlx5(Cq& cq, const abi::Cqe& cqe, bool solicited, bool sen
   ++cq.prod;
   cq.ring.hdr->producer.store(cq.prod, std::memory_order_release);
   ++cq.completions;
+  mlx5_activity();
   if (solicited || cqe.status != IBV_WC_SUCCESS) m.solicited_end = cq.prod & 0xffffff;
   take_mlx5_arm(cq);
   fire_mlx5_arm(cq);

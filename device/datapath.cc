@@ -138,7 +138,8 @@ uint64_t Device::next_deadline_ns() const {
   // mlx5-format send queue by writing its doorbell record and BlueFlame
   // register, none of which wakes anyone: a sleeping engine looks every
   // millisecond while such queues exist.
-  if (!mlx5_cqs_.empty() || mlx5_qps_) take(now_ns_ + kMlx5ArmLookNs);
+  if (!mlx5_cqs_.empty() || mlx5_qps_)
+    take(now_ns_ + (now_ns_ - mlx5_active_ns_ < kMlx5BusyWindowNs ? kMlx5BusyLookNs : kMlx5ArmLookNs));
   return next;
 }
 

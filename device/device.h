@@ -120,6 +120,9 @@ class Device {
   // mlx5 mode: the QP's send queue in mlx5's format from now on
   // (kMlx5QpFormat, device/mlx5_sq.cc); *fd is its memfd, for the client.
   int qp_to_mlx5(Owner* o, uint32_t qpn, abi::Mlx5QpFormatReply* rep, int* fd);
+  // Traffic through an mlx5-format queue now: a sleeping engine looks at
+  // their doorbells often for a while (kMlx5BusyWindowNs).
+  void mlx5_activity() { mlx5_active_ns_ = now_ns_; }
   // mlx5 mode: a basic SRQ's WQEs in mlx5's linked list from now on
   // (kMlx5SrqFormat, device/mlx5_srq.cc); *fd is its memfd, for the client.
   int srq_to_mlx5(Owner* o, uint32_t handle, abi::Mlx5SrqFormatReply* rep, int* fd);
@@ -441,6 +444,7 @@ class Device {
   Table<Cq> cqs_;
   std::vector<uint32_t> mlx5_cqs_;  // CQs in mlx5's format, whose UAR doorbells poll() reads
   uint32_t mlx5_qps_ = 0;           // QPs whose send queues are in mlx5's format
+  uint64_t mlx5_active_ns_ = 0;     // the last WQE taken from or CQE written to an mlx5-format queue
   Table<Qp> qps_;  // index = qpn - kFirstQpn + 1
   Table<Srq> srqs_;  // index = SRQ number
   std::vector<uint32_t> tm_srqs_;  // the TM-SRQs, whose list-operation rings poll() reads

@@ -81,22 +81,23 @@ bool mlx5_take_wqe(Qp& qp, uint32_t end, abi::SendWqe& w, uint32_t body) {
   w.remote_addr = d.remote_addr;
   w.compare_add = d.compare_add;
   w.swap = d.swap;
+  // The SGEs first, then the inline bytes (all of the data, or the head of
+  // it: abi::kSendFlagInlineHead), as far as the copy's body holds them.
   auto* out = reinterpret_cast<uint8_t*>(&w + 1);
-  if (d.send_flags & IBV_SEND_INLINE) {
-    uint32_t at = 0;
-    for (uint32_t i = 0; i < d.num_inline; ++i) {
-      const uint32_t len = uint32_t(d.inline_bufs[i].length);
-      if (at < body) std::memcpy(out + at, d.inline_bufs[i].addr, std::min(len, body - at));
-      at += len;
-    }
-    w.inline_len = at;
-  } else {
-    w.num_sge = d.num_sge;
-    for (uint32_t i = 0; i < d.num_sge && (i + 1) * sizeof(abi::Sge) <= body; ++i) {
-      const abi::Sge sge{d.sge[i].addr, d.sge[i].length, d.sge[i].lkey};
-      std::memcpy(out + i * sizeof(abi::Sge), &sge, sizeof(sge));
-    }
+  w.num_sge = d.num_sge;
+  for (uint32_t i = 0; i < d.num_sge && (i + 1) * sizeof(abi::Sge) <= body; ++i) {
+    const abi::Sge sge{d.sge[i].addr, d.sge[i].length, d.sge[i].lkey};
+    std::memcpy(out + i * sizeof(abi::Sge), &sge, sizeof(sge));
   }
+  uint32_t at = std::min<uint32_t>(d.num_sge * sizeof(abi::Sge), body);
+  const uint32_t inline_start = at;
+  for (uint32_t i = 0; i < d.num_inline; ++i) {
+    const uint32_t len = uint32_t(d.inline_bufs[i].length);
+    if (at < body) std::memcpy(out + at, d.inline_bufs[i].addr, std::min(len, body - at));
+    at += len;
+  }
+  w.inline_len = at - inline_start;
+  if (d.num_inline && d.num_sge) w.flags |= abi::kSendFlagInlineHead;
   return true;
 }
 

@@ -32,8 +32,16 @@ constexpr uint32_t kMlx5VendorPartId = abi::kMlx5VendorPartId;
 constexpr uint32_t kMlx5HwVer = 0;
 constexpr uint32_t kMlx5PciVendor = 0x15b3;
 // How long a sleeping engine may miss an arm command written to an
-// mlx5-format CQ's UAR (device/cq.cc): writes to that page wake nobody.
+// mlx5-format CQ's UAR (device/cq.cc) or a WQE posted to an mlx5-format
+// queue (device/mlx5_sq.cc): writes to those pages wake nobody.
 constexpr uint64_t kMlx5ArmLookNs = 1'000'000;
+// ... and for kMlx5BusyWindowNs after the last WQE taken from or CQE written
+// to such a queue, when the engine sleeps because it shares its CPU with
+// programs that poll: a ping-pong over mlx5 queues then waits tens of
+// microseconds a hop, not a millisecond, at the cost of a few hundred
+// wake-ups right after traffic (none once quiet).
+constexpr uint64_t kMlx5BusyLookNs = 20'000;
+constexpr uint64_t kMlx5BusyWindowNs = 20'000'000;
 
 // Objects per device (all clients together). One past any of them is ENOMEM,
 // as mlx5 reports a firmware limit (MLX5_CMD_STAT_LIM_ERR / EXCEED_LIM).

@@ -41,6 +41,7 @@ uint32_t fetch_wqe(Device& dev, Qp& qp, uint32_t index, uint32_t end) {
   bool readable = true;
   if (qp.mlx5_sq) [[unlikely]] {
     readable = mlx5_take_wqe(qp, end, w, body);  // mlx5's segments, read into the same form
+    dev.mlx5_activity();
   } else {
     // The header, then only the body it names (its SGEs or inline bytes,
     // bounded by the slot): the client may be rewriting the slot, so every
@@ -53,6 +54,7 @@ uint32_t fetch_wqe(Device& dev, Qp& qp, uint32_t index, uint32_t end) {
       std::memcpy(&w + 1, slot + sizeof(abi::SendWqe), sizeof(abi::Sge));  // one SGE: a fixed-size copy, inlined
     else
       std::memcpy(&w + 1, slot + sizeof(abi::SendWqe), size_t(std::min<uint64_t>(used, body)));
+    w.flags &= ~abi::kSendFlagInlineHead;  // the engine's own mark, never the client's
   }
   SendWqeState& st = wqe_state(qp, index);
   st = SendWqeState{};
@@ -85,6 +87,13 @@ uint32_t fetch_wqe(Device& dev, Qp& qp, uint32_t index, uint32_t end) {
   } else {
     if (w.num_sge > qp.caps.max_send_sge || w.num_sge * sizeof(abi::Sge) > body)
       return IBV_WC_LOC_LEN_ERR;
+    if (w.flags & abi::kSendFlagInlineHead) [[unlikely]] {
+      // An mlx5 WQE's inline head before its SGEs' data (device/mlx5_sq.cc).
+      if (st.is_rd_atomic || w.inline_len > qp.caps.max_inline_data ||
+          w.num_sge * sizeof(abi::Sge) + w.inline_len > body)
+        return IBV_WC_LOC_LEN_ERR;
+      st.length = w.inline_len;
+    }
     const uint32_t need = st.is_rd_atomic ? IBV_ACCESS_LOCAL_WRITE : 0;
     abi::Sge* sge = wqe_sges(qp, index);
     for (uint32_t i = 0; i < w.num_sge; ++i) {
@@ -121,6 +130,21 @@ uint32_t fetch_wqe(Device& dev, Qp& qp, uint32_t index, uint32_t end) {
                 ? 1
                 : std::max<uint32_t>(1, uint32_t((st.length + mtu - 1) / mtu));
   return IBV_WC_SUCCESS;
+}
+
+// The bytes [req_offset, req_offset + len) of a message whose head is the
+// WQE's inline bytes (kept after its SGEs) and whose rest is its SGEs' data.
+bool gather_after_inline_head(Device& dev, Qp& qp, uint32_t index, const abi::SendWqe& w, uint8_t* dst,
+                              uint32_t len) {
+  const uint64_t offset = qp.req_offset;
+  uint32_t from_head = 0;
+  if (offset < w.inline_len) {
+    from_head = uint32_t(std::min<uint64_t>(len, w.inline_len - offset));
+    std::memcpy(dst, wqe_inline(qp, index) + w.num_sge * sizeof(abi::Sge) + offset, from_head);
+  }
+  if (from_head == len) return true;
+  return gather_sges(dev, *qp.owner, wqe_sges(qp, index), w.num_sge, offset + from_head - w.inline_len,
+                     dst + from_head, len - from_head);
 }
 
 // XRC requests name the receiving SRQ in every packet (XRCETH).
@@ -234,6 +258,8 @@ bool send_next_packet(Device& dev, Qp& qp) {
   bool ok = true;
   if (w.flags & IBV_SEND_INLINE)
     std::memcpy(p->payload(), wqe_inline(qp, index) + qp.req_offset, len);
+  else if (w.flags & abi::kSendFlagInlineHead) [[unlikely]]
+    ok = gather_after_inline_head(dev, qp, index, w, p->payload(), len);
   else
     ok = gather_sges(dev, *qp.owner, wqe_sges(qp, index), w.num_sge, qp.req_offset, p->payload(), len);
   if (!ok) {

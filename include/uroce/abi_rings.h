@@ -94,6 +94,10 @@ constexpr uint32_t kMaxMemcpyLength = 1u << 20;
 // WQE the program wrote (mlx5dv_wr_raw_wqe), so its completion's opcode is
 // MLX5DV_WC_RAW_WQE (IBV_WC_DRIVER2), as mlx5's (providers/mlx5/qp.c raw_wqe_init).
 constexpr uint32_t kSendFlagMlx5RawWqe = 1u << 31;
+// SendWqe::flags in the engine's own copy only (never taken from a ring):
+// an mlx5 WQE's inline bytes (inline_len of them, after the SGEs in the
+// copy) come first in the message, then the SGEs' data (device/mlx5_sq.cc).
+constexpr uint32_t kSendFlagInlineHead = 1u << 30;
 
 // An mlx5-format CQ (kMlx5CqFormat, mlx5 mode): its memfd holds the
 // QueueHeader (the engine's producer index, for reports) at 0, the doorbell

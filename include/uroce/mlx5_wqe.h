@@ -52,7 +52,10 @@ struct CtrlSeg {
 static_assert(sizeof(CtrlSeg) == kSegBytes);
 
 // A decoded send WQE: an ibv_wr_opcode with its ibv_send_flags and
-// arguments, and its data as SGEs or as inline bytes (pointers into the WQE).
+// arguments, and its data: inline bytes (pointers into the WQE), SGEs, or
+// inline bytes then SGEs (UCX's rc_mlx5 sends an active message's header
+// inline and its payload by pointer), in that order in the message.
+// IBV_SEND_INLINE is set when all of it is inline.
 struct DecodedSend {
   ibv_wr_opcode opcode;
   unsigned send_flags;  // IBV_SEND_SIGNALED, _SOLICITED, _FENCE, _INLINE
@@ -67,10 +70,9 @@ struct DecodedSend {
 };
 
 // Reads the WQE at `wqe` (its size is ds * 16 bytes, from the control
-// segment; at most `bytes` are read). 0, or EINVAL for what no verbs work
-// request can say: an opcode other than the RC/UC ones above (NOP, UMR,
-// TSO, ...), a size that does not hold its segments, data segments mixed
-// with inline ones.
+// segment; at most `bytes` are read). 0, or EINVAL for what this device does
+// not take: an opcode other than the RC/UC ones above (NOP, UMR, TSO, ...),
+// a size that does not hold its segments, inline data after a data segment.
 inline int decode_send_wqe(const void* wqe, size_t bytes, DecodedSend* out) {
   const auto* p = static_cast<const uint8_t*>(wqe);
   if (bytes < kSegBytes) return EINVAL;
@@ -140,10 +142,9 @@ inline int decode_send_wqe(const void* wqe, size_t bytes, DecodedSend* out) {
       const uint32_t len = count & ~kInlineSeg;
       if (out->num_sge || out->num_inline == kMaxDecodedSges || size - at - 4 < len) return EINVAL;
       out->inline_bufs[out->num_inline++] = {const_cast<uint8_t*>(p + at + 4), len};
-      out->send_flags |= IBV_SEND_INLINE;
       at += (4 + size_t(len) + kSegBytes - 1) / kSegBytes * kSegBytes;
     } else {
-      if (out->num_inline || out->num_sge == kMaxDecodedSges || size - at < kSegBytes) return EINVAL;
+      if (out->num_sge == kMaxDecodedSges || size - at < kSegBytes) return EINVAL;
       uint32_t lkey;
       uint64_t addr;
       std::memcpy(&lkey, p + at + 4, 4);
@@ -152,6 +153,7 @@ inline int decode_send_wqe(const void* wqe, size_t bytes, DecodedSend* out) {
       at += kSegBytes;
     }
   }
+  if (out->num_inline && !out->num_sge) out->send_flags |= IBV_SEND_INLINE;
   return 0;
 }
 

@@ -6,7 +6,9 @@
 #   2. rdma-core's own mlx5 tests (pyverbs, Debian's python3-pyverbs) against
 #      that engine: every one passes or skips, and those listed below must
 #      pass (they skip on a device that is not mlx5);
-#   3. UCX sees an mlx5 device without DevX (its dv memory domain opens);
+#   3. UCX sees an mlx5 device without DevX (its dv memory domain opens),
+#      offers rc_mlx5 on it, and ucx_perftest runs over rc_mlx5 (UCT's
+#      active messages, put, get, atomics; UCP's tag matching);
 #   4. NotMlx5.* against an engine without --mlx5: every direct verb refuses
 #      the device, as rdma-core's libmlx5 refuses another vendor's.
 #
@@ -14,6 +16,8 @@
 set -euo pipefail
 # shellcheck source=tests/integration/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+# shellcheck source=tests/integration/ucx_lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/ucx_lib.sh"
 
 binary=${1:?usage: $0 PATH/TO/verbs_mlx5}
 if [[ ! -x "$binary" ]]; then
@@ -99,6 +103,27 @@ if command -v ucx_info >/dev/null 2>&1; then
   grep -q "uroce0: md open by 'uct_ib_mlx5_md_ops' is successful" "$log" ||
     fail "UCX did not open its mlx5 (dv) memory domain on uroce0"
   grep -q "uroce0: DEVX is not supported" "$log" || fail "UCX did not find DevX refused"
+  grep -qE "Transport: rc_mlx5" "$log" || fail "UCX does not offer rc_mlx5 on uroce0"
+  # UCX's rc_mlx5 itself, unmodified: its QPs' send queues, its SRQ and its
+  # CQs in mlx5's formats, written and read by UCX as on a ConnectX. Few
+  # iterations: the two processes poll their CQs in memory, never calling
+  # into the library, and on a machine of two CPUs (one the engine's) they
+  # take turns by scheduler time slices, 4 ms a message in a ping-pong.
+  for args in "am_lat -n 50" "am_bw -D bcopy -s 1024 -n 500" "am_bw -D zcopy -s 8192 -n 500" \
+    "put_lat -n 50" "put_bw -D zcopy -s 65536 -n 200" "get -D zcopy -s 65536 -n 200" \
+    "fadd -n 200" "cswap -n 200"; do
+    # shellcheck disable=SC2086  # one word per argument
+    perftest_pair "rc_mlx5_${args%% *}" -- -d uroce0:1 -x rc_mlx5 -w 5 -t $args ||
+      fail "ucx_perftest -x rc_mlx5 -t $args"
+  done
+  # UCP's tag matching over it (UD by the verbs for the wire-up).
+  # shellcheck disable=SC2086
+  if perftest_pair ucp_tag_rc_mlx5 --env UCX_TLS=rc_mlx5,ud_verbs --env UCX_LOG_LEVEL=info -- -w 5 -n 50 -t tag_lat; then
+    grep -q "ep_cfg\[0\]: tag(rc_mlx5/uroce0:1)" "$PERFTEST_CLIENT_LOG" ||
+      fail "UCP's tag lane is not rc_mlx5 on uroce0:1: $(grep -o 'ep_cfg.*' "$PERFTEST_CLIENT_LOG" | head -3)"
+  else
+    fail "ucx_perftest -t tag_lat with UCX_TLS=rc_mlx5,ud_verbs"
+  fi
 else
   echo "note: ucx-utils is not installed: UCX's view not checked"
 fi

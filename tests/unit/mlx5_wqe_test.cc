@@ -99,14 +99,37 @@ TEST(Mlx5Wqe, RefusesWhatNoWorkRequestSays) {
   for (int i = 0; i < 3; ++i) big.next();
   big.finish(MLX5_OPCODE_SEND, 0);
   EXPECT_EQ(decode_send_wqe(big.bytes, 32, &d), EINVAL);
-  // Inline data and a data segment in one WQE.
+  // Inline data after a data segment.
   Builder mixed;
+  mlx5dv_set_data_seg(static_cast<mlx5_wqe_data_seg*>(mixed.next()), 8, 3, 0x6000);
   auto* inl = static_cast<uint8_t*>(mixed.next());
   const uint32_t count = htobe32(4 | MLX5_INLINE_SEG);
   std::memcpy(inl, &count, 4);
-  mlx5dv_set_data_seg(static_cast<mlx5_wqe_data_seg*>(mixed.next()), 8, 3, 0x6000);
   mixed.finish(MLX5_OPCODE_SEND, 0);
   EXPECT_EQ(decode_send_wqe(mixed.bytes, sizeof(mixed.bytes), &d), EINVAL);
+}
+
+// UCX's rc_mlx5 active message by pointer (uct_rc_mlx5_ep_am_zcopy): its
+// header inline, then the payload's data segment; all inline is INLINE.
+TEST(Mlx5Wqe, InlineHeaderThenDataSegment) {
+  Builder b;
+  auto* inl = static_cast<uint8_t*>(b.next());
+  const uint32_t count = htobe32(10 | MLX5_INLINE_SEG);
+  std::memcpy(inl, &count, 4);
+  std::memcpy(inl + 4, "0123456789", 10);
+  mlx5dv_set_data_seg(static_cast<mlx5_wqe_data_seg*>(b.next()), 8184, 0x12a6, 0x7000);
+  b.finish(MLX5_OPCODE_SEND, MLX5_WQE_CTRL_CQ_UPDATE);
+  DecodedSend d;
+  ASSERT_EQ(decode_send_wqe(b.bytes, sizeof(b.bytes), &d), 0);
+  EXPECT_EQ(d.opcode, IBV_WR_SEND);
+  EXPECT_EQ(d.send_flags, unsigned(IBV_SEND_SIGNALED)) << "not all of it inline";
+  ASSERT_EQ(d.num_inline, 1u);
+  EXPECT_EQ(d.inline_bufs[0].length, 10u);
+  EXPECT_EQ(std::memcmp(d.inline_bufs[0].addr, "0123456789", 10), 0);
+  ASSERT_EQ(d.num_sge, 1u);
+  EXPECT_EQ(d.sge[0].addr, 0x7000u);
+  EXPECT_EQ(d.sge[0].length, 8184u);
+  EXPECT_EQ(d.sge[0].lkey, 0x12a6u);
 }
 
 }  // namespace

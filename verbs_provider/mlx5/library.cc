@@ -449,7 +449,9 @@ void wr_raw_wqe(mlx5dv_qp_ex* mqp, const void* wqe) {
   UQp* qp = to_uqp(qpx);
   if (qp->batch_err) return;
   uroce::mlx5::DecodedSend d;
-  if (uroce::mlx5::decode_send_wqe(wqe, 63 * uroce::mlx5::kSegBytes, &d) != 0 || d.num_sge > qp->caps.max_send_sge) {
+  // A work request's data is inline or by pointer, not both.
+  if (uroce::mlx5::decode_send_wqe(wqe, 63 * uroce::mlx5::kSegBytes, &d) != 0 || d.num_sge > qp->caps.max_send_sge ||
+      (d.num_inline && d.num_sge)) {
     qp->batch_err = EINVAL;
     return;
   }
