@@ -38,9 +38,10 @@ bool sequence_has_room(const Qp& qp) { return !qp.mlx5_sq || qp.sq_fetched - qp.
 uint32_t fetch_wqe(Device& dev, Qp& qp, uint32_t index, uint32_t end) {
   abi::SendWqe& w = wqe_at(qp, index);
   const uint32_t body = qp.sq.stride - sizeof(abi::SendWqe);
-  bool readable = true;
   if (qp.mlx5_sq) [[unlikely]] {
-    readable = mlx5_take_wqe(qp, end, w, body);  // mlx5's segments, read into the same form
+    // mlx5's segments, read into the same form; one that says nothing a
+    // work request can gets an opcode none is, refused below.
+    if (!mlx5_take_wqe(qp, end, w, body)) w.opcode = ~0u;
     dev.mlx5_activity();
   } else {
     // The header, then only the body it names (its SGEs or inline bytes,
@@ -58,7 +59,7 @@ uint32_t fetch_wqe(Device& dev, Qp& qp, uint32_t index, uint32_t end) {
   }
   SendWqeState& st = wqe_state(qp, index);
   st = SendWqeState{};
-  if (!readable || w.opcode >= 32 || !(executable_wr_ops(qp.type) & (1u << w.opcode))) {
+  if (w.opcode >= 32 || !(executable_wr_ops(qp.type) & (1u << w.opcode))) {
     ++dev.counters_mut().bad_wqes;
     return IBV_WC_LOC_QP_OP_ERR;
   }
