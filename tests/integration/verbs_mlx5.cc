@@ -22,8 +22,72 @@ uint64_t realtime_ns() {
   return uint64_t(ts.tv_sec) * 1'000'000'000u + uint64_t(ts.tv_nsec);
 }
 
+// The words of a CQ's doorbell record (libmlx5's MLX5_CQ_SET_CI and
+// MLX5_CQ_ARM_DB, in its private mlx5.h).
+constexpr int kCqSetCi = 0;
+constexpr int kCqArmDb = 1;
+
+// A CQ in mlx5's format, as mlx5dv_init_obj hands it out.
+struct Mlx5Cq {
+  ibv_cq* cq = nullptr;
+  mlx5dv_cq dv{};
+  // The CQE at free-running index i (the last 64 bytes of its slot), or
+  // nullptr while hardware (the engine) still owns it (cq.c get_sw_cqe).
+  mlx5_cqe64* sw_cqe(uint32_t i) const {
+    auto* e = reinterpret_cast<mlx5_cqe64*>(static_cast<uint8_t*>(dv.buf) + size_t(i & (dv.cqe_cnt - 1)) * dv.cqe_size +
+                                            dv.cqe_size - 64);
+    const uint8_t op_own = __atomic_load_n(&e->op_own, __ATOMIC_ACQUIRE);
+    if ((op_own >> 4) == MLX5_CQE_INVALID || bool(op_own & MLX5_CQE_OWNER_MASK) != bool(i & dv.cqe_cnt))
+      return nullptr;
+    return e;
+  }
+  mlx5_cqe64* wait_cqe(uint32_t i) const {
+    for (int spin = 0; spin < 5000; ++spin) {
+      if (mlx5_cqe64* e = sw_cqe(i)) return e;
+      usleep(1000);
+    }
+    return nullptr;
+  }
+  // UCX's uct_ib_mlx5dv_arm_cq: the command in the doorbell record, then to the UAR.
+  void arm_by_hand(uint32_t ci) const {
+    const uint32_t cmd = ci & 0xffffff;  // sn 0, MLX5_CQ_DB_REQ_NOT
+    dv.dbrec[kCqArmDb] = htobe32(cmd);
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    const uint64_t db = htobe64(uint64_t(cmd) << 32 | dv.cqn);
+    __atomic_store_n(reinterpret_cast<uint64_t*>(static_cast<uint8_t*>(dv.cq_uar) + MLX5_CQ_DOORBELL), db,
+                     __ATOMIC_RELEASE);
+  }
+};
+
 class Mlx5Mode : public VerbsTest {
  protected:
+  // A CQ made by mlx5dv_create_cq with CQEs of cqe_size bytes, in mlx5's
+  // format (mlx5dv_init_obj); m->cq null if either failed.
+  void formatted_cq(int cqe, uint32_t cqe_size, Mlx5Cq* m) {
+    mlx5dv_cq_init_attr cq_dv{};
+    cq_dv.comp_mask = MLX5DV_CQ_INIT_ATTR_MASK_CQE_SIZE;
+    cq_dv.cqe_size = cqe_size;
+    ibv_cq_init_attr_ex attr{};
+    attr.cqe = cqe;
+    attr.wc_flags = IBV_WC_STANDARD_FLAGS;
+    ibv_cq_ex* cqx = mlx5dv_create_cq(ctx_, &attr, &cq_dv);
+    m->cq = nullptr;
+    if (!cqx) return;
+    defer([cqx] { ibv_destroy_cq(ibv_cq_ex_to_cq(cqx)); });
+    mlx5dv_obj obj{};
+    obj.cq.in = ibv_cq_ex_to_cq(cqx);
+    obj.cq.out = &m->dv;
+    if (mlx5dv_init_obj(&obj, MLX5DV_OBJ_CQ) == 0) m->cq = ibv_cq_ex_to_cq(cqx);
+  }
+  // A basic SRQ of pd_ with one SGE a WQE, destroyed at the end.
+  ibv_srq* basic_srq(uint32_t max_wr) {
+    ibv_srq_init_attr attr{};
+    attr.attr.max_wr = max_wr;
+    attr.attr.max_sge = 1;
+    ibv_srq* srq = ibv_create_srq(pd_, &attr);
+    if (srq) defer([srq] { ibv_destroy_srq(srq); });
+    return srq;
+  }
   ibv_cq_ex* dv_cq(mlx5dv_cq_init_attr* dv, uint64_t wc_flags = IBV_WC_STANDARD_FLAGS) {
     ibv_cq_init_attr_ex attr{};
     attr.cqe = 64;
@@ -231,42 +295,6 @@ TEST_F(Mlx5Mode, UdpSourcePortOfRcQpInRts) {
   std::printf("udp sport: qpn %u port 55555, qpn %u its hash\n", a->qp_num, b->qp_num);
 }
 
-// The words of a CQ's doorbell record (libmlx5's MLX5_CQ_SET_CI and
-// MLX5_CQ_ARM_DB, in its private mlx5.h).
-constexpr int kCqSetCi = 0;
-constexpr int kCqArmDb = 1;
-
-// A CQ in mlx5's format, as mlx5dv_init_obj hands it out.
-struct Mlx5Cq {
-  ibv_cq* cq = nullptr;
-  mlx5dv_cq dv{};
-  // The CQE at free-running index i (the last 64 bytes of its slot), or
-  // nullptr while hardware (the engine) still owns it (cq.c get_sw_cqe).
-  mlx5_cqe64* sw_cqe(uint32_t i) const {
-    auto* e = reinterpret_cast<mlx5_cqe64*>(static_cast<uint8_t*>(dv.buf) + size_t(i & (dv.cqe_cnt - 1)) * dv.cqe_size +
-                                            dv.cqe_size - 64);
-    const uint8_t op_own = __atomic_load_n(&e->op_own, __ATOMIC_ACQUIRE);
-    if ((op_own >> 4) == MLX5_CQE_INVALID || bool(op_own & MLX5_CQE_OWNER_MASK) != bool(i & dv.cqe_cnt))
-      return nullptr;
-    return e;
-  }
-  mlx5_cqe64* wait_cqe(uint32_t i) const {
-    for (int spin = 0; spin < 5000; ++spin) {
-      if (mlx5_cqe64* e = sw_cqe(i)) return e;
-      usleep(1000);
-    }
-    return nullptr;
-  }
-  // UCX's uct_ib_mlx5dv_arm_cq: the command in the doorbell record, then to the UAR.
-  void arm_by_hand(uint32_t ci) const {
-    const uint32_t cmd = ci & 0xffffff;  // sn 0, MLX5_CQ_DB_REQ_NOT
-    dv.dbrec[kCqArmDb] = htobe32(cmd);
-    __atomic_thread_fence(__ATOMIC_SEQ_CST);
-    const uint64_t db = htobe64(uint64_t(cmd) << 32 | dv.cqn);
-    __atomic_store_n(reinterpret_cast<uint64_t*>(static_cast<uint8_t*>(dv.cq_uar) + MLX5_CQ_DOORBELL), db,
-                     __ATOMIC_RELEASE);
-  }
-};
 
 // mlx5dv_init_obj on a CQ: its ring in mlx5's format, read by hand as a
 // program driving a ConnectX reads it (UCX's rc_mlx5 does): owner bits that
@@ -429,26 +457,11 @@ RaddrData raddr_data(ibv_mr* local, uint32_t loff, uint32_t len, ibv_mr* remote,
 // does not run ends in a local QP operation error, and what was posted
 // behind it is flushed, each with its own index.
 TEST_F(Mlx5Mode, InitObjQpSendQueueIsWrittenByHandAsOnAConnectX) {
-  mlx5dv_cq_init_attr cq_dv{};
-  cq_dv.comp_mask = MLX5DV_CQ_INIT_ATTR_MASK_CQE_SIZE;
-  cq_dv.cqe_size = 64;
-  ibv_cq_init_attr_ex cq_attr{};
-  cq_attr.cqe = 255;
-  cq_attr.wc_flags = IBV_WC_STANDARD_FLAGS;
-  ibv_cq_ex* cqx = mlx5dv_create_cq(ctx_, &cq_attr, &cq_dv);
-  ASSERT_NE(cqx, nullptr) << std::strerror(errno);
-  defer([cqx] { ibv_destroy_cq(ibv_cq_ex_to_cq(cqx)); });
-  Mlx5Cq m{ibv_cq_ex_to_cq(cqx)};
-  mlx5dv_obj obj{};
-  obj.cq.in = m.cq;
-  obj.cq.out = &m.dv;
-  ASSERT_EQ(mlx5dv_init_obj(&obj, MLX5DV_OBJ_CQ), 0);
-  ibv_srq_init_attr srq_attr{};
-  srq_attr.attr.max_wr = 64;
-  srq_attr.attr.max_sge = 1;
-  ibv_srq* srq = ibv_create_srq(pd_, &srq_attr);
+  Mlx5Cq m;
+  formatted_cq(255, 64, &m);
+  ASSERT_NE(m.cq, nullptr) << std::strerror(errno);
+  ibv_srq* srq = basic_srq(64);
   ASSERT_NE(srq, nullptr);
-  defer([srq] { ibv_destroy_srq(srq); });
   auto rc_on_srq = [&] {
     ibv_qp_init_attr_ex attr = qp_ex_attr(IBV_QPT_RC, m.cq, 0, {});
     attr.comp_mask = IBV_QP_INIT_ATTR_PD;
@@ -464,7 +477,7 @@ TEST_F(Mlx5Mode, InitObjQpSendQueueIsWrittenByHandAsOnAConnectX) {
   ASSERT_TRUE(a && b) << std::strerror(errno);
   Mlx5Sq sq;
   sq.qpn = a->qp_num;
-  obj = {};
+  mlx5dv_obj obj{};
   obj.qp.in = a;
   obj.qp.out = &sq.dv;
   ASSERT_EQ(mlx5dv_init_obj(&obj, MLX5DV_OBJ_QP), 0) << "an RC QP on an SRQ";
@@ -622,29 +635,14 @@ TEST_F(Mlx5Mode, InitObjQpSendQueueIsWrittenByHandAsOnAConnectX) {
 // so a link the program changed (UCX relinks freed WQEs) is followed; each
 // receive completes in an mlx5-format CQ with its WQE's index.
 TEST_F(Mlx5Mode, InitObjSrqIsFilledAndLinkedByHandAsOnAConnectX) {
-  mlx5dv_cq_init_attr cq_dv{};
-  cq_dv.comp_mask = MLX5DV_CQ_INIT_ATTR_MASK_CQE_SIZE;
-  cq_dv.cqe_size = 64;
-  ibv_cq_init_attr_ex cq_attr{};
-  cq_attr.cqe = 31;
-  cq_attr.wc_flags = IBV_WC_STANDARD_FLAGS;
-  ibv_cq_ex* cqx = mlx5dv_create_cq(ctx_, &cq_attr, &cq_dv);
-  ASSERT_NE(cqx, nullptr) << std::strerror(errno);
-  defer([cqx] { ibv_destroy_cq(ibv_cq_ex_to_cq(cqx)); });
-  Mlx5Cq m{ibv_cq_ex_to_cq(cqx)};
-  mlx5dv_obj obj{};
-  obj.cq.in = m.cq;
-  obj.cq.out = &m.dv;
-  ASSERT_EQ(mlx5dv_init_obj(&obj, MLX5DV_OBJ_CQ), 0);
-  ibv_srq_init_attr srq_attr{};
-  srq_attr.attr.max_wr = 15;
-  srq_attr.attr.max_sge = 1;
-  ibv_srq* srq = ibv_create_srq(pd_, &srq_attr);
+  Mlx5Cq m;
+  formatted_cq(31, 64, &m);
+  ASSERT_NE(m.cq, nullptr) << std::strerror(errno);
+  ibv_srq* srq = basic_srq(15);
   ASSERT_NE(srq, nullptr);
-  defer([srq] { ibv_destroy_srq(srq); });
   mlx5dv_srq dvsrq{};
   dvsrq.comp_mask = MLX5DV_SRQ_MASK_SRQN;
-  obj = {};
+  mlx5dv_obj obj{};
   obj.srq.in = srq;
   obj.srq.out = &dvsrq;
   ASSERT_EQ(mlx5dv_init_obj(&obj, MLX5DV_OBJ_SRQ), 0);
@@ -744,12 +742,8 @@ TEST_F(Mlx5Mode, InitObjQpRefusesWhatItCannotHandOut) {
   obj.qp.in = own_rq;
   obj.qp.out = &dvqp;
   EXPECT_EQ(mlx5dv_init_obj(&obj, MLX5DV_OBJ_QP), EOPNOTSUPP);
-  ibv_srq_init_attr srq_attr{};
-  srq_attr.attr.max_wr = 4;
-  srq_attr.attr.max_sge = 1;
-  ibv_srq* srq = ibv_create_srq(pd_, &srq_attr);
+  ibv_srq* srq = basic_srq(4);
   ASSERT_NE(srq, nullptr);
-  defer([srq] { ibv_destroy_srq(srq); });
   ibv_qp_init_attr_ex attr = qp_ex_attr(IBV_QPT_RC, cq, 0, {});
   attr.comp_mask = IBV_QP_INIT_ATTR_PD;
   attr.srq = srq;
