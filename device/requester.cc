@@ -17,9 +17,11 @@ namespace {
 // for an index no queue can hold, or one moved back behind WQEs the engine
 // already took (sq_user_fetched never passes a sane producer; without this
 // check sq_next would run on past it, around and around the ring).
+// `kMlx5`: whether the queue is in mlx5's format (qp.mlx5_sq), decided once
+// per requester_run so that uroce's own queues pay no test per WQE for it.
+template <bool kMlx5>
 bool posted_end(const Qp& qp, uint32_t* end) {
-  if (qp.mlx5_sq) [[unlikely]]
-    return mlx5_sq_posted(qp, end);
+  if constexpr (kMlx5) return mlx5_sq_posted(qp, end);
   const uint32_t prod = qp.sq.hdr->producer.load(std::memory_order_acquire);
   *end = prod;
   return !(prod - qp.sq_user_head > qp.sq.size() || prod - qp.sq_user_head < qp.sq_user_fetched - qp.sq_user_head);
@@ -28,17 +30,19 @@ bool posted_end(const Qp& qp, uint32_t* end) {
 // Whether the engine's send sequence has a free slot. uroce's ring cannot
 // hold more than the sequence; an mlx5-format queue can (one basic block
 // per WQE), and its WQEs wait there until the sequence has room.
-bool sequence_has_room(const Qp& qp) { return !qp.mlx5_sq || qp.sq_fetched - qp.sq_head <= qp.sq_mask; }
+template <bool kMlx5>
+bool sequence_has_room(const Qp& qp) { return !kMlx5 || qp.sq_fetched - qp.sq_head <= qp.sq_mask; }
 
 // Copies the user's next SQ slot out of shared memory into the engine's
 // sequence at `index` and checks it. Returns the completion status the WQE
 // will end with if it cannot be executed.
 // `end`: where the posted WQEs end (uroce's ring: its producer index; an
 // mlx5-format queue: its doorbell record's, mlx5_sq_posted).
+template <bool kMlx5>
 uint32_t fetch_wqe(Device& dev, Qp& qp, uint32_t index, uint32_t end) {
   abi::SendWqe& w = wqe_at(qp, index);
   const uint32_t body = qp.sq.stride - sizeof(abi::SendWqe);
-  if (qp.mlx5_sq) [[unlikely]] {
+  if constexpr (kMlx5) {
     // mlx5's segments, read into the same form; one that says nothing a
     // work request can gets an opcode none is, refused below.
     if (!mlx5_take_wqe(qp, end, w, body)) w.opcode = ~0u;
@@ -215,7 +219,7 @@ bool send_whole_request(Device& dev, Qp& qp, const abi::SendWqe& w, const SendWq
 }
 
 // Sends the next packet of WQE sq_next; returns true when the WQE is fully sent.
-bool send_next_packet(Device& dev, Qp& qp) {
+[[gnu::always_inline]] inline bool send_next_packet(Device& dev, Qp& qp) {
   const uint32_t index = qp.sq_next;
   abi::SendWqe& w = wqe_at(qp, index);
   SendWqeState& st = wqe_state(qp, index);
@@ -440,11 +444,14 @@ void complete_send_head(Device& dev, Qp& qp, uint32_t status) {
   if (qp.locals_unretired && status == IBV_WC_SUCCESS) [[unlikely]] complete_done_locals(dev, qp);
 }
 
-bool requester_run(Device& dev, Qp& qp) {
+namespace {
+
+template <bool kMlx5>
+bool requester_run_format(Device& dev, Qp& qp) {
   if (qp.state == IBV_QPS_ERR) {
     uint32_t prod;
-    const bool sane = posted_end(qp, &prod);
-    const uint32_t taken = qp.mlx5_sq ? qp.sq_user_fetched : qp.sq_user_head;
+    const bool sane = posted_end<kMlx5>(qp, &prod);
+    const uint32_t taken = kMlx5 ? qp.sq_user_fetched : qp.sq_user_head;
     const uint32_t rprod = qp.rq.hdr->producer.load(std::memory_order_acquire);
     if (sane && prod == taken && rprod == qp.rq_head) return false;
     dev.flush_qp(qp);  // WRs posted in the error state complete flushed
@@ -467,13 +474,13 @@ bool requester_run(Device& dev, Qp& qp) {
   if (qp.rnr_wait_until_ns && dev.now_ns() < qp.rnr_wait_until_ns) return false;
   qp.rnr_wait_until_ns = 0;
   uint32_t prod;
-  if (!posted_end(qp, &prod)) {
+  if (!posted_end<kMlx5>(qp, &prod)) {
     // No completion can describe that, so the QP is fatal (IBA 11.6.2 "local
     // work queue catastrophic").
     ++dev.counters_mut().bad_wqes;
     dev.post_qp_event(qp, IBV_EVENT_QP_FATAL);
     qp.state = IBV_QPS_ERR;
-    if (qp.mlx5_sq) [[unlikely]]
+    if constexpr (kMlx5)
       qp.sq_user_fetched = prod;  // nothing past it can be told apart
     else
       qp.sq.hdr->producer.store(qp.sq_user_fetched, std::memory_order_relaxed);
@@ -484,9 +491,9 @@ bool requester_run(Device& dev, Qp& qp) {
   for (uint32_t budget = kRequesterBudget;
        budget && (qp.sq_next != qp.sq_fetched || qp.sq_user_fetched != prod); --budget) {
     if (qp.sq_next == qp.sq_fetched) {
-      if (!sequence_has_room(qp)) [[unlikely]] break;
+      if (!sequence_has_room<kMlx5>(qp)) [[unlikely]] break;
       wqe_state(qp, qp.sq_next).status = IBV_WC_SUCCESS;
-      const uint32_t status = fetch_wqe(dev, qp, qp.sq_next, prod);
+      const uint32_t status = fetch_wqe<kMlx5>(dev, qp, qp.sq_next, prod);
       ++qp.sq_fetched;
       if (status != IBV_WC_SUCCESS) wqe_state(qp, qp.sq_next).status = status;
     }
@@ -535,21 +542,33 @@ bool requester_run(Device& dev, Qp& qp) {
   return work;
 }
 
+}  // namespace
+
+bool requester_run(Device& dev, Qp& qp) {
+  return qp.mlx5_sq ? requester_run_format<true>(dev, qp) : requester_run_format<false>(dev, qp);
+}
+
 // Doorbell order before a control verb: on mlx5 the doorbell of a posted
 // WQE reaches the HCA before a later command (ibv_dereg_mr, ...) does, so a
 // send posted just before its MR is deregistered still goes out. Taking
 // every posted WQE now checks its SGEs against the MRs as they still are and
 // turns them into the owner's addresses, which is all a WQE needs of an MR
 // once taken (gather_sges reads through the owner's memory).
-void requester_take_posted(Device& dev, Qp& qp) {
-  if (qp.state != IBV_QPS_RTS) return;
+template <bool kMlx5>
+void take_posted_format(Device& dev, Qp& qp) {
   uint32_t prod;
-  if (!posted_end(qp, &prod)) return;  // requester_run makes the QP fatal
-  while (qp.sq_user_fetched != prod && sequence_has_room(qp)) {
+  if (!posted_end<kMlx5>(qp, &prod)) return;  // requester_run makes the QP fatal
+  while (qp.sq_user_fetched != prod && sequence_has_room<kMlx5>(qp)) {
     const uint32_t index = qp.sq_fetched++;
-    const uint32_t status = fetch_wqe(dev, qp, index, prod);
+    const uint32_t status = fetch_wqe<kMlx5>(dev, qp, index, prod);
     if (status != IBV_WC_SUCCESS) wqe_state(qp, index).status = status;
   }
+}
+
+void requester_take_posted(Device& dev, Qp& qp) {
+  if (qp.state != IBV_QPS_RTS) return;
+  if (qp.mlx5_sq) take_posted_format<true>(dev, qp);
+  else take_posted_format<false>(dev, qp);
 }
 
 // Points the requester at `psn`: backwards for go-back-N retransmission, or
