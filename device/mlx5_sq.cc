@@ -19,13 +19,15 @@ constexpr uint32_t kBb = abi::kMlx5SendBasicBlock;
 constexpr uint32_t kMaxWqeBytes = 63 * mlx5::kSegBytes;
 
 // Basic blocks a WQE of `sq_stride`-sized work requests may need: the control
-// and remote address segments, an atomic segment, then the data (one 16-byte
-// segment per SGE, or the inline bytes after their 4-byte count), as
-// providers/mlx5/verbs.c sq_overhead + calc_send_wqe sizes them.
-uint32_t bbs_per_wqe(const abi::QpCaps& caps) {
+// and remote address segments, an atomic segment (UD: the control and
+// datagram segments), then the data (one 16-byte segment per SGE, or the
+// inline bytes after their 4-byte count), as providers/mlx5/verbs.c
+// sq_overhead + calc_send_wqe sizes them.
+uint32_t bbs_per_wqe(const abi::QpCaps& caps, ibv_qp_type type) {
   const uint32_t data = std::max<uint32_t>(caps.max_send_sge * mlx5::kSegBytes,
                                  (4 + caps.max_inline_data + mlx5::kSegBytes - 1) / mlx5::kSegBytes * mlx5::kSegBytes);
-  const uint32_t bytes = std::min<uint32_t>(3 * mlx5::kSegBytes + data, kMaxWqeBytes);
+  const uint32_t overhead = type == IBV_QPT_UD ? mlx5::kSegBytes + sizeof(mlx5::WqeAv) : 3 * mlx5::kSegBytes;
+  const uint32_t bytes = std::min<uint32_t>(overhead + data, kMaxWqeBytes);
   return (bytes + kBb - 1) / kBb;
 }
 
@@ -38,13 +40,13 @@ uint32_t round_pow2(uint32_t v) {
 }  // namespace
 
 bool mlx5_sq_posted(const Qp& qp, uint32_t* end) {
-  const Qp::Mlx5Sq& sq = *qp.mlx5_sq;
+  const Qp::Mlx5Queues& sq = *qp.mlx5;
   *end = be32toh(sq.dbrec[1].load(std::memory_order_acquire)) & 0xffff;
   return ((*end - qp.sq_user_fetched) & 0xffff) <= sq.wqe_cnt;
 }
 
 bool mlx5_take_wqe(Qp& qp, uint32_t end, abi::SendWqe& w, uint32_t body) {
-  const Qp::Mlx5Sq& sq = *qp.mlx5_sq;
+  const Qp::Mlx5Queues& sq = *qp.mlx5;
   const uint32_t mask = sq.wqe_cnt - 1;
   const uint32_t first = qp.sq_user_fetched & 0xffff;
   const uint32_t waiting = (end - first) & 0xffff;
@@ -73,7 +75,23 @@ bool mlx5_take_wqe(Qp& qp, uint32_t end, abi::SendWqe& w, uint32_t body) {
     return true;
   }
   mlx5::DecodedSend d;
-  if (mlx5::decode_send_wqe(wqe, size_t(nbb) * kBb, &d)) return false;
+  const bool ud = qp.type == IBV_QPT_UD;
+  if (mlx5::decode_send_wqe(wqe, size_t(nbb) * kBb, &d, ud)) return false;
+  if (ud) {
+    // The datagram segment's address, as a uroce WQE carries its AH's.
+    const mlx5::Datagram& g = d.datagram;
+    w.remote_qpn = g.remote_qpn;
+    w.remote_qkey = g.qkey;
+    std::memcpy(w.av.dgid, g.dgid, 16);
+    w.av.flow_label = g.flow_label;
+    w.av.sgid_index = g.sgid_index;
+    w.av.hop_limit = g.hop_limit;
+    w.av.traffic_class = g.traffic_class;
+    w.av.sl = g.sl;
+    w.av.is_global = 1;
+    w.av.port_num = 1;
+    w.av.udp_sport = g.udp_sport;
+  }
   w.opcode = d.opcode;
   w.flags = d.send_flags;
   w.imm_data = d.imm;
@@ -105,32 +123,49 @@ bool mlx5_take_wqe(Qp& qp, uint32_t end, abi::SendWqe& w, uint32_t body) {
 
 int Device::qp_to_mlx5(Owner* o, uint32_t qpn, abi::Mlx5QpFormatReply* rep, int* fd) {
   Qp* qp = this->qp(qpn);
-  if (!qp || qp->owner != o) return EINVAL;  // RC and UC: the creator's alone
+  if (!qp || qp->owner != o) return EINVAL;  // RC, UC and UD: the creator's alone
   if (!config_.mlx5) return EOPNOTSUPP;
-  if (qp->type != IBV_QPT_RC && qp->type != IBV_QPT_UC) return EOPNOTSUPP;
-  // Receives keep uroce's format: only a QP that takes them from an SRQ
-  // can be handed out whole (rc_mlx5's are).
-  if (!qp->srq) return EOPNOTSUPP;
-  if (qp->mlx5_sq) return EINVAL;  // the provider asks once per QP
-  if ((qp->state != IBV_QPS_RESET && qp->state != IBV_QPS_INIT) || qp->sq_fetched != 0 ||
-      qp->sq.hdr->producer.load(std::memory_order_acquire) != 0)
-    return EBUSY;  // work requests went to uroce's ring already
+  if (qp->type != IBV_QPT_RC && qp->type != IBV_QPT_UC && qp->type != IBV_QPT_UD) return EOPNOTSUPP;
+  if (qp->mlx5) return EINVAL;  // the provider asks once per QP
+  // A ConnectX's queues are in its format from the start; uroce's move there
+  // while nothing went to uroce's rings, in whatever state.
+  if (qp->sq_fetched != 0 || qp->sq.hdr->producer.load(std::memory_order_acquire) != 0 ||
+      qp->rq.hdr->producer.load(std::memory_order_acquire) != 0)
+    return EBUSY;
   // Room for max_send_wr of the largest work requests the QP's caps allow
   // (the requester takes no more at a time than its sequence holds).
   // At least 16 (UCX keeps 8 basic blocks spare), at most half the 16-bit
   // index space.
-  const uint32_t wqe_cnt = std::min(round_pow2(std::max(qp->sq.size() * bbs_per_wqe(qp->caps), 16u)), 1u << 15);
-  auto sq = std::make_unique<Qp::Mlx5Sq>();
-  if (int e = sq->mem.create("uroce-mlx5-sq", abi::kMlx5QpSqOffset + size_t(wqe_cnt) * abi::kMlx5SendBasicBlock))
-    return e;
-  sq->bbs = sq->mem.base() + abi::kMlx5QpSqOffset;
-  sq->wqe_cnt = wqe_cnt;
-  sq->dbrec = reinterpret_cast<std::atomic<uint32_t>*>(sq->mem.base() + abi::kMlx5QpDbrecOffset);
-  *fd = sq->mem.release_fd();
-  rep->shm_size = sq->mem.size();
+  const uint32_t wqe_cnt =
+      std::min(round_pow2(std::max(qp->sq.size() * bbs_per_wqe(qp->caps, qp->type), 16u)), 1u << 15);
+  // The receive queue (none with an SRQ): max_recv_wr WQEs of 16 bytes per
+  // SGE, both powers of two (verbs.c mlx5_calc_rq_size).
+  const uint32_t rq_cnt = qp->srq ? 0 : std::min(round_pow2(std::max(qp->rq.size(), 1u)), 1u << 15);
+  const uint32_t rq_stride = round_pow2(std::clamp(qp->caps.max_recv_sge, 1u, kMaxSge) * 16);
+  const size_t rq_offset = abi::kMlx5QpSqOffset + size_t(wqe_cnt) * abi::kMlx5SendBasicBlock;
+  auto m = std::make_unique<Qp::Mlx5Queues>();
+  if (int e = m->mem.create("uroce-mlx5-qp", rq_offset + size_t(rq_cnt) * rq_stride)) return e;
+  m->bbs = m->mem.base() + abi::kMlx5QpSqOffset;
+  m->wqe_cnt = wqe_cnt;
+  m->dbrec = reinterpret_cast<std::atomic<uint32_t>*>(m->mem.base() + abi::kMlx5QpDbrecOffset);
+  if (rq_cnt) {
+    m->rq_wqes = m->mem.base() + rq_offset;
+    m->rq_cnt = rq_cnt;
+    m->rq_stride = rq_stride;
+  }
+  *fd = m->mem.release_fd();
+  *rep = abi::Mlx5QpFormatReply{};
+  rep->shm_size = m->mem.size();
   rep->sq_wqe_cnt = wqe_cnt;
+  rep->rq_wqe_cnt = rq_cnt;
+  rep->rq_stride = rq_cnt ? rq_stride : 0;
+  rep->rq_offset = rq_cnt ? rq_offset : 0;
   qp->sq_user_fetched = qp->sq_user_head = 0;
-  qp->mlx5_sq = std::move(sq);
+  if (rq_cnt) {
+    qp->rq_head = 0;  // the doorbell record's count starts at 0
+    qp->rq_mlx5 = true;
+  }
+  qp->mlx5 = std::move(m);
   ++mlx5_qps_;
   return 0;
 }

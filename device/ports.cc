@@ -110,7 +110,9 @@ void Device::send_packet(Qp& qp, net::Packet* p, const abi::AddressVector* av) {
   ++qp.tx_packets;
   if (av) {  // UD: the work request's address vector
     net::Route route;
-    return send_on_path(p, resolve_path(*av, qp.qpn, route), route, nullptr, av->dgid);
+    const PathKind kind = resolve_path(*av, qp.qpn, route);
+    if (av->udp_sport) route.src_port = av->udp_sport;  // an mlx5 AV's (mlx5_wqe_av.rlid)
+    return send_on_path(p, kind, route, nullptr, av->dgid);
   }
   if (qp.path.generation != path_generation_) [[unlikely]] {
     qp.path.kind = resolve_path(qp.av, qp.qpn, qp.path.route);

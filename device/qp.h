@@ -182,6 +182,7 @@ struct Qp {
   bool resp_recv_valid = false;
   bool resp_msg_dropped = false; // UC: discard the rest of a broken message
   bool resp_fatal_pending = false; // a fatal NAK is queued: accept nothing more
+  bool rq_mlx5 = false;          // receives come from mlx5->rq_wqes (device/mlx5_rq.h)
   uint32_t resp_last_opcode = 0;
   RecvInProgress resp_recv;
   uint64_t resp_offset = 0;      // bytes placed so far in this message
@@ -209,17 +210,22 @@ struct Qp {
   // mlx5 mode (here at the end: the fields the datapath reads on every
   // packet keep their places).
   uint16_t udp_sport = 0;  // mlx5dv_modify_qp_udp_sport's source port; 0: the QPN's hash
-  // After mlx5dv_init_obj (Device::qp_to_mlx5, device/mlx5_sq.cc): the send
-  // queue the program writes mlx5 WQEs into, as on a ConnectX
-  // (abi::kMlx5Qp*Offset). sq_user_fetched then counts its 64-byte basic
-  // blocks (16 bits, as the doorbell record's producer index).
-  struct Mlx5Sq {
+  // After mlx5dv_init_obj (Device::qp_to_mlx5, device/mlx5_sq.cc): the
+  // queues the program writes mlx5 WQEs into, as on a ConnectX
+  // (abi::kMlx5Qp*Offset). sq_user_fetched then counts the send queue's
+  // 64-byte basic blocks (16 bits, as the doorbell record's producer index);
+  // a QP without an SRQ takes its receives from rq_wqes (device/mlx5_rq.cc),
+  // rq_head counting them.
+  struct Mlx5Queues {
     QueueMemory mem;
     const uint8_t* bbs = nullptr;
     uint32_t wqe_cnt = 0;                      // basic blocks, a power of two
-    std::atomic<uint32_t>* dbrec = nullptr;    // [1]: the producer index, big-endian
+    std::atomic<uint32_t>* dbrec = nullptr;    // [0] receives, [1] sends: producer indices, big-endian
+    const uint8_t* rq_wqes = nullptr;          // null: receives come from an SRQ
+    uint32_t rq_cnt = 0;                       // receive WQEs, a power of two
+    uint32_t rq_stride = 0;                    // bytes per receive WQE
   };
-  std::unique_ptr<Mlx5Sq> mlx5_sq;
+  std::unique_ptr<Mlx5Queues> mlx5;
 };
 
 }  // namespace uroce::device

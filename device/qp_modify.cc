@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "device/device.h"
+#include "device/mlx5_rq.h"
 #include "device/mlx5_sq.h"
 #include "device/wqe.h"
 
@@ -230,12 +231,13 @@ int Device::modify_qp(Owner* o, uint32_t qpn, uint32_t mask, const abi::QpAttr& 
     qp->rq_head = rq_prod;
     qp->sq.hdr->consumer.store(sq_prod, std::memory_order_release);
     qp->rq.hdr->consumer.store(rq_prod, std::memory_order_release);
-    if (qp->mlx5_sq) {
+    if (qp->mlx5) {
       // mlx5's RESET zeroes the doorbell record and the queue's indices
       // (providers/mlx5/verbs.c mlx5_modify_qp): the next WQE is at index 0.
-      qp->mlx5_sq->dbrec[0].store(0, std::memory_order_relaxed);
-      qp->mlx5_sq->dbrec[1].store(0, std::memory_order_release);
+      qp->mlx5->dbrec[0].store(0, std::memory_order_relaxed);
+      qp->mlx5->dbrec[1].store(0, std::memory_order_release);
       qp->sq_user_fetched = 0;
+      if (qp->rq_mlx5) qp->rq_head = 0;
     }
     qp->req_offset = 0;
     qp->rd_atomic_inflight = 0;
@@ -317,7 +319,7 @@ void Device::flush_qp(Qp& qp) {
   }
   qp.sq_internal = 0;
   qp.sq_internal_reads = 0;
-  if (qp.mlx5_sq) [[unlikely]] {
+  if (qp.mlx5) [[unlikely]] {
     // What the program posted and the engine did not take, each WQE by its
     // index (read into the free slot at the sequence's head: scratch).
     uint32_t end;
@@ -340,7 +342,7 @@ void Device::flush_qp(Qp& qp) {
     qp.sq_user_head = sq_prod;
   }
   qp.sq_next = qp.sq_fetched = qp.sq_head;
-  if (!qp.mlx5_sq) qp.sq_user_fetched = qp.sq_user_head;
+  if (!qp.mlx5) qp.sq_user_fetched = qp.sq_user_head;
   qp.sq.hdr->consumer.store(qp.sq_user_head, std::memory_order_release);
   qp.req_offset = 0;
   qp.rnr_wait_until_ns = qp.retrans_deadline_ns = 0;  // no timer outlives the error
@@ -370,11 +372,14 @@ void Device::flush_qp(Qp& qp) {
     qp.last_wqe_reached_sent = true;
     post_qp_event(qp, IBV_EVENT_QP_LAST_WQE_REACHED);
   }
-  const uint32_t rq_prod = qp.rq.hdr->producer.load(std::memory_order_acquire);
-  if (rq_prod - qp.rq_head <= qp.rq.size()) {
+  // The receives posted and not taken: uroce's ring's, or an mlx5-format
+  // queue's, each by its index.
+  const uint32_t rq_prod = qp.rq_mlx5 ? qp.rq_head + mlx5_rq_waiting(qp)
+                                      : qp.rq.hdr->producer.load(std::memory_order_acquire);
+  if (rq_prod - qp.rq_head <= (qp.rq_mlx5 ? qp.mlx5->rq_cnt : qp.rq.size())) {
     for (; qp.rq_head != rq_prod; ++qp.rq_head) {
       abi::Cqe cqe{};
-      cqe.wr_id = recv_wqe_id(qp.rq, qp.rq_head);
+      cqe.wr_id = qp.rq_mlx5 ? mlx5_rq_wqe_id(qp.rq_head) : recv_wqe_id(qp.rq, qp.rq_head);
       cqe.status = IBV_WC_WR_FLUSH_ERR;
       cqe.opcode = IBV_WC_RECV;
       cqe.qp_num = qp.qpn;

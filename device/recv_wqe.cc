@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "device/device.h"
+#include "device/mlx5_rq.h"
 #include "device/mlx5_srq.h"
 #include "device/responder.h"
 #include "net/opcode.h"
@@ -43,11 +44,14 @@ bool take_recv_wqe(Device& dev, Qp& qp, const net::Packet& p, uint32_t* status) 
   uint32_t& head = srq ? srq->head : qp.rq_head;
   const uint32_t max_sge = srq ? srq->max_sge : qp.caps.max_recv_sge;
   const uint32_t pd = srq ? srq->pd : qp.pd;
-  const bool mlx5 = srq && srq->mlx5;
-  const uint32_t waiting =
-      mlx5 ? mlx5_srq_waiting(*srq) : ring.hdr->producer.load(std::memory_order_acquire) - head;
+  // mlx5's formats (mlx5 mode, after mlx5dv_init_obj): the SRQ's linked
+  // list, or the QP's own queue.
+  const bool mlx5 = srq ? bool(srq->mlx5) : qp.rq_mlx5;
+  const uint32_t waiting = !mlx5 ? ring.hdr->producer.load(std::memory_order_acquire) - head
+                           : srq ? mlx5_srq_waiting(*srq)
+                                 : mlx5_rq_waiting(qp);
   if (waiting == 0) return false;
-  if (waiting > ring.size()) {
+  if (waiting > (mlx5 && !srq ? qp.mlx5->rq_cnt : ring.size())) {
     // The client wrote a producer index no ring can hold: there is no WQE to
     // complete (qp.resp_recv is still the last message's), so the queue is
     // broken (IBA 11.6.2 "local work queue catastrophic"; an SRQ's owner also
@@ -58,8 +62,10 @@ bool take_recv_wqe(Device& dev, Qp& qp, const net::Packet& p, uint32_t* status) 
     return true;
   }
   RecvInProgress& r = qp.resp_recv;
-  const uint32_t fetched =
-      mlx5 ? mlx5_take_srq_wqe(dev, *srq, r) : copy_recv_wqe(dev, ring, head, max_sge, r);
+  uint32_t fetched = IBV_WC_SUCCESS;
+  if (!mlx5) fetched = copy_recv_wqe(dev, ring, head, max_sge, r);
+  else if (srq) fetched = mlx5_take_srq_wqe(dev, *srq, r);
+  else mlx5_take_rq_wqe(qp, r);
   r.from_srq = srq != nullptr;
   r.discard = false;
   r.srq = srq ? srq_handle : 0;

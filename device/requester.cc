@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "device/device.h"
+#include "device/mlx5_rq.h"
 #include "device/mlx5_sq.h"
 #include "device/wqe.h"
 
@@ -17,7 +18,7 @@ namespace {
 // for an index no queue can hold, or one moved back behind WQEs the engine
 // already took (sq_user_fetched never passes a sane producer; without this
 // check sq_next would run on past it, around and around the ring).
-// `kMlx5`: whether the queue is in mlx5's format (qp.mlx5_sq), decided once
+// `kMlx5`: whether the queue is in mlx5's format (qp.mlx5), decided once
 // per requester_run so that uroce's own queues pay no test per WQE for it.
 template <bool kMlx5>
 bool posted_end(const Qp& qp, uint32_t* end) {
@@ -452,8 +453,9 @@ bool requester_run_format(Device& dev, Qp& qp) {
     uint32_t prod;
     const bool sane = posted_end<kMlx5>(qp, &prod);
     const uint32_t taken = kMlx5 ? qp.sq_user_fetched : qp.sq_user_head;
-    const uint32_t rprod = qp.rq.hdr->producer.load(std::memory_order_acquire);
-    if (sane && prod == taken && rprod == qp.rq_head) return false;
+    const bool rq_empty = qp.rq_mlx5 ? mlx5_rq_waiting(qp) == 0
+                                     : qp.rq.hdr->producer.load(std::memory_order_acquire) == qp.rq_head;
+    if (sane && prod == taken && rq_empty) return false;
     dev.flush_qp(qp);  // WRs posted in the error state complete flushed
     return true;
   }
@@ -545,7 +547,7 @@ bool requester_run_format(Device& dev, Qp& qp) {
 }  // namespace
 
 bool requester_run(Device& dev, Qp& qp) {
-  return qp.mlx5_sq ? requester_run_format<true>(dev, qp) : requester_run_format<false>(dev, qp);
+  return qp.mlx5 ? requester_run_format<true>(dev, qp) : requester_run_format<false>(dev, qp);
 }
 
 // Doorbell order before a control verb: on mlx5 the doorbell of a posted
@@ -567,7 +569,7 @@ void take_posted_format(Device& dev, Qp& qp) {
 
 void requester_take_posted(Device& dev, Qp& qp) {
   if (qp.state != IBV_QPS_RTS) return;
-  if (qp.mlx5_sq) take_posted_format<true>(dev, qp);
+  if (qp.mlx5) take_posted_format<true>(dev, qp);
   else take_posted_format<false>(dev, qp);
 }
 

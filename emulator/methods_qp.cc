@@ -52,7 +52,7 @@ int set_qp_udp_sport(Call& c) {
   return c.dev.set_qp_udp_sport(&c.owner, uint32_t(req.handle), uint16_t(req.udp_sport));
 }
 
-// Reply fds: [the mlx5-format send queue's memfd].
+// Reply fds: [the memfd of the QP's queues in mlx5's format].
 int mlx5_qp_format(Call& c) {
   const uint64_t handle = c.request<abi::HandleRequest>().handle;
   if (handle >> 32) return EINVAL;  // a QP opened by another process is not this one's to reformat

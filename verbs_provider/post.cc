@@ -341,6 +341,10 @@ int post_recv(ibv_qp* ibqp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
   }
   int err = 0;
   std::lock_guard<std::mutex> lock(qp->rq_mu);
+  if (qp->rq_vendor_owned) [[unlikely]] {
+    *bad_wr = wr;  // its queue holds mlx5 WQEs the program writes (docs/mlx5.md)
+    return EOPNOTSUPP;
+  }
   const uint32_t start = qp->rq.prod;
   for (; wr; wr = wr->next) {
     if (wr->num_sge < 0 || uint32_t(wr->num_sge) > qp->caps.max_recv_sge) {

@@ -318,6 +318,10 @@ inline UCq* to_ucq(ibv_cq_ex* cq) { return reinterpret_cast<UCq*>(cq); }
 struct UAh {
   ibv_ah ah;
   abi::AddressVector av;
+  // A vendor library's view of the address, which it hands to programs
+  // (the drop-in libmlx5's mlx5_wqe_av, mlx5dv_init_obj): filled by it,
+  // freed with the AH.
+  alignas(16) uint8_t vendor_av[48];
 };
 
 struct UQp {
@@ -345,6 +349,8 @@ struct UQp {
   // The send queue is in the vendor's format and the program writes it
   // (mlx5dv_init_obj): the verbs post nothing to it (set with sq_mu held).
   bool sq_vendor_owned;
+  // Likewise the receive queue (set with rq_mu held).
+  bool rq_vendor_owned;
 };
 
 inline UQp* to_uqp(ibv_qp* qp) { return reinterpret_cast<UQp*>(qp); }

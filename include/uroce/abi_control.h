@@ -83,7 +83,7 @@ enum class CtlOp : uint32_t {
   // mlx5 mode (uroced --mlx5).
   kSetQpUdpSport,  // QpUdpSportRequest (mlx5dv_modify_qp_udp_sport)
   kMlx5CqFormat,   // Mlx5CqFormatRequest; reply Mlx5CqFormatReply, fds: [the new ring's memfd]
-  kMlx5QpFormat,   // HandleRequest; reply Mlx5QpFormatReply, fds: [the send queue's memfd]
+  kMlx5QpFormat,   // HandleRequest; reply Mlx5QpFormatReply, fds: [the queues' memfd]
   kMlx5SrqFormat,  // HandleRequest; reply Mlx5SrqFormatReply, fds: [the SRQ's memfd]
   kCount,
 };
@@ -448,16 +448,18 @@ struct Mlx5CqFormatReply {
   uint32_t cqn;
 };
 
-// kMlx5QpFormat: the QP's send queue in mlx5's format from now on
-// (mlx5dv_init_obj on an mlx5-mode device): a new memfd laid out as
-// abi_rings.h's kMlx5Qp*Offset say. An RC or UC QP in RESET or INIT with
-// nothing posted yet (EBUSY otherwise), whose receives come from an SRQ
-// (EOPNOTSUPP otherwise: receive queues keep uroce's format); other types
-// EOPNOTSUPP.
+// kMlx5QpFormat: the QP's send queue, and its receive queue unless it takes
+// receives from an SRQ, in mlx5's formats from now on (mlx5dv_init_obj on an
+// mlx5-mode device): a new memfd laid out as abi_rings.h's kMlx5Qp*Offset
+// say. An RC, UC or UD QP with nothing posted to either queue yet (EBUSY
+// otherwise); other types EOPNOTSUPP.
 struct Mlx5QpFormatReply {
   uint64_t shm_size;
   uint32_t sq_wqe_cnt;  // 64-byte basic blocks, a power of two
+  uint32_t rq_wqe_cnt;  // a power of two; 0: receives come from an SRQ
+  uint32_t rq_stride;   // bytes per receive WQE: 16 per SGE, a power of two
   uint32_t reserved;
+  uint64_t rq_offset;   // where the receive WQEs start in the memfd
 };
 
 // kMlx5SrqFormat: a basic SRQ's WQEs in mlx5's format from now on (the

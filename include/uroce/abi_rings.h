@@ -56,9 +56,12 @@ struct AddressVector {
   uint8_t sl;
   uint8_t is_global;
   uint8_t port_num;
-  uint8_t reserved[6];
+  // RoCEv2's UDP source port; 0: the engine's per-QP hash (an mlx5 WQE's
+  // AV names one: mlx5_wqe_av.rlid).
+  uint16_t udp_sport;
+  uint8_t reserved[4];
 };
-static_assert(sizeof(AddressVector) == 32);
+static_assert(sizeof(AddressVector) == 32 && offsetof(AddressVector, udp_sport) == 26);
 
 // IBV_WR_BIND_MW (ibv_bind_mw posts one too): which window, onto which
 // region, and the range and rights it grants. The window is named by the
@@ -115,15 +118,18 @@ constexpr size_t kMlx5CqCqesOffset = 0x2000;
 constexpr uint32_t kMlx5CqArmSolicited = 1u << 24;  // MLX5_CQ_DB_REQ_NOT_SOL
 static_assert(kMlx5CqDbrecOffset >= sizeof(QueueHeader));
 
-// An mlx5-format send queue (kMlx5QpFormat, mlx5 mode): its memfd holds the
-// doorbell record (two big-endian words: [0] the receive counter, unused
-// while receives keep uroce's format; [1] the send producer index, the 16-bit
-// count of 64-byte basic blocks posted) at kMlx5QpDbrecOffset, a UAR page
-// whose BlueFlame register (kMlx5QpBfOffset, kMlx5QpBfSize bytes, and the
-// same again after it: programs write the two halves in turn) the engine
-// never needs to read (the WQE is in the queue and the doorbell record says
-// how far, mlx5's order), and then sq_wqe_cnt basic blocks of 64 bytes
-// holding mlx5 send WQEs (uroce/mlx5_wqe.h), the first at index 0.
+// A QP's queues in mlx5's format (kMlx5QpFormat, mlx5 mode): its memfd
+// holds the doorbell record (two big-endian words: [0] the receive counter,
+// the 16-bit count of receive WQEs posted; [1] the send producer index, the
+// 16-bit count of 64-byte basic blocks posted) at kMlx5QpDbrecOffset, a UAR
+// page whose BlueFlame register (kMlx5QpBfOffset, kMlx5QpBfSize bytes, and
+// the same again after it: programs write the two halves in turn) the
+// engine never needs to read (the WQE is in the queue and the doorbell
+// record says how far, mlx5's order), then sq_wqe_cnt basic blocks of 64
+// bytes holding mlx5 send WQEs (uroce/mlx5_wqe.h), the first at index 0,
+// and, for a QP without an SRQ, rq_wqe_cnt receive WQEs of rq_stride bytes
+// at rq_offset: data segments (a byte count, an lkey, an address; an lkey
+// of kMlx5InvalidLkey ends a WQE early), taken in order, cyclically.
 constexpr size_t kMlx5QpDbrecOffset = 0x100;
 constexpr size_t kMlx5QpBfOffset = 0x1800;  // MLX5_BF_OFFSET in a UAR page at 0x1000
 constexpr uint32_t kMlx5QpBfSize = 256;

@@ -1,8 +1,9 @@
 // mlx5 send WQEs read back into a work request: what a program that writes
-// mlx5's segments itself means (mlx5dv_wr_raw_wqe today; the engine reading
-// an mlx5-format send queue later). Layouts and codes are those of rdma-core
-// 44's <infiniband/mlx5dv.h> (struct mlx5_wqe_ctrl_seg, _raddr_seg,
-// _atomic_seg, _data_seg, _inl_data_seg; MLX5_OPCODE_*, MLX5_WQE_CTRL_*),
+// mlx5's segments itself means (mlx5dv_wr_raw_wqe; the engine reading an
+// mlx5-format send queue). Layouts and codes are those of rdma-core 44's
+// <infiniband/mlx5dv.h> (struct mlx5_wqe_ctrl_seg, _raddr_seg, _atomic_seg,
+// _data_seg, _inl_data_seg, _datagram_seg / mlx5_wqe_av; MLX5_OPCODE_*,
+// MLX5_WQE_CTRL_*, MLX5_EXTENDED_UD_AV),
 // written out here so that the engine needs no rdma-core header.
 // Header-only, no dependencies: shared by the drop-in libmlx5 and the engine.
 #pragma once
@@ -51,6 +52,53 @@ struct CtrlSeg {
 };
 static_assert(sizeof(CtrlSeg) == kSegBytes);
 
+// mlx5_wqe_av (big-endian fields): a UD WQE's datagram segment, and what
+// mlx5dv_init_obj hands out for an AH, which programs copy into their WQEs
+// (UCX's ud_mlx5).
+struct WqeAv {
+  uint32_t qkey;  // key.qkey.qkey
+  uint32_t key_reserved;
+  uint32_t dqp_dct;  // the destination QP, kExtendedUdAv
+  uint8_t stat_rate_sl;  // Ethernet: the static rate 7:4, the SL 3:1 (verbs.c mlx5_create_ah)
+  uint8_t fl_mlid;
+  uint16_t rlid;  // RoCEv2: the UDP source port (mlx5_ah_set_udp_sport)
+  uint8_t reserved0[4];
+  uint8_t rmac[6];
+  uint8_t tclass;
+  uint8_t hop_limit;
+  uint32_t grh_gid_fl;  // the SGID index 27:20, the flow label 19:0
+  uint8_t rgid[16];
+};
+static_assert(sizeof(WqeAv) == 48 && offsetof(WqeAv, dqp_dct) == 8 && offsetof(WqeAv, rlid) == 14 &&
+              offsetof(WqeAv, rmac) == 20 && offsetof(WqeAv, grh_gid_fl) == 28 && offsetof(WqeAv, rgid) == 32);
+constexpr uint32_t kExtendedUdAv = 0x80000000u;  // MLX5_EXTENDED_UD_AV: the AV has its GRH half
+constexpr size_t kCompactAvBytes = 16;           // an AV without it (InfiniBand without a GRH)
+
+// Where a UD WQE goes: its datagram segment's address, in host order.
+struct Datagram {
+  uint32_t remote_qpn;
+  uint32_t qkey;
+  uint8_t dgid[16];
+  uint32_t flow_label;
+  uint8_t sgid_index, hop_limit, traffic_class, sl;
+  uint16_t udp_sport;
+};
+
+// The datagram segment of an address (libmlx5's create_ah and
+// set_datagram_seg in one: verbs.c mlx5_create_ah on Ethernet, qp.c
+// _set_datagram_seg).
+inline void encode_av(const Datagram& d, WqeAv* av) {
+  *av = WqeAv{};
+  av->qkey = htobe32(d.qkey);
+  av->dqp_dct = htobe32((d.remote_qpn & 0xffffff) | kExtendedUdAv);
+  av->stat_rate_sl = uint8_t((d.sl & 0x7) << 1);
+  av->rlid = htobe16(d.udp_sport);
+  av->tclass = d.traffic_class;
+  av->hop_limit = d.hop_limit;
+  av->grh_gid_fl = htobe32(uint32_t(d.sgid_index) << 20 | (d.flow_label & 0xfffff));
+  std::memcpy(av->rgid, d.dgid, 16);
+}
+
 // A decoded send WQE: an ibv_wr_opcode with its ibv_send_flags and
 // arguments, and its data: inline bytes (pointers into the WQE), SGEs, or
 // inline bytes then SGEs (UCX's rc_mlx5 sends an active message's header
@@ -67,13 +115,18 @@ struct DecodedSend {
   ibv_sge sge[kMaxDecodedSges];
   uint32_t num_inline;
   ibv_data_buf inline_bufs[kMaxDecodedSges];
+  Datagram datagram;  // a UD WQE's
 };
 
 // Reads the WQE at `wqe` (its size is ds * 16 bytes, from the control
 // segment; at most `bytes` are read). 0, or EINVAL for what this device does
 // not take: an opcode other than the RC/UC ones above (NOP, UMR, TSO, ...),
 // a size that does not hold its segments, inline data after a data segment.
-inline int decode_send_wqe(const void* wqe, size_t bytes, DecodedSend* out) {
+// `ud`: the WQE is a UD QP's, a datagram segment after the control segment
+// and a SEND with or without immediate; an AV without its GRH half is
+// refused too (RoCE routes by the GID: mlx5_create_ah refuses an AH without
+// a GRH on Ethernet, so libmlx5 never writes one there).
+inline int decode_send_wqe(const void* wqe, size_t bytes, DecodedSend* out, bool ud = false) {
   const auto* p = static_cast<const uint8_t*>(wqe);
   if (bytes < kSegBytes) return EINVAL;
   CtrlSeg ctrl;
@@ -97,6 +150,27 @@ inline int decode_send_wqe(const void* wqe, size_t bytes, DecodedSend* out) {
     at += kSegBytes;
     return true;
   };
+  if (ud) {
+    const uint8_t op = be32toh(ctrl.opmod_idx_opcode) & 0xff;
+    if (op != kOpSend && op != kOpSendImm) return EINVAL;
+    WqeAv av;
+    if (size - at < kCompactAvBytes) return EINVAL;
+    std::memcpy(&av, p + at, kCompactAvBytes);
+    if (!(be32toh(av.dqp_dct) & kExtendedUdAv) || size - at < sizeof(av)) return EINVAL;
+    std::memcpy(&av, p + at, sizeof(av));
+    at += sizeof(av);
+    Datagram& d = out->datagram;
+    d.remote_qpn = be32toh(av.dqp_dct) & 0xffffff;
+    d.qkey = be32toh(av.qkey);
+    std::memcpy(d.dgid, av.rgid, 16);
+    const uint32_t gid_fl = be32toh(av.grh_gid_fl);
+    d.flow_label = gid_fl & 0xfffff;
+    d.sgid_index = uint8_t(gid_fl >> 20);
+    d.hop_limit = av.hop_limit;
+    d.traffic_class = av.tclass;
+    d.sl = (av.stat_rate_sl >> 1) & 0x7;
+    d.udp_sport = be16toh(av.rlid);
+  }
   switch (be32toh(ctrl.opmod_idx_opcode) & 0xff) {
     case kOpSend: out->opcode = IBV_WR_SEND; break;
     case kOpSendImm:

@@ -7,8 +7,10 @@
 #      that engine: every one passes or skips, and those listed below must
 #      pass (they skip on a device that is not mlx5);
 #   3. UCX sees an mlx5 device without DevX (its dv memory domain opens),
-#      offers rc_mlx5 on it, and ucx_perftest runs over rc_mlx5 (UCT's
-#      active messages, put, get, atomics; UCP's tag matching);
+#      offers rc_mlx5 and ud_mlx5 on it, and ucx_perftest runs over them
+#      (UCT's active messages, put, get, atomics on rc_mlx5; active messages
+#      on ud_mlx5; UCP's tag matching and streams over them and by UCX's
+#      defaults);
 #   4. NotMlx5.* against an engine without --mlx5: every direct verb refuses
 #      the device, as rdma-core's libmlx5 refuses another vendor's.
 #
@@ -104,6 +106,7 @@ if command -v ucx_info >/dev/null 2>&1; then
     fail "UCX did not open its mlx5 (dv) memory domain on uroce0"
   grep -q "uroce0: DEVX is not supported" "$log" || fail "UCX did not find DevX refused"
   grep -qE "Transport: rc_mlx5" "$log" || fail "UCX does not offer rc_mlx5 on uroce0"
+  grep -qE "Transport: ud_mlx5" "$log" || fail "UCX does not offer ud_mlx5 on uroce0"
   # UCX's rc_mlx5 itself, unmodified: its QPs' send queues, its SRQ and its
   # CQs in mlx5's formats, written and read by UCX as on a ConnectX. Few
   # iterations: the two processes poll their CQs in memory, never calling
@@ -116,14 +119,29 @@ if command -v ucx_info >/dev/null 2>&1; then
     perftest_pair "rc_mlx5_${args%% *}" -- -d uroce0:1 -x rc_mlx5 -w 5 -t $args ||
       fail "ucx_perftest -x rc_mlx5 -t $args"
   done
-  # UCP's tag matching over it (UD by the verbs for the wire-up).
-  # shellcheck disable=SC2086
-  if perftest_pair ucp_tag_rc_mlx5 --env UCX_TLS=rc_mlx5,ud_verbs --env UCX_LOG_LEVEL=info -- -w 5 -n 50 -t tag_lat; then
-    grep -q "ep_cfg\[0\]: tag(rc_mlx5/uroce0:1)" "$PERFTEST_CLIENT_LOG" ||
-      fail "UCP's tag lane is not rc_mlx5 on uroce0:1: $(grep -o 'ep_cfg.*' "$PERFTEST_CLIENT_LOG" | head -3)"
-  else
-    fail "ucx_perftest -t tag_lat with UCX_TLS=rc_mlx5,ud_verbs"
-  fi
+  # UCX's ud_mlx5: a UD QP's send queue with datagram segments made from
+  # the AHs' mlx5_wqe_av, its own receive queue in mlx5's format, UCX's
+  # reliability protocol on top (UCT has active messages only on UD).
+  for args in "am_lat -n 50" "am_bw -D bcopy -s 1024 -n 500"; do
+    # shellcheck disable=SC2086
+    perftest_pair "ud_mlx5_${args%% *}" -- -d uroce0:1 -x ud_mlx5 -w 5 -t $args ||
+      fail "ucx_perftest -x ud_mlx5 -t $args"
+  done
+  # UCP over them, no verbs transport: tag matching on rc_mlx5 (wired up
+  # through ud_mlx5), tag matching and streams on ud_mlx5 alone, and UCX's
+  # defaults (which on one host take shared memory for the data).
+  ucp_lane() {  # LABEL TLS TEST LANE
+    if perftest_pair "$1" --env "UCX_TLS=$2" --env UCX_LOG_LEVEL=info -- -w 5 -n 50 -t "$3"; then
+      grep -q "ep_cfg\[0\]: $4" "$PERFTEST_CLIENT_LOG" ||
+        fail "UCP's lane with UCX_TLS=$2 is not $4: $(grep -o 'ep_cfg.*' "$PERFTEST_CLIENT_LOG" | head -3)"
+    else
+      fail "ucx_perftest -t $3 with UCX_TLS=$2"
+    fi
+  }
+  ucp_lane ucp_tag_rc_mlx5 rc_mlx5,ud_mlx5 tag_lat "tag(rc_mlx5/uroce0:1)"
+  ucp_lane ucp_tag_ud_mlx5 ud_mlx5 tag_lat "tag(ud_mlx5/uroce0:1)"
+  ucp_lane ucp_stream_ud_mlx5 ud_mlx5 stream_lat "stream(ud_mlx5/uroce0:1)"
+  perftest_pair ucp_tag_defaults -- -w 5 -n 50 -t tag_lat || fail "ucx_perftest -t tag_lat with UCX's defaults"
 else
   echo "note: ucx-utils is not installed: UCX's view not checked"
 fi

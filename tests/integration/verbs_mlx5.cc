@@ -355,7 +355,7 @@ TEST_F(Mlx5Mode, DevxIsRefusedWithEopnotsupp) {
   EXPECT_EQ(ibv_close_device(plain), 0);
 }
 
-TEST_F(Mlx5Mode, InitObjGivesPdAndDmAndRefusesReceiveQueues) {
+TEST_F(Mlx5Mode, InitObjGivesPdAndDmAndKeepsCqsWithCompletionsInUroceFormat) {
   ibv_alloc_dm_attr dm_attr{};
   dm_attr.length = 256;
   mlx5dv_alloc_dm_attr dv_dm{};
@@ -371,6 +371,7 @@ TEST_F(Mlx5Mode, InitObjGivesPdAndDmAndRefusesReceiveQueues) {
   obj.dm.in = dm;
   obj.dm.out = &dvdm;
   ASSERT_EQ(mlx5dv_init_obj(&obj, MLX5DV_OBJ_PD | MLX5DV_OBJ_DM), 0);
+  EXPECT_EQ(mlx5dv_init_obj(&obj, MLX5DV_OBJ_RWQ), EOPNOTSUPP) << "WQs keep uroce's format";
   EXPECT_EQ(dvpd.pdn, pd_->handle);
   ASSERT_NE(dvdm.buf, nullptr);
   EXPECT_EQ(dvdm.length, 256u);
@@ -387,11 +388,6 @@ TEST_F(Mlx5Mode, InitObjGivesPdAndDmAndRefusesReceiveQueues) {
   mlx5dv_qp_init_attr qp_dv{};
   ibv_qp* qp = dv_qp(cq, &qp_dv);
   ASSERT_NE(qp, nullptr) << std::strerror(errno);
-  mlx5dv_qp dvqp{};
-  obj = {};
-  obj.qp.in = qp;
-  obj.qp.out = &dvqp;
-  EXPECT_EQ(mlx5dv_init_obj(&obj, MLX5DV_OBJ_QP), EOPNOTSUPP);  // its own receive queue: uroce's format
   // A CQ with completions waiting in uroce's format is not converted.
   ibv_sge none{};
   connect_qp(qp, qp->qp_num);

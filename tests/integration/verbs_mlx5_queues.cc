@@ -439,19 +439,171 @@ TEST_F(Mlx5Mode, InitObjSrqIsFilledAndLinkedByHandAsOnAConnectX) {
   EXPECT_EQ(bad, &rwr);
 }
 
-// mlx5dv_init_obj on a QP the device cannot hand out: one with a receive
-// queue of its own (receives keep uroce's format), one the verbs posted to,
-// a UD QP (no datagram segments yet).
+// mlx5dv_init_obj on UD QPs (UCX's ud_mlx5): the send queue takes WQEs with
+// a datagram segment (the AH's mlx5_wqe_av, which mlx5dv_init_obj hands out,
+// with the destination QP and Q_Key set per WQE), the QP's own receive
+// queue is mlx5's (data segments, an invalid lkey ending a WQE early, the
+// count in doorbell record word 0). A receive completes with its WQE's
+// index, the 40 bytes of GRH first in its buffer (the byte count says so),
+// the sender's QPN and "GRH in the buffer" in flags_rqpn; the verbs post to
+// neither queue; the error state flushes the receives left, by index.
+TEST_F(Mlx5Mode, InitObjUdQpSendsAndReceivesInMlx5Formats) {
+  Mlx5Cq m;
+  formatted_cq(63, 64, &m);
+  ASSERT_NE(m.cq, nullptr) << std::strerror(errno);
+  auto ud_qp = [&](uint32_t max_recv_sge) {
+    QpCaps caps;
+    caps.max_recv_sge = max_recv_sge;
+    ibv_qp_init_attr_ex attr = qp_ex_attr(IBV_QPT_UD, m.cq, 0, caps);
+    attr.comp_mask = IBV_QP_INIT_ATTR_PD;
+    ibv_qp* qp = mlx5dv_create_qp(ctx_, &attr, nullptr);
+    if (qp) defer([qp] { ibv_destroy_qp(qp); });
+    return qp;
+  };
+  ibv_qp* a = ud_qp(1);
+  ibv_qp* b = ud_qp(2);
+  ASSERT_TRUE(a && b) << std::strerror(errno);
+  Mlx5Sq sq;
+  sq.qpn = a->qp_num;
+  mlx5dv_obj obj{};
+  obj.qp.in = a;
+  obj.qp.out = &sq.dv;
+  ASSERT_EQ(mlx5dv_init_obj(&obj, MLX5DV_OBJ_QP), 0) << "a UD QP";
+  EXPECT_EQ(sq.dv.rq.stride, 16u) << "one SGE: what UCX's uct_ib_mlx5_get_rxwq requires";
+  mlx5dv_qp rq{};
+  obj.qp.in = b;
+  obj.qp.out = &rq;
+  ASSERT_EQ(mlx5dv_init_obj(&obj, MLX5DV_OBJ_QP), 0);
+  // 16 bytes per SGE the QP holds (its max_recv_sge, 2 or more), a power of two.
+  EXPECT_GE(rq.rq.stride, 32u);
+  EXPECT_EQ(rq.rq.stride & (rq.rq.stride - 1), 0u);
+  ASSERT_GE(rq.rq.wqe_cnt, 64u) << "max_recv_wr";
+  EXPECT_EQ(rq.rq.wqe_cnt & (rq.rq.wqe_cnt - 1), 0u) << "a power of two";
+  ASSERT_TRUE(rq.rq.buf && rq.dbrec);
+  connect_qp(a, 0);
+  connect_qp(b, 0);
+
+  // The AH as libmlx5 keeps it: the GID, the SGID index, the extended-AV
+  // flag, a RoCEv2 source port in rlid.
+  ibv_ah_attr ah_attr = loopback_av();
+  ibv_ah* ah = make_ah(&ah_attr);
+  ASSERT_NE(ah, nullptr);
+  mlx5dv_ah dah{};
+  obj = {};
+  obj.ah.in = ah;
+  obj.ah.out = &dah;
+  ASSERT_EQ(mlx5dv_init_obj(&obj, MLX5DV_OBJ_AH), 0);
+  ASSERT_NE(dah.av, nullptr);
+  EXPECT_TRUE(be32toh(dah.av->dqp_dct) & MLX5_EXTENDED_UD_AV);
+  EXPECT_EQ(std::memcmp(dah.av->rgid, ah_attr.grh.dgid.raw, 16), 0);
+  EXPECT_EQ((be32toh(dah.av->grh_gid_fl) >> 20) & 0xff, ah_attr.grh.sgid_index);
+  EXPECT_GE(be16toh(dah.av->rlid), 0xc000) << "a RoCEv2 source port";
+
+  // Three receives by hand: a data segment, then an invalid lkey (the WQE
+  // holds more).
+  ibv_mr* rbuf = reg_buffer(4096, kRw, 0);
+  for (uint32_t i = 0; i < 3; ++i) {
+    auto* segs = reinterpret_cast<mlx5_wqe_data_seg*>(static_cast<uint8_t*>(rq.rq.buf) + i * rq.rq.stride);
+    mlx5dv_set_data_seg(&segs[0], 40 + 256, rbuf->lkey, uintptr_t(rbuf->addr) + 512 * i);
+    mlx5dv_set_data_seg(&segs[1], 0, MLX5_INVALID_LKEY, 0);
+  }
+  __atomic_thread_fence(__ATOMIC_RELEASE);
+  rq.dbrec[MLX5_RCV_DBR] = htobe32(3);
+
+  // A SEND with 20 inline bytes: control, datagram, inline (one block + 16).
+  struct {
+    mlx5_wqe_datagram_seg dgram;
+    uint8_t inl[32];
+  } ws{};
+  auto address = [&] {
+    std::memcpy(&ws.dgram.av, dah.av, sizeof(ws.dgram.av));
+    ws.dgram.av.dqp_dct = htobe32(b->qp_num | MLX5_EXTENDED_UD_AV);
+    ws.dgram.av.key.qkey.qkey = htobe32(ConnectOpts{}.qkey);
+  };
+  address();
+  const uint32_t inl_count = htobe32(20 | MLX5_INLINE_SEG);
+  std::memcpy(ws.inl, &inl_count, 4);
+  for (int i = 0; i < 20; ++i) ws.inl[4 + i] = uint8_t(0x30 + i);
+  const uint16_t first = sq.post(MLX5_OPCODE_SEND, MLX5_WQE_CTRL_CQ_UPDATE, &ws, sizeof(ws.dgram) + 4 + 20);
+  // A SEND with immediate of 200 bytes by pointer.
+  ibv_mr* sbuf = reg_buffer(4096, kRw, 0x6c);
+  struct {
+    mlx5_wqe_datagram_seg dgram;
+    mlx5_wqe_data_seg data;
+  } wp{};
+  std::memcpy(&wp.dgram, &ws.dgram, sizeof(wp.dgram));
+  mlx5dv_set_data_seg(&wp.data, 200, sbuf->lkey, uintptr_t(sbuf->addr));
+  const uint16_t second = sq.post(MLX5_OPCODE_SEND_IMM, MLX5_WQE_CTRL_CQ_UPDATE, &wp, sizeof(wp), htobe32(0xabcd));
+
+  uint32_t ci = 0;
+  uint32_t sends = 0, receives = 0;
+  for (int k = 0; k < 4; ++k, ++ci) {
+    mlx5_cqe64* e = m.wait_cqe(ci);
+    ASSERT_NE(e, nullptr) << "CQE " << k;
+    const uint8_t op = mlx5dv_get_cqe_opcode(e);
+    if (op == MLX5_CQE_REQ) {
+      EXPECT_EQ(be32toh(e->sop_drop_qpn) & 0xffffff, a->qp_num);
+      EXPECT_EQ(be16toh(e->wqe_counter), sends == 0 ? first : second);
+      ++sends;
+      continue;
+    }
+    ASSERT_TRUE(op == MLX5_CQE_RESP_SEND || op == MLX5_CQE_RESP_SEND_IMM)
+        << "CQE opcode " << int(op) << " syndrome " << int(reinterpret_cast<mlx5_err_cqe*>(e)->syndrome);
+    EXPECT_EQ(be32toh(e->sop_drop_qpn) & 0xffffff, b->qp_num);
+    EXPECT_EQ(be16toh(e->wqe_counter), receives);
+    EXPECT_EQ(be32toh(e->flags_rqpn) & 0xffffff, a->qp_num);
+    EXPECT_TRUE(be32toh(e->flags_rqpn) & (1u << 28)) << "the GRH is in the buffer";
+    const auto* got = static_cast<uint8_t*>(rbuf->addr) + 512 * receives;
+    if (receives == 0) {
+      EXPECT_EQ(op, MLX5_CQE_RESP_SEND);
+      EXPECT_EQ(be32toh(e->byte_cnt), 40u + 20u);
+      EXPECT_EQ(got[40], 0x30);
+      EXPECT_EQ(got[40 + 19], 0x30 + 19);
+    } else {
+      EXPECT_EQ(op, MLX5_CQE_RESP_SEND_IMM);
+      EXPECT_EQ(be32toh(e->byte_cnt), 40u + 200u);
+      EXPECT_EQ(e->imm_inval_pkey, htobe32(0xabcd));
+      EXPECT_EQ(got[40], 0x6c);
+      EXPECT_EQ(got[40 + 199], 0x6c);
+    }
+    ++receives;
+  }
+  EXPECT_EQ(sends, 2u);
+  EXPECT_EQ(receives, 2u);
+  m.dv.dbrec[kCqSetCi] = htobe32(ci & 0xffffff);
+
+  // The verbs post to neither queue.
+  ibv_sge ss = sge_of(sbuf, 0, 8);
+  EXPECT_EQ(post_recv(b, 1, &ss, 1), EOPNOTSUPP);
+  EXPECT_EQ(post_ud(a, 1, &ss, ah, b->qp_num, ConnectOpts{}.qkey), EOPNOTSUPP);
+
+  // The error state flushes the receive left, by its index.
+  ibv_qp_attr err{};
+  err.qp_state = IBV_QPS_ERR;
+  ASSERT_EQ(ibv_modify_qp(b, &err, IBV_QP_STATE), 0);
+  mlx5_cqe64* e = m.wait_cqe(ci);
+  ASSERT_NE(e, nullptr) << "no flush of the third receive";
+  EXPECT_EQ(mlx5dv_get_cqe_opcode(e), MLX5_CQE_RESP_ERR);
+  EXPECT_EQ(reinterpret_cast<mlx5_err_cqe*>(e)->syndrome, MLX5_CQE_SYNDROME_WR_FLUSH_ERR);
+  EXPECT_EQ(be16toh(e->wqe_counter), 2u);
+}
+
+// A receive or a send posted through the verbs before mlx5dv_init_obj: the
+// queues cannot change format under them (EBUSY).
 TEST_F(Mlx5Mode, InitObjQpRefusesWhatItCannotHandOut) {
   ibv_cq* cq = make_cq(16);
   ASSERT_NE(cq, nullptr);
-  ibv_qp* own_rq = dv_qp(cq, nullptr);
-  ASSERT_NE(own_rq, nullptr);
+  ibv_qp* received = dv_qp(cq, nullptr);
+  ASSERT_NE(received, nullptr);
+  connect_qp(received, received->qp_num);
+  ibv_mr* buf = reg_buffer(64, kRw, 0);
+  ibv_sge rs = sge_of(buf, 0, 64);
+  ASSERT_EQ(post_recv(received, 1, &rs, 1), 0);
   mlx5dv_qp dvqp{};
   mlx5dv_obj obj{};
-  obj.qp.in = own_rq;
+  obj.qp.in = received;
   obj.qp.out = &dvqp;
-  EXPECT_EQ(mlx5dv_init_obj(&obj, MLX5DV_OBJ_QP), EOPNOTSUPP);
+  EXPECT_EQ(mlx5dv_init_obj(&obj, MLX5DV_OBJ_QP), EBUSY) << "a receive went to uroce's queue already";
   ibv_srq* srq = basic_srq(4);
   ASSERT_NE(srq, nullptr);
   ibv_qp_init_attr_ex attr = qp_ex_attr(IBV_QPT_RC, cq, 0, {});
@@ -467,10 +619,6 @@ TEST_F(Mlx5Mode, InitObjQpRefusesWhatItCannotHandOut) {
   VT_POLL_ONE(cq, &wc);
   obj.qp.in = posted;
   EXPECT_EQ(mlx5dv_init_obj(&obj, MLX5DV_OBJ_QP), EBUSY) << "work requests went to uroce's queue already";
-  ibv_qp* ud = dv_qp(cq, nullptr, IBV_QPT_UD);
-  ASSERT_NE(ud, nullptr);
-  obj.qp.in = ud;
-  EXPECT_EQ(mlx5dv_init_obj(&obj, MLX5DV_OBJ_QP), EOPNOTSUPP) << "UD's datagram segments: not yet";
 }
 
 // After mlx5dv_init_obj the verbs still read and arm the CQ, now through

@@ -132,5 +132,64 @@ TEST(Mlx5Wqe, InlineHeaderThenDataSegment) {
   EXPECT_EQ(d.sge[0].lkey, 0x12a6u);
 }
 
+// A UD WQE: the datagram segment (mlx5_wqe_av, as libmlx5's create_ah and
+// set_datagram_seg fill it on Ethernet) names the destination; encode_av
+// writes what libmlx5 would, and decoding gives it back.
+TEST(Mlx5Wqe, DatagramSegmentOfAUdSend) {
+  Datagram want{};
+  want.remote_qpn = 0x123456;
+  want.qkey = 0x11111111;
+  for (int i = 0; i < 16; ++i) want.dgid[i] = uint8_t(0xf0 + i);
+  want.flow_label = 0xabcde;
+  want.sgid_index = 3;
+  want.hop_limit = 64;
+  want.traffic_class = 0x28;
+  want.sl = 5;
+  want.udp_sport = 0xc123;
+  Builder b;
+  auto* av = static_cast<mlx5_wqe_av*>(b.next());
+  b.next();
+  b.next();
+  static_assert(sizeof(mlx5_wqe_av) == sizeof(WqeAv));
+  encode_av(want, reinterpret_cast<WqeAv*>(av));
+  // mlx5dv.h's names for the same bytes, as verbs.c mlx5_create_ah sets them.
+  EXPECT_EQ(be32toh(av->dqp_dct), 0x123456u | MLX5_EXTENDED_UD_AV);
+  EXPECT_EQ(be32toh(av->key.qkey.qkey), 0x11111111u);
+  EXPECT_EQ(av->stat_rate_sl, 5 << 1) << "Ethernet: the SL in bits 3:1";
+  EXPECT_EQ(be32toh(av->grh_gid_fl), 3u << 20 | 0xabcde);
+  EXPECT_EQ(be16toh(av->rlid), 0xc123) << "RoCEv2: the UDP source port";
+  mlx5dv_set_data_seg(static_cast<mlx5_wqe_data_seg*>(b.next()), 64, 0x9, 0x4000);
+  b.finish(MLX5_OPCODE_SEND_IMM, MLX5_WQE_CTRL_CQ_UPDATE, htobe32(7));
+  DecodedSend d;
+  ASSERT_EQ(decode_send_wqe(b.bytes, sizeof(b.bytes), &d, true), 0);
+  EXPECT_EQ(d.opcode, IBV_WR_SEND_WITH_IMM);
+  ASSERT_EQ(d.num_sge, 1u);
+  EXPECT_EQ(d.sge[0].addr, 0x4000u);
+  const Datagram& got = d.datagram;
+  EXPECT_EQ(got.remote_qpn, want.remote_qpn);
+  EXPECT_EQ(got.qkey, want.qkey);
+  EXPECT_EQ(std::memcmp(got.dgid, want.dgid, 16), 0);
+  EXPECT_EQ(got.flow_label, want.flow_label);
+  EXPECT_EQ(got.sgid_index, want.sgid_index);
+  EXPECT_EQ(got.hop_limit, want.hop_limit);
+  EXPECT_EQ(got.traffic_class, want.traffic_class);
+  EXPECT_EQ(got.sl, want.sl);
+  EXPECT_EQ(got.udp_sport, want.udp_sport);
+
+  // Not a SEND, or an AV without its GRH half (RoCE cannot route it), or a
+  // WQE too short for the AV: refused.
+  b.finish(MLX5_OPCODE_RDMA_WRITE, 0);
+  EXPECT_EQ(decode_send_wqe(b.bytes, sizeof(b.bytes), &d, true), EINVAL);
+  b.finish(MLX5_OPCODE_SEND, 0);
+  av->dqp_dct = htobe32(0x123456);
+  EXPECT_EQ(decode_send_wqe(b.bytes, sizeof(b.bytes), &d, true), EINVAL);
+  av->dqp_dct = htobe32(0x123456 | MLX5_EXTENDED_UD_AV);
+  Builder shorter;
+  std::memcpy(shorter.bytes, b.bytes, sizeof(b.bytes));
+  mlx5dv_set_ctrl_seg(shorter.ctrl(), 5, MLX5_OPCODE_SEND, 0, 0x1234, 0, 2, 0, 0);
+  EXPECT_EQ(decode_send_wqe(shorter.bytes, sizeof(shorter.bytes), &d, true), EINVAL);
+  EXPECT_EQ(decode_send_wqe(b.bytes, sizeof(b.bytes), &d, true), 0);
+}
+
 }  // namespace
 }  // namespace uroce::mlx5

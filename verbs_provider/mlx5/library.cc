@@ -20,6 +20,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <new>
 
 #include "verbs_provider/mlx5/cq.h"
@@ -222,6 +223,42 @@ UROCE_MLX5_EXPORT int mlx5dv_set_context_attr(ibv_context* ctx, mlx5dv_set_ctx_a
 
 int init_qp(ibv_qp* ibqp, mlx5dv_qp* out);  // below, with the QP's direct-verbs state
 
+// The UDP source port an AH's datagrams take (verbs.c mlx5_ah_set_udp_sport):
+// from the flow label if it has one, else any in RoCEv2's range.
+uint16_t ah_udp_sport(uint32_t flow_label) {
+  if (flow_label & 0xfffff) return ibv_flow_label_to_udp_sport(flow_label & 0xfffff);
+  constexpr uint32_t kMin = 0xc000, kSpan = 0x10000 - kMin;  // IB_ROCE_UDP_ENCAP_VALID_PORT_MIN..MAX
+  return uint16_t(kMin + uint32_t(random()) % kSpan);
+}
+
+// mlx5dv_init_obj's AH part (mlx5.c mlx5dv_get_av): the address as the
+// mlx5_wqe_av libmlx5 keeps for it, which programs copy into their UD WQEs'
+// datagram segments (UCX's ud_mlx5 and dc_mlx5), made once and kept in the
+// AH. Its rmac stays zero: the engine finds the next hop itself (ARP or
+// neighbour discovery on its port), as it does for every RoCE packet.
+void init_ah(ibv_ah* ibah, mlx5dv_ah* out) {
+  UAh* ah = reinterpret_cast<UAh*>(ibah);
+  static_assert(sizeof(ah->vendor_av) == sizeof(mlx5_wqe_av) && sizeof(mlx5_wqe_av) == sizeof(uroce::mlx5::WqeAv));
+  auto* av = reinterpret_cast<uroce::mlx5::WqeAv*>(ah->vendor_av);
+  static std::mutex made_mu;  // two threads may ask for the same AH's at once
+  std::lock_guard<std::mutex> lock(made_mu);
+  if (!av->dqp_dct) {  // dqp_dct carries MLX5_EXTENDED_UD_AV in every made AV
+    uroce::mlx5::Datagram d{};
+    std::memcpy(d.dgid, ah->av.dgid, 16);
+    d.flow_label = ah->av.flow_label;
+    d.sgid_index = ah->av.sgid_index;
+    d.hop_limit = ah->av.hop_limit;
+    d.traffic_class = ah->av.traffic_class;
+    d.sl = ah->av.sl;
+    d.udp_sport = ah_udp_sport(ah->av.flow_label);
+    uroce::mlx5::encode_av(d, av);
+    av->qkey = 0;  // set per WQE (qp.c _set_datagram_seg)
+    av->dqp_dct = htobe32(uroce::mlx5::kExtendedUdAv);
+  }
+  out->av = reinterpret_cast<mlx5_wqe_av*>(ah->vendor_av);
+  out->comp_mask = 0;
+}
+
 // mlx5dv_init_obj's SRQ part (mlx5.c mlx5dv_get_srq): the engine puts a
 // basic SRQ's WQEs in mlx5's linked list the first time (kMlx5SrqFormat,
 // device/mlx5_srq.cc), each linked to the one after it as libmlx5 leaves
@@ -264,11 +301,16 @@ namespace {
 
 int init_obj(mlx5dv_obj* obj, uint64_t type) {
   if (!obj) return EINVAL;
-  // Send and receive queues keep uroce's formats: no mlx5 WQE buffer or
-  // doorbell record to hand out yet. A CQ is put in mlx5's (cq.cc).
-  if (type & (MLX5DV_OBJ_RWQ | MLX5DV_OBJ_AH)) return EOPNOTSUPP;
-  if (type & ~uint64_t(MLX5DV_OBJ_PD | MLX5DV_OBJ_DM | MLX5DV_OBJ_CQ | MLX5DV_OBJ_QP | MLX5DV_OBJ_SRQ))
+  // WQs keep uroce's format: no mlx5 WQE buffer or doorbell record to hand
+  // out yet.
+  if (type & MLX5DV_OBJ_RWQ) return EOPNOTSUPP;
+  if (type & ~uint64_t(MLX5DV_OBJ_PD | MLX5DV_OBJ_DM | MLX5DV_OBJ_CQ | MLX5DV_OBJ_QP | MLX5DV_OBJ_SRQ |
+                       MLX5DV_OBJ_AH))
     return EINVAL;
+  if (type & MLX5DV_OBJ_AH) {
+    if (!obj->ah.in || !obj->ah.out || !is_mlx5_context(obj->ah.in->context)) return EINVAL;
+    init_ah(obj->ah.in, obj->ah.out);
+  }
   if (type & MLX5DV_OBJ_SRQ) {
     if (!obj->srq.in || !obj->srq.out || !is_mlx5_context(obj->srq.in->context)) return EINVAL;
     if (int e = init_srq(obj->srq.in, obj->srq.out)) return e;
@@ -346,10 +388,14 @@ namespace {
 struct DvQp {
   mlx5dv_qp_ex dv{};  // first: the program's pointer is this struct's
   ibv_qp_ex* qpx = nullptr;
-  // After mlx5dv_init_obj: the mlx5-format send queue (abi::kMlx5Qp*Offset).
+  // After mlx5dv_init_obj: the QP's queues in mlx5's formats
+  // (abi::kMlx5Qp*Offset; the receive queue unless the QP has an SRQ).
   uint8_t* sq_map = nullptr;
   size_t sq_map_size = 0;
   uint32_t sq_wqe_cnt = 0;
+  uint32_t rq_wqe_cnt = 0;
+  uint32_t rq_stride = 0;
+  uint64_t rq_offset = 0;
 };
 
 DvQp* dv_of(mlx5dv_qp_ex* mqp) { return reinterpret_cast<DvQp*>(mqp); }
@@ -379,20 +425,21 @@ DvQp* attach_dv_qp(ibv_qp_ex* qpx) {
 }  // namespace
 
 // mlx5dv_init_obj's QP part (mlx5.c mlx5dv_get_qp): the engine puts the QP's
-// send queue in mlx5's format the first time (kMlx5QpFormat: 64-byte basic
-// blocks the engine reads at the doorbell record's producer index, as a
-// ConnectX does; device/mlx5_sq.cc), and the program writes its WQEs there
-// itself, as UCX's rc_mlx5 does. A 256-byte BlueFlame register with both
-// halves writable (UCX flips between them), which the engine need not read:
-// the WQE is in the queue before the doorbell record says so. Receives
-// stay with the verbs: the QP must take them from an SRQ (EOPNOTSUPP
-// otherwise), and rq is empty.
+// queues in mlx5's formats the first time (kMlx5QpFormat): the send queue's
+// 64-byte basic blocks the engine reads at the doorbell record's producer
+// index, as a ConnectX does (device/mlx5_sq.cc), and, unless the QP takes
+// its receives from an SRQ, a receive queue of data segments counted in the
+// doorbell record's first word (device/mlx5_rq.cc). The program writes its
+// WQEs there itself, as UCX's rc_mlx5 and ud_mlx5 do. A 256-byte BlueFlame
+// register with both halves writable (UCX flips between them), which the
+// engine need not read: the WQE is in the queue before the doorbell record
+// says so.
 int init_qp(ibv_qp* ibqp, mlx5dv_qp* out) {
   UQp* qp = to_uqp(ibqp);
   if (qp->opened || qp->rss) return EOPNOTSUPP;
   DvQp* d = attach_dv_qp(&qp->qpx);
   if (!d) return ENOMEM;
-  std::lock_guard<std::mutex> lock(qp->sq_mu);
+  std::scoped_lock lock(qp->sq_mu, qp->rq_mu);  // nothing posted while the queues change format
   if (!d->sq_map) {
     abi::HandleRequest req{ibqp->handle};
     abi::Mlx5QpFormatReply rep;
@@ -406,13 +453,22 @@ int init_qp(ibv_qp* ibqp, mlx5dv_qp* out) {
     d->sq_map = static_cast<uint8_t*>(map);
     d->sq_map_size = rep.shm_size;
     d->sq_wqe_cnt = rep.sq_wqe_cnt;
+    d->rq_wqe_cnt = rep.rq_wqe_cnt;
+    d->rq_stride = rep.rq_stride;
+    d->rq_offset = rep.rq_offset;
     qp->sq_vendor_owned = true;
+    qp->rq_vendor_owned = rep.rq_wqe_cnt != 0;
   }
   *out = mlx5dv_qp{};
   out->dbrec = reinterpret_cast<__be32*>(d->sq_map + abi::kMlx5QpDbrecOffset);
   out->sq.buf = d->sq_map + abi::kMlx5QpSqOffset;
   out->sq.wqe_cnt = d->sq_wqe_cnt;
   out->sq.stride = abi::kMlx5SendBasicBlock;
+  if (d->rq_wqe_cnt) {
+    out->rq.buf = d->sq_map + d->rq_offset;
+    out->rq.wqe_cnt = d->rq_wqe_cnt;
+    out->rq.stride = d->rq_stride;
+  }
   out->bf.reg = d->sq_map + abi::kMlx5QpBfOffset;
   out->bf.size = abi::kMlx5QpBfSize;
   return 0;  // comp_mask 0: no UAR mmap offset, no raw QP handles (mlx5_get_qp clears what it does not fill)

@@ -1,0 +1,40 @@
+// mlx5-format receive queues: see mlx5_rq.h.
+#include "device/mlx5_rq.h"
+
+#include <endian.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "device/device.h"
+
+namespace uroce::device {
+
+namespace {
+constexpr uint32_t kSeg = 16;  // mlx5_wqe_data_seg
+}  // namespace
+
+uint32_t mlx5_rq_waiting(const Qp& qp) {
+  return (be32toh(qp.mlx5->dbrec[0].load(std::memory_order_acquire)) - qp.rq_head) & 0xffff;
+}
+
+void mlx5_take_rq_wqe(Qp& qp, RecvInProgress& r) {
+  const Qp::Mlx5Queues& m = *qp.mlx5;
+  // A private copy of the WQE: the program may be rewriting it.
+  uint8_t wqe[kSeg * kMaxSge];
+  const uint32_t bytes = std::min<uint32_t>(m.rq_stride, sizeof(wqe));
+  std::memcpy(wqe, m.rq_wqes + size_t(qp.rq_head & (m.rq_cnt - 1)) * m.rq_stride, bytes);
+  r.wr_id = mlx5_rq_wqe_id(qp.rq_head);
+  r.num_sge = 0;
+  for (uint32_t at = 0; at + kSeg <= bytes; at += kSeg) {
+    uint32_t count, lkey;
+    uint64_t addr;
+    std::memcpy(&count, wqe + at, 4);
+    std::memcpy(&lkey, wqe + at + 4, 4);
+    std::memcpy(&addr, wqe + at + 8, 8);
+    if (be32toh(lkey) == abi::kMlx5InvalidLkey) break;  // the WQE ends early
+    r.sge[r.num_sge++] = abi::Sge{be64toh(addr), be32toh(count), be32toh(lkey)};
+  }
+}
+
+}  // namespace uroce::device
