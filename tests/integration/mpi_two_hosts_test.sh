@@ -7,8 +7,10 @@
 # `uroce run` (instead of ssh); Open MPI's own control traffic (orted, PMIx)
 # crosses the veth over TCP, the ranks' traffic over RoCEv2 between the two
 # engines. The ping-pong and all-reduce of mpi_pingpong (data checked) run
-# over rc_verbs and over ud_verbs; each rank's endpoints must be on its own
-# host's device, and the wire ports must have carried the frames.
+# over rc_verbs and over ud_verbs, then with both engines in mlx5 mode over
+# rc_mlx5 and ud_mlx5 (UCX writing its WQEs and reading its CQEs itself);
+# each rank's endpoints must be on its own host's device, and the wire ports
+# must have carried the frames.
 #
 #   mpi_two_hosts_test.sh PATH/TO/mpi_pingpong
 set -euo pipefail
@@ -24,10 +26,14 @@ dir_a="$UROCE_TEST_DIR/hostA" dir_b="$UROCE_TEST_DIR/hostB"
 mkdir -p "$dir_a" "$dir_b"
 
 add_cleanup "$UROCE_BIN --runtime-dir $dir_a stop --all >&2; $UROCE_BIN --runtime-dir $dir_b stop --all >&2"
-ip netns exec "$ns_a" "$UROCE_BIN" --runtime-dir "$dir_a" start --name hostA \
-  --port "net_af_packet0,iface=$veth_a" --ip "$eng_a"
-ip netns exec "$ns_b" "$UROCE_BIN" --runtime-dir "$dir_b" start --name hostB \
-  --port "net_af_packet0,iface=$veth_b" --ip "$eng_b"
+start_hosts() {  # [uroced flags...]
+  "$UROCE_BIN" --runtime-dir "$dir_a" stop --all >&2
+  "$UROCE_BIN" --runtime-dir "$dir_b" stop --all >&2
+  ip netns exec "$ns_a" "$UROCE_BIN" --runtime-dir "$dir_a" start --name hostA \
+    --port "net_af_packet0,iface=$veth_a" --ip "$eng_a" "$@"
+  ip netns exec "$ns_b" "$UROCE_BIN" --runtime-dir "$dir_b" start --name hostB \
+    --port "net_af_packet0,iface=$veth_b" --ip "$eng_b" "$@"
+}
 
 # Open MPI's rsh agent is called as "AGENT HOST COMMAND..." (as ssh would be).
 agent="$UROCE_TEST_DIR/enter_host_b.sh"
@@ -45,9 +51,12 @@ wire_rx() {
 }
 
 failures=0
-for tl in rc_verbs ud_verbs; do
-  tls=$tl
-  [[ $tl == rc_verbs ]] && tls=rc_verbs,ud_verbs
+for tl in rc_verbs ud_verbs rc_mlx5 ud_mlx5; do
+  case $tl in
+    rc_verbs) tls=rc_verbs,ud_verbs && start_hosts ;;
+    rc_mlx5) tls=rc_mlx5,ud_mlx5 && start_hosts --mlx5 ;;
+    *) tls=$tl ;;
+  esac
   log="$UROCE_LOG_DIR/mpi_two_hosts.$tl.log"
   before=$(wire_rx "$dir_b")
   rc=0
