@@ -18,3 +18,21 @@ for f in results.json table.md bench.svg; do
 done
 grep -q '</svg>' "$out/bench.svg" || { echo "FAIL: bench.svg is incomplete"; exit 1; }
 python3 "$here/check_results.py" "$out/results.json"
+
+# The UCX part (not in --quick's default set): its rows come out with figures
+# for every transport it names.
+if command -v ucx_perftest >/dev/null 2>&1; then
+  "$build/bin/uroce" bench --quick --only ucx --out "$out/ucx"
+  python3 - "$out/ucx/results.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))["ucx"]
+want = {"rc_verbs": ("am_bw_1k", "put_bw_64k", "am_lat_8b"), "rc_mlx5": ("am_bw_1k", "put_bw_64k", "am_lat_8b"),
+        "ud_verbs": ("am_bw_1k", "am_lat_8b"), "ud_mlx5": ("am_bw_1k", "am_lat_8b")}
+missing = ["%s %s" % (tl, k) for tl, keys in want.items() for k in keys if not (r.get(tl) or {}).get(k, {}).get("msgs_per_s")]
+if missing:
+    sys.exit("FAIL: UCX rows without figures: " + ", ".join(missing))
+print("UCX rows: all %d figures present" % sum(len(k) for k in want.values()))
+PY
+else
+  echo "note: ucx-utils is not installed: the bench's UCX part not run"
+fi

@@ -27,6 +27,9 @@ build tree or installation). It
      from the build tree's tests), TCP over the same veth, perftest
      across the engines at path MTU 4096, and raw_ethernet_bw 1500 B frames
      across them beside the port's raw rate for 1500-byte frames;
+     and UCX's own perftest (Debian's ucx_perftest) through an engine in
+     mlx5 mode: am_bw 1 KiB, put_bw 64 KiB and am_lat over rc_mlx5 and
+     ud_mlx5 beside rc_verbs and ud_verbs (--only ucx runs it with --quick);
   4. prints a table (each figure, its baselines and the ratios), and writes
      results.json, table.md and bench.svg into --out (default
      ./uroce-bench-results).
@@ -573,6 +576,70 @@ class Bench:
             self.log("tag matching %-16s %s, %s" % (key, fmt_bw(tm[key]["bw_bytes_per_s"]),
                                                     fmt_rate(tm[key]["msgs_per_s"])))
 
+    # ---- UCX ----
+
+    UCX_PLAN = (
+        # key, ucx_perftest arguments, messages (full run; --quick: a fifth)
+        ("am_bw_1k", ["-t", "am_bw", "-D", "bcopy", "-s", "1024"], 20000),
+        ("put_bw_64k", ["-t", "put_bw", "-D", "zcopy", "-s", "65536"], 2000),
+        ("am_lat_8b", ["-t", "am_lat", "-s", "8"], 200),
+    )
+    UCX_TRANSPORTS = ("rc_verbs", "rc_mlx5", "ud_verbs", "ud_mlx5")
+
+    def ucx_pair(self, tl, args, iters):
+        """One ucx_perftest server/client pair on uroce0:1 over transport tl;
+        the client's "Final:" figures."""
+        limit = 60 if self.quick else 120
+        common = ["-d", "uroce0:1", "-x", tl, "-n", str(iters), "-w", "5"] + args
+        tag = "ucx-%s-%s" % (tl, "-".join(args[1:2] + args[-1:]))
+        for attempt in range(3):
+            port = str(self.next_port())
+            sv_log = os.path.join(self.logs, "%s.%d.server.log" % (tag, attempt))
+            cl_log = os.path.join(self.logs, "%s.%d.client.log" % (tag, attempt))
+            server = self.spawn([self.uroce, "run", "--", "ucx_perftest", "-p", port], limit, sv_log)
+            time.sleep(0.5)
+            rc, out = self.run([self.uroce, "run", "--", "ucx_perftest", "127.0.0.1", "-p", port] + common,
+                               limit, cl_log)
+            self.kill(server)
+            m = re.search(r"^Final:\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+"
+                          r"([\d.]+)\s+([\d.]+)", out, re.M)
+            if rc == 0 and m:
+                v = [float(x) for x in m.groups()]
+                return {"iters": int(v[0]), "t_median_us": v[1], "t_avg_us": v[2],
+                        "bw_bytes_per_s": v[5] * MIB_PER_S, "msgs_per_s": v[7],
+                        "load_average_1min": round(os.getloadavg()[0], 2)}
+            self.log("ucx_perftest -x %s %s attempt %d failed (exit %d): %s" % (
+                tl, " ".join(args), attempt + 1, rc, " | ".join(out.strip().splitlines()[-2:])))
+        raise BenchError("ucx_perftest -x %s %s failed three times (logs: %s)" % (tl, " ".join(args), self.logs))
+
+    def ucx(self):
+        """Debian's UCX perftest, unmodified, through an engine in mlx5 mode:
+        rc_mlx5 and ud_mlx5 (UCX writes its WQEs and reads its CQEs in
+        memory) next to rc_verbs and ud_verbs on the same device (issue 29).
+        UD transports have no put (UCT's UD has active messages only)."""
+        u = self.results["ucx"] = {}
+        if not shutil.which("ucx_perftest"):
+            u["skipped"] = "ucx_perftest not installed (Debian ucx-utils)"
+            self.log("UCX skipped: %s" % u["skipped"])
+            return
+        self.start_engine("uroce0", extra=["--mlx5"])
+        try:
+            for tl in self.UCX_TRANSPORTS:
+                u[tl] = {}
+                for key, args, iters in self.UCX_PLAN:
+                    if tl.startswith("ud") and key.startswith("put"):
+                        continue
+                    n = max(50, iters // 5) if self.quick else iters
+                    try:
+                        r = u[tl][key] = self.ucx_pair(tl, args, n)
+                    except BenchError as e:
+                        self.error("UCX: %s" % e)
+                        continue
+                    self.log("ucx_perftest %-8s %-10s %s, %s, median %s" % (
+                        tl, key, fmt_bw(r["bw_bytes_per_s"]), fmt_rate(r["msgs_per_s"]), fmt_us(r["t_median_us"])))
+        finally:
+            self.stop_engines()
+
     def raw_ethernet_bw(self, size, seconds, dev="uroce0", server_dev=None, server_ns=None, client_ns=None,
                         extra=()):
         """Debian's raw_ethernet_bw, unmodified: a server receiving on a raw
@@ -1057,6 +1124,19 @@ class Bench:
                          "uroce": fmt_rate(th_raw_rx), "uroce_value": th_raw_rx,
                          "baseline1": "raw 1500 B frames %s" % fmt_rate(base), "ratio1": ratio(th_raw_rx, base),
                          "baseline2": "", "ratio2": None})
+        ucx = self.results.get("ucx") or {}
+        for tl in ("rc_mlx5", "ud_mlx5"):
+            base_tl = tl.replace("mlx5", "verbs")
+            for key, what, field, fmt in (("am_bw_1k", "am_bw bcopy 1 KiB", "msgs_per_s", fmt_rate),
+                                          ("put_bw_64k", "put_bw zcopy 64 KiB", "bw_bytes_per_s", fmt_bw),
+                                          ("am_lat_8b", "am_lat 8 B median", "t_median_us", fmt_us)):
+                mine, base = (ucx.get(tl) or {}).get(key), (ucx.get(base_tl) or {}).get(key)
+                if not mine:
+                    continue
+                v, b = mine[field], (base or {}).get(field)
+                rows.append({"figure": "UCX %s: %s" % (tl, what), "uroce": fmt(v), "uroce_value": v,
+                             "baseline1": "%s %s" % (base_tl, fmt(b)) if b is not None else "",
+                             "ratio1": ratio(v, b), "baseline2": "", "ratio2": None})
         idle = self.results.get("idle_engine")
         if idle:
             rows.append({"figure": "idle engine CPU (%d s)" % round(idle["seconds"]),
@@ -1246,6 +1326,8 @@ class Bench:
                 except BenchError as e:
                     self.error(str(e))
             self.stop_engines()
+        if (not self.quick and want("ucx")) or (only and "ucx" in only):
+            self.ucx()
         if (not self.quick and not self.opts.no_two_hosts and want("two_hosts")) or (only and "two_hosts" in only):
             try:
                 self.two_hosts()
@@ -1455,7 +1537,7 @@ def main():
     ap.add_argument("--no-two-hosts", action="store_true", help="skip the two-engine runs of the full bench")
     ap.add_argument("--keep", action="store_true", help="keep the logs and runtime directory")
     ap.add_argument("--only", metavar="PARTS", help="comma-separated parts to run: baselines, idle, perftest, "
-                    "tag_matching, raw_ethernet, scale, two_hosts (default: all; two_hosts not with --quick)")
+                    "tag_matching, raw_ethernet, scale, ucx, two_hosts (default: all; ucx and two_hosts not with --quick)")
     ap.add_argument("--against", metavar="BUILD", help="A/B: run this build and BUILD (another build directory "
                     "or uroce command) alternately, --runs times each, and compare the medians")
     ap.add_argument("--runs", type=int, default=5, help="runs per build with --against (default 5)")
