@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "uroce/cpu_placement.h"
 #include "tools/command_line.h"
 #include "tools/device_nodes.h"
 #include "tools/engine_client.h"
@@ -345,6 +346,11 @@ int cmd_run(const Context& ctx, const RunArgs& args) {
   // (verbs_provider/placement.cc), unless told not to.
   if (args.all_cpus) ::unsetenv("UROCE_POLL_PLACEMENT");
   else ::setenv("UROCE_POLL_PLACEMENT", "1", 1);
+  // The CPUs the command was given, which a thread that polls in memory
+  // gets back (verbs_provider/mlx5/library.cc unplace_memory_poller).
+  std::string run_cpus;
+  for (int c : uroce::current_cpus()) run_cpus += (run_cpus.empty() ? "" : ",") + std::to_string(c);
+  ::setenv("UROCE_RUN_CPUS", run_cpus.c_str(), 1);
   auto [ld_path, runtime_dir] = provider_environment(ctx);
   ::setenv("LD_LIBRARY_PATH", ld_path.c_str(), 1);
   preload_sanitizer_runtime();

@@ -23,6 +23,7 @@
 #include <mutex>
 #include <new>
 
+#include "uroce/cpu_placement.h"
 #include "verbs_provider/mlx5/cq.h"
 #include "verbs_provider/mlx5/export.h"
 #include "uroce/abi_rings.h"
@@ -299,6 +300,21 @@ int init_srq(ibv_srq* ibsrq, mlx5dv_srq* out) {
 
 namespace {
 
+// A program that reads its CQ in mlx5's format spins on memory, outside the
+// library, where ibv_poll_cq would yield the CPU when it finds nothing. The
+// provider moved the thread off its engine's CPU (verbs_provider/
+// placement.cc), and two such processes (UCX's ucx_perftest server and
+// client) would share the one CPU left by scheduler time slices: 4 ms a
+// ping-pong on two CPUs. Given back every CPU its `uroce run` command has
+// (UROCE_RUN_CPUS), the scheduler spreads them: 0.6-1.1 ms (docs/
+// PERFORMANCE.md, "UCX over mlx5 mode").
+void unplace_memory_poller() {
+  const char* placement = std::getenv("UROCE_POLL_PLACEMENT");
+  const char* cpus = std::getenv("UROCE_RUN_CPUS");
+  if (!placement || std::strcmp(placement, "1") != 0 || !cpus) return;
+  uroce::pin_current_thread(uroce::parse_cpu_list(cpus));  // an empty or bad list changes nothing
+}
+
 int init_obj(mlx5dv_obj* obj, uint64_t type) {
   if (!obj) return EINVAL;
   // WQs keep uroce's format: no mlx5 WQE buffer or doorbell record to hand
@@ -322,6 +338,7 @@ int init_obj(mlx5dv_obj* obj, uint64_t type) {
   if (type & MLX5DV_OBJ_CQ) {
     if (!obj->cq.in || !obj->cq.out || !is_mlx5_context(obj->cq.in->context)) return EINVAL;
     if (int e = init_cq(obj->cq.in, obj->cq.out)) return e;
+    unplace_memory_poller();
   }
   if (type & MLX5DV_OBJ_PD)
     if (int e = init_pd(obj)) return e;
