@@ -26,15 +26,8 @@ void mlx5_take_rq_wqe(Qp& qp, RecvInProgress& r) {
   std::memcpy(wqe, m.rq_wqes + size_t(qp.rq_head & (m.rq_cnt - 1)) * m.rq_stride, bytes);
   r.wr_id = mlx5_rq_wqe_id(qp.rq_head);
   r.num_sge = 0;
-  for (uint32_t at = 0; at + kSeg <= bytes; at += kSeg) {
-    uint32_t count, lkey;
-    uint64_t addr;
-    std::memcpy(&count, wqe + at, 4);
-    std::memcpy(&lkey, wqe + at + 4, 4);
-    std::memcpy(&addr, wqe + at + 8, 8);
-    if (be32toh(lkey) == abi::kMlx5InvalidLkey) break;  // the WQE ends early
-    r.sge[r.num_sge++] = abi::Sge{be64toh(addr), be32toh(count), be32toh(lkey)};
-  }
+  for (uint32_t at = 0; at + kSeg <= bytes && mlx5_recv_data_seg(wqe + at, &r.sge[r.num_sge]); at += kSeg)
+    ++r.num_sge;
 }
 
 }  // namespace uroce::device

@@ -8,11 +8,29 @@
 // queue (device/mlx5_sq.cc).
 #pragma once
 
+#include <endian.h>
+
 #include <cstdint>
+#include <cstring>
 
 #include "device/qp.h"
 
 namespace uroce::device {
+
+// A receive WQE's data segment (mlx5_wqe_data_seg: byte count, lkey,
+// address, big-endian), read from a private copy into *out; false for the
+// one that ends the WQE early (an lkey of MLX5_INVALID_LKEY). Shared by the
+// receive queues and the SRQs (device/mlx5_srq.cc).
+inline bool mlx5_recv_data_seg(const uint8_t* seg, abi::Sge* out) {
+  uint32_t count, lkey;
+  uint64_t addr;
+  std::memcpy(&count, seg, 4);
+  std::memcpy(&lkey, seg + 4, 4);
+  std::memcpy(&addr, seg + 8, 8);
+  if (be32toh(lkey) == abi::kMlx5InvalidLkey) return false;
+  *out = abi::Sge{be64toh(addr), be32toh(count), be32toh(lkey)};
+  return true;
+}
 
 // Receive WQEs the program posted that the engine has not taken (the
 // doorbell record's count less Qp::rq_head, 16 bits).

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "device/device.h"
+#include "device/mlx5_rq.h"
 
 namespace uroce::device {
 
@@ -43,18 +44,14 @@ uint32_t mlx5_take_srq_wqe(Device& dev, Srq& s, RecvInProgress& r) {
   r.wr_id = index;
   r.num_sge = 0;
   uint32_t status = IBV_WC_SUCCESS;
-  for (uint32_t at = kSeg; at + kSeg <= m.stride && at + kSeg <= sizeof(wqe); at += kSeg) {
-    uint32_t count, lkey;
-    uint64_t addr;
-    std::memcpy(&count, wqe + at, 4);
-    std::memcpy(&lkey, wqe + at + 4, 4);
-    std::memcpy(&addr, wqe + at + 8, 8);
-    if (be32toh(lkey) == abi::kMlx5InvalidLkey) break;  // the list ends early
+  abi::Sge sge;
+  for (uint32_t at = kSeg; at + kSeg <= m.stride && at + kSeg <= sizeof(wqe) && mlx5_recv_data_seg(wqe + at, &sge);
+       at += kSeg) {
     if (r.num_sge == s.max_sge) {
       status = IBV_WC_LOC_LEN_ERR;
       break;
     }
-    r.sge[r.num_sge++] = abi::Sge{be64toh(addr), be32toh(count), be32toh(lkey)};
+    r.sge[r.num_sge++] = sge;
   }
   if (status != IBV_WC_SUCCESS) {
     ++dev.counters_mut().bad_wqes;

@@ -116,6 +116,14 @@ struct Mlx5Sq {
   uint32_t qpn = 0;
   uint16_t pi = 0;  // basic blocks posted (free-running, 16 bits)
   uint32_t bf_half = 0;
+  // mlx5dv_init_obj on qp: its queues handed over.
+  int take(ibv_qp* qp) {
+    qpn = qp->qp_num;
+    mlx5dv_obj obj{};
+    obj.qp.in = qp;
+    obj.qp.out = &dv;
+    return mlx5dv_init_obj(&obj, MLX5DV_OBJ_QP);
+  }
   // The basic block at free-running index i.
   uint8_t* bb(uint32_t i) const {
     return static_cast<uint8_t*>(dv.sq.buf) + size_t(i & (dv.sq.wqe_cnt - 1)) * MLX5_SEND_WQE_BB;
@@ -186,11 +194,7 @@ TEST_F(Mlx5Mode, InitObjQpSendQueueIsWrittenByHandAsOnAConnectX) {
   ibv_qp* b = rc_on_srq();
   ASSERT_TRUE(a && b) << std::strerror(errno);
   Mlx5Sq sq;
-  sq.qpn = a->qp_num;
-  mlx5dv_obj obj{};
-  obj.qp.in = a;
-  obj.qp.out = &sq.dv;
-  ASSERT_EQ(mlx5dv_init_obj(&obj, MLX5DV_OBJ_QP), 0) << "an RC QP on an SRQ";
+  ASSERT_EQ(sq.take(a), 0) << "an RC QP on an SRQ";
   // What UCX's uct_ib_mlx5_txwq_init checks.
   EXPECT_EQ(sq.dv.sq.stride, uint32_t(MLX5_SEND_WQE_BB));
   ASSERT_GT(sq.dv.sq.wqe_cnt, 8u);
@@ -464,13 +468,10 @@ TEST_F(Mlx5Mode, InitObjUdQpSendsAndReceivesInMlx5Formats) {
   ibv_qp* b = ud_qp(2);
   ASSERT_TRUE(a && b) << std::strerror(errno);
   Mlx5Sq sq;
-  sq.qpn = a->qp_num;
-  mlx5dv_obj obj{};
-  obj.qp.in = a;
-  obj.qp.out = &sq.dv;
-  ASSERT_EQ(mlx5dv_init_obj(&obj, MLX5DV_OBJ_QP), 0) << "a UD QP";
+  ASSERT_EQ(sq.take(a), 0) << "a UD QP";
   EXPECT_EQ(sq.dv.rq.stride, 16u) << "one SGE: what UCX's uct_ib_mlx5_get_rxwq requires";
   mlx5dv_qp rq{};
+  mlx5dv_obj obj{};
   obj.qp.in = b;
   obj.qp.out = &rq;
   ASSERT_EQ(mlx5dv_init_obj(&obj, MLX5DV_OBJ_QP), 0);
