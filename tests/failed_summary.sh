@@ -29,8 +29,13 @@ while IFS=: read -r _ name; do
   ' "$log" >"$block"
   # A suite of many cases fails in one of them, named far above the tail.
   if grep -qE "$what_failed" "$block"; then
+    # With the indented lines that follow one (a matrix's details).
     echo "---- $name: lines that say what failed (first 30) ----"
-    grep -E "$what_failed" "$block" | head -n 30
+    awk -v re="$what_failed" '
+      $0 ~ re { print; more = 12; next }
+      more > 0 && /^[[:space:]]/ { print; more--; next }
+      { more = 0 }
+    ' "$block" | head -n 30
     echo "---- $name: the end of its output ----"
   fi
   tail -n "$lines" "$block"

@@ -119,8 +119,11 @@ expand() {  # SIDE TEMPLATE
 
 # A marker in the capture of the guest's NIC (cm_mads.py reads them): a UDP
 # datagram to the guest's discard port, "uroce-mark LABEL start|end".
+# Sent twice: a datagram the host's tap or the emulator's capture loses
+# under load would put a case's messages in no case (cm_mads.py then names
+# the case as seen from one side only).
 mark() {  # LABEL start|end
-  in_ns bash -c "echo 'uroce-mark $1 $2' >/dev/udp/$guest_ip/9" 2>/dev/null || true
+  in_ns bash -c "echo 'uroce-mark $1 $2' >/dev/udp/$guest_ip/9; echo 'uroce-mark $1 $2' >/dev/udp/$guest_ip/9" 2>/dev/null || true
 }
 
 # Waits until the guest's server is ready: its TCP port listens (tcp), an
@@ -239,15 +242,21 @@ run_matrix() {  # MODE
     'ibv_xsrq_pingpong -d {dev} -g {gid} -p {port} -n 100 {peer}' '100 iters in'
   # perftest; -o 16 where the two sides' read depths must agree (rxe offers
   # 128, uroce 16 as mlx5: a ConnectX client fails against rxe without it).
-  local t
+  # The bandwidth tests keep 128 messages of 64 KiB in flight towards a
+  # guest that TCG runs at a fraction of the wire's rate: when the tap's
+  # queue overflows, go-back-N sends it all again, and perftest's default
+  # local ACK timeout (-u 14: 67 ms, 7 retries) can end in RETRY_EXC_ERR
+  # before a busy guest catches up (seen once in CI, uroce to rxe). -u 20
+  # (4.3 s) gives it the time, both ways.
+  local t bw_timeout="-u 20"
   for t in send write; do
-    case_run "$m" "ib_${t}_bw" 90 tcp "ib_${t}_bw -d {dev} -x {gid} -p {port} -n 200" \
-      "ib_${t}_bw -d {dev} -x {gid} -p {port} -n 200 {peer}" '^ *65536 +200 '
+    case_run "$m" "ib_${t}_bw" 90 tcp "ib_${t}_bw -d {dev} -x {gid} -p {port} -n 200 $bw_timeout" \
+      "ib_${t}_bw -d {dev} -x {gid} -p {port} -n 200 $bw_timeout {peer}" '^ *65536 +200 '
     case_run "$m" "ib_${t}_lat" 90 tcp "ib_${t}_lat -d {dev} -x {gid} -p {port} -n 200" \
       "ib_${t}_lat -d {dev} -x {gid} -p {port} -n 200 {peer}" '^ *2 +200 '
   done
-  case_run "$m" ib_read_bw 90 tcp 'ib_read_bw -d {dev} -x {gid} -p {port} -n 200 -o 16' \
-    'ib_read_bw -d {dev} -x {gid} -p {port} -n 200 -o 16 {peer}' '^ *65536 +200 '
+  case_run "$m" ib_read_bw 90 tcp "ib_read_bw -d {dev} -x {gid} -p {port} -n 200 -o 16 $bw_timeout" \
+    "ib_read_bw -d {dev} -x {gid} -p {port} -n 200 -o 16 $bw_timeout {peer}" '^ *65536 +200 '
   case_run "$m" ib_read_lat 90 tcp 'ib_read_lat -d {dev} -x {gid} -p {port} -n 200 -o 16' \
     'ib_read_lat -d {dev} -x {gid} -p {port} -n 200 -o 16 {peer}' '^ *2 +200 '
   case_run "$m" ib_atomic_bw 90 tcp 'ib_atomic_bw -d {dev} -x {gid} -p {port} -n 200 -o 16' \
