@@ -50,6 +50,12 @@ void Device::dispatch(net::Packet* p, bool check_icrc) {
     return;
   }
   ++q->rx_packets;
+  if (q->dc != DcRole::kNone) [[unlikely]]
+    return dc_receive(*q, *p);
+  if (p->info().has(net::kHasDcEth)) [[unlikely]] {  // DC to a QP that is no DCT
+    ++counters_.rx_bad_transport;
+    return;
+  }
   if (p->info().has(net::kRequest))
     responder_receive(*this, *q, *p);
   else

@@ -472,6 +472,7 @@ int Device::destroy_qp(Owner* o, uint64_t handle) {
       xrcds_.erase(qp->xrcd);
   }
   set_polled(*qp, false);
+  release_dc_contexts(*qp);
   if (qp->mlx5) --mlx5_qps_;
   // A QP that was connected keeps its number out of use for a time-wait:
   // the peer's last packets find no QP rather than a new one.

@@ -117,6 +117,21 @@ class Device {
   int modify_qp(Owner* o, uint32_t qpn, uint32_t mask, const abi::QpAttr& attr);
   int query_qp(Owner* o, uint32_t qpn, abi::QpAttr* attr);
   int set_qp_udp_sport(Owner* o, uint32_t qpn, uint16_t udp_sport);
+  // The Dynamically Connected transport (device/dc.cc): an RC QP in RESET
+  // becomes a DCI or a DCT (kMlx5QpDc).
+  int make_dc(Owner* o, uint32_t qpn, uint32_t dc_type, uint64_t access_key);
+  // DCI: points the QP at w's target when w is the next to start; false
+  // while WQEs to the previous target are outstanding (st.status set if
+  // w names none).
+  bool dci_take_target(Qp& qp, const abi::SendWqe& w, SendWqeState& st);
+  // DCI: the DCETH of a request packet it built.
+  void dc_write_eth(const Qp& qp, net::Packet& p);
+  // DCI: leaves RESET as a new incarnation (net::DcEth::dci_epoch).
+  void dci_new_epoch(Qp& qp);
+  // A packet to a DCI or a DCT (datapath.cc dispatch).
+  void dc_receive(Qp& q, net::Packet& p);
+  // A DCT's responder contexts go (the DCT leaves RTR or is destroyed).
+  void release_dc_contexts(Qp& dct);
   // mlx5 mode: the QP's send queue in mlx5's format from now on
   // (kMlx5QpFormat, device/mlx5_sq.cc); *fd is its memfd, for the client.
   int qp_to_mlx5(Owner* o, uint32_t qpn, abi::Mlx5QpFormatReply* rep, int* fd);
@@ -462,6 +477,9 @@ class Device {
   // thousands of fresh QPs cost the poll loop nothing.
   std::vector<Qp*> active_qps_;
   void set_polled(Qp& qp, bool polled);
+  uint32_t dc_epochs_ = 0;
+  Qp* new_dc_context(Qp& dct, const net::Packet& p, const net::Ipv6Addr& src, uint32_t dci);
+  void release_dc_context(Qp& dct, Qp* ctx);
   // Enters an MR of pd into the table; its key (device.cc).
   uint32_t add_mr(Pd& pd, Mr&& fields);
 };
@@ -515,6 +533,7 @@ inline bool is_reliable(const Qp& qp) {
   return qp.type == IBV_QPT_RC || qp.type == IBV_QPT_XRC_SEND || qp.type == IBV_QPT_XRC_RECV;
 }
 inline net::Transport transport_of(const Qp& qp) {
+  if (qp.dc == DcRole::kInitiator) [[unlikely]] return net::Transport::kDc;
   switch (qp.type) {
     case IBV_QPT_UC: return net::Transport::kUc;
     case IBV_QPT_UD: return net::Transport::kUd;

@@ -23,10 +23,13 @@ constexpr uint32_t kMaxWqeBytes = 63 * mlx5::kSegBytes;
 // datagram segments), then the data (one 16-byte segment per SGE, or the
 // inline bytes after their 4-byte count), as providers/mlx5/verbs.c
 // sq_overhead + calc_send_wqe sizes them.
-uint32_t bbs_per_wqe(const abi::QpCaps& caps, ibv_qp_type type) {
+uint32_t bbs_per_wqe(const abi::QpCaps& caps, const Qp& qp) {
   const uint32_t data = std::max<uint32_t>(caps.max_send_sge * mlx5::kSegBytes,
                                  (4 + caps.max_inline_data + mlx5::kSegBytes - 1) / mlx5::kSegBytes * mlx5::kSegBytes);
-  const uint32_t overhead = type == IBV_QPT_UD ? mlx5::kSegBytes + sizeof(mlx5::WqeAv) : 3 * mlx5::kSegBytes;
+  // A DCI's: the control and datagram segments, then RC's (mlx5's sq_overhead for DCI).
+  const uint32_t overhead = qp.type == IBV_QPT_UD         ? mlx5::kSegBytes + sizeof(mlx5::WqeAv)
+                            : qp.dc == DcRole::kInitiator ? 3 * mlx5::kSegBytes + sizeof(mlx5::WqeAv)
+                                                          : 3 * mlx5::kSegBytes;
   const uint32_t bytes = std::min<uint32_t>(overhead + data, kMaxWqeBytes);
   return (bytes + kBb - 1) / kBb;
 }
@@ -75,13 +78,17 @@ bool mlx5_take_wqe(Qp& qp, uint32_t end, abi::SendWqe& w, uint32_t body) {
     return true;
   }
   mlx5::DecodedSend d;
-  const bool ud = qp.type == IBV_QPT_UD;
-  if (mlx5::decode_send_wqe(wqe, size_t(nbb) * kBb, &d, ud)) return false;
-  if (ud) {
-    // The datagram segment's address, as a uroce WQE carries its AH's.
+  const mlx5::WqeAddress address = qp.type == IBV_QPT_UD         ? mlx5::WqeAddress::kUd
+                                   : qp.dc == DcRole::kInitiator ? mlx5::WqeAddress::kDc
+                                                                 : mlx5::WqeAddress::kNone;
+  if (mlx5::decode_send_wqe(wqe, size_t(nbb) * kBb, &d, address)) return false;
+  if (address != mlx5::WqeAddress::kNone) {
+    // The datagram segment's address, as a uroce WQE carries its AH's (and
+    // a DCI's the DCT's key: mlx5dv_wr_set_dc_addr).
     const mlx5::Datagram& g = d.datagram;
     w.remote_qpn = g.remote_qpn;
     w.remote_qkey = g.qkey;
+    w.dc_key = g.dc_key;
     std::memcpy(w.av.dgid, g.dgid, 16);
     w.av.flow_label = g.flow_label;
     w.av.sgid_index = g.sgid_index;
@@ -137,7 +144,7 @@ int Device::qp_to_mlx5(Owner* o, uint32_t qpn, abi::Mlx5QpFormatReply* rep, int*
   // At least 16 (UCX keeps 8 basic blocks spare), at most half the 16-bit
   // index space.
   const uint32_t wqe_cnt =
-      std::min(round_pow2(std::max(qp->sq.size() * bbs_per_wqe(qp->caps, qp->type), 16u)), 1u << 15);
+      std::min(round_pow2(std::max(qp->sq.size() * bbs_per_wqe(qp->caps, *qp), 16u)), 1u << 15);
   // The receive queue (none with an SRQ): max_recv_wr WQEs of 16 bytes per
   // SGE, both powers of two (verbs.c mlx5_calc_rq_size).
   const uint32_t rq_cnt = qp->srq ? 0 : std::min(round_pow2(std::max(qp->rq.size(), 1u)), 1u << 15);

@@ -55,6 +55,10 @@ struct PathCache {
   net::HeaderTemplate header;  // route's headers, copied into each frame
 };
 
+// The Dynamically Connected transport (device/dc.cc): a DCI, a DCT, or one
+// of a DCT's responder contexts (not in the QP table; its qpn the DCT's).
+enum class DcRole : uint8_t { kNone, kInitiator, kTarget, kTargetContext };
+
 struct AtomicReplay {
   uint32_t psn = 0;
   uint64_t orig = 0;
@@ -101,6 +105,7 @@ struct Qp {
   ibv_qp_type type = IBV_QPT_RC;
   uint32_t pd = 0, send_cq = 0, recv_cq = 0, srq = 0;
   bool sq_sig_all = false;
+  DcRole dc = DcRole::kNone;
   abi::QpCaps caps{};
   uint32_t xrcd = 0, xrcd_handle = 0;  // XRC_RECV: its domain
   // XRC_RECV QPs opened by other processes (ibv_open_qp): their owners get
@@ -226,6 +231,20 @@ struct Qp {
     uint32_t rq_stride = 0;                    // bytes per receive WQE
   };
   std::unique_ptr<Mlx5Queues> mlx5;
+
+  // DC (device/dc.cc). DCI: its current target (av, dest_qpn, dc_key),
+  // that connection's number and first PSN; connected once the target
+  // answered. DCT: its key and its responder contexts. Context: which
+  // connection of which DCI it serves.
+  bool dc_has_target = false;
+  bool dc_connected = false;
+  uint8_t dc_number = 0;       // DCI: its connections since RESET; context: its connection's
+  uint32_t dc_epoch = 0;       // DCI: its incarnation (net::DcEth); context: its DCI's
+  uint32_t dc_connect_psn = 0;
+  uint64_t dc_key = 0;
+  uint64_t dc_clock = 0;     // DCT: stamps contexts as they are used
+  uint64_t dc_last_used = 0; // context: its last stamp (least recently used goes first)
+  std::vector<std::unique_ptr<Qp>> dc_contexts;
 };
 
 }  // namespace uroce::device

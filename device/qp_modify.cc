@@ -146,8 +146,26 @@ int Device::modify_qp(Owner* o, uint32_t qpn, uint32_t mask, const abi::QpAttr& 
   if ((mask & IBV_QP_CUR_STATE) && cur != qp->state &&
       !(cur == IBV_QPS_RTS && qp->state == IBV_QPS_SQE))
     return EINVAL;
-  const Transition t = transition(cur, next);
+  Transition t = transition(cur, next);
   if (!t.valid) return EINVAL;
+  if (qp->dc != DcRole::kNone) {
+    // DC (mlx5's kernel driver: mlx5_ib_modify_dct, and for a DCI no
+    // attribute table): a DCT has no RTS; it needs PKEY_INDEX, PORT and
+    // ACCESS_FLAGS at INIT, MIN_RNR_TIMER, AV and PATH_MTU at RTR. A DCI's
+    // target comes with each work request, so no transition needs one.
+    const uint32_t all = ~uint32_t(IBV_QP_STATE);
+    if (qp->dc == DcRole::kTarget) {
+      if (next == IBV_QPS_RTS || next == IBV_QPS_SQD) return EINVAL;
+      const uint32_t init = IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS;
+      const uint32_t rtr = IBV_QP_MIN_RNR_TIMER | IBV_QP_AV | IBV_QP_PATH_MTU;
+      t.req[0] = cur == IBV_QPS_RESET && next == IBV_QPS_INIT ? init
+                 : cur == IBV_QPS_INIT && next == IBV_QPS_RTR ? rtr
+                                                              : 0;
+    } else {
+      t.req[0] = 0;
+    }
+    t.opt[0] = all;
+  }
   if (is_reliable(*qp) && cur == IBV_QPS_SQE) return EINVAL;
   const int slot = transport_slot(qp->type);
   // XRC halves use RC's table minus what they lack; like the kernel, drop
@@ -177,7 +195,8 @@ int Device::modify_qp(Owner* o, uint32_t qpn, uint32_t mask, const abi::QpAttr& 
   if ((mask & IBV_QP_RETRY_CNT) && a.retry_cnt > 7) return EINVAL;
   if ((mask & IBV_QP_RNR_RETRY) && a.rnr_retry > 7) return EINVAL;
   if ((mask & IBV_QP_MIN_RNR_TIMER) && a.min_rnr_timer > 31) return EINVAL;
-  if ((mask & IBV_QP_AV) && qp->type != IBV_QPT_RAW_PACKET) {  // raw: only its SL is used
+  // Raw: only its SL is used; DC: only its port, hop limit and traffic class.
+  if ((mask & IBV_QP_AV) && qp->type != IBV_QPT_RAW_PACKET && qp->dc == DcRole::kNone) {
     // RoCE: every address carries a GRH (IBA A16.4.1); the source GID must exist.
     if (!a.ah.is_global) return EINVAL;
     if (a.ah.sgid_index >= kGidTableLen || !info_.gids[a.ah.sgid_index].valid) return EINVAL;
@@ -220,7 +239,11 @@ int Device::modify_qp(Owner* o, uint32_t qpn, uint32_t mask, const abi::QpAttr& 
   if (mask & IBV_QP_RETRY_CNT) qp->retry_left = qp->retry_cnt;
   if (mask & IBV_QP_RNR_RETRY) qp->rnr_retry_left = qp->rnr_retry;
 
-  set_polled(*qp, next != IBV_QPS_RESET);
+  // A DCT is no responder itself: its contexts are polled, and go when it
+  // leaves RTR.
+  set_polled(*qp, next != IBV_QPS_RESET && qp->dc != DcRole::kTarget);
+  if (qp->dc == DcRole::kTarget && (next == IBV_QPS_RESET || next == IBV_QPS_ERR)) release_dc_contexts(*qp);
+  if (qp->dc == DcRole::kInitiator && cur == IBV_QPS_RESET && next == IBV_QPS_INIT) dci_new_epoch(*qp);
   if (next == IBV_QPS_RESET && qp->state != IBV_QPS_RESET) {
     // Back to RESET: rings emptied, transport state cleared (IBA 10.3.1).
     const uint32_t sq_prod = qp->sq.hdr->producer.load(std::memory_order_acquire);
@@ -291,6 +314,12 @@ int Device::set_qp_udp_sport(Owner* o, uint32_t qpn, uint16_t udp_sport) {
 
 void Device::qp_to_error(Qp& qp) {
   if (qp.state == IBV_QPS_ERR) return;
+  if (qp.dc == DcRole::kTargetContext) {
+    // A DC connection that failed (a fatal NAK went): the DCT stays; the
+    // context takes nothing until its DCI connects again (device/dc.cc).
+    qp.state = IBV_QPS_RESET;
+    return;
+  }
   qp.state = IBV_QPS_ERR;
   set_polled(qp, true);  // it flushes what is posted from now on
   flush_qp(qp);

@@ -153,10 +153,13 @@ bool gather_after_inline_head(Device& dev, Qp& qp, uint32_t index, const abi::Se
                      dst + from_head, len - from_head);
 }
 
-// XRC requests name the receiving SRQ in every packet (XRCETH).
-void set_xrc_srqn(const Qp& qp, const abi::SendWqe& w, net::Packet& p) {
+// XRC requests name the receiving SRQ in every packet (XRCETH), a DCI's
+// its target's key and itself (DCETH, device/dc.cc).
+void set_xrc_srqn(Device& dev, const Qp& qp, const abi::SendWqe& w, net::Packet& p) {
   if (qp.type == IBV_QPT_XRC_SEND)
     p.hdr<net::XrcEth>(p.info().xrceth_off)->srqn = w.xrc_remote_srqn & 0xffffff;
+  else if (qp.dc == DcRole::kInitiator) [[unlikely]]
+    dev.dc_write_eth(qp, p);
 }
 
 uint8_t send_code(uint32_t op, bool first, bool last) {
@@ -190,7 +193,7 @@ bool send_whole_request(Device& dev, Qp& qp, const abi::SendWqe& w, const SendWq
   net::Packet* p = dev.new_packet(qp, net::make_opcode(tr, code), qp.req_psn, true);
   if (!p) [[unlikely]] return false;
   const net::OpcodeInfo& info = p->info();
-  set_xrc_srqn(qp, w, *p);
+  set_xrc_srqn(dev, qp, w, *p);
   const uint32_t left = uint32_t(st.length - qp.req_offset);
   uint32_t npsn = 1;
   if (info.has(net::kHasReth)) {
@@ -244,7 +247,7 @@ bool send_whole_request(Device& dev, Qp& qp, const abi::SendWqe& w, const SendWq
   net::Packet* p = dev.new_packet(qp, net::make_opcode(tr, code), qp.req_psn, ack_req);
   if (!p) [[unlikely]] return false;
   const net::OpcodeInfo& info = p->info();
-  set_xrc_srqn(qp, w, *p);
+  set_xrc_srqn(dev, qp, w, *p);
   if (info.has(net::kHasReth)) {
     auto* reth = p->hdr<net::Reth>(info.reth_off);
     reth->va = w.remote_addr;
@@ -515,6 +518,10 @@ bool requester_run_format(Device& dev, Qp& qp) {
     if (!st.is_local && !dev.tx_ready()) break;
     if (qp.rate_limit_kbps && dev.now_ns() < qp.pace_next_ns) break;  // packet pacing
     if (is_reliable(qp) && qp.req_offset == 0) {
+      if (qp.dc == DcRole::kInitiator && !st.is_local) [[unlikely]] {
+        if (!dev.dci_take_target(qp, w, st)) break;  // the previous target's WQEs first
+        if (st.status != IBV_WC_SUCCESS) continue;   // completed in order above
+      }
       if (psn_diff(qp.req_psn, qp.comp_psn) >= int32_t(kMaxInflightPackets)) break;
       if (st.is_rd_atomic && qp.rd_atomic_inflight >= std::max<uint32_t>(1, qp.max_rd_atomic)) break;
       // IBV_SEND_FENCE: wait for outstanding READs and atomics (IBA 10.8.3.3).

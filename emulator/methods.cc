@@ -145,6 +145,8 @@ constexpr Table make_table() {
                                  destroyed(UROCE_HANDLE(HandleRequest, handle, kQp)));
   at(CtlOp::kSetQpUdpSport) = method("set_qp_udp_sport", set_qp_udp_sport, exact<QpUdpSportRequest>(),
                                      kNoFds, einval(UROCE_HANDLE(QpUdpSportRequest, handle, kQp)));
+  at(CtlOp::kMlx5QpDc) = method("mlx5_qp_dc", mlx5_qp_dc, exact<Mlx5QpDcRequest>(), kNoFds,
+                                einval(UROCE_HANDLE(Mlx5QpDcRequest, handle, kQp)));
   at(CtlOp::kMlx5QpFormat) = method("mlx5_qp_format", mlx5_qp_format, exact<HandleRequest>(), kNoFds,
                                     einval(UROCE_HANDLE(HandleRequest, handle, kQp)));
 

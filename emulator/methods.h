@@ -158,6 +158,7 @@ int resize_cq(Call& c);
 int destroy_cq(Call& c);
 int mlx5_cq_format(Call& c);
 int mlx5_qp_format(Call& c);
+int mlx5_qp_dc(Call& c);
 int mlx5_srq_format(Call& c);
 // methods_qp.cc
 int create_qp(Call& c);

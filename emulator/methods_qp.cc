@@ -52,6 +52,12 @@ int set_qp_udp_sport(Call& c) {
   return c.dev.set_qp_udp_sport(&c.owner, uint32_t(req.handle), uint16_t(req.udp_sport));
 }
 
+int mlx5_qp_dc(Call& c) {
+  const auto req = c.request<abi::Mlx5QpDcRequest>();
+  if (req.reserved || (req.handle >> 32)) return EINVAL;
+  return c.dev.make_dc(&c.owner, uint32_t(req.handle), req.dc_type, req.access_key);
+}
+
 // Reply fds: [the memfd of the QP's queues in mlx5's format].
 int mlx5_qp_format(Call& c) {
   const uint64_t handle = c.request<abi::HandleRequest>().handle;

@@ -125,6 +125,18 @@ struct XrcEth {
 } __attribute__((packed));
 static_assert(sizeof(XrcEth) == 4);
 
+// uroce's Dynamically Connected transport (docs/mlx5-dc.md): a DCI's
+// request carries it right after the BTH (opcodes 0xC0-0xDF, IBA 9.2's
+// manufacturer-specific range). Mellanox's own DC wire format is not public.
+struct DcEth {
+  be64 dc_key;         // the DCT's access key
+  be32 flags_dci;      // Connect:1 Resv:7 DCIQPN:24 (BTH names no source QP)
+  be32 connection;     // Number:8 ConnectPSN:24: which connection of the DCI, its first PSN
+  be32 dci_epoch;      // the DCI's incarnation: new each time it leaves RESET
+  static constexpr uint32_t kConnect = 0x80000000u;
+} __attribute__((packed));
+static_assert(sizeof(DcEth) == 20);
+
 // AETH syndromes (IBA 9.7.5.2.1, table 44).
 namespace aeth {
 constexpr uint8_t kTypeMask = 0xe0;

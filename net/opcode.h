@@ -34,9 +34,12 @@ enum OpFlag : uint32_t {
   kConsumesRecv = 1u << 18,  // takes a receive WQE at the responder
   kCompletes = 1u << 19,     // ends with a receive completion
   kAtomicStore = 1u << 20,   // ATOMIC WRITE: 8 bytes stored at once (IBA 1.5 annex A19)
+  kHasDcEth = 1u << 21,      // uroce's DC request (net/headers.h DcEth)
 };
 
-enum class Transport : uint8_t { kRc = 0x00, kUc = 0x20, kRd = 0x40, kUd = 0x60, kXrc = 0xa0 };
+// kDc: uroce's Dynamically Connected requests, RC's operations with a DCETH
+// (docs/mlx5-dc.md); the DCT answers with RC's responses.
+enum class Transport : uint8_t { kRc = 0x00, kUc = 0x20, kRd = 0x40, kUd = 0x60, kXrc = 0xa0, kDc = 0xc0 };
 
 struct OpcodeInfo {
   std::string_view name;  // empty: invalid opcode
@@ -115,6 +118,7 @@ constexpr std::string_view transport_name(uint8_t t) {
     case 0x20: return "UC_";
     case 0x60: return "UD_";
     case 0xa0: return "XRC_";
+    case 0xc0: return "DC_";
     default: return "";
   }
 }
@@ -126,6 +130,7 @@ constexpr bool transport_has(uint8_t t, uint8_t code) {
     case 0xa0: return base_flags(code) != 0;
     case 0x20: return code <= op::kWriteOnlyImm;
     case 0x60: return code == op::kSendOnly || code == op::kSendOnlyImm;
+    case 0xc0: return (base_flags(code) & kRequest) != 0;  // a DCI sends requests only
     default: return false;
   }
 }
@@ -138,12 +143,14 @@ constexpr OpcodeInfo make_info(uint8_t opcode) {
   info.flags = base_flags(code);
   if (t == 0x60) info.flags |= kHasDeth;
   if (t == 0xa0 && (info.flags & kRequest)) info.flags |= kHasXrcEth;
+  if (t == 0xc0) info.flags |= kHasDcEth;
   info.name = kCodeNames[code];  // transport prefix is added by opcode_name()
   uint8_t off = sizeof(Bth);
   auto place = [&](uint32_t flag, uint8_t& field, uint8_t size) {
     if (info.flags & flag) { field = off; off += size; }
   };
   place(kHasDeth, info.deth_off, sizeof(Deth));
+  if (info.flags & kHasDcEth) off += sizeof(DcEth);  // at 12, before the RC headers
   place(kHasXrcEth, info.xrceth_off, sizeof(XrcEth));
   place(kHasReth, info.reth_off, sizeof(Reth));
   place(kHasAtomicEth, info.atomiceth_off, sizeof(AtomicEth));
@@ -185,5 +192,8 @@ static_assert(!opcode_info(0x15).valid());
 static_assert(opcode_info(0x1d).reth_off == 12 && opcode_info(0x1d).length == 28);  // ATOMIC_WRITE
 static_assert(opcode_info(0xbd).reth_off == 16);                   // XRC ATOMIC_WRITE
 static_assert(!opcode_info(0x3d).valid() && !opcode_info(0x1c).valid());  // no UC one; no FLUSH
+static_assert(opcode_info(0xc4).length == 32 && opcode_info(0xca).reth_off == 32);  // DC: DCETH at 12
+static_assert(opcode_info(0xd3).atomiceth_off == 32 && !opcode_info(0xd1).valid());  // no DC ACK
+constexpr uint8_t kDcEthOffset = sizeof(Bth);
 
 }  // namespace uroce::net

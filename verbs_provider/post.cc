@@ -12,7 +12,8 @@ namespace uroce::provider {
 namespace {
 
 // What each transport executes, as the engine reads it (uroce/wr_opcodes.h).
-uint32_t allowed_ops(ibv_qp_type t) { return allowed_wr_ops(t); }
+// The only driver QP is a DC initiator the drop-in libmlx5 made: RC's.
+uint32_t allowed_ops(ibv_qp_type t) { return allowed_wr_ops(t == IBV_QPT_DRIVER ? IBV_QPT_RC : t); }
 
 bool sq_full(const UQp* qp) {
   return qp->sq.prod - qp->sq.hdr->consumer.load(std::memory_order_acquire) >= qp->sq.size();
@@ -63,6 +64,9 @@ uint32_t postable_ops(ibv_qp_type t) {
 
 int build_send_wqe(UQp* qp, const ibv_send_wr* wr, abi::SendWqe* w) {
   const ibv_qp_type type = qp->qpx.qp_base.qp_type;
+  // DC: a DCT sends nothing; a DCI's work request names its target, which
+  // ibv_send_wr has no field for (mlx5dv_wr_set_dc_addr, ibv_wr_* only).
+  if (type == IBV_QPT_DRIVER) return EINVAL;
   if (unsigned(wr->opcode) >= 32 || !(postable_ops(type) & (1u << wr->opcode))) return EINVAL;
   const bool carried = allowed_ops(type) & (1u << wr->opcode);
   // ibv_send_wr has no field for ATOMIC WRITE's 8 bytes: ibv_wr_atomic_write

@@ -85,6 +85,7 @@ enum class CtlOp : uint32_t {
   kMlx5CqFormat,   // Mlx5CqFormatRequest; reply Mlx5CqFormatReply, fds: [the new ring's memfd]
   kMlx5QpFormat,   // HandleRequest; reply Mlx5QpFormatReply, fds: [the queues' memfd]
   kMlx5SrqFormat,  // HandleRequest; reply Mlx5SrqFormatReply, fds: [the SRQ's memfd]
+  kMlx5QpDc,       // Mlx5QpDcRequest (mlx5dv_create_qp with MLX5DV_QP_INIT_ATTR_MASK_DC)
   kCount,
 };
 
@@ -432,6 +433,19 @@ struct QpUdpSportRequest {
   uint64_t handle;
   uint32_t udp_sport;  // 16 bits
   uint32_t reserved;
+};
+
+// kMlx5QpDc: an RC QP just created, still in RESET, becomes a DC initiator
+// (DCI: its send queue's work requests each name their target, SendWqe::av,
+// remote_qpn and dc_key) or a DC target (DCT: it takes requests from any
+// DCI that presents access_key, into its SRQ, which it must have). The
+// Dynamically Connected transport of uroce: docs/mlx5-dc.md.
+constexpr uint32_t kDcInitiator = 1, kDcTarget = 2;
+struct Mlx5QpDcRequest {
+  uint64_t handle;
+  uint32_t dc_type;  // kDcInitiator or kDcTarget
+  uint32_t reserved;
+  uint64_t access_key;  // DCT: the key a DCI must present
 };
 
 // kMlx5CqFormat: the CQ's ring in mlx5's format from now on (mlx5dv_init_obj

@@ -174,12 +174,14 @@ struct SendWqe {
     MwBind bind;        // IBV_WR_BIND_MW (RC, UC, XRC)
     MemcpyArgs copy;    // kWrMemcpy (RC)
   };
-  uint8_t reserved1[24];
+  uint64_t dc_key;      // a DCI's: the target DCT's access key (av, remote_qpn: the DCT)
+  uint8_t reserved1[16];
 };
 static_assert(sizeof(SendWqe) == 128);
 static_assert(offsetof(SendWqe, av) == 72);
 static_assert(offsetof(SendWqe, bind) == 72);
 static_assert(offsetof(SendWqe, copy) == 72);
+static_assert(offsetof(SendWqe, dc_key) == 104);
 static_assert(std::is_standard_layout_v<SendWqe>);
 
 struct RecvWqe {

@@ -52,11 +52,11 @@ struct CtrlSeg {
 };
 static_assert(sizeof(CtrlSeg) == kSegBytes);
 
-// mlx5_wqe_av (big-endian fields): a UD WQE's datagram segment, and what
-// mlx5dv_init_obj hands out for an AH, which programs copy into their WQEs
-// (UCX's ud_mlx5).
+// mlx5_wqe_av (big-endian fields): the datagram segment of a UD WQE or a
+// DCI's, and what mlx5dv_init_obj hands out for an AH, which programs copy
+// into their WQEs (UCX's ud_mlx5 and dc_mlx5).
 struct WqeAv {
-  uint32_t qkey;  // key.qkey.qkey
+  uint32_t qkey;  // key.qkey.qkey; a DCI's: key.dc_key, these 8 bytes
   uint32_t key_reserved;
   uint32_t dqp_dct;  // the destination QP, kExtendedUdAv
   uint8_t stat_rate_sl;  // Ethernet: the static rate 7:4, the SL 3:1 (verbs.c mlx5_create_ah)
@@ -74,10 +74,11 @@ static_assert(sizeof(WqeAv) == 48 && offsetof(WqeAv, dqp_dct) == 8 && offsetof(W
 constexpr uint32_t kExtendedUdAv = 0x80000000u;  // MLX5_EXTENDED_UD_AV: the AV has its GRH half
 constexpr size_t kCompactAvBytes = 16;           // an AV without it (InfiniBand without a GRH)
 
-// Where a UD WQE goes: its datagram segment's address, in host order.
+// Where a UD or DCI WQE goes: its datagram segment's address, in host order.
 struct Datagram {
-  uint32_t remote_qpn;
+  uint32_t remote_qpn;  // a DCI's: the DCT's number
   uint32_t qkey;
+  uint64_t dc_key;      // a DCI's: the DCT's access key
   uint8_t dgid[16];
   uint32_t flow_label;
   uint8_t sgid_index, hop_limit, traffic_class, sl;
@@ -115,18 +116,25 @@ struct DecodedSend {
   ibv_sge sge[kMaxDecodedSges];
   uint32_t num_inline;
   ibv_data_buf inline_bufs[kMaxDecodedSges];
-  Datagram datagram;  // a UD WQE's
+  Datagram datagram;  // a UD or DCI WQE's
+};
+
+// What follows a WQE's control segment before its operation's segments.
+enum class WqeAddress : uint8_t {
+  kNone,  // RC, UC: nothing
+  kUd,    // UD: a datagram segment; SEND with or without immediate only
+  kDc,    // a DCI: a datagram segment whose key is the DCT's; RC's operations
 };
 
 // Reads the WQE at `wqe` (its size is ds * 16 bytes, from the control
 // segment; at most `bytes` are read). 0, or EINVAL for what this device does
 // not take: an opcode other than the RC/UC ones above (NOP, UMR, TSO, ...),
 // a size that does not hold its segments, inline data after a data segment.
-// `ud`: the WQE is a UD QP's, a datagram segment after the control segment
-// and a SEND with or without immediate; an AV without its GRH half is
+// With a datagram segment (`address`), an AV without its GRH half is
 // refused too (RoCE routes by the GID: mlx5_create_ah refuses an AH without
 // a GRH on Ethernet, so libmlx5 never writes one there).
-inline int decode_send_wqe(const void* wqe, size_t bytes, DecodedSend* out, bool ud = false) {
+inline int decode_send_wqe(const void* wqe, size_t bytes, DecodedSend* out,
+                           WqeAddress address = WqeAddress::kNone) {
   const auto* p = static_cast<const uint8_t*>(wqe);
   if (bytes < kSegBytes) return EINVAL;
   CtrlSeg ctrl;
@@ -150,9 +158,9 @@ inline int decode_send_wqe(const void* wqe, size_t bytes, DecodedSend* out, bool
     at += kSegBytes;
     return true;
   };
-  if (ud) {
+  if (address != WqeAddress::kNone) {
     const uint8_t op = be32toh(ctrl.opmod_idx_opcode) & 0xff;
-    if (op != kOpSend && op != kOpSendImm) return EINVAL;
+    if (address == WqeAddress::kUd && op != kOpSend && op != kOpSendImm) return EINVAL;
     WqeAv av;
     if (size - at < kCompactAvBytes) return EINVAL;
     std::memcpy(&av, p + at, kCompactAvBytes);
@@ -162,6 +170,9 @@ inline int decode_send_wqe(const void* wqe, size_t bytes, DecodedSend* out, bool
     Datagram& d = out->datagram;
     d.remote_qpn = be32toh(av.dqp_dct) & 0xffffff;
     d.qkey = be32toh(av.qkey);
+    uint64_t dc_key;
+    std::memcpy(&dc_key, &av, 8);
+    d.dc_key = be64toh(dc_key);
     std::memcpy(d.dgid, av.rgid, 16);
     const uint32_t gid_fl = be32toh(av.grh_gid_fl);
     d.flow_label = gid_fl & 0xfffff;

@@ -7,10 +7,10 @@
 #      that engine: every one passes or skips, and those listed below must
 #      pass (they skip on a device that is not mlx5);
 #   3. UCX sees an mlx5 device without DevX (its dv memory domain opens),
-#      offers rc_mlx5 and ud_mlx5 on it, and ucx_perftest runs over them
-#      (UCT's active messages, put, get, atomics on rc_mlx5; active messages
-#      on ud_mlx5; UCP's tag matching and streams over them and by UCX's
-#      defaults);
+#      offers rc_mlx5, dc_mlx5 and ud_mlx5 on it, and ucx_perftest runs over
+#      them (UCT's active messages, put, get, atomics on rc_mlx5 and
+#      dc_mlx5; active messages on ud_mlx5; UCP's tag matching and streams
+#      over them and by UCX's defaults);
 #   4. NotMlx5.* against an engine without --mlx5: every direct verb refuses
 #      the device, as rdma-core's libmlx5 refuses another vendor's.
 #
@@ -82,7 +82,8 @@ if [[ -f $src/run_tests.py ]] && /usr/bin/python3 -c 'import pyverbs' 2>/dev/nul
     test_timestamp_free_running_send_raw_traffic test_timestamp_free_running_recv_raw_traffic \
     test_timestamp_real_time_raw_traffic test_query_rt_values test_dma_memcpy_data \
     test_dma_memcpy_different_pd_bad_flow test_dma_memcpy_protection_bad_flow \
-    test_dma_memcpy_large_data_bad_flow test_mixed_raw_wqe_traffic test_rc_modify_udp_sport; do
+    test_dma_memcpy_large_data_bad_flow test_mixed_raw_wqe_traffic test_rc_modify_udp_sport \
+    test_dc_send test_dc_rdma_write; do
     # unittest -v: the test's name line, maybe its docstring, then "ok"
     # at the end of a line before the next test's name line.
     if ! awk -v t="$t" 'index($0, t " (") == 1 { inside = 1 }
@@ -107,6 +108,7 @@ if command -v ucx_info >/dev/null 2>&1; then
   grep -q "uroce0: DEVX is not supported" "$log" || fail "UCX did not find DevX refused"
   grep -qE "Transport: rc_mlx5" "$log" || fail "UCX does not offer rc_mlx5 on uroce0"
   grep -qE "Transport: ud_mlx5" "$log" || fail "UCX does not offer ud_mlx5 on uroce0"
+  grep -qE "Transport: dc_mlx5" "$log" || fail "UCX does not offer dc_mlx5 on uroce0 (its probe DCT failed)"
   # UCX's rc_mlx5 itself, unmodified: its QPs' send queues, its SRQ and its
   # CQs in mlx5's formats, written and read by UCX as on a ConnectX. Few
   # iterations: the two processes poll their CQs in memory, never calling
@@ -127,6 +129,15 @@ if command -v ucx_info >/dev/null 2>&1; then
     perftest_pair "ud_mlx5_${args%% *}" -- -d uroce0:1 -x ud_mlx5 -w 5 -t $args ||
       fail "ucx_perftest -x ud_mlx5 -t $args"
   done
+  # UCX's dc_mlx5: its DCIs' send queues with datagram segments naming a
+  # DCT by number and key (uroce's DC transport, docs/mlx5-dc.md), its DCT
+  # receiving through its SRQ, all in mlx5's formats.
+  for args in "am_lat -n 50" "am_bw -D bcopy -s 1024 -n 500" "put_bw -D zcopy -s 65536 -n 200" \
+    "get -D zcopy -s 65536 -n 200" "fadd -n 200" "cswap -n 200"; do
+    # shellcheck disable=SC2086
+    perftest_pair "dc_mlx5_${args%% *}" -- -d uroce0:1 -x dc_mlx5 -w 5 -t $args ||
+      fail "ucx_perftest -x dc_mlx5 -t $args"
+  done
   # UCP over them, no verbs transport: tag matching on rc_mlx5 (wired up
   # through ud_mlx5), tag matching and streams on ud_mlx5 alone, and UCX's
   # defaults (which on one host take shared memory for the data).
@@ -141,6 +152,9 @@ if command -v ucx_info >/dev/null 2>&1; then
   ucp_lane ucp_tag_rc_mlx5 rc_mlx5,ud_mlx5 tag_lat "tag(rc_mlx5/uroce0:1)"
   ucp_lane ucp_tag_ud_mlx5 ud_mlx5 tag_lat "tag(ud_mlx5/uroce0:1)"
   ucp_lane ucp_stream_ud_mlx5 ud_mlx5 stream_lat "stream(ud_mlx5/uroce0:1)"
+  ucp_lane ucp_tag_dc_mlx5 dc_mlx5 tag_lat "tag(dc_mlx5/uroce0:1)"
+  ucp_lane ucp_stream_dc_mlx5 dc_mlx5 stream_lat "stream(dc_mlx5/uroce0:1)"
+  ucp_lane ucp_tag_mlx5_all rc_mlx5,dc_mlx5,ud_mlx5 tag_lat "tag(rc_mlx5/uroce0:1)"
   perftest_pair ucp_tag_defaults -- -w 5 -n 50 -t tag_lat || fail "ucx_perftest -t tag_lat with UCX's defaults"
 else
   echo "note: ucx-utils is not installed: UCX's view not checked"

@@ -107,51 +107,6 @@ TEST_F(Mlx5Mode, InitObjCqIsReadByHandAsOnAConnectX) {
   }
 }
 
-// An mlx5-format send queue written as UCX's rc_mlx5 writes it
-// (ib_mlx5.inl uct_ib_mlx5_post_send): the WQE in place at the producer
-// index, a store fence, the index in doorbell record word 1, then 8 bytes
-// to the BlueFlame register, whose halves alternate.
-struct Mlx5Sq {
-  mlx5dv_qp dv{};
-  uint32_t qpn = 0;
-  uint16_t pi = 0;  // basic blocks posted (free-running, 16 bits)
-  uint32_t bf_half = 0;
-  // mlx5dv_init_obj on qp: its queues handed over.
-  int take(ibv_qp* qp) {
-    qpn = qp->qp_num;
-    mlx5dv_obj obj{};
-    obj.qp.in = qp;
-    obj.qp.out = &dv;
-    return mlx5dv_init_obj(&obj, MLX5DV_OBJ_QP);
-  }
-  // The basic block at free-running index i.
-  uint8_t* bb(uint32_t i) const {
-    return static_cast<uint8_t*>(dv.sq.buf) + size_t(i & (dv.sq.wqe_cnt - 1)) * MLX5_SEND_WQE_BB;
-  }
-  // Writes `bytes` of WQE (its segments after the control one, in 16-byte
-  // units) at the producer index, wrapping at the queue's end as a WQE
-  // does, and rings the doorbell. Returns the WQE's index.
-  uint16_t post(uint8_t opcode, uint8_t fm_ce_se, const void* segs, uint32_t seg_bytes, uint32_t imm = 0) {
-    const uint32_t ds = 1 + (seg_bytes + 15) / 16;
-    uint8_t wqe[4 * MLX5_SEND_WQE_BB] = {};
-    mlx5dv_set_ctrl_seg(reinterpret_cast<mlx5_wqe_ctrl_seg*>(wqe), pi, opcode, 0, qpn, fm_ce_se, uint8_t(ds), 0, imm);
-    if (seg_bytes) std::memcpy(wqe + 16, segs, seg_bytes);
-    const uint32_t nbb = (ds * 16 + MLX5_SEND_WQE_BB - 1) / MLX5_SEND_WQE_BB;
-    for (uint32_t i = 0; i < nbb; ++i) std::memcpy(bb(pi + i), wqe + i * MLX5_SEND_WQE_BB, MLX5_SEND_WQE_BB);
-    const uint16_t index = pi;
-    pi = uint16_t(pi + nbb);
-    __atomic_thread_fence(__ATOMIC_RELEASE);
-    dv.dbrec[MLX5_SND_DBR] = htobe32(pi);
-    __atomic_thread_fence(__ATOMIC_SEQ_CST);
-    uint64_t first8;
-    std::memcpy(&first8, wqe, 8);
-    __atomic_store_n(reinterpret_cast<uint64_t*>(static_cast<uint8_t*>(dv.bf.reg) + bf_half), first8,
-                     __ATOMIC_RELEASE);
-    bf_half ^= 0x100;
-    return index;
-  }
-};
-
 // Segments after the control segment, as mlx5dv.h lays them out.
 struct RaddrData {
   mlx5_wqe_raddr_seg raddr;

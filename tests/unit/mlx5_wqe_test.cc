@@ -161,7 +161,7 @@ TEST(Mlx5Wqe, DatagramSegmentOfAUdSend) {
   mlx5dv_set_data_seg(static_cast<mlx5_wqe_data_seg*>(b.next()), 64, 0x9, 0x4000);
   b.finish(MLX5_OPCODE_SEND_IMM, MLX5_WQE_CTRL_CQ_UPDATE, htobe32(7));
   DecodedSend d;
-  ASSERT_EQ(decode_send_wqe(b.bytes, sizeof(b.bytes), &d, true), 0);
+  ASSERT_EQ(decode_send_wqe(b.bytes, sizeof(b.bytes), &d, WqeAddress::kUd), 0);
   EXPECT_EQ(d.opcode, IBV_WR_SEND_WITH_IMM);
   ASSERT_EQ(d.num_sge, 1u);
   EXPECT_EQ(d.sge[0].addr, 0x4000u);
@@ -179,16 +179,50 @@ TEST(Mlx5Wqe, DatagramSegmentOfAUdSend) {
   // Not a SEND, or an AV without its GRH half (RoCE cannot route it), or a
   // WQE too short for the AV: refused.
   b.finish(MLX5_OPCODE_RDMA_WRITE, 0);
-  EXPECT_EQ(decode_send_wqe(b.bytes, sizeof(b.bytes), &d, true), EINVAL);
+  EXPECT_EQ(decode_send_wqe(b.bytes, sizeof(b.bytes), &d, WqeAddress::kUd), EINVAL);
   b.finish(MLX5_OPCODE_SEND, 0);
   av->dqp_dct = htobe32(0x123456);
-  EXPECT_EQ(decode_send_wqe(b.bytes, sizeof(b.bytes), &d, true), EINVAL);
+  EXPECT_EQ(decode_send_wqe(b.bytes, sizeof(b.bytes), &d, WqeAddress::kUd), EINVAL);
   av->dqp_dct = htobe32(0x123456 | MLX5_EXTENDED_UD_AV);
   Builder shorter;
   std::memcpy(shorter.bytes, b.bytes, sizeof(b.bytes));
   mlx5dv_set_ctrl_seg(shorter.ctrl(), 5, MLX5_OPCODE_SEND, 0, 0x1234, 0, 2, 0, 0);
-  EXPECT_EQ(decode_send_wqe(shorter.bytes, sizeof(shorter.bytes), &d, true), EINVAL);
-  EXPECT_EQ(decode_send_wqe(b.bytes, sizeof(b.bytes), &d, true), 0);
+  EXPECT_EQ(decode_send_wqe(shorter.bytes, sizeof(shorter.bytes), &d, WqeAddress::kUd), EINVAL);
+  EXPECT_EQ(decode_send_wqe(b.bytes, sizeof(b.bytes), &d, WqeAddress::kUd), 0);
+}
+
+// A DCI's WQE (UCX's dc_mlx5): the datagram segment names the DCT by number
+// and carries its key in the AV's first 8 bytes, and any RC operation
+// follows it.
+TEST(Mlx5Wqe, DatagramSegmentOfADciWrite) {
+  Builder b;
+  auto* av = static_cast<mlx5_wqe_av*>(b.next());
+  b.next();
+  b.next();
+  Datagram to{};
+  to.remote_qpn = 0x4321;
+  to.sgid_index = 1;
+  to.hop_limit = 1;
+  for (int i = 0; i < 16; ++i) to.dgid[i] = uint8_t(i);
+  encode_av(to, reinterpret_cast<WqeAv*>(av));
+  av->key.dc_key = htobe64(0x1ee7a330u);
+  auto* raddr = static_cast<mlx5_wqe_raddr_seg*>(b.next());
+  raddr->raddr = htobe64(0x7000);
+  raddr->rkey = htobe32(0x55);
+  mlx5dv_set_data_seg(static_cast<mlx5_wqe_data_seg*>(b.next()), 100, 0x9, 0x4000);
+  b.finish(MLX5_OPCODE_RDMA_WRITE, MLX5_WQE_CTRL_CQ_UPDATE);
+  DecodedSend d;
+  ASSERT_EQ(decode_send_wqe(b.bytes, sizeof(b.bytes), &d, WqeAddress::kDc), 0);
+  EXPECT_EQ(d.opcode, IBV_WR_RDMA_WRITE);
+  EXPECT_EQ(d.remote_addr, 0x7000u);
+  EXPECT_EQ(d.rkey, 0x55u);
+  ASSERT_EQ(d.num_sge, 1u);
+  EXPECT_EQ(d.sge[0].length, 100u);
+  EXPECT_EQ(d.datagram.remote_qpn, 0x4321u);
+  EXPECT_EQ(d.datagram.dc_key, 0x1ee7a330u);
+  EXPECT_EQ(std::memcmp(d.datagram.dgid, to.dgid, 16), 0);
+  // The same bytes on a UD QP: no WRITE there.
+  EXPECT_EQ(decode_send_wqe(b.bytes, sizeof(b.bytes), &d, WqeAddress::kUd), EINVAL);
 }
 
 }  // namespace

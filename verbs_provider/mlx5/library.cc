@@ -551,6 +551,64 @@ void wr_raw_wqe(mlx5dv_qp_ex* mqp, const void* wqe) {
   else ibv_wr_set_sge_list(qpx, d.num_sge, d.sge);
 }
 
+// mlx5dv_wr_set_dc_addr (qp.c mlx5_wr_set_dc_addr): the target of the
+// batch's current WQE on a DCI: the DCT's number, its key and the address.
+void wr_set_dc_addr(mlx5dv_qp_ex* mqp, ibv_ah* ah, uint32_t remote_dctn, uint64_t remote_dc_key) {
+  UQp* qp = to_uqp(dv_of(mqp)->qpx);
+  if (qp->batch_err || !qp->batch_cur) return;
+  if (!ah) {
+    qp->batch_err = EINVAL;
+    return;
+  }
+  qp->batch_cur->av = reinterpret_cast<const UAh*>(ah)->av;
+  qp->batch_cur->remote_qpn = remote_dctn;
+  qp->batch_cur->dc_key = remote_dc_key;
+}
+
+// A DC QP (mlx5dv_create_qp with MLX5DV_QP_INIT_ATTR_MASK_DC on an
+// IBV_QPT_DRIVER QP, verbs.c create_qp): the engine makes it from an RC QP
+// in RESET (kMlx5QpDc). A DCT takes its receives from its SRQ into its
+// receive CQ, both required as mlx5's kernel driver requires them
+// (mlx5_ib_create_dct), and has no send queue; a DCI has no receive queue
+// and names each work request's target with mlx5dv_wr_set_dc_addr.
+ibv_qp* create_dc_qp(ibv_context* ctx, const ibv_qp_init_attr_ex* attr, const mlx5dv_qp_init_attr* dv,
+                     uint64_t dv_ops) {
+  ibv_qp_init_attr_ex rc = *attr;
+  rc.qp_type = IBV_QPT_RC;
+  const bool dct = dv->dc_init_attr.dc_type == MLX5DV_DCTYPE_DCT;
+  if (dct) {
+    if (!attr->srq || !attr->recv_cq) return fail<ibv_qp>(EINVAL);
+    if (!rc.send_cq) rc.send_cq = rc.recv_cq;
+    rc.cap = {1, 0, 1, 0, 0};  // the engine's RC QP needs a send queue; a DCT posts nothing
+    rc.comp_mask &= ~uint32_t(IBV_QP_INIT_ATTR_SEND_OPS_FLAGS);
+  } else if (dv->dc_init_attr.dc_type == MLX5DV_DCTYPE_DCI) {
+    rc.srq = nullptr;  // passed by UCX, unused by a DCI
+    if (!rc.recv_cq) rc.recv_cq = rc.send_cq;
+    rc.cap.max_recv_wr = rc.cap.max_recv_sge = 0;
+  } else {
+    return fail<ibv_qp>(EINVAL);
+  }
+  ibv_qp* qp = ibv_create_qp_ex(ctx, &rc);
+  if (!qp) return nullptr;
+  abi::Mlx5QpDcRequest req{qp->handle, dct ? abi::kDcTarget : abi::kDcInitiator, 0,
+                           dct ? dv->dc_init_attr.dct_access_key : 0};
+  if (int err = to_uctx(ctx)->conn.call(abi::CtlOp::kMlx5QpDc, &req, sizeof(req), nullptr, 0)) {
+    ibv_destroy_qp(qp);
+    return fail<ibv_qp>(err);
+  }
+  qp->qp_type = IBV_QPT_DRIVER;
+  if (!dct) {
+    DvQp* d = attach_dv_qp(ibv_qp_to_qp_ex(qp));
+    if (!d) {
+      ibv_destroy_qp(qp);
+      return fail<ibv_qp>(ENOMEM);
+    }
+    d->dv.wr_set_dc_addr = wr_set_dc_addr;
+    if (dv_ops & MLX5DV_QP_EX_WITH_MEMCPY) d->dv.wr_memcpy = wr_memcpy;
+  }
+  return qp;
+}
+
 // The mlx5 send operations this device has: the DMA copy engine on RC, raw
 // WQEs on RC and UC (whose WQEs carry no address segment).
 constexpr uint64_t kDvSendOps = MLX5DV_QP_EX_WITH_MEMCPY | MLX5DV_QP_EX_WITH_RAW_WQE;
@@ -574,10 +632,8 @@ UROCE_MLX5_EXPORT ibv_qp* mlx5dv_create_qp(ibv_context* ctx, ibv_qp_init_attr_ex
       // signature pipelining: features this device does not report.
       if (f & ~kQpCreateFlagsTaken) return fail<ibv_qp>(EOPNOTSUPP);
     }
-    // The Dynamically Connected transport (DCI, DCT) and DCI streams: not
-    // in uroce's transport yet.
-    if (mlx5_attr->comp_mask & (MLX5DV_QP_INIT_ATTR_MASK_DC | MLX5DV_QP_INIT_ATTR_MASK_DCI_STREAMS))
-      return fail<ibv_qp>(EOPNOTSUPP);
+    // DCI streams: dci_streams_caps are zero on this device.
+    if (mlx5_attr->comp_mask & MLX5DV_QP_INIT_ATTR_MASK_DCI_STREAMS) return fail<ibv_qp>(EOPNOTSUPP);
   }
   // mlx5's own send operations (qp.c mlx5_qp_fill_wr_pfns, verbs.c
   // qp_init_wr_memcpy): the DMA copy engine on RC; UMR memory keys and raw
@@ -586,11 +642,15 @@ UROCE_MLX5_EXPORT ibv_qp* mlx5dv_create_qp(ibv_context* ctx, ibv_qp_init_attr_ex
                               ? mlx5_attr->send_ops_flags
                               : 0;
   if (dv_ops & ~kDvSendOps) return fail<ibv_qp>(EOPNOTSUPP);
-  if ((dv_ops & MLX5DV_QP_EX_WITH_MEMCPY) && qp_attr->qp_type != IBV_QPT_RC) return fail<ibv_qp>(EOPNOTSUPP);
+  if ((dv_ops & MLX5DV_QP_EX_WITH_MEMCPY) && qp_attr->qp_type != IBV_QPT_RC && qp_attr->qp_type != IBV_QPT_DRIVER)
+    return fail<ibv_qp>(EOPNOTSUPP);
   if ((dv_ops & MLX5DV_QP_EX_WITH_RAW_WQE) && qp_attr->qp_type != IBV_QPT_RC && qp_attr->qp_type != IBV_QPT_UC)
     return fail<ibv_qp>(EOPNOTSUPP);
   if (dv_ops && !(qp_attr->comp_mask & IBV_QP_INIT_ATTR_PD)) return fail<ibv_qp>(EINVAL);
-  if (qp_attr->qp_type == IBV_QPT_DRIVER) return fail<ibv_qp>(EINVAL);  // only DC is a driver QP
+  if (qp_attr->qp_type == IBV_QPT_DRIVER) {  // only DC is a driver QP
+    if (!mlx5_attr || !(mlx5_attr->comp_mask & MLX5DV_QP_INIT_ATTR_MASK_DC)) return fail<ibv_qp>(EINVAL);
+    return create_dc_qp(ctx, qp_attr, mlx5_attr, dv_ops);
+  }
   ibv_qp* qp = ibv_create_qp_ex(ctx, qp_attr);
   if (!qp || !dv_ops) return qp;
   DvQp* d = attach_dv_qp(ibv_qp_to_qp_ex(qp));

@@ -73,7 +73,8 @@ TEST(OpcodeTable, ValidOpcodesPerTransport) {
   // RC and XRC: 0x00-0x14 plus the two SEND_*_WITH_INVALIDATE (table 38)
   // and ATOMIC WRITE (0x1d, IBA 1.5 annex A19; FLUSH, 0x1c, is not
   // implemented). UC: SEND and RDMA WRITE only (0x00-0x0b). UD: SEND_ONLY
-  // and SEND_ONLY_IMM. RD (0x40) and the manufacturer range are not implemented.
+  // and SEND_ONLY_IMM. uroce's DC (0xc0, in the manufacturer range): RC's
+  // requests. RD (0x40) and the rest of the manufacturer range are not implemented.
   std::set<int> expected;
   for (int base : {0x00, 0xa0}) {
     for (int c = 0; c <= 0x14; ++c) expected.insert(base + c);
@@ -84,11 +85,15 @@ TEST(OpcodeTable, ValidOpcodesPerTransport) {
   for (int c = 0; c <= 0x0b; ++c) expected.insert(0x20 + c);
   expected.insert(0x64);
   expected.insert(0x65);
+  for (int c : {0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08, 0x09, 0x0a, 0x0b, 0x0c, 0x13, 0x14, 0x16,
+                0x17, 0x1d})
+    expected.insert(0xc0 + c);
   for (int op = 0; op < 256; ++op) {
     SCOPED_TRACE(op);
     EXPECT_EQ(opcode_info(uint8_t(op)).valid(), expected.count(op) == 1);
   }
-  EXPECT_EQ(expected.size(), 24u + 24u + 12u + 2u);
+  EXPECT_EQ(expected.size(), 24u + 24u + 12u + 2u + 18u);
+  EXPECT_EQ(opcode_name(0xc4), "DC_SEND_ONLY");
 }
 
 TEST(OpcodeTable, InvalidOpcodesAreNamedAndEmpty) {
@@ -109,7 +114,7 @@ TEST(OpcodeTable, OffsetsFollowIbaHeaderOrder) {
     const OpcodeInfo& info = opcode_info(uint8_t(op));
     if (!info.valid()) continue;
     SCOPED_TRACE(opcode_name(uint8_t(op)));
-    int off = kBth;
+    int off = kBth + ((info.flags & kHasDcEth) ? int(sizeof(DcEth)) : 0);  // DC: the DCETH first
     auto expect_at = [&](uint32_t flag, uint8_t actual, int size) {
       if (!(info.flags & flag)) return;
       EXPECT_EQ(actual, off);

@@ -1,0 +1,219 @@
+// The Dynamically Connected transport (mlx5 mode; wire format and model:
+// docs/mlx5-dc.md). A DCI is an RC requester and completer whose target
+// changes between work requests: dci_take_target points it at the next
+// WQE's once every earlier WQE has completed, as a ConnectX DCI serves one
+// target at a time. A DCT is a dispatcher: each DCI it hears from gets a
+// responder context, an RC responder (device/responder.cc, unchanged) whose
+// receives come from the DCT's SRQ and whose completions name the DCT.
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "device/device.h"
+
+namespace uroce::device {
+
+namespace {
+
+bool same_target(const Qp& qp, const abi::SendWqe& w) {
+  return qp.dc_has_target && qp.dest_qpn == (w.remote_qpn & kQpnMask) && qp.dc_key == w.dc_key &&
+         std::memcmp(qp.av.dgid, w.av.dgid, 16) == 0 && qp.av.sgid_index == w.av.sgid_index &&
+         qp.av.hop_limit == w.av.hop_limit && qp.av.traffic_class == w.av.traffic_class &&
+         qp.av.flow_label == w.av.flow_label && qp.av.udp_sport == w.av.udp_sport;
+}
+
+// A context starts (or starts again) a connection from its DCI: the
+// DCI's epoch, the connection's number and first PSN.
+void start_connection(Qp& ctx, uint32_t epoch, uint8_t number, uint32_t connect_psn) {
+  ctx.state = IBV_QPS_RTR;
+  ctx.dc_epoch = epoch;
+  ctx.dc_number = number;
+  ctx.dc_connect_psn = connect_psn;
+  ctx.resp_epsn = connect_psn;
+  ctx.resp_msn = 0;
+  ctx.resp_in_msg = ctx.resp_recv_valid = ctx.resp_nak_sent = ctx.resp_msg_dropped = false;
+  ctx.resp_fatal_pending = ctx.resp_ack_pending = false;
+  ctx.responses.clear();
+  ctx.atomic_replay = {};
+  ctx.atomic_replay_next = 0;
+}
+
+}  // namespace
+
+bool Device::dci_take_target(Qp& qp, const abi::SendWqe& w, SendWqeState& st) {
+  if (same_target(qp, w)) return true;
+  if (qp.sq_head != qp.sq_next) return false;  // the old target's WQEs complete first
+  // RoCE: the address carries a GRH and names a source GID of this port.
+  if (!w.av.is_global || w.av.sgid_index >= kGidTableLen || !info_.gids[w.av.sgid_index].valid) {
+    st.status = IBV_WC_LOC_QP_OP_ERR;  // no target (ibv_post_send has no field for one)
+    return true;
+  }
+  qp.av = w.av;
+  qp.av.port_num = qp.port;
+  qp.dest_qpn = w.remote_qpn & kQpnMask;
+  qp.dc_key = w.dc_key;
+  qp.dc_has_target = true;
+  qp.dc_connected = false;
+  ++qp.dc_number;
+  qp.dc_connect_psn = qp.req_psn;
+  qp.path.generation = 0;  // frames built for the new path
+  qp.peer_heard = false;   // first contact again (kFirstContactGraceNs)
+  qp.first_tx_ns = 0;
+  ++counters_.dc_reconnects;
+  return true;
+}
+
+void Device::dc_write_eth(const Qp& qp, net::Packet& p) {
+  auto* e = p.hdr<net::DcEth>(net::kDcEthOffset);
+  e->dc_key = qp.dc_key;
+  e->flags_dci = (qp.dc_connected ? 0 : net::DcEth::kConnect) | qp.qpn;
+  e->connection = uint32_t(qp.dc_number) << 24 | qp.dc_connect_psn;
+  e->dci_epoch = qp.dc_epoch;
+}
+
+// A DCI out of RESET is a new incarnation: contexts at its targets that
+// served the old one start again at its first connect (device/dc.cc
+// dc_receive), whatever its numbers and PSNs.
+void Device::dci_new_epoch(Qp& qp) {
+  qp.dc_has_target = false;
+  qp.dc_number = 0;
+  qp.dc_epoch = uint32_t(++dc_epochs_ * 0x9e3779b9u) ^ uint32_t(now_ns_) ^ qp.qpn;
+}
+
+void Device::dc_receive(Qp& q, net::Packet& p) {
+  if (q.dc == DcRole::kInitiator) {  // a DCI hears RC responses only
+    if (p.info().has(net::kRequest)) {
+      ++counters_.rx_bad_transport;
+      return;
+    }
+    if (!q.dc_connected && psn_diff(p.bth()->psn(), q.dc_connect_psn) >= 0) q.dc_connected = true;
+    return completer_receive(*this, q, p);
+  }
+  if (q.dc != DcRole::kTarget || !p.info().has(net::kHasDcEth)) {
+    ++counters_.rx_bad_transport;
+    return;
+  }
+  if (q.state != IBV_QPS_RTR && q.state != IBV_QPS_RTS) {
+    ++counters_.rx_bad_state;
+    return;
+  }
+  const auto* e = p.hdr<net::DcEth>(net::kDcEthOffset);
+  if (uint64_t(e->dc_key) != q.dc_key) {
+    // Dropped unanswered: the DCI retries and ends in IBV_WC_RETRY_EXC_ERR.
+    ++counters_.dc_bad_key;
+    return;
+  }
+  const uint32_t flags_dci = e->flags_dci, connection = e->connection, epoch = e->dci_epoch;
+  const uint32_t dci = flags_dci & kQpnMask, connect_psn = connection & 0xffffff;
+  const uint8_t number = uint8_t(connection >> 24);
+  const bool connect = flags_dci & net::DcEth::kConnect;
+  const net::Ipv6Addr src = net::roce_src_gid(p);
+  Qp* ctx = nullptr;
+  for (const std::unique_ptr<Qp>& c : q.dc_contexts)
+    if (c->dest_qpn == dci && std::memcmp(c->av.dgid, src.data(), 16) == 0) ctx = c.get();
+  // Which connection the packet belongs to, against the context's: the same
+  // (go on as RC), a later one of the same DCI or the DCI anew (start it:
+  // only a connect packet may), or an earlier one (a late duplicate: drop).
+  const int8_t later = !ctx || ctx->state != IBV_QPS_RTR || ctx->dc_epoch != epoch
+                           ? int8_t(1)
+                           : int8_t(uint8_t(number - ctx->dc_number));
+  if (later < 0) {
+    ++counters_.dc_stale;
+    return;
+  }
+  if (later > 0) {
+    if (!connect) {  // its context is gone: the DCI's retry comes with connect again
+      ++counters_.dc_no_context;
+      return;
+    }
+    if (!ctx) ctx = new_dc_context(q, p, src, dci);
+    if (!ctx) return;
+    start_connection(*ctx, epoch, number, connect_psn);
+  }
+  ctx->dc_last_used = ++q.dc_clock;
+  ++ctx->rx_packets;
+  // The context is an RC responder: the request goes on as the RC request
+  // it carries, the BTH moved up over the DCETH.
+  std::memmove(p.data + p.bth_off + sizeof(net::DcEth), p.data + p.bth_off, sizeof(net::Bth));
+  p.bth_off = uint16_t(p.bth_off + sizeof(net::DcEth));
+  p.opcode = uint8_t(p.opcode & 0x1f);
+  p.bth()->opcode = p.opcode;
+  responder_receive(*this, *ctx, p);
+}
+
+// A context for a DCI not heard from yet: the DCT's attributes, the DCI as
+// the destination of its responses. When the DCT has as many as it may
+// keep, the least recently used one with nothing in flight goes first.
+Qp* Device::new_dc_context(Qp& dct, const net::Packet& p, const net::Ipv6Addr& src, uint32_t dci) {
+  if (dct.dc_contexts.size() >= kMaxDcContexts) {
+    Qp* victim = nullptr;
+    for (const std::unique_ptr<Qp>& c : dct.dc_contexts)
+      if (!c->resp_in_msg && c->responses.empty() && (!victim || c->dc_last_used < victim->dc_last_used))
+        victim = c.get();
+    if (!victim) {
+      ++counters_.dc_no_context;
+      return nullptr;
+    }
+    ++counters_.dc_contexts_evicted;
+    release_dc_context(dct, victim);
+  }
+  auto ctx = std::make_unique<Qp>();
+  Qp& c = *ctx;
+  c.owner = dct.owner;
+  c.cookie = dct.cookie;
+  c.qpn = dct.qpn;  // its completions name the DCT
+  c.type = IBV_QPT_RC;
+  c.dc = DcRole::kTargetContext;
+  c.pd = dct.pd, c.send_cq = dct.send_cq, c.recv_cq = dct.recv_cq, c.srq = dct.srq;
+  c.access = dct.access;
+  c.path_mtu = dct.path_mtu;
+  c.port = dct.port;
+  c.min_rnr_timer = dct.min_rnr_timer;
+  c.max_dest_rd_atomic = kMaxQpRdAtomic;  // a DCT has no such attribute: the device's most
+  c.pkey_index = dct.pkey_index;
+  c.dest_qpn = dci;
+  c.av = dct.av;  // hop limit, traffic class, port
+  std::memcpy(c.av.dgid, src.data(), 16);
+  c.av.is_global = 1;
+  c.av.flow_label = 0;
+  c.av.udp_sport = 0;
+  // Answers leave from the address the request came to.
+  const net::Ipv6Addr dst = net::roce_dst_gid(p);
+  for (uint8_t i = 0; i < kGidTableLen; ++i)
+    if (info_.gids[i].valid && std::memcmp(info_.gids[i].gid, dst.data(), 16) == 0) {
+      c.av.sgid_index = i;
+      break;
+    }
+  dct.dc_contexts.push_back(std::move(ctx));
+  set_polled(c, true);  // responder_run sends its answers
+  ++counters_.dc_contexts_created;
+  return &c;
+}
+
+void Device::release_dc_context(Qp& dct, Qp* ctx) {
+  set_polled(*ctx, false);
+  std::erase_if(dct.dc_contexts, [ctx](const std::unique_ptr<Qp>& c) { return c.get() == ctx; });
+}
+
+void Device::release_dc_contexts(Qp& dct) {
+  for (const std::unique_ptr<Qp>& c : dct.dc_contexts) set_polled(*c, false);
+  dct.dc_contexts.clear();
+}
+
+int Device::make_dc(Owner* o, uint32_t qpn, uint32_t dc_type, uint64_t access_key) {
+  Qp* qp = this->qp(qpn);
+  if (!qp || qp->owner != o) return EINVAL;
+  if (!config_.mlx5) return EOPNOTSUPP;
+  if (qp->type != IBV_QPT_RC || qp->state != IBV_QPS_RESET || qp->dc != DcRole::kNone || qp->mlx5)
+    return EINVAL;
+  if (dc_type == abi::kDcInitiator) {
+    qp->dc = DcRole::kInitiator;
+    return 0;
+  }
+  if (dc_type != abi::kDcTarget || !qp->srq) return EINVAL;  // a DCT receives through its SRQ
+  qp->dc = DcRole::kTarget;
+  qp->dc_key = access_key;
+  return 0;
+}
+
+}  // namespace uroce::device
