@@ -26,12 +26,6 @@ namespace uroce::device {
   X(rx_bad_state, "packets dropped: QP not in a state that receives")            \
   X(rx_bad_transport, "packets dropped: opcode not of the QP's transport")       \
   X(rx_bad_qkey, "UD datagrams dropped: Q_Key mismatch")                         \
-  X(dc_bad_key, "DC requests dropped: not the DCT's access key")                 \
-  X(dc_no_context, "DC requests dropped: no connection from that DCI, and no connect") \
-  X(dc_stale, "DC requests dropped: of an earlier connection of their DCI")     \
-  X(dc_contexts_created, "DC connections a DCT took (responder contexts made)")  \
-  X(dc_contexts_evicted, "DC responder contexts let go for a new DCI (the DCT's limit)") \
-  X(dc_reconnects, "DCI target changes (a new connection each)")                 \
   X(rx_ud_no_recv, "UD/UC messages dropped: no receive WQE posted")              \
   X(rx_ud_too_long, "UD datagrams dropped: longer than the receive buffer")      \
   X(rx_mcast_no_group, "multicast datagrams dropped: no QP of ours in the group") \
@@ -71,7 +65,13 @@ namespace uroce::device {
   X(wq_rx_frames, "frames placed in receive WQs' receives (RSS)")               \
   X(wq_rx_no_recv, "frames receive WQs dropped: no receive WQE posted")         \
   X(wq_rx_not_ready, "frames receive WQs dropped: WQ not in RDY")               \
-  X(wq_delay_drop_expired, "frames delay drop held past its timeout, dropped")
+  X(wq_delay_drop_expired, "frames delay drop held past its timeout, dropped")   \
+  X(dc_bad_key, "DC requests dropped: not the DCT's access key")                 \
+  X(dc_no_context, "DC requests dropped: no connection from that DCI, and no connect") \
+  X(dc_stale, "DC requests dropped: of an earlier connection of their DCI")     \
+  X(dc_contexts_created, "DC connections a DCT took (responder contexts made)")  \
+  X(dc_contexts_evicted, "DC responder contexts let go for a new DCI (the DCT's limit)") \
+  X(dc_reconnects, "DCI target changes (a new connection each)")
 
 struct Counters {
 #define UROCE_COUNTER_FIELD(name, desc) uint64_t name = 0;

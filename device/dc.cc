@@ -15,11 +15,14 @@ namespace uroce::device {
 
 namespace {
 
+// A target is a DCT (its GID, number and key) seen from one source GID;
+// the rest of an address (traffic class, hop limit, flow label, UDP source
+// port) is the connection's path, taken from its first WQE: UCX's dc_mlx5
+// sends its flow-control grants with an AV of its own making (rlid 0xC000)
+// to the DCT its other WQEs name.
 bool same_target(const Qp& qp, const abi::SendWqe& w) {
   return qp.dc_has_target && qp.dest_qpn == (w.remote_qpn & kQpnMask) && qp.dc_key == w.dc_key &&
-         std::memcmp(qp.av.dgid, w.av.dgid, 16) == 0 && qp.av.sgid_index == w.av.sgid_index &&
-         qp.av.hop_limit == w.av.hop_limit && qp.av.traffic_class == w.av.traffic_class &&
-         qp.av.flow_label == w.av.flow_label && qp.av.udp_sport == w.av.udp_sport;
+         std::memcmp(qp.av.dgid, w.av.dgid, 16) == 0 && qp.av.sgid_index == w.av.sgid_index;
 }
 
 // A context starts (or starts again) a connection from its DCI: the

@@ -1,14 +1,15 @@
 // libFuzzer target: the whole receive path of a device (ingress checks,
 // responder, completer, their NAKs and retransmissions) fed arbitrary frames
-// against live QPs of every receiving kind: RC pairs (one on an SRQ), UC, UD.
+// against live QPs of every receiving kind: RC pairs (one on an SRQ), UC, UD,
+// a DCI and its DCT (mlx5 mode: DC frames reach the DCT's dispatcher).
 // Each input gets a fresh device, so every finding replays on its own.
 //
 // Input: records of [target][flags][length: 2 bytes, big-endian][frame].
 // `target` picks the QP whose number the frame's BTH is given (when the frame
 // parses), flags bit 0 gives it that QP's expected PSN, bit 1 posts a SEND and
 // bit 2 an RDMA READ on an RC requester first (so ACKs and READ responses find
-// outstanding work), bit 3 lets 100 ms pass after the frame (ACK timers, RNR
-// waits). Findings: crashes, sanitizer reports, a device that never goes idle.
+// outstanding work; with bit 4 on the DCI, to its DCT), bit 3 lets 100 ms
+// pass after the frame (ACK timers, RNR waits). Findings: crashes, sanitizer reports, a device that never goes idle.
 #include <infiniband/verbs.h>
 
 #include <cstdlib>
@@ -45,12 +46,14 @@ namespace {
 void feed(device::World& w, uint8_t target, uint8_t flags, const uint8_t* frame, size_t len) {
   const auto& q = w.qps[target % w.qps.size()];
   device::Qp* qp = w.dev.qp(q.qpn);
-  if (qp->state != IBV_QPS_RTS) w.connect(q);
+  if (!w.ready(q)) w.connect(q);
   for (const auto& each : w.qps)
-    if (w.dev.qp(each.qpn)->srq == 0) w.refill(w.dev.qp(each.qpn)->rq, 4);
+    if (w.dev.qp(each.qpn)->srq == 0 && !each.dc) w.refill(w.dev.qp(each.qpn)->rq, 4);
   w.refill(w.dev.srq(w.srq)->ring, 8);
-  if (flags & 2) w.post_send(w.qps[0].qpn, IBV_WR_SEND);
-  if (flags & 4) w.post_send(w.qps[0].qpn, IBV_WR_RDMA_READ);
+  // Sends first from the first RC QP, or from the DCI (flag bit 4).
+  const uint32_t sender = (flags & 16) ? w.qps[w.qps.size() - 2].qpn : w.qps[0].qpn;
+  if (flags & 2) w.post_send(sender, IBV_WR_SEND);
+  if (flags & 4) w.post_send(sender, IBV_WR_RDMA_READ);
 
   if (len == 0) return;
   std::vector<uint8_t> copy(frame, frame + len);

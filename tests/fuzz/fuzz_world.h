@@ -1,6 +1,7 @@
 // The device the fuzz targets run against (tests/fuzz/*_fuzz.cc): one
 // client, a registered 64 KiB buffer, one CQ, a basic SRQ, and connected
-// pairs of RC QPs (one pair on the SRQ), UC and UD QPs, with helpers that
+// pairs of RC QPs (one pair on the SRQ), UC and UD QPs, and a DCI with the
+// DCT it sends to (on the SRQ; the device is in mlx5 mode), with helpers that
 // keep receives posted, post sends, drain the CQ and run the device until it
 // is idle (a device that never is aborts: a livelock is a finding).
 #pragma once
@@ -43,8 +44,16 @@ abi::QpAttr base_attr() {
   return a;
 }
 
+constexpr uint64_t kDcKey = 0x1ee7a330;
+
+inline DeviceConfig mlx5_mode() {
+  DeviceConfig c;
+  c.mlx5 = true;  // DC
+  return c;
+}
+
 struct World {
-  Device dev{DeviceConfig{}};
+  Device dev{mlx5_mode()};
   // The CM on QP1, as in the engine: GSI MADs reach its parser too.
   cm::CmAgent cm{dev.config().ip, dev.config().ip6, dev.info()};
   Owner owner;
@@ -53,6 +62,7 @@ struct World {
   struct Q {
     uint32_t qpn = 0, peer = 0;
     ibv_qp_type type = IBV_QPT_RC;
+    uint32_t dc = 0;  // abi::kDcInitiator or abi::kDcTarget; 0: not DC
   };
   std::vector<Q> qps;
   uint64_t now = 1'000'000'000;
@@ -82,6 +92,7 @@ struct World {
     add_pair(IBV_QPT_RC, true);
     add_pair(IBV_QPT_UC, false);
     add_pair(IBV_QPT_UD, false);
+    add_dc();
     if (!cq || !srq || !key) abort();
   }
   ~World() { dev.release_owner(&owner); }
@@ -105,7 +116,20 @@ struct World {
     connect(qps[qps.size() - 2]);
     connect(qps.back());
   }
+  void add_dc() {
+    const uint32_t dci = create(IBV_QPT_RC, false), dct = create(IBV_QPT_RC, true);
+    if (dev.make_dc(&owner, dci, abi::kDcInitiator, 0) || dev.make_dc(&owner, dct, abi::kDcTarget, kDcKey)) abort();
+    qps.push_back({dci, dct, IBV_QPT_RC, abi::kDcInitiator});
+    qps.push_back({dct, dci, IBV_QPT_RC, abi::kDcTarget});
+    connect(qps[qps.size() - 2]);
+    connect(qps.back());
+  }
+  // The state a QP works in: RTS, but RTR for a DCT (it has no RTS).
+  bool ready(const Q& q) {
+    return dev.qp(q.qpn)->state == (q.dc == abi::kDcTarget ? IBV_QPS_RTR : IBV_QPS_RTS);
+  }
   void connect(const Q& q) {
+    if (q.dc) return connect_dc(q);
     abi::QpAttr a = base_attr();
     a.dest_qp_num = q.peer;
     a.sq_psn = a.rq_psn = 100;
@@ -128,6 +152,21 @@ struct World {
     if (dev.modify_qp(&owner, q.qpn, rtr, a)) abort();
     a.qp_state = IBV_QPS_RTS;
     if (dev.modify_qp(&owner, q.qpn, rts, a)) abort();
+  }
+
+  // DC's masks (device/qp_modify.cc): a DCT to RTR, a DCI to RTS.
+  void connect_dc(const Q& q) {
+    abi::QpAttr a = base_attr();
+    a.qp_state = IBV_QPS_RESET;
+    dev.modify_qp(&owner, q.qpn, IBV_QP_STATE, a);
+    a.qp_state = IBV_QPS_INIT;
+    if (dev.modify_qp(&owner, q.qpn, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS, a))
+      abort();
+    a.qp_state = IBV_QPS_RTR;
+    if (dev.modify_qp(&owner, q.qpn, IBV_QP_STATE | IBV_QP_MIN_RNR_TIMER | IBV_QP_AV | IBV_QP_PATH_MTU, a)) abort();
+    if (q.dc == abi::kDcTarget) return;
+    a.qp_state = IBV_QPS_RTS;
+    if (dev.modify_qp(&owner, q.qpn, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT, a)) abort();
   }
 
   // Keeps a few receives posted on every RQ and on the SRQ.
@@ -156,6 +195,11 @@ struct World {
     w.num_sge = 1;
     w.remote_addr = reinterpret_cast<uint64_t>(buf.data()) + 32768;
     w.rkey = key;
+    if (q->dc == DcRole::kInitiator) {  // to the DCT it was made with
+      w.av = base_attr().ah;
+      w.remote_qpn = qps[qps.size() - 1].qpn;
+      w.dc_key = kDcKey;
+    }
     abi::Sge s{reinterpret_cast<uint64_t>(buf.data()) + 16384, 3000, key};
     std::memcpy(slot, &w, sizeof(w));
     std::memcpy(slot + sizeof(w), &s, sizeof(s));

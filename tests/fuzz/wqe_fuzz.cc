@@ -72,7 +72,7 @@ void aim(device::World& w, uint8_t* slot, uint32_t stride, bool send) {
 void feed(device::World& w, uint8_t target, uint8_t flags, uint8_t index, const uint8_t* bytes, size_t len) {
   const auto& q = w.qps[target % w.qps.size()];
   device::Qp* qp = w.dev.qp(q.qpn);
-  if (qp->state != IBV_QPS_RTS) w.connect(q);
+  if (!w.ready(q)) w.connect(q);
   device::RingView* ring;
   bool send = false;
   switch (flags & 3) {

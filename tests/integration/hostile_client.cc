@@ -280,9 +280,17 @@ class Client {
     } while (now_ms() < until);
     return false;
   }
+  // The whole text, in pieces (without a ReportRequest the engine cuts it
+  // to one message, which the counters have outgrown).
   std::string stats() {
-    Reply r = call_raw(CtlOp::kStats, nullptr, 0, {});
-    return std::string(r.body.begin(), r.body.end());
+    std::string text;
+    for (uint64_t total = 1; text.size() < total;) {
+      Reply r = call(CtlOp::kStats, abi::ReportRequest{text.size()}, {});
+      if (r.status != 0 || r.body.size() <= sizeof(abi::ReportReply)) die("stats");
+      total = r.as<abi::ReportReply>().total;
+      text.append(r.body.begin() + sizeof(abi::ReportReply), r.body.end());
+    }
+    return text;
   }
   uint64_t pd() const { return pd_; }
 

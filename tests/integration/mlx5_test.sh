@@ -58,6 +58,35 @@ else
   fail "Mlx5Mode.UdpSourcePort* named no QPs"
 fi
 
+# uroce's DC transport (Mlx5Dc.*: DCIs and DCTs through mlx5dv_create_qp,
+# ibv_wr_* and mlx5-format queues), the loopback port captured: pcap_dc.py
+# reads the DC frames by docs/mlx5-dc.md on its own, pcap_icrc.py checks
+# their ICRC.
+cap="$UROCE_LOG_DIR/dc.pcap"
+"$UROCE_BIN" capture --name uroce0 -w "$cap" --count 20000 --seconds 60 >/dev/null &
+cap_pid=$!
+sleep 0.3
+timeout 120 "$UROCE_BIN" run -- "$binary" --gtest_filter='Mlx5Dc.*:-Mlx5Dc.WrongKey*' || fail "Mlx5Dc.* (verbs_mlx5)"
+kill -TERM "$cap_pid" 2>/dev/null || true
+wait "$cap_pid" || true
+# Its requests are never answered (pcap_dc.py would say so): not captured.
+timeout 60 "$UROCE_BIN" run -- "$binary" --gtest_filter='Mlx5Dc.WrongKey*' || fail "Mlx5Dc.WrongKey* (verbs_mlx5)"
+# DC under the fault injector on the loopback port (loss, duplication,
+# reordering, corruption), 20 times in a row: every message once, in order,
+# at the DCT it was sent to (the tests check each), through retransmissions.
+retransmits() { "$UROCE_BIN" stats --name uroce0 | awk '$1 == "retransmits" {print $2}'; }
+before=$(retransmits)
+"$UROCE_BIN" fault --name uroce0 --port loopback drop=0.02 duplicate=0.01 reorder=0.05 corrupt=0.005 seed=29 >/dev/null
+timeout 240 "$UROCE_BIN" run -- "$binary" --gtest_repeat=20 \
+  --gtest_filter='Mlx5Dc.EveryOperation*:Mlx5Dc.DciMoves*:Mlx5Dc.DciInMlx5*:Mlx5Dc.DciReset*' >"$UROCE_LOG_DIR/dc_faults.log" 2>&1 ||
+  { tail -n 30 "$UROCE_LOG_DIR/dc_faults.log"; fail "Mlx5Dc.* under injected faults"; }
+"$UROCE_BIN" fault --name uroce0 --port loopback off >/dev/null
+after=$(retransmits)
+echo "DC under faults: $(grep -c '^\[  PASSED  \]' "$UROCE_LOG_DIR/dc_faults.log") passes of 20, $((after - before)) retransmissions"
+((after > before)) || fail "the injected faults never made a DCI retransmit"
+python3 "$(dirname "$0")/pcap_dc.py" "$cap" | tail -n 4 || fail "the DC frames of the capture break docs/mlx5-dc.md"
+python3 "$(dirname "$0")/pcap_icrc.py" "$cap" || fail "a frame of the DC capture has a bad ICRC"
+
 # rdma-core's mlx5 tests. Each must pass or skip; these must pass (the
 # reason each other one skips is in docs/mlx5.md).
 src=/usr/share/doc/rdma-core/tests
@@ -83,7 +112,7 @@ if [[ -f $src/run_tests.py ]] && /usr/bin/python3 -c 'import pyverbs' 2>/dev/nul
     test_timestamp_real_time_raw_traffic test_query_rt_values test_dma_memcpy_data \
     test_dma_memcpy_different_pd_bad_flow test_dma_memcpy_protection_bad_flow \
     test_dma_memcpy_large_data_bad_flow test_mixed_raw_wqe_traffic test_rc_modify_udp_sport \
-    test_dc_send test_dc_rdma_write; do
+    test_dc_send test_dc_rdma_write test_scatter_to_cqe_control_by_qp; do
     # unittest -v: the test's name line, maybe its docstring, then "ok"
     # at the end of a line before the next test's name line.
     if ! awk -v t="$t" 'index($0, t " (") == 1 { inside = 1 }

@@ -8,7 +8,8 @@
 # crosses the veth over TCP, the ranks' traffic over RoCEv2 between the two
 # engines. The ping-pong and all-reduce of mpi_pingpong (data checked) run
 # over rc_verbs and over ud_verbs, then with both engines in mlx5 mode over
-# rc_mlx5 and ud_mlx5 (UCX writing its WQEs and reading its CQEs itself);
+# rc_mlx5, ud_mlx5 and dc_mlx5 (UCX writing its WQEs and reading its CQEs
+# itself; DC in uroce's wire format between the two engines);
 # each rank's endpoints must be on its own host's device, and the wire ports
 # must have carried the frames.
 #
@@ -51,7 +52,7 @@ wire_rx() {
 }
 
 failures=0
-for tl in rc_verbs ud_verbs rc_mlx5 ud_mlx5; do
+for tl in rc_verbs ud_verbs rc_mlx5 ud_mlx5 dc_mlx5; do
   case $tl in
     rc_verbs) tls=rc_verbs,ud_verbs && start_hosts ;;
     rc_mlx5) tls=rc_mlx5,ud_mlx5 && start_hosts --mlx5 ;;

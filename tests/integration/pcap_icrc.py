@@ -22,6 +22,24 @@ def frames(path):
         off += 16 + incl
 
 
+def roce_frames(path):
+    """(frame, L3 offset, IP header length, UDP offset) of each RoCEv2 frame
+    (UDP to 4791 over IPv4 or IPv6, with or without an 802.1Q tag)."""
+    for fr in frames(path):
+        l3, etype = 14, struct.unpack("!H", fr[12:14])[0]
+        if etype == 0x8100:
+            l3, etype = 18, struct.unpack("!H", fr[16:18])[0]
+        if etype == 0x0800 and fr[l3 + 9] == 17:
+            ip_len = (fr[l3] & 0x0F) * 4
+        elif etype == 0x86DD and fr[l3 + 6] == 17:
+            ip_len = 40
+        else:
+            continue
+        udp = l3 + ip_len
+        if struct.unpack("!H", fr[udp + 2:udp + 4])[0] == 4791:
+            yield fr, l3, ip_len, udp
+
+
 def ip_checksum_ok(hdr):
     s = sum(struct.unpack("!10H", hdr))
     while s >> 16:
@@ -31,18 +49,7 @@ def ip_checksum_ok(hdr):
 
 def main(path):
     roce = bad_icrc = bad_sum = 0
-    for fr in frames(path):
-        l3, etype = 14, struct.unpack("!H", fr[12:14])[0]
-        if etype == 0x8100:
-            l3, etype = 18, struct.unpack("!H", fr[16:18])[0]
-        if etype == 0x0800 and fr[l3 + 9] == 17:
-            ip_len = 20
-        elif etype == 0x86DD and fr[l3 + 6] == 17:
-            ip_len = 40
-        else:
-            continue
-        if struct.unpack("!H", fr[l3 + ip_len + 2:l3 + ip_len + 4])[0] != 4791:
-            continue
+    for fr, l3, ip_len, _ in roce_frames(path):
         roce += 1
         m = bytearray(fr[l3:-4])
         if ip_len == 20:

@@ -11,24 +11,13 @@ import struct
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from pcap_icrc import frames  # noqa: E402
+from pcap_icrc import roce_frames as frames_of  # noqa: E402
 
 
 def roce_frames(path):
     """(UDP source port, BTH destination QP) of each RoCEv2 frame."""
-    for fr in frames(path):
-        l3, etype = 14, struct.unpack("!H", fr[12:14])[0]
-        if etype == 0x8100:
-            l3, etype = 18, struct.unpack("!H", fr[16:18])[0]
-        if etype == 0x0800 and fr[l3 + 9] == 17:
-            udp = l3 + 20
-        elif etype == 0x86DD and fr[l3 + 6] == 17:
-            udp = l3 + 40
-        else:
-            continue
-        sport, dport = struct.unpack("!HH", fr[udp:udp + 4])
-        if dport != 4791:
-            continue
+    for fr, _, _, udp in frames_of(path):
+        sport = struct.unpack("!H", fr[udp:udp + 2])[0]
         bth = udp + 8
         yield sport, int.from_bytes(fr[bth + 5:bth + 8], "big")
 

@@ -98,9 +98,9 @@ expect_transport() {
     return 1
   fi
   local allowed
-  allowed="^(rc_verbs|ud_verbs|rc_mlx5|ud_mlx5)/($(IFS='|'; echo "${devices[*]}"))\$"
+  allowed="^(rc_verbs|ud_verbs|rc_mlx5|ud_mlx5|dc_mlx5)/($(IFS='|'; echo "${devices[*]}"))\$"
   if grep -qvE "$allowed" <<<"$lanes"; then
-    echo "expect_transport: $log uses a transport other than rc/ud verbs/mlx5 on ${devices[*]}: $(tr '\n' ' ' <<<"$lanes")" >&2
+    echo "expect_transport: $log uses a transport other than rc/ud verbs, rc/ud/dc mlx5 on ${devices[*]}: $(tr '\n' ' ' <<<"$lanes")" >&2
     return 1
   fi
   for dev in "${devices[@]}"; do

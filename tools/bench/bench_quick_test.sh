@@ -27,6 +27,7 @@ if command -v ucx_perftest >/dev/null 2>&1; then
 import json, sys
 r = json.load(open(sys.argv[1]))["ucx"]
 want = {"rc_verbs": ("am_bw_1k", "put_bw_64k", "am_lat_8b"), "rc_mlx5": ("am_bw_1k", "put_bw_64k", "am_lat_8b"),
+        "dc_mlx5": ("am_bw_1k", "put_bw_64k", "am_lat_8b"),
         "ud_verbs": ("am_bw_1k", "am_lat_8b"), "ud_mlx5": ("am_bw_1k", "am_lat_8b")}
 missing = ["%s %s" % (tl, k) for tl, keys in want.items() for k in keys if not (r.get(tl) or {}).get(k, {}).get("msgs_per_s")]
 if missing:

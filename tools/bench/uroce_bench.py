@@ -28,8 +28,9 @@ build tree or installation). It
      across the engines at path MTU 4096, and raw_ethernet_bw 1500 B frames
      across them beside the port's raw rate for 1500-byte frames;
      and UCX's own perftest (Debian's ucx_perftest) through an engine in
-     mlx5 mode: am_bw 1 KiB, put_bw 64 KiB and am_lat over rc_mlx5 and
-     ud_mlx5 beside rc_verbs and ud_verbs (--only ucx runs it with --quick);
+     mlx5 mode: am_bw 1 KiB, put_bw 64 KiB and am_lat over rc_mlx5,
+     dc_mlx5 and ud_mlx5 beside rc_verbs and ud_verbs (--only ucx runs it
+     with --quick);
   4. prints a table (each figure, its baselines and the ratios), and writes
      results.json, table.md and bench.svg into --out (default
      ./uroce-bench-results).
@@ -584,7 +585,7 @@ class Bench:
         ("put_bw_64k", ["-t", "put_bw", "-D", "zcopy", "-s", "65536"], 2000),
         ("am_lat_8b", ["-t", "am_lat", "-s", "8"], 200),
     )
-    UCX_TRANSPORTS = ("rc_verbs", "rc_mlx5", "ud_verbs", "ud_mlx5")
+    UCX_TRANSPORTS = ("rc_verbs", "rc_mlx5", "dc_mlx5", "ud_verbs", "ud_mlx5")
 
     def ucx_pair(self, tl, args, iters):
         """One ucx_perftest server/client pair on uroce0:1 over transport tl;
@@ -614,8 +615,10 @@ class Bench:
 
     def ucx(self):
         """Debian's UCX perftest, unmodified, through an engine in mlx5 mode:
-        rc_mlx5 and ud_mlx5 (UCX writes its WQEs and reads its CQEs in
-        memory) next to rc_verbs and ud_verbs on the same device (issue 29).
+        rc_mlx5, dc_mlx5 and ud_mlx5 (UCX writes its WQEs and reads its CQEs
+        in memory) next to rc_verbs and ud_verbs on the same device (issue
+        29; dc_mlx5's baseline is rc_verbs, the connected transport it
+        stands in for).
         UD transports have no put (UCT's UD has active messages only)."""
         u = self.results["ucx"] = {}
         if not shutil.which("ucx_perftest"):
@@ -1125,8 +1128,8 @@ class Bench:
                          "baseline1": "raw 1500 B frames %s" % fmt_rate(base), "ratio1": ratio(th_raw_rx, base),
                          "baseline2": "", "ratio2": None})
         ucx = self.results.get("ucx") or {}
-        for tl in ("rc_mlx5", "ud_mlx5"):
-            base_tl = tl.replace("mlx5", "verbs")
+        for tl in ("rc_mlx5", "dc_mlx5", "ud_mlx5"):
+            base_tl = "ud_verbs" if tl == "ud_mlx5" else "rc_verbs"
             for key, what, field, fmt in (("am_bw_1k", "am_bw bcopy 1 KiB", "msgs_per_s", fmt_rate),
                                           ("put_bw_64k", "put_bw zcopy 64 KiB", "bw_bytes_per_s", fmt_bw),
                                           ("am_lat_8b", "am_lat 8 B median", "t_median_us", fmt_us)):

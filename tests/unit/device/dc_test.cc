@@ -1,0 +1,305 @@
+// The Dynamically Connected transport in the device (device/dc.cc,
+// docs/mlx5-dc.md), fed work requests and frames: a DCI waits for its old
+// target's completions before it moves, a DCT takes a connection only from
+// a connect packet, drops a late duplicate of an earlier connection and a
+// request with the wrong key, and starts again for a DCI that was reset.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <vector>
+
+#include "device/device.h"
+#include "tests/unit/device/test_env.h"
+
+namespace uroce::device {
+namespace {
+
+constexpr uint64_t kKey = 0x1ee7a330;
+
+DeviceConfig mlx5_config() {
+  DeviceConfig c;
+  c.mlx5 = true;
+  return c;
+}
+
+class DcTest : public DeviceFixture {
+ protected:
+  DcTest() : DeviceFixture(mlx5_config()) {}
+
+  void SetUp() override {
+    DeviceFixture::SetUp();
+    buf_.resize(kBufSize);
+    fill(buf_, 7);
+    key_ = reg_mr(buf_.data(), kBufSize, kAllAccess);
+    scq_ = create_cq();
+    rcq_ = create_cq();
+  }
+
+  uint32_t srq() {
+    abi::CreateSrqRequest s{};
+    s.pd = pd_;
+    s.srq_type = IBV_SRQT_BASIC;
+    s.max_wr = 32;
+    s.max_sge = 1;
+    auto r = dev_.create_srq(&owner_, s);
+    EXPECT_EQ(r.err, 0);
+    return r.value;
+  }
+  void post_srq_recv(uint32_t handle, uint64_t wr_id, uint32_t offset, uint32_t len) {
+    Srq* s = dev_.srq(handle);
+    ASSERT_NE(s, nullptr);
+    const uint32_t prod = s->ring.hdr->producer.load(std::memory_order_relaxed);
+    uint8_t* slot = s->ring.slot(prod);
+    abi::RecvWqe w{wr_id, 1, 0};
+    std::memcpy(slot, &w, sizeof(w));
+    const abi::Sge g = sge(buf_.data() + offset, len, key_);
+    std::memcpy(slot + sizeof(w), &g, sizeof(g));
+    s->ring.hdr->producer.store(prod + 1, std::memory_order_release);
+  }
+  // A DCT on srq (completions to rcq_), in RTR.
+  uint32_t dct(uint32_t srq_handle, uint64_t key = kKey) {
+    abi::CreateQpRequest q{};
+    q.pd = pd_;
+    q.send_cq = scq_;
+    q.recv_cq = rcq_;
+    q.srq = srq_handle;
+    q.qp_type = IBV_QPT_RC;
+    q.caps = default_caps();
+    auto r = dev_.create_qp(&owner_, q);
+    EXPECT_EQ(r.err, 0);
+    EXPECT_EQ(dev_.make_dc(&owner_, r.value, abi::kDcTarget, key), 0);
+    abi::QpAttr a = default_attr();
+    a.qp_state = IBV_QPS_INIT;
+    EXPECT_EQ(modify(r.value, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS, a), 0);
+    a.qp_state = IBV_QPS_RTR;
+    EXPECT_EQ(modify(r.value, IBV_QP_STATE | IBV_QP_MIN_RNR_TIMER | IBV_QP_AV | IBV_QP_PATH_MTU, a), 0);
+    return r.value;
+  }
+  // A DCI in RTS.
+  uint32_t dci(uint8_t timeout = 14) {
+    const uint32_t qpn = create_qp(IBV_QPT_RC, scq_, scq_);
+    EXPECT_EQ(dev_.make_dc(&owner_, qpn, abi::kDcInitiator, 0), 0);
+    bring_up(qpn, timeout);
+    return qpn;
+  }
+  void bring_up(uint32_t qpn, uint8_t timeout = 14) {
+    abi::QpAttr a = default_attr();
+    a.timeout = timeout;
+    a.qp_state = IBV_QPS_INIT;
+    ASSERT_EQ(modify(qpn, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT, a), 0);
+    a.qp_state = IBV_QPS_RTR;
+    ASSERT_EQ(modify(qpn, IBV_QP_STATE | IBV_QP_PATH_MTU | IBV_QP_AV, a), 0);
+    a.qp_state = IBV_QPS_RTS;
+    ASSERT_EQ(modify(qpn, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+                              IBV_QP_MAX_QP_RD_ATOMIC,
+                     a),
+              0);
+  }
+  // A SEND of 16 bytes from the DCI to the DCT numbered dctn.
+  void send(uint32_t dci_qpn, uint64_t wr_id, uint32_t dctn, uint64_t key = kKey) {
+    abi::SendWqe w = wqe(IBV_WR_SEND, wr_id);
+    w.av = default_attr().ah;
+    w.remote_qpn = dctn;
+    w.dc_key = key;
+    post_send(*dev_.qp(dci_qpn), w, {sge(buf_.data(), 16, key_)});
+  }
+  // The DC requests in flight on the loopback port, kept out of it.
+  std::vector<net::Packet*> take_requests() {
+    std::vector<net::Packet*> out;
+    for (net::Packet* p : DeviceTestPeer::take_in_flight(dev_)) {
+      if (p->framed || net::parse_roce_packet(*p, false) == net::ParseError::kOk) {
+        if (p->info().has(net::kHasDcEth)) {
+          out.push_back(p);
+          continue;
+        }
+      }
+      DeviceTestPeer::requeue(dev_, p);
+    }
+    return out;
+  }
+  std::vector<uint8_t> copy_of(const net::Packet* p) { return {p->data, p->data + p->len}; }
+  const net::DcEth& dceth(const net::Packet* p) { return *p->hdr<net::DcEth>(net::kDcEthOffset); }
+
+  std::vector<uint8_t> buf_;
+  uint32_t key_ = 0, scq_ = 0, rcq_ = 0;
+};
+
+TEST_F(DcTest, SendArrivesWithTheDctAndTheDciNamed) {
+  const uint32_t s = srq();
+  post_srq_recv(s, 9, 4096, 64);
+  const uint32_t t = dct(s);
+  const uint32_t i = dci();
+  send(i, 1, t);
+  ASSERT_TRUE(run());
+  auto sends = drain_cq(dev_, scq_);
+  ASSERT_EQ(sends.size(), 1u);
+  EXPECT_EQ(sends[0].status, IBV_WC_SUCCESS);
+  auto recvs = drain_cq(dev_, rcq_);
+  ASSERT_EQ(recvs.size(), 1u);
+  EXPECT_EQ(recvs[0].wr_id, 9u);
+  EXPECT_EQ(recvs[0].qp_num, t);
+  EXPECT_EQ(recvs[0].src_qp, i);
+  EXPECT_EQ(recvs[0].byte_len, 16u);
+  EXPECT_EQ(dev_.counters().dc_contexts_created, 1u);
+}
+
+// The second WQE names another DCT: it leaves only after the first one's
+// acknowledgement, as a new connection (its number one more, connect set).
+TEST_F(DcTest, DciMovesOnlyAfterTheOldTargetsWqesCompleted) {
+  const uint32_t s1 = srq(), s2 = srq();
+  post_srq_recv(s1, 1, 4096, 64);
+  post_srq_recv(s2, 2, 8192, 64);
+  const uint32_t t1 = dct(s1), t2 = dct(s2);
+  const uint32_t i = dci();
+  send(i, 1, t1);
+  send(i, 2, t2);
+  dev_.poll(now_);
+  std::vector<net::Packet*> first = take_requests();
+  ASSERT_EQ(first.size(), 1u) << "only the first target's request leaves";
+  EXPECT_EQ(first[0]->bth()->qpn(), t1);
+  const uint32_t number1 = uint32_t(dceth(first[0]).connection) >> 24;
+  EXPECT_TRUE(uint32_t(dceth(first[0]).flags_dci) & net::DcEth::kConnect);
+  EXPECT_EQ(uint32_t(dceth(first[0]).flags_dci) & 0xffffff, i);
+  EXPECT_EQ(uint64_t(dceth(first[0]).dc_key), kKey);
+  dev_.poll(now_);
+  EXPECT_TRUE(take_requests().empty()) << "nothing to the second target while the first is unanswered";
+  DeviceTestPeer::requeue(dev_, first[0]);
+  dev_.poll(now_);  // the first request arrives, its ACK goes out
+  dev_.poll(now_);  // the ACK arrives: the DCI moves
+  std::vector<net::Packet*> second = take_requests();
+  ASSERT_EQ(second.size(), 1u);
+  EXPECT_EQ(second[0]->bth()->qpn(), t2);
+  EXPECT_EQ(uint32_t(dceth(second[0]).connection) >> 24, (number1 + 1) & 0xff);
+  EXPECT_TRUE(uint32_t(dceth(second[0]).flags_dci) & net::DcEth::kConnect);
+  DeviceTestPeer::requeue(dev_, second[0]);
+  ASSERT_TRUE(run());
+  EXPECT_EQ(drain_cq(dev_, scq_).size(), 2u);
+  EXPECT_EQ(drain_cq(dev_, rcq_).size(), 2u);
+}
+
+// A copy of a request of an earlier connection, arriving after the DCI came
+// back to the same DCT in a new one, is dropped, never executed again.
+TEST_F(DcTest, LateDuplicateOfAnEarlierConnectionIsDropped) {
+  const uint32_t s1 = srq(), s2 = srq();
+  for (int k = 0; k < 4; ++k) post_srq_recv(s1, 10 + k, 4096 + k * 64, 64);
+  post_srq_recv(s2, 20, 8192, 64);
+  const uint32_t t1 = dct(s1), t2 = dct(s2);
+  const uint32_t i = dci();
+  send(i, 1, t1);
+  dev_.poll(now_);
+  std::vector<net::Packet*> reqs = take_requests();
+  ASSERT_EQ(reqs.size(), 1u);
+  const std::vector<uint8_t> old = copy_of(reqs[0]);
+  DeviceTestPeer::requeue(dev_, reqs[0]);
+  ASSERT_TRUE(run());
+  send(i, 2, t2);
+  send(i, 3, t1);  // back to t1: a new connection
+  ASSERT_TRUE(run());
+  ASSERT_EQ(drain_cq(dev_, scq_).size(), 3u);
+  ASSERT_EQ(drain_cq(dev_, rcq_).size(), 3u);
+  const uint64_t stale = dev_.counters().dc_stale;
+  DeviceTestPeer::inject(dev_, old.data(), old.size());
+  ASSERT_TRUE(run());
+  EXPECT_EQ(dev_.counters().dc_stale, stale + 1);
+  EXPECT_TRUE(drain_cq(dev_, rcq_).empty()) << "the old SEND was delivered again";
+}
+
+// Without connect, a request finds no connection and is dropped; the DCI's
+// retry, which still carries connect, gets through.
+TEST_F(DcTest, OnlyAConnectPacketStartsAConnection) {
+  const uint32_t s = srq();
+  post_srq_recv(s, 5, 4096, 64);
+  const uint32_t t = dct(s);
+  const uint32_t i = dci(/*timeout=*/8);  // ~1 ms
+  send(i, 1, t);
+  dev_.poll(now_);
+  std::vector<net::Packet*> reqs = take_requests();
+  ASSERT_EQ(reqs.size(), 1u);
+  std::vector<uint8_t> bare = copy_of(reqs[0]);
+  const uint16_t bth_off = reqs[0]->bth_off;
+  DeviceTestPeer::drop(dev_, reqs[0]);
+  auto* e = reinterpret_cast<net::DcEth*>(bare.data() + bth_off + net::kDcEthOffset);
+  e->flags_dci = uint32_t(e->flags_dci) & ~net::DcEth::kConnect;
+  DeviceTestPeer::inject(dev_, bare.data(), bare.size());
+  ASSERT_TRUE(run());
+  EXPECT_EQ(dev_.counters().dc_no_context, 1u);
+  EXPECT_TRUE(drain_cq(dev_, rcq_).empty());
+  ASSERT_TRUE(advance(10'000'000));  // the local ACK timeout: sent again, with connect
+  auto recvs = drain_cq(dev_, rcq_);
+  ASSERT_EQ(recvs.size(), 1u);
+  EXPECT_EQ(recvs[0].src_qp, i);
+  auto sends = drain_cq(dev_, scq_);
+  ASSERT_EQ(sends.size(), 1u);
+  EXPECT_EQ(sends[0].status, IBV_WC_SUCCESS);
+}
+
+// The wrong key: dropped and counted, nothing taken from the SRQ.
+TEST_F(DcTest, WrongKeyIsDropped) {
+  const uint32_t s = srq();
+  post_srq_recv(s, 5, 4096, 64);
+  const uint32_t t = dct(s, kKey);
+  const uint32_t i = dci();
+  send(i, 1, t, kKey + 1);
+  ASSERT_TRUE(run());
+  EXPECT_EQ(dev_.counters().dc_bad_key, 1u);
+  EXPECT_TRUE(drain_cq(dev_, rcq_).empty());
+  EXPECT_TRUE(drain_cq(dev_, scq_).empty());
+  EXPECT_EQ(dev_.counters().dc_contexts_created, 0u);
+}
+
+// A DCI reset and brought up again starts at the same PSN: a new epoch, so
+// the DCT takes it as a new connection, not as duplicates.
+TEST_F(DcTest, ResetDciIsANewEpoch) {
+  const uint32_t s = srq();
+  for (int k = 0; k < 2; ++k) post_srq_recv(s, 30 + k, 4096 + k * 64, 64);
+  const uint32_t t = dct(s);
+  const uint32_t i = dci();
+  send(i, 1, t);
+  ASSERT_TRUE(run());
+  const uint32_t epoch = dev_.qp(i)->dc_epoch;
+  ASSERT_EQ(to_state(i, IBV_QPS_RESET), 0);
+  bring_up(i);
+  EXPECT_NE(dev_.qp(i)->dc_epoch, epoch);
+  send(i, 2, t);
+  ASSERT_TRUE(run());
+  EXPECT_EQ(drain_cq(dev_, scq_).size(), 2u);
+  EXPECT_EQ(drain_cq(dev_, rcq_).size(), 2u);
+  EXPECT_EQ(dev_.counters().rx_duplicate, 0u);
+}
+
+// What a DC QP cannot be: a DCT without an SRQ, a DC type that is neither,
+// a DCT in RTS, DC on a QP out of RESET or already DC, a UD QP.
+TEST_F(DcTest, Refusals) {
+  const uint32_t plain = create_qp(IBV_QPT_RC, scq_, rcq_);
+  EXPECT_EQ(dev_.make_dc(&owner_, plain, abi::kDcTarget, kKey), EINVAL);  // no SRQ
+  EXPECT_EQ(dev_.make_dc(&owner_, plain, 3, kKey), EINVAL);
+  const uint32_t ud = create_qp(IBV_QPT_UD, scq_, rcq_);
+  EXPECT_EQ(dev_.make_dc(&owner_, ud, abi::kDcInitiator, 0), EINVAL);
+  const uint32_t t = dct(srq());
+  abi::QpAttr a = default_attr();
+  a.qp_state = IBV_QPS_RTS;
+  EXPECT_EQ(modify(t, IBV_QP_STATE, a), EINVAL);
+  EXPECT_EQ(dev_.make_dc(&owner_, t, abi::kDcInitiator, 0), EINVAL);  // already DC, and out of RESET
+}
+
+// On a device not in mlx5 mode there is no DC.
+TEST(DcPlainDevice, RefusedWithEopnotsupp) {
+  Device dev{DeviceConfig{}};
+  Owner o = make_self_owner();
+  auto pd = dev.alloc_pd(&o);
+  abi::CreateCqRequest cq{};
+  cq.cqe = 4;
+  auto c = dev.create_cq(&o, cq);
+  abi::CreateQpRequest q{};
+  q.pd = pd.value;
+  q.send_cq = q.recv_cq = c.value;
+  q.qp_type = IBV_QPT_RC;
+  q.caps = {4, 4, 1, 1, 0, 0};
+  auto r = dev.create_qp(&o, q);
+  ASSERT_EQ(r.err, 0);
+  EXPECT_EQ(dev.make_dc(&o, r.value, abi::kDcInitiator, 0), EOPNOTSUPP);
+  dev.release_owner(&o);
+}
+
+}  // namespace
+}  // namespace uroce::device
