@@ -50,13 +50,13 @@ void Device::dispatch(net::Packet* p, bool check_icrc) {
     return;
   }
   ++q->rx_packets;
-  if (q->dc != DcRole::kNone) [[unlikely]]
+  // DC requests go to their DCT's dispatcher; a DCT's transport is DC's, so
+  // an RC request to it fails the responder's transport check, and a DCI's
+  // RC responses go to its completer as any RC QP's.
+  const uint32_t flags = p->info().flags;
+  if (flags & net::kHasDcEth) [[unlikely]]
     return dc_receive(*q, *p);
-  if (p->info().has(net::kHasDcEth)) [[unlikely]] {  // DC to a QP that is no DCT
-    ++counters_.rx_bad_transport;
-    return;
-  }
-  if (p->info().has(net::kRequest))
+  if (flags & net::kRequest)
     responder_receive(*this, *q, *p);
   else
     completer_receive(*this, *q, *p);

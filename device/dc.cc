@@ -56,7 +56,6 @@ bool Device::dci_take_target(Qp& qp, const abi::SendWqe& w, SendWqeState& st) {
   qp.dest_qpn = w.remote_qpn & kQpnMask;
   qp.dc_key = w.dc_key;
   qp.dc_has_target = true;
-  qp.dc_connected = false;
   ++qp.dc_number;
   qp.dc_connect_psn = qp.req_psn;
   qp.path.generation = 0;  // frames built for the new path
@@ -69,7 +68,10 @@ bool Device::dci_take_target(Qp& qp, const abi::SendWqe& w, SendWqeState& st) {
 void Device::dc_write_eth(const Qp& qp, net::Packet& p) {
   auto* e = p.hdr<net::DcEth>(net::kDcEthOffset);
   e->dc_key = qp.dc_key;
-  e->flags_dci = (qp.dc_connected ? 0 : net::DcEth::kConnect) | qp.qpn;
+  // Connected once the target acknowledged a PSN of this connection: the
+  // completer has moved past its first (no test on RC's receive path).
+  const bool connected = psn_diff(qp.comp_psn, qp.dc_connect_psn) > 0;
+  e->flags_dci = (connected ? 0 : net::DcEth::kConnect) | qp.qpn;
   e->connection = uint32_t(qp.dc_number) << 24 | qp.dc_connect_psn;
   e->dci_epoch = qp.dc_epoch;
 }
@@ -84,15 +86,7 @@ void Device::dci_new_epoch(Qp& qp) {
 }
 
 void Device::dc_receive(Qp& q, net::Packet& p) {
-  if (q.dc == DcRole::kInitiator) {  // a DCI hears RC responses only
-    if (p.info().has(net::kRequest)) {
-      ++counters_.rx_bad_transport;
-      return;
-    }
-    if (!q.dc_connected && psn_diff(p.bth()->psn(), q.dc_connect_psn) >= 0) q.dc_connected = true;
-    return completer_receive(*this, q, p);
-  }
-  if (q.dc != DcRole::kTarget || !p.info().has(net::kHasDcEth)) {
+  if (q.dc != DcRole::kTarget) {  // a DC request to a QP that is no DCT
     ++counters_.rx_bad_transport;
     return;
   }
@@ -211,10 +205,12 @@ int Device::make_dc(Owner* o, uint32_t qpn, uint32_t dc_type, uint64_t access_ke
     return EINVAL;
   if (dc_type == abi::kDcInitiator) {
     qp->dc = DcRole::kInitiator;
+    qp->transport = net::Transport::kDc;  // its requests; its responses come as RC's
     return 0;
   }
   if (dc_type != abi::kDcTarget || !qp->srq) return EINVAL;  // a DCT receives through its SRQ
   qp->dc = DcRole::kTarget;
+  qp->transport = net::Transport::kDc;  // RC's requests to it fail the responder's transport check
   qp->dc_key = access_key;
   return 0;
 }

@@ -365,6 +365,7 @@ Result<uint32_t> Device::create_qp(Owner* o, const abi::CreateQpRequest& req) {
   qp->owner = o;
   qp->cookie = req.cookie;
   qp->type = type;
+  qp->transport = transport_for(type);
   qp->pd = pd ? uint32_t(req.pd) : 0;
   qp->send_cq = scq ? uint32_t(req.send_cq) : 0;
   qp->recv_cq = rcq ? uint32_t(req.recv_cq) : 0;

@@ -532,15 +532,7 @@ inline uint32_t psn_add(uint32_t a, uint32_t n) { return (a + n) & 0xffffff; }
 inline bool is_reliable(const Qp& qp) {
   return qp.type == IBV_QPT_RC || qp.type == IBV_QPT_XRC_SEND || qp.type == IBV_QPT_XRC_RECV;
 }
-inline net::Transport transport_of(const Qp& qp) {
-  if (qp.dc == DcRole::kInitiator) [[unlikely]] return net::Transport::kDc;
-  switch (qp.type) {
-    case IBV_QPT_UC: return net::Transport::kUc;
-    case IBV_QPT_UD: return net::Transport::kUd;
-    case IBV_QPT_XRC_SEND:
-    case IBV_QPT_XRC_RECV: return net::Transport::kXrc;
-    default: return net::Transport::kRc;
-  }
-}
+// The transport of a QP's requests (Qp::transport, set with its type).
+inline net::Transport transport_of(const Qp& qp) { return qp.transport; }
 
 }  // namespace uroce::device

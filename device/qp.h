@@ -55,6 +55,17 @@ struct PathCache {
   net::HeaderTemplate header;  // route's headers, copied into each frame
 };
 
+// The opcodes' transport of a QP type (IBA 9.2.1: XRC's halves share one).
+constexpr net::Transport transport_for(ibv_qp_type type) {
+  switch (type) {
+    case IBV_QPT_UC: return net::Transport::kUc;
+    case IBV_QPT_UD: return net::Transport::kUd;
+    case IBV_QPT_XRC_SEND:
+    case IBV_QPT_XRC_RECV: return net::Transport::kXrc;
+    default: return net::Transport::kRc;
+  }
+}
+
 // The Dynamically Connected transport (device/dc.cc): a DCI, a DCT, or one
 // of a DCT's responder contexts (not in the QP table; its qpn the DCT's).
 enum class DcRole : uint8_t { kNone, kInitiator, kTarget, kTargetContext };
@@ -106,6 +117,7 @@ struct Qp {
   uint32_t pd = 0, send_cq = 0, recv_cq = 0, srq = 0;
   bool sq_sig_all = false;
   DcRole dc = DcRole::kNone;
+  net::Transport transport = net::Transport::kRc;  // of `type` (transport_for), DC's for a DCI
   abi::QpCaps caps{};
   uint32_t xrcd = 0, xrcd_handle = 0;  // XRC_RECV: its domain
   // XRC_RECV QPs opened by other processes (ibv_open_qp): their owners get
@@ -233,11 +245,10 @@ struct Qp {
   std::unique_ptr<Mlx5Queues> mlx5;
 
   // DC (device/dc.cc). DCI: its current target (av, dest_qpn, dc_key),
-  // that connection's number and first PSN; connected once the target
-  // answered. DCT: its key and its responder contexts. Context: which
+  // that connection's number and first PSN (connected once comp_psn has
+  // passed it). DCT: its key and its responder contexts. Context: which
   // connection of which DCI it serves.
   bool dc_has_target = false;
-  bool dc_connected = false;
   uint8_t dc_number = 0;       // DCI: its connections since RESET; context: its connection's
   uint32_t dc_epoch = 0;       // DCI: its incarnation (net::DcEth); context: its DCI's
   uint32_t dc_connect_psn = 0;

@@ -155,10 +155,14 @@ bool gather_after_inline_head(Device& dev, Qp& qp, uint32_t index, const abi::Se
 
 // XRC requests name the receiving SRQ in every packet (XRCETH), a DCI's
 // its target's key and itself (DCETH, device/dc.cc).
+// One test of the opcode's flags on RC's path.
 void set_xrc_srqn(Device& dev, const Qp& qp, const abi::SendWqe& w, net::Packet& p) {
-  if (qp.type == IBV_QPT_XRC_SEND)
-    p.hdr<net::XrcEth>(p.info().xrceth_off)->srqn = w.xrc_remote_srqn & 0xffffff;
-  else if (qp.dc == DcRole::kInitiator) [[unlikely]]
+  const net::OpcodeInfo& info = p.info();
+  if (!(info.flags & (net::kHasXrcEth | net::kHasDcEth))) [[likely]]
+    return;
+  if (info.flags & net::kHasXrcEth)
+    p.hdr<net::XrcEth>(info.xrceth_off)->srqn = w.xrc_remote_srqn & 0xffffff;
+  else
     dev.dc_write_eth(qp, p);
 }
 

@@ -102,6 +102,7 @@ Result<uint32_t> Device::create_rss_qp(Owner* o, const abi::CreateRssQpRequest& 
   qp->owner = o;
   qp->cookie = req.cookie;
   qp->type = IBV_QPT_RAW_PACKET;
+  qp->transport = transport_for(IBV_QPT_RAW_PACKET);
   qp->pd = uint32_t(req.pd);
   // No state machine: it receives once created (mlx5: a TIR, not a QP).
   qp->state = IBV_QPS_RTR;
