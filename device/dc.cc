@@ -104,10 +104,9 @@ void Device::dc_receive(Qp& q, net::Packet& p) {
   const uint32_t dci = flags_dci & kQpnMask, connect_psn = connection & 0xffffff;
   const uint8_t number = uint8_t(connection >> 24);
   const bool connect = flags_dci & net::DcEth::kConnect;
-  const net::Ipv6Addr src = net::roce_src_gid(p);
-  Qp* ctx = nullptr;
-  for (const std::unique_ptr<Qp>& c : q.dc_contexts)
-    if (c->dest_qpn == dci && std::memcmp(c->av.dgid, src.data(), 16) == 0) ctx = c.get();
+  const DcSource source{net::roce_src_gid(p), dci};
+  auto found = q.dc_contexts.find(source);
+  Qp* ctx = found == q.dc_contexts.end() ? nullptr : found->second.get();
   // Which connection the packet belongs to, against the context's: the same
   // (go on as RC), a later one of the same DCI or the DCI anew (start it:
   // only a connect packet may), or an earlier one (a late duplicate: drop).
@@ -123,7 +122,7 @@ void Device::dc_receive(Qp& q, net::Packet& p) {
       ++counters_.dc_no_context;
       return;
     }
-    if (!ctx) ctx = new_dc_context(q, p, src, dci);
+    if (!ctx) ctx = new_dc_context(q, p, source);
     if (!ctx) return;
     start_connection(*ctx, epoch, number, connect_psn);
   }
@@ -141,18 +140,21 @@ void Device::dc_receive(Qp& q, net::Packet& p) {
 // A context for a DCI not heard from yet: the DCT's attributes, the DCI as
 // the destination of its responses. When the DCT has as many as it may
 // keep, the least recently used one with nothing in flight goes first.
-Qp* Device::new_dc_context(Qp& dct, const net::Packet& p, const net::Ipv6Addr& src, uint32_t dci) {
+Qp* Device::new_dc_context(Qp& dct, const net::Packet& p, const DcSource& source) {
   if (dct.dc_contexts.size() >= kMaxDcContexts) {
-    Qp* victim = nullptr;
-    for (const std::unique_ptr<Qp>& c : dct.dc_contexts)
-      if (!c->resp_in_msg && c->responses.empty() && (!victim || c->dc_last_used < victim->dc_last_used))
-        victim = c.get();
+    const DcSource* victim = nullptr;
+    uint64_t oldest = 0;
+    for (const auto& [key, c] : dct.dc_contexts)
+      if (!c->resp_in_msg && c->responses.empty() && (!victim || c->dc_last_used < oldest)) {
+        victim = &key;
+        oldest = c->dc_last_used;
+      }
     if (!victim) {
       ++counters_.dc_no_context;
       return nullptr;
     }
     ++counters_.dc_contexts_evicted;
-    release_dc_context(dct, victim);
+    release_dc_context(dct, *victim);
   }
   auto ctx = std::make_unique<Qp>();
   Qp& c = *ctx;
@@ -168,9 +170,9 @@ Qp* Device::new_dc_context(Qp& dct, const net::Packet& p, const net::Ipv6Addr& s
   c.min_rnr_timer = dct.min_rnr_timer;
   c.max_dest_rd_atomic = kMaxQpRdAtomic;  // a DCT has no such attribute: the device's most
   c.pkey_index = dct.pkey_index;
-  c.dest_qpn = dci;
+  c.dest_qpn = source.dci;
   c.av = dct.av;  // hop limit, traffic class, port
-  std::memcpy(c.av.dgid, src.data(), 16);
+  std::memcpy(c.av.dgid, source.gid.data(), 16);
   c.av.is_global = 1;
   c.av.flow_label = 0;
   c.av.udp_sport = 0;
@@ -181,19 +183,21 @@ Qp* Device::new_dc_context(Qp& dct, const net::Packet& p, const net::Ipv6Addr& s
       c.av.sgid_index = i;
       break;
     }
-  dct.dc_contexts.push_back(std::move(ctx));
+  dct.dc_contexts.emplace(source, std::move(ctx));
   set_polled(c, true);  // responder_run sends its answers
   ++counters_.dc_contexts_created;
   return &c;
 }
 
-void Device::release_dc_context(Qp& dct, Qp* ctx) {
-  set_polled(*ctx, false);
-  std::erase_if(dct.dc_contexts, [ctx](const std::unique_ptr<Qp>& c) { return c.get() == ctx; });
+void Device::release_dc_context(Qp& dct, const DcSource& source) {
+  auto it = dct.dc_contexts.find(source);
+  if (it == dct.dc_contexts.end()) return;
+  set_polled(*it->second, false);
+  dct.dc_contexts.erase(it);
 }
 
 void Device::release_dc_contexts(Qp& dct) {
-  for (const std::unique_ptr<Qp>& c : dct.dc_contexts) set_polled(*c, false);
+  for (const auto& [key, c] : dct.dc_contexts) set_polled(*c, false);
   dct.dc_contexts.clear();
 }
 

@@ -478,8 +478,8 @@ class Device {
   std::vector<Qp*> active_qps_;
   void set_polled(Qp& qp, bool polled);
   uint32_t dc_epochs_ = 0;
-  Qp* new_dc_context(Qp& dct, const net::Packet& p, const net::Ipv6Addr& src, uint32_t dci);
-  void release_dc_context(Qp& dct, Qp* ctx);
+  Qp* new_dc_context(Qp& dct, const net::Packet& p, const DcSource& source);
+  void release_dc_context(Qp& dct, const DcSource& source);
   // Enters an MR of pd into the table; its key (device.cc).
   uint32_t add_mr(Pd& pd, Mr&& fields);
 };

@@ -73,8 +73,9 @@ constexpr uint32_t kMaxSrqCeiling = 1u << 14;
 constexpr uint32_t kMaxSrqWr = 1u << 14;
 constexpr uint32_t kMaxSrqSge = 32;
 constexpr uint32_t kMaxQpRdAtomic = 16;
-// Responder contexts (DCIs served at once) a DCT keeps (device/dc.cc).
-constexpr size_t kMaxDcContexts = 256;
+// Responder contexts (DCIs served at once) a DCT keeps (device/dc.cc): a
+// few KiB each, found by a hash of the DCI's GID and QPN.
+constexpr size_t kMaxDcContexts = 4096;
 // Hardware tag matching (struct ibv_tm_caps). mlx5 reports
 // 2^log_tag_matching_list_sz - 1 tags (one list slot is a sentinel) and
 // 2^log_max_qp_sz operations (its command QP's depth); max_sge 1 and a

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <unordered_map>
 #include <vector>
 
 #include "device/objects.h"
@@ -69,6 +70,20 @@ constexpr net::Transport transport_for(ibv_qp_type type) {
 // The Dynamically Connected transport (device/dc.cc): a DCI, a DCT, or one
 // of a DCT's responder contexts (not in the QP table; its qpn the DCT's).
 enum class DcRole : uint8_t { kNone, kInitiator, kTarget, kTargetContext };
+
+// Which DCI a DCT's responder context serves: its source GID and QPN.
+struct DcSource {
+  std::array<uint8_t, 16> gid{};
+  uint32_t dci = 0;
+  bool operator==(const DcSource&) const = default;
+};
+struct DcSourceHash {
+  size_t operator()(const DcSource& s) const noexcept {
+    uint64_t h = 1469598103934665603ull;  // FNV-1a
+    for (uint8_t b : s.gid) h = (h ^ b) * 1099511628211ull;
+    return size_t((h ^ s.dci) * 1099511628211ull);
+  }
+};
 
 struct AtomicReplay {
   uint32_t psn = 0;
@@ -255,7 +270,7 @@ struct Qp {
   uint64_t dc_key = 0;
   uint64_t dc_clock = 0;     // DCT: stamps contexts as they are used
   uint64_t dc_last_used = 0; // context: its last stamp (least recently used goes first)
-  std::vector<std::unique_ptr<Qp>> dc_contexts;
+  std::unordered_map<DcSource, std::unique_ptr<Qp>, DcSourceHash> dc_contexts;  // DCT
 };
 
 }  // namespace uroce::device

@@ -31,15 +31,15 @@ class DcTest : public DeviceFixture {
     buf_.resize(kBufSize);
     fill(buf_, 7);
     key_ = reg_mr(buf_.data(), kBufSize, kAllAccess);
-    scq_ = create_cq();
-    rcq_ = create_cq();
+    scq_ = create_cq(1024);
+    rcq_ = create_cq(1024);
   }
 
-  uint32_t srq() {
+  uint32_t srq(uint32_t max_wr = 32) {
     abi::CreateSrqRequest s{};
     s.pd = pd_;
     s.srq_type = IBV_SRQT_BASIC;
-    s.max_wr = 32;
+    s.max_wr = max_wr;
     s.max_sge = 1;
     auto r = dev_.create_srq(&owner_, s);
     EXPECT_EQ(r.err, 0);
@@ -265,6 +265,30 @@ TEST_F(DcTest, ResetDciIsANewEpoch) {
   EXPECT_EQ(drain_cq(dev_, scq_).size(), 2u);
   EXPECT_EQ(drain_cq(dev_, rcq_).size(), 2u);
   EXPECT_EQ(dev_.counters().rx_duplicate, 0u);
+}
+
+// Many DCIs at once (300): each gets a context of its own, none is let go,
+// every SEND lands once.
+TEST_F(DcTest, ManyDcisToOneDct) {
+  constexpr int kDcis = 300;
+  const uint32_t s = srq(512);
+  for (int k = 0; k < kDcis; ++k) post_srq_recv(s, 1000 + k, uint32_t(k) * 64, 64);
+  const uint32_t t = dct(s);
+  std::vector<uint32_t> dcis;
+  for (int k = 0; k < kDcis; ++k) dcis.push_back(dci());
+  for (int k = 0; k < kDcis; ++k) send(dcis[k], k, t);
+  ASSERT_TRUE(run());
+  size_t sends = 0, recvs = 0;
+  for (int round = 0; round < 10 && (sends < kDcis || recvs < kDcis); ++round) {
+    for (const abi::Cqe& c : drain_cq(dev_, scq_)) sends += c.status == IBV_WC_SUCCESS;
+    for (const abi::Cqe& c : drain_cq(dev_, rcq_)) recvs += c.status == IBV_WC_SUCCESS;
+    ASSERT_TRUE(run());
+  }
+  EXPECT_EQ(sends, size_t(kDcis));
+  EXPECT_EQ(recvs, size_t(kDcis));
+  EXPECT_EQ(dev_.counters().dc_contexts_created, uint64_t(kDcis));
+  EXPECT_EQ(dev_.counters().dc_contexts_evicted, 0u);
+  EXPECT_EQ(dev_.qp(t)->dc_contexts.size(), size_t(kDcis));
 }
 
 // What a DC QP cannot be: a DCT without an SRQ, a DC type that is neither,
