@@ -554,15 +554,10 @@ void wr_raw_wqe(mlx5dv_qp_ex* mqp, const void* wqe) {
 // mlx5dv_wr_set_dc_addr (qp.c mlx5_wr_set_dc_addr): the target of the
 // batch's current WQE on a DCI: the DCT's number, its key and the address.
 void wr_set_dc_addr(mlx5dv_qp_ex* mqp, ibv_ah* ah, uint32_t remote_dctn, uint64_t remote_dc_key) {
-  UQp* qp = to_uqp(dv_of(mqp)->qpx);
-  if (qp->batch_err || !qp->batch_cur) return;
-  if (!ah) {
-    qp->batch_err = EINVAL;
-    return;
-  }
-  qp->batch_cur->av = reinterpret_cast<const UAh*>(ah)->av;
-  qp->batch_cur->remote_qpn = remote_dctn;
-  qp->batch_cur->dc_key = remote_dc_key;
+  ibv_qp_ex* qpx = dv_of(mqp)->qpx;
+  qpx->wr_set_ud_addr(qpx, ah, remote_dctn, 0);  // the address and the DCT's number, as a UD WQE's
+  UQp* qp = to_uqp(qpx);
+  if (!qp->batch_err && qp->batch_cur) qp->batch_cur->dc_key = remote_dc_key;
 }
 
 // A DC QP (mlx5dv_create_qp with MLX5DV_QP_INIT_ATTR_MASK_DC on an
