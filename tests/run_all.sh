@@ -13,7 +13,9 @@ build_dir="${UROCE_BUILD_DIR:-build}"
 jobs="${UROCE_JOBS:-2}"
 
 cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo
+build_started=$SECONDS
 cmake --build "$build_dir" -j"$jobs"
+echo "run_all: built in $((SECONDS - build_started)) s"
 # -j: the GoogleTest units run side by side; every other test is RUN_SERIAL
 # (tests/CMakeLists.txt): engines, CPU ticks and latencies are measured alone.
 ctest --test-dir "$build_dir" --output-on-failure -j"$jobs" "$@"

@@ -49,8 +49,21 @@ fi
 
 build_dir="${UROCE_SANITIZE_BUILD_DIR:-build-sanitize}"
 jobs="${UROCE_JOBS:-2}"
-cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DUROCE_SANITIZE=address,undefined
-cmake --build "$build_dir" -j"$jobs"
+# -O1 -g1: ASan's usual optimisation, line tables for its reports (a third
+# less compile time than RelWithDebInfo's -O2 -g).
+cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE=None -DCMAKE_C_FLAGS="-O1 -g1" -DCMAKE_CXX_FLAGS="-O1 -g1" \
+  -DUROCE_SANITIZE=address,undefined
+targets=()
+if [[ $subset == ci && $# == 0 ]]; then
+  # The CI subset builds what it runs: the engine, the tools, the drop-in
+  # libraries, every GoogleTest binary, and the programs its scripts start.
+  mapfile -t targets < <(cmake --build "$build_dir" --target help | sed -n 's/^\.\.\. \([a-z_]*_unit_test\)$/\1/p')
+  targets+=(uroced uroce uroce_verbs uroce_rdmacm uroce_mlx5 verbs_semantics hostile_client
+            rc_sequence_checker slow_rtr)
+fi
+build_started=$SECONDS
+cmake --build "$build_dir" -j"$jobs" ${targets[@]:+--target "${targets[@]}"}
+echo "sanitize: built in $((SECONDS - build_started)) s"
 
 reports="$(cd "$build_dir" && pwd)/sanitizer-reports"
 rm -rf "$reports"

@@ -248,8 +248,9 @@ TEST(Limits, AQueueCostsTheEngineOneMappingAndNoFd) {
   reap(c);
   // An ASan-built engine (tests/sanitize.sh) maps allocator regions of its
   // own as it grows: only the lower bound holds there.
-  if (std::getenv("UROCE_SANITIZE") == nullptr)
+  if (std::getenv("UROCE_SANITIZE") == nullptr) {
     EXPECT_LE(maps_after, maps_before + kQps + 20) << "engine mappings " << maps_before << " -> " << maps_after;
+  }
   EXPECT_GE(maps_after, maps_before + kQps);
   EXPECT_LE(fds_after, fds_before + 10) << "engine fds " << fds_before << " -> " << fds_after;
 }

@@ -19,7 +19,7 @@
 # rdma_cm's routes, IPv6, the consumers that resolve through rdma_cm); the
 # rest of the datapath (more perftest tools, UC, SRQ, XRC) is the same code
 # on the same wire as in the ip mode, and runs there. --full runs every case
-# in both modes.
+# in both modes, and the read and atomic latencies.
 #
 #   kernel_peer_test.sh [--modes "ip netdev"] [--cases REGEX] [--full] [--matrix FILE] [--afib BINARY]
 set -euo pipefail
@@ -224,7 +224,9 @@ case_run() {
 }
 
 # The cases the netdev mode runs (see the top; --full: all).
-netdev_cases='^(rc_pingpong|ud_pingpong|ib_send_bw|ib_read_bw|rping|ucmatose|udaddy|mckey|rdma_server|ib_send_bw_R|rc_pingpong_ipv6|ud_pingpong_ipv6|rping_ipv6|udaddy_ipv6|afib_.*|fi_pingpong_.*|ucx_tag_lat_.*)$'
+# The datapath tools (perftest's bandwidths, ud_pingpong, rdma_server,
+# UCX over ud_verbs alone) are the ip mode's: the same code on the same wire.
+netdev_cases='^(rc_pingpong|rping|ucmatose|udaddy|mckey|ib_send_bw_R|rc_pingpong_ipv6|ud_pingpong_ipv6|rping_ipv6|udaddy_ipv6|afib_.*|fi_pingpong_.*|ucx_tag_lat_rc_verbs)$'
 
 run_matrix() {  # MODE
   local m=$1
@@ -257,12 +259,17 @@ run_matrix() {  # MODE
   done
   case_run "$m" ib_read_bw 90 tcp "ib_read_bw -d {dev} -x {gid} -p {port} -n 200 -o 16 $bw_timeout" \
     "ib_read_bw -d {dev} -x {gid} -p {port} -n 200 -o 16 $bw_timeout {peer}" '^ *65536 +200 '
-  case_run "$m" ib_read_lat 90 tcp 'ib_read_lat -d {dev} -x {gid} -p {port} -n 200 -o 16' \
-    'ib_read_lat -d {dev} -x {gid} -p {port} -n 200 -o 16 {peer}' '^ *2 +200 '
   case_run "$m" ib_atomic_bw 90 tcp 'ib_atomic_bw -d {dev} -x {gid} -p {port} -n 200 -o 16' \
     'ib_atomic_bw -d {dev} -x {gid} -p {port} -n 200 -o 16 {peer}' '^ *8 +200 '
-  case_run "$m" ib_atomic_lat 90 tcp 'ib_atomic_lat -d {dev} -x {gid} -p {port} -n 200 -o 16' \
-    'ib_atomic_lat -d {dev} -x {gid} -p {port} -n 200 -o 16 {peer}' '^ *8 +200 '
+  # The read and atomic latencies: the bandwidth cases' requests one at a
+  # time (--full; the send and write latencies add inline and polling on
+  # memory, and run always).
+  if ((full)); then
+    case_run "$m" ib_read_lat 90 tcp 'ib_read_lat -d {dev} -x {gid} -p {port} -n 200 -o 16' \
+      'ib_read_lat -d {dev} -x {gid} -p {port} -n 200 -o 16 {peer}' '^ *2 +200 '
+    case_run "$m" ib_atomic_lat 90 tcp 'ib_atomic_lat -d {dev} -x {gid} -p {port} -n 200 -o 16' \
+      'ib_atomic_lat -d {dev} -x {gid} -p {port} -n 200 -o 16 {peer}' '^ *8 +200 '
+  fi
   # rdma_cm.
   case_run "$m" rping 60 cm 'rping -s -v -C 10 -a {server} -p {port}' \
     'rping -c -v -C 10 -a {server} -p {port}' 'ping data: rdma-ping-9'

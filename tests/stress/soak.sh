@@ -24,7 +24,7 @@
 #
 #   soak.sh [--minutes M | --seconds S] [--churners N] [--pairs N] [--faults 'drop=.. ..']
 #
-# The suite runs --minutes 1; by hand: --minutes 10.
+# The suite runs --seconds 40 (after the warm-up); by hand: --minutes 10.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../integration/lib.sh"
 set +m
