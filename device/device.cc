@@ -527,6 +527,9 @@ void Device::release_owner(Owner* o) {
   mws_.for_each([&](uint32_t i, Mw& w) { if (w.owner == o) ids.push_back(i); });
   for (uint32_t i : ids) dealloc_mw(o, i);
   ids.clear();
+  mkeys_.for_each([&](uint32_t i, Mkey& m) { if (m.owner == o) ids.push_back(i); });
+  for (uint32_t i : ids) destroy_mkey(o, i);
+  ids.clear();
   std::vector<uint32_t> flows;
   steering_.for_each([&](uint32_t h, const Flow& f) { if (f.owner == o) flows.push_back(h); });
   for (uint32_t h : flows) steering_.remove(h);

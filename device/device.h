@@ -96,6 +96,10 @@ class Device {
   // Memory windows (device/mw.cc). alloc_mw returns the window's index.
   Result<uint32_t> alloc_mw(Owner* o, uint32_t pd, uint32_t type, uint32_t* rkey);
   int dealloc_mw(Owner* o, uint32_t index);
+  // Indirect memory keys (device/mkey.cc). create_mkey returns the index.
+  Result<uint32_t> create_mkey(Owner* o, uint32_t pd, uint32_t flags, uint32_t max_entries, uint32_t* key,
+                               uint32_t* num_desc);
+  int destroy_mkey(Owner* o, uint32_t index);
   // Device memory (device/device_memory.cc). alloc_dm returns the index and
   // the memfd (the device's: the caller passes it without closing it).
   Result<uint32_t> alloc_dm(Owner* o, const abi::AllocDmRequest& req, int* fd, uint64_t* map_length);
@@ -300,6 +304,17 @@ class Device {
   uint32_t local_invalidate(const Qp& qp, uint32_t rkey);
   // kWrMemcpy, the DMA copy engine (device/dma_copy.cc): a completion status.
   uint32_t dma_copy(const Qp& qp, const abi::MemcpyArgs& copy);
+  // kWrUmr, a memory registration (device/mkey.cc): a completion status.
+  uint32_t register_mkey(const Qp& qp, const abi::UmrArgs& umr, const abi::Sge* layout, uint32_t slots);
+  // A local SGE through an indirect mkey (device/mkey.cc): [offset, offset +
+  // len) of the mkey in the PD with `access`, or kBadBounds for bytes past
+  // its layout; *length_left: the layout's bytes from offset on.
+  MrCheck check_mkey(uint32_t key, uint32_t pd, uint64_t offset, uint64_t len, uint32_t access,
+                     uint64_t* length_left) const;
+  // The owner's bytes that [offset, offset + len) of an mkey are, appended
+  // to out[*n..room); false if they need more spans or a region is gone.
+  bool mkey_spans(const Owner& owner, uint32_t key, uint64_t offset, uint64_t len, RemoteSpan* out, int* n,
+                  int room) const;
   // SEND_WITH_INV arriving at qp: true if it invalidated a window.
   bool remote_invalidate(const Qp& qp, uint32_t pd, uint32_t rkey);
   net::Packet* new_packet(Qp& qp, uint8_t opcode, uint32_t psn, bool ack_req);
@@ -355,6 +370,9 @@ class Device {
   MrCheck check_mw(uint32_t rkey, uint32_t pd, uint32_t qpn, uint64_t va, uint64_t len,
                    uint32_t access, const Mr** mr, uint64_t* owner_addr) const;
   Mw* find_mw(uint32_t rkey) const;  // by the index part only
+  Mkey* find_mkey(uint32_t key) const;  // the whole key
+  // Frees a valid mkey (device/mkey.cc); owner null: any (a remote peer's).
+  bool invalidate_mkey(const Owner* owner, uint32_t pd, uint32_t key, bool remote);
   bool invalidate(Mw& mw);
   void unbind_windows_of(Qp& qp);
   void detach_windows_of(Mr& mr);
@@ -452,6 +470,7 @@ class Device {
   Table<Pd> pds_;
   Table<Mr> mrs_;
   Table<Mw> mws_;  // index = R_Key >> 8 - kMwIndexBase
+  Table<Mkey> mkeys_;  // index = key >> 8 - kMkeyIndexBase
   Table<Dm> dms_;
   uint64_t dm_used_ = 0;  // bytes of dms_ (whole pages), at most config_.max_dm_size
   Table<Ah> ahs_;

@@ -157,6 +157,8 @@ uint32_t Device::bind_mw(Qp& qp, const abi::MwBind& b) {
 // regions cannot be invalidated on rxe or mlx5), is IBV_WC_LOC_QP_OP_ERR as
 // on rxe.
 uint32_t Device::local_invalidate(const Qp& qp, uint32_t rkey) {
+  if (is_mkey_key(rkey)) [[unlikely]]
+    return invalidate_mkey(qp.owner, qp.pd, rkey, false) ? IBV_WC_SUCCESS : IBV_WC_LOC_QP_OP_ERR;
   Mw* mw = find_mw(rkey);
   if (!mw || mw->owner != qp.owner || mw->rkey != rkey || mw->type != IBV_MW_TYPE_2 ||
       mw->pd != qp.pd || !invalidate(*mw))
@@ -167,6 +169,8 @@ uint32_t Device::local_invalidate(const Qp& qp, uint32_t rkey) {
 // SEND_WITH_INV's R_Key, at the responder: as a local invalidation, and a
 // window bound to a QP only through that QP (type 2B).
 bool Device::remote_invalidate(const Qp& qp, uint32_t pd, uint32_t rkey) {
+  if (is_mkey_key(rkey)) [[unlikely]]
+    return invalidate_mkey(nullptr, pd, rkey, true);
   Mw* mw = find_mw(rkey);
   if (!mw || mw->rkey != rkey || mw->type != IBV_MW_TYPE_2 || mw->pd != pd || mw->qpn != qp.qpn)
     return false;

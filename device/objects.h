@@ -131,6 +131,30 @@ struct Mw {
   uint32_t access = 0;  // IBV_ACCESS_REMOTE_* and IBV_ACCESS_ZERO_BASED
 };
 
+// An indirect memory key (mlx5dv_create_mkey; device/mkey.cc): free until a
+// memory-registration WQE gives it a layout over regions of its PD, valid
+// until LOCAL_INV (or SEND_WITH_INV, with remote invalidation) frees it.
+// Zero-based: [0, length) are the layout's bytes.
+struct MkeyEntry {
+  uint64_t addr;          // in the region's address space (iova)
+  uint32_t bytes;         // taken from addr
+  uint32_t lkey;          // the region
+  uint64_t stride;        // interleaved: how far addr moves each repeat
+};
+struct Mkey {
+  Owner* owner = nullptr;
+  uint32_t pd = 0;
+  uint32_t key = 0;  // (kMkeyIndexBase + index) << 8
+  uint32_t num_desc = 0;
+  bool remote_invalidate = false;
+  bool valid = false;  // not free
+  uint32_t access = 0;
+  uint32_t repeat_count = 0;  // 0: a list
+  uint64_t unit = 0;          // interleaved: the bytes of one repeat
+  uint64_t length = 0;
+  std::vector<MkeyEntry> entries;  // reserved to num_desc at creation: no allocation after
+};
+
 // An address handle: its address vector lives in the client (it travels in
 // each UD work request); the device counts it against max_ah and holds its PD.
 struct Ah {

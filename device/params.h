@@ -63,6 +63,16 @@ constexpr uint32_t kMwIndexBase = 1u << 23;
 constexpr bool is_mw_key(uint32_t key) { return key >> 31; }
 static_assert(!is_mw_key(kMaxMr << 8 | 0xff) && is_mw_key(kMwIndexBase << 8));
 static_assert(kMwIndexBase + kMaxMw < (1u << 24));
+// Indirect memory keys (mlx5dv_create_mkey, device/mkey.cc): the indices
+// after the windows', so a window's lookup finds none of them and refuses
+// their R_Keys (remote access through an indirect mkey is not offered).
+constexpr uint32_t kMaxMkey = 1u << 14;
+constexpr uint32_t kMkeyIndexBase = kMwIndexBase + kMaxMw;
+constexpr bool is_mkey_key(uint32_t key) { return (key >> 8) >= kMkeyIndexBase; }
+static_assert(kMkeyIndexBase + kMaxMkey < (1u << 24) && is_mw_key(kMkeyIndexBase << 8));
+// The entries an mkey may hold (mlx5dv_mkey_init_attr.max_entries, rounded
+// up to 4); a registration's are bounded by its QP's WQE size too.
+constexpr uint32_t kMaxMkeyEntries = 256;
 constexpr uint32_t kMaxAh = 1u << 16;
 // Device memory (ibv_alloc_dm): the bytes all clients may hold at once,
 // mlx5's MEMIC size on ConnectX-5/6 (256 KiB) unless uroced --max-dm-size

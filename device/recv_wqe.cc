@@ -106,12 +106,15 @@ uint32_t translate_recv_sges(Device& dev, RecvInProgress& r, uint32_t pd) {
     // writes (mlx5 and rxe): an SGE may run past its MR's end as long as the
     // message stops short of it, so the SGE is cut there and ends the list.
     const Mr* mr;
-    if (dev.check_mr(r.sge[i].lkey, pd, r.sge[i].addr, 0, IBV_ACCESS_LOCAL_WRITE, &mr) !=
-        Device::MrCheck::kOk) {
+    uint64_t room;
+    if (dev.check_mr(r.sge[i].lkey, pd, r.sge[i].addr, 0, IBV_ACCESS_LOCAL_WRITE, &mr) == Device::MrCheck::kOk) {
+      room = mr->iova + mr->length - r.sge[i].addr;
+      r.sge[i].addr = mr->addr + (r.sge[i].addr - mr->iova);
+    } else if (!is_mkey_key(r.sge[i].lkey) ||
+               dev.check_mkey(r.sge[i].lkey, pd, r.sge[i].addr, 0, IBV_ACCESS_LOCAL_WRITE, &room) !=
+                   Device::MrCheck::kOk) {
       return IBV_WC_LOC_PROT_ERR;
-    }
-    const uint64_t room = mr->iova + mr->length - r.sge[i].addr;
-    r.sge[i].addr = mr->addr + (r.sge[i].addr - mr->iova);
+    }  // an indirect mkey's SGE keeps its offset: the scatter walks its layout
     if (room < r.sge[i].length) {
       r.sge[i].length = uint32_t(room);
       r.num_sge = i + 1;

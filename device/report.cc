@@ -42,7 +42,7 @@ void Device::report(nlohmann::json& out) const {
   out["port"] = {{"state", port_active() ? "ACTIVE" : "DOWN"},
                  {"kind", wire_ ? "wire" : "loopback"},
                  {"loopback_tx_bytes", loopback_.tx_bytes()}};
-  out["objects"] = {{"pds", pds_.count()},     {"mrs", mrs_.count()}, {"mws", mws_.count()}, {"dms", dms_.count()}, {"cqs", cqs_.count()},
+  out["objects"] = {{"pds", pds_.count()},     {"mrs", mrs_.count()}, {"mws", mws_.count()}, {"mkeys", mkeys_.count()}, {"dms", dms_.count()}, {"cqs", cqs_.count()},
                     {"qps", qps_.count()},     {"srqs", srqs_.count()},
                     {"channels", channels_.count()}, {"flows", steering_.count()}};
 

@@ -69,9 +69,11 @@ uint32_t fetch_wqe(Device& dev, Qp& qp, uint32_t index, uint32_t end) {
     return IBV_WC_LOC_QP_OP_ERR;
   }
   if (is_local_op(w.opcode)) [[unlikely]] {
-    // No data and no packet: the window or key is checked when it runs.
+    // No data and no packet: the window or key is checked when it runs. A
+    // memory registration keeps its layout, in the SGE area (abi_rings.h
+    // UmrArgs), as far as the slot holds it.
     st.is_local = true;
-    w.num_sge = 0;
+    w.num_sge = w.opcode == kWrUmr ? std::min<uint32_t>(w.num_sge, body / sizeof(abi::Sge)) : 0;
     return IBV_WC_SUCCESS;
   }
   st.is_rd_atomic = is_rd_atomic(w.opcode);
@@ -107,6 +109,14 @@ uint32_t fetch_wqe(Device& dev, Qp& qp, uint32_t index, uint32_t end) {
       const Mr* mr;
       if (dev.check_mr(sge[i].lkey, qp.pd, sge[i].addr, sge[i].length, need, &mr) !=
           Device::MrCheck::kOk) {
+        uint64_t left;
+        if (is_mkey_key(sge[i].lkey) && !st.is_rd_atomic &&
+            dev.check_mkey(sge[i].lkey, qp.pd, sge[i].addr, sge[i].length, need, &left) == Device::MrCheck::kOk) {
+          // An indirect mkey's SGE keeps its offset: the gather walks its
+          // layout (Device::mkey_spans).
+          st.length += sge[i].length;
+          continue;
+        }
         if (!st.is_rd_atomic) return IBV_WC_LOC_PROT_ERR;
         // A READ's or an atomic's local key is checked when its response is
         // placed, as mlx5 and rxe (rxe_comp.c do_read/do_atomic) do: the
@@ -301,6 +311,7 @@ bool run_local_wqe(Device& dev, Qp& qp, const abi::SendWqe& w, SendWqeState& st)
     st.local_done = true;
     st.status = w.opcode == IBV_WR_BIND_MW  ? dev.bind_mw(qp, w.bind)
                 : w.opcode == kWrMemcpy     ? dev.dma_copy(qp, w.copy)
+                : w.opcode == kWrUmr        ? dev.register_mkey(qp, w.umr, wqe_sges(qp, qp.sq_next), w.num_sge)
                 : w.opcode == kWrNop        ? uint32_t(IBV_WC_SUCCESS)
                                             : dev.local_invalidate(qp, w.imm_data);
     if (st.status != IBV_WC_SUCCESS) return false;
@@ -333,6 +344,12 @@ int sge_spans(const Device& dev, const Owner& owner, const abi::Sge* sge, uint32
       continue;
     }
     const uint64_t chunk = std::min<uint64_t>(sge[i].length - offset, want);
+    if (is_mkey_key(sge[i].lkey)) [[unlikely]] {  // an indirect mkey: the spans its layout names
+      if (!dev.mkey_spans(owner, sge[i].lkey, sge[i].addr + offset, chunk, out, &n, int(kMaxSge))) return -1;
+      want -= chunk;
+      offset = 0;
+      continue;
+    }
     // A deregistered MR leaves its bytes to process_vm_* (nothing shared).
     const Mr* mr = dev.find_mr(sge[i].lkey);
     out[n++] = {sge[i].addr + offset, size_t(chunk), mr && mr->owner == &owner ? mr->pages.get() : nullptr};

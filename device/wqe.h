@@ -17,6 +17,7 @@ using uroce::allowed_wr_ops;
 using uroce::executable_wr_ops;
 using uroce::kWrMemcpy;
 using uroce::kWrNop;
+using uroce::kWrUmr;
 using uroce::is_local_op;
 using uroce::is_rd_atomic;
 using uroce::kLocalWrOps;
@@ -28,6 +29,7 @@ inline ibv_wc_opcode wc_opcode_for(uint32_t op) {
     case IBV_WR_LOCAL_INV: return IBV_WC_LOCAL_INV;
     case kWrMemcpy: return IBV_WC_DRIVER3;  // MLX5DV_WC_MEMCPY
     case kWrNop: return IBV_WC_DRIVER2;     // an mlx5 CQE's WQE opcode NOP (uroce/mlx5_cqe.h)
+    case kWrUmr: return IBV_WC_DRIVER1;     // MLX5DV_WC_UMR
     case IBV_WR_RDMA_WRITE:
     case IBV_WR_RDMA_WRITE_WITH_IMM: return IBV_WC_RDMA_WRITE;
     case IBV_WR_RDMA_READ: return IBV_WC_RDMA_READ;

@@ -96,6 +96,10 @@ constexpr Table make_table() {
                                einval(UROCE_HANDLE(AllocMwRequest, pd, kPd)));
   at(CtlOp::kDeallocMw) = method("dealloc_mw", dealloc_mw, exact<HandleRequest>(), kNoFds,
                                  destroyed(UROCE_HANDLE(HandleRequest, handle, kMw)));
+  at(CtlOp::kCreateMkey) = method("create_mkey", create_mkey, exact<CreateMkeyRequest>(), kNoFds,
+                                  einval(UROCE_HANDLE(CreateMkeyRequest, pd, kPd)));
+  at(CtlOp::kDestroyMkey) = method("destroy_mkey", destroy_mkey, exact<HandleRequest>(), kNoFds,
+                                   destroyed(UROCE_HANDLE(HandleRequest, handle, kMkey)));
 
   // Device memory (methods_dm.cc). ib_uverbs_reg_dm_mr's PD and DM are
   // write()-style arguments: a failed lookup is EINVAL.

@@ -28,7 +28,7 @@ class Engine;
 class ObjectTable;
 
 // The object types a handle may name (the kernel's UVERBS_OBJECT_*).
-enum class ObjType : uint8_t { kNone, kPd, kMr, kCompChannel, kCq, kQp, kSrq, kXrcd, kAh, kMw, kFlow, kDm, kWq, kRwqIndTable, kCount };
+enum class ObjType : uint8_t { kNone, kPd, kMr, kCompChannel, kCq, kQp, kSrq, kXrcd, kAh, kMw, kFlow, kDm, kWq, kRwqIndTable, kMkey, kCount };
 
 // One request handed to a handler: its body (already checked against the
 // table, handles already resolved to device ids), its fds, and the reply the
@@ -143,6 +143,8 @@ int rereg_mr(Call& c);
 int dereg_mr(Call& c);
 int alloc_mw(Call& c);
 int dealloc_mw(Call& c);
+int create_mkey(Call& c);
+int destroy_mkey(Call& c);
 int import_pd(Call& c);
 int import_mr(Call& c);
 // methods_dm.cc: device memory

@@ -55,6 +55,20 @@ int dealloc_mw(Call& c) {
   return c.dev.dealloc_mw(&c.owner, uint32_t(c.request<abi::HandleRequest>().handle));
 }
 
+// mlx5dv_create_mkey (device/mkey.cc): the handle names the mkey's index.
+int create_mkey(Call& c) {
+  const auto req = c.request<abi::CreateMkeyRequest>();
+  uint32_t key = 0, num_desc = 0;
+  auto r = c.dev.create_mkey(&c.owner, uint32_t(req.pd), req.flags, req.max_entries, &key, &num_desc);
+  if (r.err) return r.err;
+  return c.reply(abi::CreateMkeyReply{c.objects.insert(ObjType::kMkey, r.value), key, num_desc});
+}
+
+int destroy_mkey(Call& c) {
+  c.engine.take_posted_work(c.owner);
+  return c.dev.destroy_mkey(&c.owner, uint32_t(c.request<abi::HandleRequest>().handle));
+}
+
 // An imported context (ibv_import_device) is the same session, so its
 // handles already name these objects: the lookup (the method table) is the
 // check, and a PD needs nothing more.

@@ -86,6 +86,8 @@ enum class CtlOp : uint32_t {
   kMlx5QpFormat,   // HandleRequest; reply Mlx5QpFormatReply, fds: [the queues' memfd]
   kMlx5SrqFormat,  // HandleRequest; reply Mlx5SrqFormatReply, fds: [the SRQ's memfd]
   kMlx5QpDc,       // Mlx5QpDcRequest (mlx5dv_create_qp with MLX5DV_QP_INIT_ATTR_MASK_DC)
+  kCreateMkey,     // CreateMkeyRequest; reply CreateMkeyReply (mlx5dv_create_mkey)
+  kDestroyMkey,    // HandleRequest
   kCount,
 };
 
@@ -446,6 +448,22 @@ struct Mlx5QpDcRequest {
   uint32_t dc_type;  // kDcInitiator or kDcTarget
   uint32_t reserved;
   uint64_t access_key;  // DCT: the key a DCI must present
+};
+
+// kCreateMkey: an indirect memory key of the PD (mlx5dv_create_mkey with
+// MLX5DV_MKEY_INIT_ATTR_FLAGS_INDIRECT), free until a memory-registration
+// WQE (kWrUmr) gives it a layout; its lkey and rkey are one key. num_desc:
+// the entries it may hold, max_entries rounded up to 4 as mlx5's.
+constexpr uint32_t kMkeyRemoteInvalidate = 1;  // MLX5DV_MKEY_INIT_ATTR_FLAGS_REMOTE_INVALIDATE
+struct CreateMkeyRequest {
+  uint64_t pd;
+  uint32_t flags;  // kMkeyRemoteInvalidate
+  uint32_t max_entries;
+};
+struct CreateMkeyReply {
+  uint64_t handle;
+  uint32_t key;
+  uint32_t num_desc;
 };
 
 // kMlx5CqFormat: the CQ's ring in mlx5's format from now on (mlx5dv_init_obj

@@ -93,6 +93,26 @@ static_assert(sizeof(MemcpyArgs) == 32);
 // max_wr_memcpy_length): it runs inside the engine's poll loop.
 constexpr uint32_t kMaxMemcpyLength = 1u << 20;
 
+// A memory registration (kWrUmr, uroce/wr_opcodes.h): the layout and rights
+// a free indirect mkey takes. Its entries follow the header in the SGE area
+// (num_sge counts the 16-byte slots): a list layout, one
+// Sge per entry (its bytes, in order); an interleaved one, two slots per
+// entry: Sge{addr, bytes_count, lkey}, then Sge{bytes_skip, 0, 0}, the
+// entries' bytes taken in turn repeat_count times, each entry's address
+// moving on by bytes_count + bytes_skip each time (rdma-core
+// providers/mlx5/qp.c umr_strided_seg_create). The mkey is zero-based: an
+// SGE's address is an offset into the layout's bytes.
+constexpr uint32_t kUmrNoLayout = 0, kUmrList = 1, kUmrInterleaved = 2;
+struct UmrArgs {
+  uint32_t mkey;          // its lkey (== rkey)
+  uint32_t access;        // IBV_ACCESS_LOCAL_WRITE, REMOTE_WRITE/READ/ATOMIC
+  uint32_t layout;        // kUmrList, kUmrInterleaved; kUmrNoLayout: none set (no bytes)
+  uint32_t repeat_count;  // interleaved: at least 1
+  uint32_t num_entries;
+  uint32_t reserved[3];
+};
+static_assert(sizeof(UmrArgs) == 32);
+
 // SendWqe::flags, beside the ibv_send_flags: the WQE came from an mlx5 send
 // WQE the program wrote (mlx5dv_wr_raw_wqe), so its completion's opcode is
 // MLX5DV_WC_RAW_WQE (IBV_WC_DRIVER2), as mlx5's (providers/mlx5/qp.c raw_wqe_init).
@@ -173,6 +193,7 @@ struct SendWqe {
     AddressVector av;   // UD
     MwBind bind;        // IBV_WR_BIND_MW (RC, UC, XRC)
     MemcpyArgs copy;    // kWrMemcpy (RC)
+    UmrArgs umr;        // kWrUmr (RC)
   };
   uint64_t dc_key;      // a DCI's: the target DCT's access key (av, remote_qpn: the DCT)
   uint8_t reserved1[16];
@@ -181,6 +202,7 @@ static_assert(sizeof(SendWqe) == 128);
 static_assert(offsetof(SendWqe, av) == 72);
 static_assert(offsetof(SendWqe, bind) == 72);
 static_assert(offsetof(SendWqe, copy) == 72);
+static_assert(offsetof(SendWqe, umr) == 72);
 static_assert(offsetof(SendWqe, dc_key) == 104);
 static_assert(std::is_standard_layout_v<SendWqe>);
 

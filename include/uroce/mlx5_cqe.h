@@ -138,7 +138,8 @@ inline uint8_t wqe_opcode_of(ibv_wc_opcode op, unsigned wc_flags) {
     case IBV_WC_RDMA_READ: return kOpRdmaRead;
     case IBV_WC_COMP_SWAP: return kOpAtomicCs;
     case IBV_WC_FETCH_ADD: return kOpAtomicFa;
-    case IBV_WC_BIND_MW: return kOpUmr;
+    case IBV_WC_BIND_MW:
+    case IBV_WC_DRIVER1: return kOpUmr;  // MLX5DV_WC_UMR: a memory registration
     case IBV_WC_LOCAL_INV: return kOpLocalInval;
     case IBV_WC_DRIVER3: return kOpMmo;  // MLX5DV_WC_MEMCPY
     default: return kOpNop;              // MLX5DV_WC_RAW_WQE (IBV_WC_DRIVER2)

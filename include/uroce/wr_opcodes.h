@@ -56,15 +56,23 @@ static_assert(kWrMemcpy > IBV_WR_ATOMIC_WRITE && kWrMemcpy < 32);
 constexpr uint32_t kWrNop = 17;
 static_assert(kWrNop > kWrMemcpy && kWrNop < 32);
 
+// A memory registration (mlx5dv_wr_mr_list, mlx5dv_wr_mr_interleaved,
+// mlx5dv_wr_mkey_configure: mlx5's UMR WQE) on an RC QP made with those
+// send operations: it gives a free indirect mkey its layout and rights
+// (SendWqe::umr, the layout in the SGE area: abi_rings.h), no packet.
+// Only the drop-in libmlx5 posts it.
+constexpr uint32_t kWrUmr = 18;
+static_assert(kWrUmr > kWrNop && kWrUmr < 32);
+
 // What the engine executes on a QP of type t: the posted opcodes and the
-// device's own (kWrMemcpy, kWrNop).
+// device's own (kWrMemcpy, kWrNop, kWrUmr).
 constexpr uint32_t executable_wr_ops(ibv_qp_type t) {
-  return allowed_wr_ops(t) | (t == IBV_QPT_RC ? 1u << kWrMemcpy : 0) |
+  return allowed_wr_ops(t) | (t == IBV_QPT_RC ? 1u << kWrMemcpy | 1u << kWrUmr : 0) |
          (t == IBV_QPT_RC || t == IBV_QPT_UC ? 1u << kWrNop : 0);
 }
 
 constexpr bool is_local_op(uint32_t op) {
-  return op < 32 && ((kLocalWrOps | 1u << kWrMemcpy | 1u << kWrNop) & (1u << op));
+  return op < 32 && ((kLocalWrOps | 1u << kWrMemcpy | 1u << kWrNop | 1u << kWrUmr) & (1u << op));
 }
 
 static_assert((kUdWrOps & ~kUcWrOps) == 0 && (kUcWrOps & ~kRcWrOps) == 0, "each transport's set grows");

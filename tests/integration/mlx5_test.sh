@@ -38,7 +38,7 @@ fail() {
 }
 
 start_engine uroce0 --mlx5
-timeout 120 "$UROCE_BIN" run -- "$binary" --gtest_filter='Mlx5Mode.*:-Mlx5Mode.UdpSourcePort*' ||
+timeout 120 "$UROCE_BIN" run -- "$binary" --gtest_filter='Mlx5Mode.*:Mlx5Mkey.*:-Mlx5Mode.UdpSourcePort*' ||
   fail "Mlx5Mode.* (verbs_mlx5)"
 
 # mlx5dv_modify_qp_udp_sport, seen on the wire: the loopback port captured
@@ -112,7 +112,9 @@ if [[ -f $src/run_tests.py ]] && /usr/bin/python3 -c 'import pyverbs' 2>/dev/nul
     test_timestamp_real_time_raw_traffic test_query_rt_values test_dma_memcpy_data \
     test_dma_memcpy_different_pd_bad_flow test_dma_memcpy_protection_bad_flow \
     test_dma_memcpy_large_data_bad_flow test_mixed_raw_wqe_traffic test_rc_modify_udp_sport \
-    test_dc_send test_dc_rdma_write test_scatter_to_cqe_control_by_qp; do
+    test_dc_send test_dc_rdma_write test_scatter_to_cqe_control_by_qp \
+    test_mkey_list test_mkey_interleaved test_mkey_list_new_api test_mkey_interleaved_new_api \
+    test_mkey_list_bad_flow test_mkey_remote_invalidate; do
     # unittest -v: the test's name line, maybe its docstring, then "ok"
     # at the end of a line before the next test's name line.
     if ! awk -v t="$t" 'index($0, t " (") == 1 { inside = 1 }

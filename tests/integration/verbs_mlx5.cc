@@ -193,9 +193,9 @@ TEST_F(Mlx5Mode, CreateQpRefusesWhatTheDeviceHasNot) {
   EXPECT_EQ(dv_qp(cq, &dv), nullptr);
   EXPECT_EQ(errno, EINVAL);
   dv.comp_mask = MLX5DV_QP_INIT_ATTR_MASK_SEND_OPS_FLAGS;
-  dv.send_ops_flags = MLX5DV_QP_EX_WITH_MR_LIST;  // no UMR memory keys
+  dv.send_ops_flags = MLX5DV_QP_EX_WITH_MR_LIST;  // memory registrations are RC's
   errno = 0;
-  EXPECT_EQ(dv_qp(cq, &dv), nullptr);
+  EXPECT_EQ(dv_qp(cq, &dv, IBV_QPT_UC), nullptr);
   EXPECT_EQ(errno, EOPNOTSUPP);
   dv.send_ops_flags = MLX5DV_QP_EX_WITH_MEMCPY;  // the DMA engine is RC's (and DCI's) only
   errno = 0;

@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -25,6 +26,7 @@
 
 #include "uroce/cpu_placement.h"
 #include "verbs_provider/mlx5/cq.h"
+#include "verbs_provider/mlx5/dv_qp.h"
 #include "verbs_provider/mlx5/export.h"
 #include "uroce/abi_rings.h"
 #include "uroce/mlx5_wqe.h"
@@ -39,7 +41,6 @@ bool is_mlx5_device(const ibv_device* d) {
   return is_uroce_device(d) && reinterpret_cast<const UDevice*>(d)->info.vendor_id == abi::kMlx5VendorId;
 }
 
-bool is_mlx5_context(const ibv_context* c) { return c && is_mlx5_device(c->device); }
 
 template <typename T>
 T* fail(int err) {
@@ -101,6 +102,9 @@ int init_dm(const mlx5dv_obj* obj) {
 }
 
 }  // namespace
+
+bool is_mlx5_context(const ibv_context* c) { return c && is_mlx5_device(c->device); }
+
 }  // namespace uroce::provider::mlx5
 
 using namespace uroce::provider;
@@ -398,33 +402,15 @@ UROCE_MLX5_EXPORT ibv_cq_ex* mlx5dv_create_cq(ibv_context* ctx, ibv_cq_init_attr
 
 namespace {
 
-// The direct-verbs side of a QP (mlx5's mlx5_qp.dv_qp): the mlx5dv_qp_ex a
-// program gets from mlx5dv_qp_ex_from_ibv_qp_ex, with the function pointers
-// of the mlx5 send operations the QP was created with and null for the
-// others (providers/mlx5/qp.c mlx5_qp_fill_wr_pfns). Kept in UQp::vendor.
-struct DvQp {
-  mlx5dv_qp_ex dv{};  // first: the program's pointer is this struct's
-  ibv_qp_ex* qpx = nullptr;
-  // After mlx5dv_init_obj: the QP's queues in mlx5's formats
-  // (abi::kMlx5Qp*Offset; the receive queue unless the QP has an SRQ).
-  uint8_t* sq_map = nullptr;
-  size_t sq_map_size = 0;
-  uint32_t sq_wqe_cnt = 0;
-  uint32_t rq_wqe_cnt = 0;
-  uint32_t rq_stride = 0;
-  uint64_t rq_offset = 0;
-};
-
-DvQp* dv_of(mlx5dv_qp_ex* mqp) { return reinterpret_cast<DvQp*>(mqp); }
-
 void free_dv_qp(void* p) {
   auto* d = static_cast<DvQp*>(p);
   if (d->sq_map) unmap_queue(d->sq_map, d->sq_map_size);
   delete d;
 }
 
-// The QP's DvQp, made on first use; nullptr without memory.
-DvQp* attach_dv_qp(ibv_qp_ex* qpx) {
+}  // namespace
+
+DvQp* uroce::provider::mlx5::attach_dv_qp(ibv_qp_ex* qpx) {
   UQp* qp = to_uqp(qpx);
   if (void* v = qp->vendor.load(std::memory_order_acquire)) return static_cast<DvQp*>(v);
   auto* d = new (std::nothrow) DvQp;
@@ -438,8 +424,6 @@ DvQp* attach_dv_qp(ibv_qp_ex* qpx) {
   }
   return d;
 }
-
-}  // namespace
 
 // mlx5dv_init_obj's QP part (mlx5.c mlx5dv_get_qp): the engine puts the QP's
 // queues in mlx5's formats the first time (kMlx5QpFormat): the send queue's
@@ -604,9 +588,12 @@ ibv_qp* create_dc_qp(ibv_context* ctx, const ibv_qp_init_attr_ex* attr, const ml
   return qp;
 }
 
-// The mlx5 send operations this device has: the DMA copy engine on RC, raw
-// WQEs on RC and UC (whose WQEs carry no address segment).
-constexpr uint64_t kDvSendOps = MLX5DV_QP_EX_WITH_MEMCPY | MLX5DV_QP_EX_WITH_RAW_WQE;
+// The mlx5 send operations this device has: the DMA copy engine and memory
+// registrations (indirect mkeys, mkey.cc) on RC, raw WQEs on RC and UC
+// (whose WQEs carry no address segment).
+constexpr uint64_t kDvMkeyOps =
+    MLX5DV_QP_EX_WITH_MR_INTERLEAVED | MLX5DV_QP_EX_WITH_MR_LIST | MLX5DV_QP_EX_WITH_MKEY_CONFIGURE;
+constexpr uint64_t kDvSendOps = MLX5DV_QP_EX_WITH_MEMCPY | MLX5DV_QP_EX_WITH_RAW_WQE | kDvMkeyOps;
 
 }  // namespace
 
@@ -641,12 +628,23 @@ UROCE_MLX5_EXPORT ibv_qp* mlx5dv_create_qp(ibv_context* ctx, ibv_qp_init_attr_ex
     return fail<ibv_qp>(EOPNOTSUPP);
   if ((dv_ops & MLX5DV_QP_EX_WITH_RAW_WQE) && qp_attr->qp_type != IBV_QPT_RC && qp_attr->qp_type != IBV_QPT_UC)
     return fail<ibv_qp>(EOPNOTSUPP);
+  if ((dv_ops & kDvMkeyOps) && qp_attr->qp_type != IBV_QPT_RC) return fail<ibv_qp>(EOPNOTSUPP);
   if (dv_ops && !(qp_attr->comp_mask & IBV_QP_INIT_ATTR_PD)) return fail<ibv_qp>(EINVAL);
   if (qp_attr->qp_type == IBV_QPT_DRIVER) {  // only DC is a driver QP
     if (!mlx5_attr || !(mlx5_attr->comp_mask & MLX5DV_QP_INIT_ATTR_MASK_DC)) return fail<ibv_qp>(EINVAL);
     return create_dc_qp(ctx, qp_attr, mlx5_attr, dv_ops);
   }
-  ibv_qp* qp = ibv_create_qp_ex(ctx, qp_attr);
+  ibv_qp* qp;
+  if (dv_ops & kDvMkeyOps) {
+    // WQEs with room for a registration's layout, as mlx5 sizes a UMR-capable
+    // QP's (verbs.c _sq_overhead); the caps it got are the caller's.
+    ibv_qp_init_attr_ex sized = *qp_attr;
+    sized.cap.max_send_sge = std::max(sized.cap.max_send_sge, kUmrMinSendSge);
+    qp = ibv_create_qp_ex(ctx, &sized);
+    if (qp) qp_attr->cap = sized.cap;
+  } else {
+    qp = ibv_create_qp_ex(ctx, qp_attr);
+  }
   if (!qp || !dv_ops) return qp;
   DvQp* d = attach_dv_qp(ibv_qp_to_qp_ex(qp));
   if (!d) {
@@ -655,6 +653,7 @@ UROCE_MLX5_EXPORT ibv_qp* mlx5dv_create_qp(ibv_context* ctx, ibv_qp_init_attr_ex
   }
   if (dv_ops & MLX5DV_QP_EX_WITH_MEMCPY) d->dv.wr_memcpy = wr_memcpy;
   if (dv_ops & MLX5DV_QP_EX_WITH_RAW_WQE) d->dv.wr_raw_wqe = wr_raw_wqe;
+  set_mkey_ops(d, dv_ops);
   return qp;
 }
 

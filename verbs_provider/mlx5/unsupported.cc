@@ -277,13 +277,10 @@ UROCE_MLX5_EXPORT int mlx5dv_vfio_get_events_fd(ibv_context* ibctx) {
 }
 
 // ---------------------------------------------------------------------------
-// Indirect and signature mkeys: made with DevX CREATE_MKEY and configured by
-// UMR work requests, neither of which uroce's device has.
+// Signature mkeys (indirect ones are mkey.cc's): no mkey here has a
+// signature context, and verbs.c's check is EINVAL for one without.
 // ---------------------------------------------------------------------------
 
-UROCE_REFUSE_PTR(mlx5dv_mkey*, mlx5dv_create_mkey, (mlx5dv_mkey_init_attr* mkey_init_attr))
-UROCE_NOT_OURS_INT(mlx5dv_destroy_mkey, (mlx5dv_mkey* mkey))
-// verbs.c: EINVAL for an mkey without a signature context.
 UROCE_NOT_OURS_INT(_mlx5dv_mkey_check, (mlx5dv_mkey* mkey, mlx5dv_mkey_err* err_info, size_t err_info_size))
 
 // ---------------------------------------------------------------------------
