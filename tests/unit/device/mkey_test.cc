@@ -134,13 +134,7 @@ TEST_F(MkeyTest, SendWithInvalidateFreesOnlyAnMkeyMadeForIt) {
   for (uint32_t k : {plain, remote})
     ASSERT_EQ(register_on(B(), b_scq_, k, abi::kUmrList, 0, 1, {sge(b(0), 64, b_key_)}).status,
               uint32_t(IBV_WC_SUCCESS));
-  post_recv(B(), 1, {sge(b(8192), 64, b_key_)});
-  abi::SendWqe w = wqe(IBV_WR_SEND_WITH_INV, 2);
-  w.imm_data = remote;
-  post_send(A(), w, {sge(a(0), 16, a_key_)});
-  ASSERT_TRUE(run());
-  EXPECT_EQ(one_cqe(a_scq_).status, uint32_t(IBV_WC_SUCCESS));
-  const abi::Cqe r = one_cqe(b_rcq_);
+  const abi::Cqe r = send_with_invalidate(remote);
   EXPECT_EQ(r.status, uint32_t(IBV_WC_SUCCESS));
   EXPECT_NE(r.wc_flags & IBV_WC_WITH_INV, 0u);
   EXPECT_EQ(r.imm_data, remote);
@@ -152,6 +146,7 @@ TEST_F(MkeyTest, SendWithInvalidateFreesOnlyAnMkeyMadeForIt) {
   // One made without remote invalidation: the request is invalid.
   make_pair(IBV_QPT_RC);
   post_recv(B(), 5, {sge(b(8192), 64, b_key_)});
+  abi::SendWqe w = wqe(IBV_WR_SEND_WITH_INV, 2);
   w.imm_data = plain;
   post_send(A(), w, {sge(a(0), 16, a_key_)});
   ASSERT_TRUE(run());

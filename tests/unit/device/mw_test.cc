@@ -239,13 +239,7 @@ TEST_F(MwTest, SendWithInvalidateFreesTheResponderWindow) {
   ASSERT_EQ(bind_on_b(bind_wqe(mw, bmw_key_, b_addr(0), 4096, IBV_ACCESS_REMOTE_WRITE)).status,
             uint32_t(IBV_WC_SUCCESS));
   const uint32_t rkey = next_key(mw);
-  post_recv(B(), 1, {sge(b(8192), 64, b_key_)});
-  abi::SendWqe w = wqe(IBV_WR_SEND_WITH_INV, 2);
-  w.imm_data = rkey;
-  post_send(A(), w, {sge(a(0), 16, a_key_)});
-  ASSERT_TRUE(run());
-  EXPECT_EQ(one_cqe(a_scq_).status, uint32_t(IBV_WC_SUCCESS));
-  const abi::Cqe r = one_cqe(b_rcq_);
+  const abi::Cqe r = send_with_invalidate(rkey);
   EXPECT_EQ(r.status, uint32_t(IBV_WC_SUCCESS));
   EXPECT_NE(r.wc_flags & IBV_WC_WITH_INV, 0u);
   EXPECT_EQ(r.imm_data, rkey);  // ibv_wc.invalidated_rkey

@@ -343,6 +343,17 @@ class PairFixture : public DeviceFixture {
   }
 
   const Counters& counters() { return dev_.counters(); }
+  // A's SEND_WITH_INV naming rkey into a receive B posts: B's completion
+  // (A's is checked to succeed).
+  abi::Cqe send_with_invalidate(uint32_t rkey) {
+    post_recv(B(), 1, {sge(b(8192), 64, b_key_)});
+    abi::SendWqe w = wqe(IBV_WR_SEND_WITH_INV, 2);
+    w.imm_data = rkey;
+    post_send(A(), w, {sge(a(0), 16, a_key_)});
+    EXPECT_TRUE(run());
+    EXPECT_EQ(one_cqe(a_scq_).status, uint32_t(IBV_WC_SUCCESS));
+    return one_cqe(b_rcq_);
+  }
 
   // A frame taken off the loopback port, decoded.
   struct Frame {
