@@ -94,6 +94,27 @@ uint64_t recv_wqe_id(const RingView& ring, uint32_t index) {
   return wr_id;
 }
 
+namespace {
+
+// A receive SGE through an indirect mkey: it keeps its offset (the scatter
+// walks the layout, Device::mkey_spans) and is cut where the layout ends, as
+// a region's SGE where its region does. -1 if it names no mkey it may use,
+// 1 if it was cut (it ends the list), else 0. Out of line: a region's SGE
+// pays nothing for it.
+[[gnu::noinline]] int mkey_recv_sge(const Device& dev, RecvInProgress& r, uint32_t i, uint32_t pd) {
+  uint64_t room;
+  if (!is_mkey_key(r.sge[i].lkey) ||
+      dev.check_mkey(r.sge[i].lkey, pd, r.sge[i].addr, 0, IBV_ACCESS_LOCAL_WRITE, &room) != Device::MrCheck::kOk)
+    return -1;
+  if (room >= r.sge[i].length) return 0;
+  r.sge[i].length = uint32_t(room);
+  r.num_sge = i + 1;
+  r.mr_limited = true;
+  return 1;
+}
+
+}  // namespace
+
 // Checks the SGEs of the receive being taken and turns them into owner
 // addresses. Returns IBV_WC_SUCCESS or the completion status.
 uint32_t translate_recv_sges(Device& dev, RecvInProgress& r, uint32_t pd) {
@@ -106,15 +127,15 @@ uint32_t translate_recv_sges(Device& dev, RecvInProgress& r, uint32_t pd) {
     // writes (mlx5 and rxe): an SGE may run past its MR's end as long as the
     // message stops short of it, so the SGE is cut there and ends the list.
     const Mr* mr;
-    uint64_t room;
-    if (dev.check_mr(r.sge[i].lkey, pd, r.sge[i].addr, 0, IBV_ACCESS_LOCAL_WRITE, &mr) == Device::MrCheck::kOk) {
-      room = mr->iova + mr->length - r.sge[i].addr;
-      r.sge[i].addr = mr->addr + (r.sge[i].addr - mr->iova);
-    } else if (!is_mkey_key(r.sge[i].lkey) ||
-               dev.check_mkey(r.sge[i].lkey, pd, r.sge[i].addr, 0, IBV_ACCESS_LOCAL_WRITE, &room) !=
-                   Device::MrCheck::kOk) {
-      return IBV_WC_LOC_PROT_ERR;
-    }  // an indirect mkey's SGE keeps its offset: the scatter walks its layout
+    if (dev.check_mr(r.sge[i].lkey, pd, r.sge[i].addr, 0, IBV_ACCESS_LOCAL_WRITE, &mr) !=
+        Device::MrCheck::kOk) {
+      const int m = mkey_recv_sge(dev, r, i, pd);
+      if (m < 0) return IBV_WC_LOC_PROT_ERR;
+      if (m > 0) break;
+      continue;
+    }
+    const uint64_t room = mr->iova + mr->length - r.sge[i].addr;
+    r.sge[i].addr = mr->addr + (r.sge[i].addr - mr->iova);
     if (room < r.sge[i].length) {
       r.sge[i].length = uint32_t(room);
       r.num_sge = i + 1;

@@ -34,6 +34,14 @@ bool posted_end(const Qp& qp, uint32_t* end) {
 template <bool kMlx5>
 bool sequence_has_room(const Qp& qp) { return !kMlx5 || qp.sq_fetched - qp.sq_head <= qp.sq_mask; }
 
+// A send SGE through an indirect mkey: it keeps its offset (the gather
+// walks the layout, Device::mkey_spans). Out of line: a region's SGE pays
+// nothing for it.
+[[gnu::noinline]] bool mkey_send_sge_ok(const Device& dev, const abi::Sge& sge, uint32_t pd) {
+  uint64_t left;
+  return is_mkey_key(sge.lkey) && dev.check_mkey(sge.lkey, pd, sge.addr, sge.length, 0, &left) == Device::MrCheck::kOk;
+}
+
 // Copies the user's next SQ slot out of shared memory into the engine's
 // sequence at `index` and checks it. Returns the completion status the WQE
 // will end with if it cannot be executed.
@@ -109,11 +117,7 @@ uint32_t fetch_wqe(Device& dev, Qp& qp, uint32_t index, uint32_t end) {
       const Mr* mr;
       if (dev.check_mr(sge[i].lkey, qp.pd, sge[i].addr, sge[i].length, need, &mr) !=
           Device::MrCheck::kOk) {
-        uint64_t left;
-        if (is_mkey_key(sge[i].lkey) && !st.is_rd_atomic &&
-            dev.check_mkey(sge[i].lkey, qp.pd, sge[i].addr, sge[i].length, need, &left) == Device::MrCheck::kOk) {
-          // An indirect mkey's SGE keeps its offset: the gather walks its
-          // layout (Device::mkey_spans).
+        if (!st.is_rd_atomic && mkey_send_sge_ok(dev, sge[i], qp.pd)) {
           st.length += sge[i].length;
           continue;
         }
