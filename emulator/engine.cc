@@ -254,9 +254,21 @@ uint64_t Engine::refresh_sysfs_counters(uint64_t now, uint64_t idle_ns) {
   return 0;
 }
 
-void Engine::arm_wire_wakeup() {
+void Engine::wait_wire_wakeup() {
+  if (wire_wait_pending_) return;
+  wire_wait_pending_ = true;
   wire_wakeup_.async_wait(boost::asio::posix::descriptor_base::wait_read,
-                          [](const boost::system::error_code&) {});
+                          [this](const boost::system::error_code& ec) {
+                            wire_wait_pending_ = false;
+                            // Readable while disarmed: the last of what the
+                            // disarm drained, no news.
+                            if (!ec && device_.wire_wakeup_armed()) wire_frame_seen_ = true;
+                          });
+}
+
+void Engine::disarm_wire_wakeup() {
+  device_.disarm_wire_wakeup();  // drains the fd: a pending wait stays valid
+  wire_frame_seen_ = false;
 }
 
 void Engine::close_session(Session* s) {
@@ -430,6 +442,8 @@ void Engine::run() {
     if (device_.poll(now)) {
       last_work = now;
       sysfs_counters_stale_ = true;
+      // Busy: frames must not be filtered and queued for a sleeper.
+      if (device_.wire_wakeup_armed()) [[unlikely]] disarm_wire_wakeup();
       continue;
     }
     io_.poll();
@@ -450,6 +464,7 @@ void Engine::run() {
       shared_->sleeping.store(0, std::memory_order_relaxed);
       last_work = monotonic_ns();
       sysfs_counters_stale_ = true;
+      if (device_.wire_wakeup_armed()) disarm_wire_wakeup();
       continue;
     }
     // Counters due for sysfs: wake for them, unless a wire port's nap
@@ -460,22 +475,23 @@ void Engine::run() {
       wait_ns = deadline > t ? std::min(wait_ns, deadline - t) : 0;
     }
     // A wire port wakes us through its af_packet fd; without one, nap briefly.
-    bool wire_armed = false;
+    // The fd stays armed, and the wait on it pending, across naps that end
+    // without a frame: an idle engine's nap is one epoll_wait, not two
+    // filter switches (each compiled by the kernel) and an epoll_ctl.
     if (device_.has_wire()) {
-      wire_armed = device_.arm_wire_wakeup();
-      if (wire_armed) {
-        arm_wire_wakeup();
+      bool switched = false;
+      if (device_.arm_wire_wakeup(&switched)) {
+        wait_wire_wakeup();
         wait_ns = std::min(wait_ns, config_.wire_max_sleep_ns);
-        if (device_.poll(monotonic_ns())) wait_ns = 0;  // a frame slipped in while arming
+        if (switched && device_.poll(monotonic_ns())) wait_ns = 0;  // a frame slipped in while arming
       } else {
         wait_ns = std::min(wait_ns, config_.wire_nap_ns);
       }
     }
     if (wait_ns) io_.run_one_for(std::chrono::nanoseconds(wait_ns));
-    if (wire_armed) {
-      device_.disarm_wire_wakeup();
-      wire_wakeup_.cancel();
-    }
+    // Frames woke us: drain the fd (else it stays readable and every wait
+    // ends at once) and poll without the filter.
+    if (wire_frame_seen_) disarm_wire_wakeup();
     if (io_.stopped()) io_.restart();
     shared_->sleeping.store(0, std::memory_order_relaxed);
     // No last_work update: if the wakeup brought work, the next poll finds it

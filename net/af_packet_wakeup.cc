@@ -54,6 +54,7 @@ std::string AfPacketWakeup::open(const std::string& iface) {
 void AfPacketWakeup::close() {
   if (fd_ >= 0) ::close(fd_);
   fd_ = -1;
+  filter_ = Filter::kNone;
 }
 
 namespace {
@@ -100,15 +101,23 @@ bool AfPacketWakeup::set_filter(Filter f) {
   sock_fprog prog = {1, &one};
   if (f == Filter::kEngines)
     prog = {uint16_t(std::size(kEngineFrames)), const_cast<sock_filter*>(kEngineFrames)};
-  return setsockopt(fd_, SOL_SOCKET, SO_ATTACH_FILTER, &prog, sizeof(prog)) == 0;
+  if (setsockopt(fd_, SOL_SOCKET, SO_ATTACH_FILTER, &prog, sizeof(prog)) != 0) return false;
+  filter_ = f;
+  return true;
 }
 
-bool AfPacketWakeup::arm(Frames which) {
-  return fd_ >= 0 && set_filter(which == Frames::kAll ? Filter::kAll : Filter::kEngines);
+bool AfPacketWakeup::arm(Frames which, bool* switched) {
+  const Filter f = which == Frames::kAll ? Filter::kAll : Filter::kEngines;
+  const bool change = fd_ >= 0 && filter_ != f;
+  if (switched) *switched = change;
+  if (!change) return fd_ >= 0;
+  // kEngines to kAll (flow rules came while armed): frames already queued
+  // stay queued and keep fd() readable, so none is lost by the switch.
+  return set_filter(f);
 }
 
 int AfPacketWakeup::disarm() {
-  if (fd_ < 0) return 0;
+  if (fd_ < 0 || filter_ == Filter::kNone) return 0;
   set_filter(Filter::kNone);
   int n = 0;
   char byte;

@@ -17,7 +17,11 @@
 //   wakeup.disarm();                    // 3. back to polling
 //
 // A frame that landed before arm() is seen by the last poll; one after it
-// makes the fd readable. Control path: each call is a system call or two.
+// makes the fd readable. Switching the filter is the costly part (the kernel
+// checks and compiles each program it is given): arm() on an armed socket
+// with the same frames does nothing, so an engine whose nap ended without a
+// frame sleeps again without a system call here, and disarms only when it
+// has work.
 #pragma once
 
 #include <cstdint>
@@ -43,16 +47,20 @@ class AfPacketWakeup {
   // Which frames wake the engine.
   enum class Frames : uint8_t { kEngines, kAll };
   // Frames received from now on make fd() readable. Returns false if the
-  // filter could not be switched (then do not block on fd()).
-  bool arm(Frames which = Frames::kEngines);
-  // Stops queueing frames and drains what was queued. Returns the number of
-  // frames drained (a wakeup count, for statistics).
+  // filter could not be switched (then do not block on fd()). `*switched`,
+  // when given, tells whether it was switched now (false: it was armed for
+  // `which` already, and a frame since then has made fd() readable).
+  bool arm(Frames which = Frames::kEngines, bool* switched = nullptr);
+  bool armed() const { return filter_ != Filter::kNone; }
+  // Stops queueing frames and drains what was queued (nothing when not
+  // armed). Returns the number of frames drained (a wakeup count).
   int disarm();
 
  private:
   enum class Filter : uint8_t { kNone, kEngines, kAll };
   bool set_filter(Filter f);
   int fd_ = -1;
+  Filter filter_ = Filter::kNone;  // the filter attached now
 };
 
 // The iface= value of a net_af_packet spec ("net_af_packet0,iface=veth0"),

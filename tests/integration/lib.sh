@@ -103,6 +103,15 @@ dump_engine_logs() {
   done
 }
 
+# dump_engine_counters [PREFIX...]: every running engine's counters that are
+# not zero (`uroce stats`), to stderr: where a failed run's frames went (sent,
+# dropped and why, retransmitted) while the engine still has them. PREFIX
+# (run_pair's --as function, or `ip netns exec NS`) runs it where they are.
+dump_engine_counters() {
+  echo "---- engine counters not zero (uroce stats) ----" >&2
+  "$@" timeout -k 2 10 "$UROCE_BIN" stats 2>&1 | grep -vE '^ +[a-z_0-9]+ 0 ' >&2 || true
+}
+
 _uroce_on_exit() {
   local rc=$?
   set +e
@@ -284,6 +293,7 @@ run_pair() {
     echo "---- client: ${client[*]} ($RUN_PAIR_CLIENT_LOG) ----"
     tail -n 100 "$RUN_PAIR_CLIENT_LOG"
   } >&2
+  dump_engine_counters $as
   dump_engine_logs
   return 1
 }

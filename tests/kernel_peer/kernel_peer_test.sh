@@ -217,6 +217,8 @@ case_run() {
       printf '%-7s %-22s %-14s FAIL%s\n' "$mode" "$name" "$dir" "$why" >>"$matrix"
       echo "---- server: $scmd" && tail -n 15 "$slog"
       echo "---- client: $ccmd" && tail -n 15 "$clog"
+      dump_engine_counters in_ns 2>&1
+      echo "---- guest console (last 10 lines)" && tail -n 10 "$KERNEL_PEER_CONSOLE"
     fi
     break
    done

@@ -1,7 +1,8 @@
 // Tests for net/af_packet_wakeup.cc on the loopback interface: the fd stays
 // quiet while disarmed, becomes readable for a frame while armed, and
-// disarm() drains it; armed for the engine's frames, only RoCEv2 (IPv4 and
-// IPv6) wakes it, not other UDP. Needs CAP_NET_RAW (skipped without).
+// disarm() drains it; arming an armed one changes nothing; armed for the
+// engine's frames, only RoCEv2 (IPv4 and IPv6) wakes it, not other UDP.
+// Needs CAP_NET_RAW (skipped without).
 #include "net/af_packet_wakeup.h"
 
 #include <arpa/inet.h>
@@ -202,6 +203,33 @@ TEST(AfPacketWakeup, EngineFilterBranches) {
     EXPECT_EQ(readable(w.fd(), c.wakes ? 2000 : 100), c.wakes) << c.what;
     EXPECT_EQ(w.disarm(), c.wakes ? 1 : 0) << c.what;
   }
+}
+
+// Arming an armed socket for the same frames switches nothing (an idle
+// engine's nap that ended without a frame sleeps again as it was) and keeps
+// what arrived meanwhile; arming it for all frames (flow rules came while it
+// slept) switches the filter and still keeps what was queued.
+TEST(AfPacketWakeup, StaysArmedUntilDisarmed) {
+  AfPacketWakeup w;
+  OPEN_ON_LO(w);
+  bool switched = false;
+  EXPECT_FALSE(w.armed());
+  ASSERT_TRUE(w.arm(AfPacketWakeup::Frames::kEngines, &switched));
+  EXPECT_TRUE(switched);
+  EXPECT_TRUE(w.armed());
+  EXPECT_FALSE(readable(w.fd(), 50));
+  ASSERT_TRUE(w.arm(AfPacketWakeup::Frames::kEngines, &switched));
+  EXPECT_FALSE(switched);
+  send_udp(4791);
+  EXPECT_TRUE(readable(w.fd(), 2000));
+  ASSERT_TRUE(w.arm(AfPacketWakeup::Frames::kAll, &switched));
+  EXPECT_TRUE(switched);
+  EXPECT_TRUE(readable(w.fd(), 0));  // the RoCE datagram is still queued
+  EXPECT_EQ(w.disarm(), 1);
+  EXPECT_FALSE(w.armed());
+  EXPECT_EQ(w.disarm(), 0);  // disarmed already: nothing to do
+  send_udp(4791);
+  EXPECT_FALSE(readable(w.fd(), 50));
 }
 
 // With flow rules a raw packet QP may want any frame.
