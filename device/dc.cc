@@ -44,6 +44,11 @@ void start_connection(Qp& ctx, uint32_t epoch, uint8_t number, uint32_t connect_
 }  // namespace
 
 bool Device::dci_take_target(Qp& qp, const abi::SendWqe& w, SendWqeState& st) {
+  // A failed stream's work requests complete flushed until it is reset.
+  if (qp.dci_failed_streams && !st.started && dci_stream_is_failed(qp, w)) [[unlikely]] {
+    st.status = IBV_WC_WR_FLUSH_ERR;
+    return true;
+  }
   if (same_target(qp, w)) return true;
   if (qp.sq_head != qp.sq_next) return false;  // the old target's WQEs complete first
   // RoCE: the address carries a GRH and names a source GID of this port.
@@ -65,6 +70,36 @@ bool Device::dci_take_target(Qp& qp, const abi::SendWqe& w, SendWqeState& st) {
   return true;
 }
 
+// DCI streams (mlx5dv_create_qp(3), MLX5DV_QP_INIT_ATTR_MASK_DCI_STREAMS):
+// a work request that failed before it left fails its stream; the stream's
+// later work requests complete flushed until mlx5dv_dci_stream_id_reset.
+// mlx5 moves the DCI itself to the error state once as many streams have
+// failed as it was made to tolerate (log_num_errored): rdma-core's
+// tests/test_mlx5_dc.py (test_dc_send_stream_bad_flow_qp) counts that many
+// errors, then finds the DCI in ERR. Errors the completer finds (a NAK, a
+// retry count spent) fail the DCI, as they do an RC QP.
+bool Device::dci_stream_failed(Qp& qp, const abi::SendWqe& w) {
+  const uint32_t bit = 1u << (w.dci_stream & ((1u << qp.dci_log_streams) - 1));
+  if (qp.dci_failed_streams & bit) return true;  // flushed: its stream failed already
+  qp.dci_failed_streams |= bit;
+  return ++qp.dci_failed_count < (1u << qp.dci_log_errored);
+}
+
+bool Device::dci_stream_is_failed(const Qp& qp, const abi::SendWqe& w) const {
+  return qp.dci_failed_streams & (1u << (w.dci_stream & ((1u << qp.dci_log_streams) - 1)));
+}
+
+int Device::reset_dci_stream(Owner* o, uint32_t qpn, uint16_t stream) {
+  Qp* qp = this->qp(qpn);
+  if (!qp || qp->owner != o || qp->dc != DcRole::kInitiator || !qp->dci_streams) return EINVAL;
+  if (qp->state != IBV_QPS_RTS) return EINVAL;
+  const uint32_t bit = 1u << (stream & ((1u << qp->dci_log_streams) - 1));
+  if (!(qp->dci_failed_streams & bit)) return EINVAL;  // the firmware's bad parameter
+  qp->dci_failed_streams &= ~bit;
+  --qp->dci_failed_count;
+  return 0;
+}
+
 void Device::dc_write_eth(const Qp& qp, net::Packet& p) {
   auto* e = p.hdr<net::DcEth>(net::kDcEthOffset);
   e->dc_key = qp.dc_key;
@@ -82,6 +117,8 @@ void Device::dc_write_eth(const Qp& qp, net::Packet& p) {
 void Device::dci_new_epoch(Qp& qp) {
   qp.dc_has_target = false;
   qp.dc_number = 0;
+  qp.dci_failed_streams = 0;
+  qp.dci_failed_count = 0;
   qp.dc_epoch = uint32_t(++dc_epochs_ * 0x9e3779b9u) ^ uint32_t(now_ns_) ^ qp.qpn;
 }
 
@@ -201,17 +238,26 @@ void Device::release_dc_contexts(Qp& dct) {
   dct.dc_contexts.clear();
 }
 
-int Device::make_dc(Owner* o, uint32_t qpn, uint32_t dc_type, uint64_t access_key) {
+int Device::make_dc(Owner* o, uint32_t qpn, const abi::Mlx5QpDcRequest& req) {
   Qp* qp = this->qp(qpn);
   if (!qp || qp->owner != o) return EINVAL;
   if (!config_.mlx5) return EOPNOTSUPP;
   if (qp->type != IBV_QPT_RC || qp->state != IBV_QPS_RESET || qp->dc != DcRole::kNone || qp->mlx5)
     return EINVAL;
+  const uint32_t dc_type = req.dc_type;
   if (dc_type == abi::kDcInitiator) {
+    if (req.dci_streams > 1 || req.log_streams > abi::kDciMaxLogStreams ||
+        req.log_errored > abi::kDciMaxLogErrored || (!req.dci_streams && (req.log_streams || req.log_errored)))
+      return EINVAL;
     qp->dc = DcRole::kInitiator;
     qp->transport = net::Transport::kDc;  // its requests; its responses come as RC's
+    qp->dci_streams = req.dci_streams;
+    qp->dci_log_streams = req.log_streams;
+    qp->dci_log_errored = req.log_errored;
     return 0;
   }
+  const uint64_t access_key = req.access_key;
+  if (req.dci_streams || req.log_streams || req.log_errored) return EINVAL;
   if (dc_type != abi::kDcTarget || !qp->srq) return EINVAL;  // a DCT receives through its SRQ
   qp->dc = DcRole::kTarget;
   qp->transport = net::Transport::kDc;  // RC's requests to it fail the responder's transport check

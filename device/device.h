@@ -123,7 +123,18 @@ class Device {
   int set_qp_udp_sport(Owner* o, uint32_t qpn, uint16_t udp_sport);
   // The Dynamically Connected transport (device/dc.cc): an RC QP in RESET
   // becomes a DCI or a DCT (kMlx5QpDc).
-  int make_dc(Owner* o, uint32_t qpn, uint32_t dc_type, uint64_t access_key);
+  int make_dc(Owner* o, uint32_t qpn, const abi::Mlx5QpDcRequest& req);
+  int make_dc(Owner* o, uint32_t qpn, uint32_t dc_type, uint64_t access_key) {
+    abi::Mlx5QpDcRequest req{};
+    req.dc_type = dc_type;
+    req.access_key = access_key;
+    return make_dc(o, qpn, req);
+  }
+  // DCI streams (device/dc.cc): a work request of `w`'s stream failed before
+  // it left; false when the DCI fails with it (too many streams failed).
+  bool dci_stream_failed(Qp& qp, const abi::SendWqe& w);
+  bool dci_stream_is_failed(const Qp& qp, const abi::SendWqe& w) const;
+  int reset_dci_stream(Owner* o, uint32_t qpn, uint16_t stream);
   // DCI: points the QP at w's target when w is the next to start; false
   // while WQEs to the previous target are outstanding (st.status set if
   // w names none).

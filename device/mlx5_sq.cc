@@ -89,6 +89,8 @@ bool mlx5_take_wqe(Qp& qp, uint32_t end, abi::SendWqe& w, uint32_t body) {
     w.remote_qpn = g.remote_qpn;
     w.remote_qkey = g.qkey;
     w.dc_key = g.dc_key;
+    // The control segment's stream (mlx5dv_wr_set_dc_addr_stream, qp.c).
+    w.dci_stream = uint16_t(ctrl.stream_id[0] << 8 | ctrl.stream_id[1]);
     std::memcpy(w.av.dgid, g.dgid, 16);
     w.av.flow_label = g.flow_label;
     w.av.sgid_index = g.sgid_index;

@@ -270,6 +270,14 @@ struct Qp {
   uint64_t dc_key = 0;
   uint64_t dc_clock = 0;     // DCT: stamps contexts as they are used
   uint64_t dc_last_used = 0; // context: its last stamp (least recently used goes first)
+  // A DCI made with streams (abi::Mlx5QpDcRequest): 2^dci_log_streams of
+  // them, which of them failed (a bit each), and how many failed since
+  // RESET or their reset (the DCI fails at 2^dci_log_errored).
+  bool dci_streams = false;
+  uint8_t dci_log_streams = 0;
+  uint8_t dci_log_errored = 0;
+  uint8_t dci_failed_count = 0;
+  uint32_t dci_failed_streams = 0;
   std::unordered_map<DcSource, std::unique_ptr<Qp>, DcSourceHash> dc_contexts;  // DCT
 };
 

@@ -528,15 +528,17 @@ bool requester_run_format(Device& dev, Qp& qp) {
       if (status != IBV_WC_SUCCESS) wqe_state(qp, qp.sq_next).status = status;
     }
     SendWqeState& st = wqe_state(qp, qp.sq_next);
+    abi::SendWqe& w = wqe_at(qp, qp.sq_next);
     if (st.status != IBV_WC_SUCCESS) {
       // Errors complete in order: wait until everything before it has completed.
       if (qp.sq_head != qp.sq_next) break;
+      // On a DCI with streams it fails its stream only, while few have (dc.cc).
+      const bool qp_fails = !qp.dci_streams || !dev.dci_stream_failed(qp, w);
       ++qp.sq_next;
       complete_send_head(dev, qp, st.status);
-      dev.qp_to_error(qp);
+      if (qp_fails) dev.qp_to_error(qp);
       return true;
     }
-    abi::SendWqe& w = wqe_at(qp, qp.sq_next);
     // Back-pressure: a port's queue is full or buffers are short. The WQE
     // waits (a NIC's send queue does not drop what was posted). Before the
     // checks below, which count a READ or atomic as started.

@@ -151,6 +151,8 @@ constexpr Table make_table() {
                                      kNoFds, einval(UROCE_HANDLE(QpUdpSportRequest, handle, kQp)));
   at(CtlOp::kMlx5QpDc) = method("mlx5_qp_dc", mlx5_qp_dc, exact<Mlx5QpDcRequest>(), kNoFds,
                                 einval(UROCE_HANDLE(Mlx5QpDcRequest, handle, kQp)));
+  at(CtlOp::kDciStreamReset) = method("dci_stream_reset", dci_stream_reset, exact<DciStreamResetRequest>(),
+                                      kNoFds, einval(UROCE_HANDLE(DciStreamResetRequest, handle, kQp)));
   at(CtlOp::kMlx5QpFormat) = method("mlx5_qp_format", mlx5_qp_format, exact<HandleRequest>(), kNoFds,
                                     einval(UROCE_HANDLE(HandleRequest, handle, kQp)));
 

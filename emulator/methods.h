@@ -161,6 +161,7 @@ int destroy_cq(Call& c);
 int mlx5_cq_format(Call& c);
 int mlx5_qp_format(Call& c);
 int mlx5_qp_dc(Call& c);
+int dci_stream_reset(Call& c);
 int mlx5_srq_format(Call& c);
 // methods_qp.cc
 int create_qp(Call& c);

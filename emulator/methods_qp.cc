@@ -55,7 +55,15 @@ int set_qp_udp_sport(Call& c) {
 int mlx5_qp_dc(Call& c) {
   const auto req = c.request<abi::Mlx5QpDcRequest>();
   if (req.reserved || (req.handle >> 32)) return EINVAL;
-  return c.dev.make_dc(&c.owner, uint32_t(req.handle), req.dc_type, req.access_key);
+  return c.dev.make_dc(&c.owner, uint32_t(req.handle), req);
+}
+
+int dci_stream_reset(Call& c) {
+  const auto req = c.request<abi::DciStreamResetRequest>();
+  for (uint8_t b : req.reserved)
+    if (b) return EINVAL;
+  if (req.handle >> 32) return EINVAL;
+  return c.dev.reset_dci_stream(&c.owner, uint32_t(req.handle), req.stream);
 }
 
 // Reply fds: [the memfd of the QP's queues in mlx5's format].

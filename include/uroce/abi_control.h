@@ -88,6 +88,7 @@ enum class CtlOp : uint32_t {
   kMlx5QpDc,       // Mlx5QpDcRequest (mlx5dv_create_qp with MLX5DV_QP_INIT_ATTR_MASK_DC)
   kCreateMkey,     // CreateMkeyRequest; reply CreateMkeyReply (mlx5dv_create_mkey)
   kDestroyMkey,    // HandleRequest
+  kDciStreamReset, // DciStreamResetRequest (mlx5dv_dci_stream_id_reset)
   kCount,
 };
 
@@ -442,13 +443,33 @@ struct QpUdpSportRequest {
 // remote_qpn and dc_key) or a DC target (DCT: it takes requests from any
 // DCI that presents access_key, into its SRQ, which it must have). The
 // Dynamically Connected transport of uroce: docs/mlx5-dc.md.
+// A DCI made with streams (MLX5DV_QP_INIT_ATTR_MASK_DCI_STREAMS) has
+// 2^log_streams of them, named by SendWqe::dci_stream modulo their number: a
+// work request that fails before it leaves (a local error) fails its stream,
+// not the DCI, whose later work requests on that stream complete flushed
+// until kDciStreamReset; the DCI fails when 2^log_errored streams have.
 constexpr uint32_t kDcInitiator = 1, kDcTarget = 2;
+// dci_streams_caps (mlx5dv_query_device): the most a DCI may ask for.
+constexpr uint8_t kDciMaxLogStreams = 4, kDciMaxLogErrored = 3;
 struct Mlx5QpDcRequest {
   uint64_t handle;
   uint32_t dc_type;  // kDcInitiator or kDcTarget
-  uint32_t reserved;
+  uint8_t dci_streams;  // DCI: 1 when made with streams, then:
+  uint8_t log_streams;  // at most kDciMaxLogStreams
+  uint8_t log_errored;  // at most kDciMaxLogErrored
+  uint8_t reserved;
   uint64_t access_key;  // DCT: the key a DCI must present
 };
+static_assert(sizeof(Mlx5QpDcRequest) == 24);
+
+// kDciStreamReset: a failed stream of a DCI made with streams works again;
+// EINVAL when the stream has not failed or the QP is no such DCI.
+struct DciStreamResetRequest {
+  uint64_t handle;
+  uint16_t stream;
+  uint8_t reserved[6];
+};
+static_assert(sizeof(DciStreamResetRequest) == 16);
 
 // kCreateMkey: an indirect memory key of the PD (mlx5dv_create_mkey with
 // MLX5DV_MKEY_INIT_ATTR_FLAGS_INDIRECT), free until a memory-registration

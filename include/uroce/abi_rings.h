@@ -196,7 +196,8 @@ struct SendWqe {
     UmrArgs umr;        // kWrUmr (RC)
   };
   uint64_t dc_key;      // a DCI's: the target DCT's access key (av, remote_qpn: the DCT)
-  uint8_t reserved1[16];
+  uint16_t dci_stream;  // a DCI's with streams: the stream (mlx5dv_wr_set_dc_addr_stream)
+  uint8_t reserved1[14];
 };
 static_assert(sizeof(SendWqe) == 128);
 static_assert(offsetof(SendWqe, av) == 72);
@@ -204,6 +205,7 @@ static_assert(offsetof(SendWqe, bind) == 72);
 static_assert(offsetof(SendWqe, copy) == 72);
 static_assert(offsetof(SendWqe, umr) == 72);
 static_assert(offsetof(SendWqe, dc_key) == 104);
+static_assert(offsetof(SendWqe, dci_stream) == 112);
 static_assert(std::is_standard_layout_v<SendWqe>);
 
 struct RecvWqe {

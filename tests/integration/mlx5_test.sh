@@ -113,6 +113,7 @@ if [[ -f $src/run_tests.py ]] && /usr/bin/python3 -c 'import pyverbs' 2>/dev/nul
     test_dma_memcpy_different_pd_bad_flow test_dma_memcpy_protection_bad_flow \
     test_dma_memcpy_large_data_bad_flow test_mixed_raw_wqe_traffic test_rc_modify_udp_sport \
     test_dc_send test_dc_rdma_write test_scatter_to_cqe_control_by_qp \
+    test_dc_rdma_write_stream test_dc_send_stream_bad_flow test_dc_send_stream_bad_flow_qp \
     test_mkey_list test_mkey_interleaved test_mkey_list_new_api test_mkey_interleaved_new_api \
     test_mkey_list_bad_flow test_mkey_remote_invalidate; do
     # unittest -v: the test's name line, maybe its docstring, then "ok"

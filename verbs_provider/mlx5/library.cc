@@ -145,7 +145,7 @@ UROCE_MLX5_EXPORT int mlx5dv_query_device(ibv_context* ctx, mlx5dv_context* out)
     given |= MLX5DV_CONTEXT_MASK_TUNNEL_OFFLOADS;
   }
   if (asked & MLX5DV_CONTEXT_MASK_DCI_STREAMS) {
-    out->dci_streams_caps = {};
+    out->dci_streams_caps = {abi::kDciMaxLogStreams, abi::kDciMaxLogErrored};
     given |= MLX5DV_CONTEXT_MASK_DCI_STREAMS;
   }
   if (asked & MLX5DV_CONTEXT_MASK_DYN_BFREGS) {
@@ -544,6 +544,15 @@ void wr_set_dc_addr(mlx5dv_qp_ex* mqp, ibv_ah* ah, uint32_t remote_dctn, uint64_
   if (!qp->batch_err && qp->batch_cur) qp->batch_cur->dc_key = remote_dc_key;
 }
 
+// The same on one of a DCI's streams (qp.c mlx5_send_wr_set_dc_addr_stream:
+// the control segment's dci_stream_channel_id).
+void wr_set_dc_addr_stream(mlx5dv_qp_ex* mqp, ibv_ah* ah, uint32_t remote_dctn, uint64_t remote_dc_key,
+                           uint16_t stream_id) {
+  wr_set_dc_addr(mqp, ah, remote_dctn, remote_dc_key);
+  UQp* qp = to_uqp(dv_of(mqp)->qpx);
+  if (!qp->batch_err && qp->batch_cur) qp->batch_cur->dci_stream = stream_id;
+}
+
 // A DC QP (mlx5dv_create_qp with MLX5DV_QP_INIT_ATTR_MASK_DC on an
 // IBV_QPT_DRIVER QP, verbs.c create_qp): the engine makes it from an RC QP
 // in RESET (kMlx5QpDc). A DCT takes its receives from its SRQ into its
@@ -555,6 +564,12 @@ ibv_qp* create_dc_qp(ibv_context* ctx, const ibv_qp_init_attr_ex* attr, const ml
   ibv_qp_init_attr_ex rc = *attr;
   rc.qp_type = IBV_QPT_RC;
   const bool dct = dv->dc_init_attr.dc_type == MLX5DV_DCTYPE_DCT;
+  // DCI streams (verbs.c create_qp): within dci_streams_caps, else EINVAL;
+  // a DCT ignores them.
+  const bool streams = !dct && (dv->comp_mask & MLX5DV_QP_INIT_ATTR_MASK_DCI_STREAMS);
+  if (streams && (dv->dc_init_attr.dci_streams.log_num_concurent > abi::kDciMaxLogStreams ||
+                  dv->dc_init_attr.dci_streams.log_num_errored > abi::kDciMaxLogErrored))
+    return fail<ibv_qp>(EINVAL);
   if (dct) {
     if (!attr->srq || !attr->recv_cq) return fail<ibv_qp>(EINVAL);
     if (!rc.send_cq) rc.send_cq = rc.recv_cq;
@@ -569,8 +584,15 @@ ibv_qp* create_dc_qp(ibv_context* ctx, const ibv_qp_init_attr_ex* attr, const ml
   }
   ibv_qp* qp = ibv_create_qp_ex(ctx, &rc);
   if (!qp) return nullptr;
-  abi::Mlx5QpDcRequest req{qp->handle, dct ? abi::kDcTarget : abi::kDcInitiator, 0,
-                           dct ? dv->dc_init_attr.dct_access_key : 0};
+  abi::Mlx5QpDcRequest req{};
+  req.handle = qp->handle;
+  req.dc_type = dct ? abi::kDcTarget : abi::kDcInitiator;
+  req.access_key = dct ? dv->dc_init_attr.dct_access_key : 0;
+  if (streams) {
+    req.dci_streams = 1;
+    req.log_streams = dv->dc_init_attr.dci_streams.log_num_concurent;
+    req.log_errored = dv->dc_init_attr.dci_streams.log_num_errored;
+  }
   if (int err = to_uctx(ctx)->conn.call(abi::CtlOp::kMlx5QpDc, &req, sizeof(req), nullptr, 0)) {
     ibv_destroy_qp(qp);
     return fail<ibv_qp>(err);
@@ -583,6 +605,7 @@ ibv_qp* create_dc_qp(ibv_context* ctx, const ibv_qp_init_attr_ex* attr, const ml
       return fail<ibv_qp>(ENOMEM);
     }
     d->dv.wr_set_dc_addr = wr_set_dc_addr;
+    d->dv.wr_set_dc_addr_stream = wr_set_dc_addr_stream;
     if (dv_ops & MLX5DV_QP_EX_WITH_MEMCPY) d->dv.wr_memcpy = wr_memcpy;
   }
   return qp;
@@ -614,8 +637,6 @@ UROCE_MLX5_EXPORT ibv_qp* mlx5dv_create_qp(ibv_context* ctx, ibv_qp_init_attr_ex
       // signature pipelining: features this device does not report.
       if (f & ~kQpCreateFlagsTaken) return fail<ibv_qp>(EOPNOTSUPP);
     }
-    // DCI streams: dci_streams_caps are zero on this device.
-    if (mlx5_attr->comp_mask & MLX5DV_QP_INIT_ATTR_MASK_DCI_STREAMS) return fail<ibv_qp>(EOPNOTSUPP);
   }
   // mlx5's own send operations (qp.c mlx5_qp_fill_wr_pfns, verbs.c
   // qp_init_wr_memcpy): the DMA copy engine on RC; UMR memory keys and raw
@@ -687,6 +708,19 @@ UROCE_MLX5_EXPORT int mlx5dv_modify_qp_udp_sport(ibv_qp* qp, uint16_t udp_sport)
   if (qp->state != IBV_QPS_RTS) return EOPNOTSUPP;
   abi::QpUdpSportRequest req{qp->handle, udp_sport, 0};
   return to_uctx(qp->context)->conn.call(abi::CtlOp::kSetQpUdpSport, &req, sizeof(req), nullptr, 0);
+}
+
+// A failed stream of a DCI made with streams works again. libmlx5
+// (mlx5.c) checks the QP's state, then its type, then sends RTS2RTS with
+// the stream through DevX, whose firmware refuses a stream that has not
+// failed (EINVAL); uroce's engine takes it as kDciStreamReset.
+UROCE_MLX5_EXPORT int mlx5dv_dci_stream_id_reset(ibv_qp* qp, uint16_t stream_id) {
+  if (!qp || !is_mlx5_context(qp->context) || qp->state != IBV_QPS_RTS) return EOPNOTSUPP;
+  if (qp->qp_type != IBV_QPT_DRIVER) return EINVAL;
+  abi::DciStreamResetRequest req{};
+  req.handle = qp->handle;
+  req.stream = stream_id;
+  return to_uctx(qp->context)->conn.call(abi::CtlOp::kDciStreamReset, &req, sizeof(req), nullptr, 0);
 }
 
 // MEMIC, the device memory ibv_alloc_dm gives; the steering and header

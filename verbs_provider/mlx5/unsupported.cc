@@ -296,14 +296,13 @@ UROCE_NOT_OURS_VOID(mlx5dv_pp_free, (mlx5dv_pp* pp))
 
 // ---------------------------------------------------------------------------
 // Misc. per-QP, AH and DM controls. libmlx5 sends each as a PRM command
-// through DevX (LAG port, DCI stream reset, reserved QPNs,
+// through DevX (LAG port, reserved QPNs,
 // AV-to-QP mapping, SQD queries for cancelling WRs) or maps MEMIC operation
 // pages; uroce has one port, no DevX and plain device memory.
 // ---------------------------------------------------------------------------
 
 UROCE_REFUSE_INT(mlx5dv_query_qp_lag_port, (ibv_qp* qp, uint8_t* port_num, uint8_t* active_port_num))
 UROCE_REFUSE_INT(mlx5dv_modify_qp_lag_port, (ibv_qp* qp, uint8_t port_num))
-UROCE_REFUSE_INT(mlx5dv_dci_stream_id_reset, (ibv_qp* qp, uint16_t stream_id))
 UROCE_REFUSE_INT(mlx5dv_map_ah_to_qp, (ibv_ah* ah, uint32_t qp_num))
 UROCE_REFUSE_INT(mlx5dv_reserved_qpn_alloc, (ibv_context* ctx, uint32_t* qpn))
 UROCE_NOT_OURS_INT(mlx5dv_reserved_qpn_dealloc, (ibv_context* ctx, uint32_t qpn))

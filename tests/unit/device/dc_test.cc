@@ -2,7 +2,8 @@
 // docs/mlx5-dc.md), fed work requests and frames: a DCI waits for its old
 // target's completions before it moves, a DCT takes a connection only from
 // a connect packet, drops a late duplicate of an earlier connection and a
-// request with the wrong key, and starts again for a DCI that was reset.
+// request with the wrong key, and starts again for a DCI that was reset;
+// a DCI's streams fail alone.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -304,6 +305,86 @@ TEST_F(DcTest, Refusals) {
   a.qp_state = IBV_QPS_RTS;
   EXPECT_EQ(modify(t, IBV_QP_STATE, a), EINVAL);
   EXPECT_EQ(dev_.make_dc(&owner_, t, abi::kDcInitiator, 0), EINVAL);  // already DC, and out of RESET
+}
+
+// DCI streams: a work request that fails before it leaves (here a bad
+// lkey) fails its stream, not the DCI; that stream's next work request
+// completes flushed and the other streams go on; a reset stream works again
+// and one that never failed cannot be reset; with 2^log_errored streams
+// failed, the DCI itself is in ERR (rdma-core's test_mlx5_dc.py counts that).
+TEST_F(DcTest, StreamsFailAloneUntilTooManyHave) {
+  const uint32_t s = srq();
+  for (uint32_t i = 0; i < 8; ++i) post_srq_recv(s, 100 + i, 4096 + 64 * i, 64);
+  const uint32_t t = dct(s);
+  const uint32_t i = create_qp(IBV_QPT_RC, scq_, scq_);
+  abi::Mlx5QpDcRequest req{};
+  req.dc_type = abi::kDcInitiator;
+  req.dci_streams = 1;
+  req.log_streams = 2;  // 4 streams; ids name them modulo 4
+  req.log_errored = 1;  // the second failed stream fails the DCI
+  req.log_streams = abi::kDciMaxLogStreams + 1;
+  EXPECT_EQ(dev_.make_dc(&owner_, i, req), EINVAL);
+  req.log_streams = 2;
+  ASSERT_EQ(dev_.make_dc(&owner_, i, req), 0);
+  bring_up(i);
+  auto send_on = [&](uint64_t wr_id, uint16_t stream, uint32_t lkey) {
+    abi::SendWqe w = wqe(IBV_WR_SEND, wr_id);
+    w.av = default_attr().ah;
+    w.remote_qpn = t;
+    w.dc_key = kKey;
+    w.dci_stream = stream;
+    post_send(*dev_.qp(i), w, {sge(buf_.data(), 16, lkey)});
+    ASSERT_TRUE(run());
+  };
+  auto status_of = [&](uint64_t wr_id) {
+    for (int round = 0; round < 10; ++round) {
+      for (const abi::Cqe& c : drain_cq(dev_, scq_)) {
+        EXPECT_EQ(c.wr_id, wr_id);
+        return c.status;
+      }
+      run();
+    }
+    return uint32_t(~0u);
+  };
+  send_on(1, 1, key_ + 0x100);  // no such lkey
+  EXPECT_EQ(status_of(1), uint32_t(IBV_WC_LOC_PROT_ERR));
+  EXPECT_EQ(dev_.qp(i)->state, IBV_QPS_RTS);
+  send_on(2, 2, key_);
+  EXPECT_EQ(status_of(2), uint32_t(IBV_WC_SUCCESS));
+  send_on(3, 5, key_);  // 5 is stream 1
+  EXPECT_EQ(status_of(3), uint32_t(IBV_WC_WR_FLUSH_ERR));
+  EXPECT_EQ(dev_.qp(i)->state, IBV_QPS_RTS);
+  EXPECT_EQ(dev_.reset_dci_stream(&owner_, i, 2), EINVAL);  // never failed
+  EXPECT_EQ(dev_.reset_dci_stream(&owner_, t, 1), EINVAL);  // not a DCI
+  EXPECT_EQ(dev_.reset_dci_stream(&owner_, i, 5), 0);
+  EXPECT_EQ(dev_.reset_dci_stream(&owner_, i, 1), EINVAL);  // reset already
+  send_on(4, 1, key_);
+  EXPECT_EQ(status_of(4), uint32_t(IBV_WC_SUCCESS));
+  // Two failed streams (log_errored 1): the second fails the DCI.
+  send_on(5, 3, key_ + 0x100);
+  EXPECT_EQ(status_of(5), uint32_t(IBV_WC_LOC_PROT_ERR));
+  EXPECT_EQ(dev_.qp(i)->state, IBV_QPS_RTS);
+  send_on(6, 0, key_ + 0x100);
+  EXPECT_EQ(status_of(6), uint32_t(IBV_WC_LOC_PROT_ERR));
+  EXPECT_EQ(dev_.qp(i)->state, IBV_QPS_ERR);
+  EXPECT_EQ(drain_cq(dev_, rcq_).size(), 2u);  // the two that succeeded
+  // RESET and up again: every stream works.
+  abi::QpAttr a = default_attr();
+  a.qp_state = IBV_QPS_RESET;
+  ASSERT_EQ(modify(i, IBV_QP_STATE, a), 0);
+  bring_up(i);
+  send_on(7, 3, key_);
+  EXPECT_EQ(status_of(7), uint32_t(IBV_WC_SUCCESS));
+}
+
+// A DCT has no streams; a DCI made without them asks for none.
+TEST_F(DcTest, StreamsOnlyOnADciMadeWithThem) {
+  abi::Mlx5QpDcRequest req{};
+  req.dc_type = abi::kDcInitiator;
+  req.log_errored = 1;  // without dci_streams
+  EXPECT_EQ(dev_.make_dc(&owner_, create_qp(IBV_QPT_RC, scq_, scq_), req), EINVAL);
+  const uint32_t plain_dci = dci();
+  EXPECT_EQ(dev_.reset_dci_stream(&owner_, plain_dci, 0), EINVAL);
 }
 
 // On a device not in mlx5 mode there is no DC.
