@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """Holds the CM MADs uroce sends next to the ones the kernel sends.
 
-    cm_mads.py PCAP UROCE_ADDRS KERNEL_ADDRS [LABEL_REGEX]
+    cm_mads.py PCAPS UROCE_ADDRS KERNEL_ADDRS [LABEL_REGEX]
 
-(each ADDRS one address or several, comma-separated: IPv4 and IPv6)
+(PCAPS one capture or several, comma-separated, read in that order: the
+guest booted again; each ADDRS one address or several, comma-separated:
+IPv4 and IPv6)
 
 Reads the CM MADs (REQ, REP, RTU, DREQ, DREP, REJ, MRA, SIDR REQ/REP) of a
 capture with tshark, those between the markers of the cases whose labels
@@ -88,12 +90,13 @@ def flow_label_ok(f):
 def main():
     if len(sys.argv) not in (4, 5):
         sys.exit(__doc__)
-    pcap = sys.argv[1]
     uroce, kernel = set(sys.argv[2].split(",")), set(sys.argv[3].split(","))
     wanted = re.compile(sys.argv[4]) if len(sys.argv) > 4 else None
-    out = subprocess.run(["tshark", "-r", pcap, "-Y", "infiniband.mad.mgmtclass == 0x07 || udp.dstport == 9",
-                          "-T", "json"], capture_output=True, text=True, check=True).stdout
-    packets = json.loads(out or "[]")
+    packets = []
+    for pcap in sys.argv[1].split(","):
+        out = subprocess.run(["tshark", "-r", pcap, "-Y", "infiniband.mad.mgmtclass == 0x07 || udp.dstport == 9",
+                              "-T", "json"], capture_output=True, text=True, check=True).stdout
+        packets += json.loads(out or "[]")
     seen = {}  # (type, case, side) -> list of field dicts
     inside = wanted is None
     case = "(all)"  # LABEL without its direction: "ip.rping" of "ip.rping.kernel-server"

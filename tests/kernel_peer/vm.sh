@@ -124,10 +124,13 @@ kernel_peer_prepare() {
 # most). Sets kernel_peer_jobs (the job directory) and kernel_peer_pid.
 kernel_peer_boot() {
   local ns=$1 tap=$2 addr=$3 addr6=${4:-}
+  _kernel_peer_args=("$@")
   kernel_peer_jobs="$UROCE_TEST_DIR/guest"
   mkdir -p "$kernel_peer_jobs/jobs"
   rm -f "$kernel_peer_jobs/ready"
-  ip -n "$ns" tuntap add dev "$tap" mode tap || return 1
+  if ! ip -n "$ns" link show "$tap" >/dev/null 2>&1; then  # not when booted again
+    ip -n "$ns" tuntap add dev "$tap" mode tap || return 1
+  fi
   ip -n "$ns" link set "$tap" up || return 1
   # TCG unless KERNEL_PEER_ACCEL=kvm: on these VMs /dev/kvm can be there
   # and still hang a stock kernel before its first console line (seen with
@@ -141,8 +144,14 @@ kernel_peer_boot() {
   [[ -n $addr6 ]] && append+=" uroce.ip6=$addr6"
   # -cpu max: the guest also runs uroce's own engine (sysfs_on_a_nic), built
   # for the host's instruction set; qemu64 has too little of it (SIGILL).
-  KERNEL_PEER_CONSOLE="$UROCE_LOG_DIR/kernel_peer.console.log"
-  KERNEL_PEER_PCAP="$UROCE_LOG_DIR/kernel_peer.pcap"
+  # Each boot its own console log and capture (KERNEL_PEER_PCAPS: all of
+  # them, comma-separated, oldest first).
+  _kernel_peer_boots=$((${_kernel_peer_boots:-0} + 1))
+  local n=""
+  ((_kernel_peer_boots == 1)) || n=".$_kernel_peer_boots"
+  KERNEL_PEER_CONSOLE="$UROCE_LOG_DIR/kernel_peer$n.console.log"
+  KERNEL_PEER_PCAP="$UROCE_LOG_DIR/kernel_peer$n.pcap"
+  KERNEL_PEER_PCAPS+="${KERNEL_PEER_PCAPS:+,}$KERNEL_PEER_PCAP"
   ip netns exec "$ns" qemu-system-x86_64 "${accel[@]}" -machine q35 -cpu max -m 1024 -smp 1 \
     -nographic -no-reboot -nodefaults -serial "file:$KERNEL_PEER_CONSOLE" \
     -kernel "$kernel_peer_vmlinuz" -initrd "$kernel_peer_initrd" -append "$append" \
@@ -170,6 +179,14 @@ kernel_peer_boot() {
   echo "console (last 40 lines):" >&2
   tail -n 40 "$KERNEL_PEER_CONSOLE" >&2
   return 1
+}
+
+# kernel_peer_reboot: the guest stopped and booted again as before, on the
+# same tap (which keeps the host's addresses), a new console log and capture.
+kernel_peer_reboot() {
+  kill "$kernel_peer_pid" 2>/dev/null
+  wait "$kernel_peer_pid" 2>/dev/null
+  kernel_peer_boot "${_kernel_peer_args[@]}"
 }
 
 _guest_job=0
