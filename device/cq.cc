@@ -243,12 +243,14 @@ bool Device::complete_mlx5(Cq& cq, const abi::Cqe& cqe, bool solicited, bool sen
   c.timestamp = clock_ns(abi::kDeviceClock);  // a ConnectX stamps every CQE
   // A WQE of an mlx5-format send queue: its index, which the engine carried
   // as the work request's id (device/mlx5_sq.cc), as a ConnectX reports it.
-  // So does a receive from an mlx5-format SRQ or receive queue
-  // (device/mlx5_srq.cc, device/mlx5_rq.cc).
+  // So does a receive from an mlx5-format SRQ, receive queue or receive WQ
+  // (device/mlx5_srq.cc, device/mlx5_rq.cc, device/work_queue.cc).
   if (const Qp* q = qp(cqe.qp_num)) {
     if (send ? bool(q->mlx5)
              : q->rq_mlx5 || (q->srq && q->type != IBV_QPT_XRC_RECV && srqs_.get(q->srq) && srqs_.get(q->srq)->mlx5))
       c.wqe_counter = uint16_t(cqe.wr_id);
+  } else if (cqe.qp_num >= kWqnBase && !send) {
+    if (const Wq* w = wqs_.get(cqe.qp_num - kWqnBase); w && w->mlx5) c.wqe_counter = uint16_t(cqe.wr_id);
   }
   mlx5::Cqe64 q;
   mlx5::encode_cqe(c, mlx5::owner_for_index(cq.prod, cnt), &q);

@@ -150,6 +150,7 @@ class Device {
   // mlx5 mode: the QP's send queue in mlx5's format from now on
   // (kMlx5QpFormat, device/mlx5_sq.cc); *fd is its memfd, for the client.
   int qp_to_mlx5(Owner* o, uint32_t qpn, abi::Mlx5QpFormatReply* rep, int* fd);
+  int wq_to_mlx5(Owner* o, uint32_t handle, abi::Mlx5WqFormatReply* rep, int* fd);
   // Traffic through an mlx5-format queue now: a sleeping engine looks at
   // their doorbells often for a while (kMlx5BusyWindowNs).
   void mlx5_activity() { mlx5_active_ns_ = now_ns_; }

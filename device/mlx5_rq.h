@@ -5,7 +5,8 @@
 // mlx5_post_recv, UCX's uct_ud_mlx5_iface_post_recv); the engine takes them
 // in order, each read once into the same receive in progress as a uroce WQE,
 // and a completion carries the WQE's index. Device::qp_to_mlx5 makes the
-// queue (device/mlx5_sq.cc).
+// queue (device/mlx5_sq.cc); Device::wq_to_mlx5 a receive WQ's
+// (mlx5dv_init_obj with MLX5DV_OBJ_RWQ, device/work_queue.cc), the same WQEs.
 #pragma once
 
 #include <endian.h>
@@ -40,6 +41,9 @@ uint32_t mlx5_rq_waiting(const Qp& qp);
 // segments up to the first with kMlx5InvalidLkey or the stride's end (a
 // stride holds the QP's max_recv_sge, as mlx5's rq.max_gs, and no more).
 void mlx5_take_rq_wqe(Qp& qp, RecvInProgress& r);
+// The same for the WQE at `index` of any such queue (a QP's, a WQ's: cnt
+// WQEs of `stride` bytes at `wqes`).
+void mlx5_take_recv_wqe(const uint8_t* wqes, uint32_t cnt, uint32_t stride, uint32_t index, RecvInProgress& r);
 
 // The wr_id the completion of the WQE at `index` carries: its index.
 inline uint64_t mlx5_rq_wqe_id(uint32_t index) { return index & 0xffff; }

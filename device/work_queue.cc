@@ -8,6 +8,7 @@
 #include <cerrno>
 
 #include "device/device.h"
+#include "device/mlx5_rq.h"
 
 namespace uroce::device {
 
@@ -85,9 +86,15 @@ int Device::modify_wq(Owner* o, uint32_t handle, const abi::ModifyWqRequest& req
   if (to == w->state) return 0;
   if (to == IBV_WQS_RESET || (w->state == IBV_WQS_RESET && to == IBV_WQS_RDY)) {
     // RESET forgets the ring, and RESET to RDY discards what was posted in
-    // RESET (mlx5_modify_wq wipes the ring indices).
-    w->head = w->ring.hdr->producer.load(std::memory_order_acquire);
-    w->ring.hdr->consumer.store(w->head, std::memory_order_release);
+    // RESET (mlx5_modify_wq wipes the ring indices; an mlx5-format WQ's
+    // doorbell record and index start again at 0, as mlx5's do).
+    if (w->mlx5) {
+      w->mlx5->dbrec[0].store(0, std::memory_order_release);
+      w->head = 0;
+    } else {
+      w->head = w->posted();
+    }
+    w->consumed(w->head);
     drop_held(*w, true);
   }
   if (to == IBV_WQS_ERR) {
@@ -132,22 +139,47 @@ int Device::destroy_wq(Owner* o, uint32_t handle) {
 // Every receive posted and not yet taken completes with WR_FLUSH_ERR
 // (mlx5 enables flush-in-error on the RQ).
 void Device::flush_wq(Wq& w) {
-  const uint32_t prod = w.ring.hdr->producer.load(std::memory_order_acquire);
-  if (prod - w.head > w.ring.size()) {  // a corrupt index: nothing to trust
+  const uint32_t prod = w.posted();
+  if (prod - w.head > w.capacity()) {  // a corrupt index: nothing to trust
     ++counters_.bad_wqes;
     w.head = prod;
   }
   for (; w.head != prod; ++w.head) {
     abi::Cqe cqe{};
-    cqe.wr_id = recv_wqe_id(w.ring, w.head);
+    cqe.wr_id = w.mlx5 ? mlx5_rq_wqe_id(w.head) : recv_wqe_id(w.ring, w.head);
     cqe.status = IBV_WC_WR_FLUSH_ERR;
     cqe.opcode = IBV_WC_RECV;
     cqe.qp_num = w.wqn;
     ++w.flushed;
-    w.ring.hdr->consumer.store(w.head + 1, std::memory_order_release);
+    w.consumed(w.head + 1);
     if (!complete_to(w.cq, cqe, false)) break;
   }
-  w.ring.hdr->consumer.store(w.head, std::memory_order_release);
+  w.consumed(w.head);
+}
+
+// mlx5dv_init_obj on a receive WQ (MLX5DV_OBJ_RWQ): its WQEs in mlx5's format
+// from now on, sized as mlx5 sizes an RWQ (verbs.c mlx5_calc_rwq_size:
+// roundup_pow2(max_wr) WQEs of 16 bytes per SGE, a power of two), while
+// nothing went to uroce's ring.
+int Device::wq_to_mlx5(Owner* o, uint32_t handle, abi::Mlx5WqFormatReply* rep, int* fd) {
+  Wq* w = wqs_.get(handle);
+  if (!w || w->owner != o) return EINVAL;
+  if (!config_.mlx5) return EOPNOTSUPP;
+  if (w->mlx5) return EINVAL;  // the provider asks once per WQ
+  if (w->ring.hdr->producer.load(std::memory_order_acquire) != 0) return EBUSY;
+  auto m = std::make_unique<Wq::Mlx5Rq>();
+  const uint32_t cnt = 1u << log2_ceil(std::max(w->ring.size(), 1u));
+  const uint32_t stride = 1u << log2_ceil(std::max(w->max_sge, 1u) * 16);
+  if (int e = m->mem.create("uroce-mlx5-wq", abi::kMlx5WqWqesOffset + size_t(cnt) * stride)) return e;
+  m->dbrec = reinterpret_cast<std::atomic<uint32_t>*>(m->mem.base() + abi::kMlx5WqDbrecOffset);
+  m->wqes = m->mem.base() + abi::kMlx5WqWqesOffset;
+  m->cnt = cnt;
+  m->stride = stride;
+  *fd = m->mem.release_fd();
+  *rep = abi::Mlx5WqFormatReply{m->mem.size(), cnt, stride};
+  w->head = 0;
+  w->mlx5 = std::move(m);
+  return 0;
 }
 
 // WQs that need the poll loop: in ERR (flush what is posted), or holding
@@ -158,7 +190,7 @@ bool Device::poll_wqs() {
   for (size_t i = 0; i < busy_wqs_.size();) {
     Wq* w = wqs_.get(busy_wqs_[i]);
     if (w && w->state == IBV_WQS_ERR) {
-      if (w->ring.hdr->producer.load(std::memory_order_acquire) != w->head) {
+      if (w->posted() != w->head) {
         flush_wq(*w);
         work = true;
       }

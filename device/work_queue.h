@@ -9,8 +9,12 @@
 
 #include <infiniband/verbs.h>
 
+#include <endian.h>
+
 #include <array>
+#include <atomic>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "device/objects.h"
@@ -62,6 +66,28 @@ struct Wq {
   uint32_t held_first = 0, held_count = 0;
   uint64_t received = 0, no_wqe_drops = 0, not_ready_drops = 0, delay_drop_expired = 0, flushed = 0;
   uint64_t errors = 0;  // receives completed with an error (each took the WQ to ERR)
+  // mlx5's format (mlx5dv_init_obj with MLX5DV_OBJ_RWQ, Device::wq_to_mlx5):
+  // the WQEs and the doorbell record the program writes, instead of `ring`.
+  struct Mlx5Rq {
+    QueueMemory mem;
+    std::atomic<uint32_t>* dbrec = nullptr;  // [0]: WQEs posted, 16 bits, big-endian
+    const uint8_t* wqes = nullptr;
+    uint32_t cnt = 0, stride = 0;
+  };
+  std::unique_ptr<Mlx5Rq> mlx5;
+
+  // Where the posted receives end (free-running, as head).
+  uint32_t posted() const {
+    if (mlx5) [[unlikely]]
+      return head + ((be32toh(mlx5->dbrec[0].load(std::memory_order_acquire)) - head) & 0xffff);
+    return ring.hdr->producer.load(std::memory_order_acquire);
+  }
+  // The receives the queue holds at most.
+  uint32_t capacity() const { return mlx5 ? mlx5->cnt : ring.size(); }
+  // The receives up to head were taken (uroce's ring has a consumer index).
+  void consumed(uint32_t upto) {
+    if (!mlx5) ring.hdr->consumer.store(upto, std::memory_order_release);
+  }
 };
 
 struct RwqIndTable {

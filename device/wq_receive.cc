@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "device/device.h"
+#include "device/mlx5_rq.h"
 #include "device/wqe.h"
 #include "net/icrc.h"
 
@@ -98,7 +99,7 @@ void Device::wq_receive(Wq& w, const uint8_t* frame, uint32_t len, bool has_tag,
     ++counters_.wq_rx_not_ready;
     return;
   }
-  const uint32_t prod = w.ring.hdr->producer.load(std::memory_order_acquire);
+  const uint32_t prod = w.posted();
   // Held frames go first: a later frame may not overtake them.
   if (w.held_count == 0 && prod != w.head) {
     place_in_wq(w, frame, len, has_tag, tag);
@@ -118,8 +119,8 @@ void Device::wq_receive(Wq& w, const uint8_t* frame, uint32_t len, bool has_tag,
 }
 
 void Device::place_in_wq(Wq& w, const uint8_t* frame, uint32_t len, bool has_tag, uint32_t tag) {
-  const uint32_t prod = w.ring.hdr->producer.load(std::memory_order_acquire);
-  if (prod - w.head > w.ring.size()) {  // a corrupt producer: nothing posted to trust
+  const uint32_t prod = w.posted();
+  if (prod - w.head > w.capacity()) {  // a corrupt producer: nothing posted to trust
     ++counters_.bad_wqes;
     ++w.not_ready_drops;
     ++counters_.wq_rx_not_ready;
@@ -129,7 +130,11 @@ void Device::place_in_wq(Wq& w, const uint8_t* frame, uint32_t len, bool has_tag
   RecvInProgress r{};
   r.cq = w.cq;
   r.owner = w.owner;
-  uint32_t status = copy_recv_wqe(*this, w.ring, w.head, w.max_sge, r);
+  uint32_t status = IBV_WC_SUCCESS;
+  if (w.mlx5) [[unlikely]]
+    mlx5_take_recv_wqe(w.mlx5->wqes, w.mlx5->cnt, w.mlx5->stride, w.head, r);
+  else
+    status = copy_recv_wqe(*this, w.ring, w.head, w.max_sge, r);
   if (status == IBV_WC_SUCCESS) status = translate_recv_sges(*this, r, w.pd);
   abi::Cqe cqe{};
   cqe.wr_id = r.wr_id;
@@ -164,7 +169,7 @@ void Device::place_in_wq(Wq& w, const uint8_t* frame, uint32_t len, bool has_tag
     ++w.errors;
   }
   ++w.head;
-  w.ring.hdr->consumer.store(w.head, std::memory_order_release);
+  w.consumed(w.head);
   // A receive that failed (bad SGE, buffer too short) or whose completion
   // found no room takes the WQ to ERR, as an error CQE does an mlx5 RQ.
   if (!complete_to(w.cq, cqe, false) || status != IBV_WC_SUCCESS) wq_fatal(w);
@@ -177,8 +182,7 @@ bool Device::release_held(Wq& w) {
   bool work = false;
   while (w.held_count) {
     const HeldFrame h = w.held[w.held_first];
-    const bool posted = w.state == IBV_WQS_RDY &&
-                        w.ring.hdr->producer.load(std::memory_order_acquire) != w.head;
+    const bool posted = w.state == IBV_WQS_RDY && w.posted() != w.head;
     if (!posted && now_ns_ < h.expires_ns) break;
     // Off the queue before it is placed: a failed receive empties the rest.
     w.held[w.held_first] = HeldFrame{};

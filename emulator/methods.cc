@@ -205,6 +205,8 @@ constexpr Table make_table() {
                                 UROCE_HANDLE(CreateWqRequest, pd, kPd), UROCE_HANDLE(CreateWqRequest, cq, kCq));
   at(CtlOp::kModifyWq) = method("modify_wq", modify_wq, exact<ModifyWqRequest>(), kNoFds,
                                 einval(UROCE_HANDLE(ModifyWqRequest, handle, kWq)));
+  at(CtlOp::kMlx5WqFormat) = method("mlx5_wq_format", mlx5_wq_format, exact<HandleRequest>(), kNoFds,
+                                    einval(UROCE_HANDLE(HandleRequest, handle, kWq)));
   at(CtlOp::kDestroyWq) = method("destroy_wq", destroy_wq, exact<HandleRequest>(), kNoFds,
                                  destroyed(UROCE_HANDLE(HandleRequest, handle, kWq)));
   at(CtlOp::kCreateRwqIndTable) =

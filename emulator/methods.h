@@ -186,6 +186,7 @@ int detach_mcast(Call& c);
 // methods_wq.cc: receive WQs, indirection tables, RSS QPs
 int create_wq(Call& c);
 int modify_wq(Call& c);
+int mlx5_wq_format(Call& c);
 int destroy_wq(Call& c);
 int create_rwq_ind_table(Call& c);
 int destroy_rwq_ind_table(Call& c);

@@ -36,6 +36,16 @@ int modify_wq(Call& c) {
   return c.dev.modify_wq(&c.owner, uint32_t(req.handle), req);
 }
 
+// Reply fds: [the memfd of the WQ's WQEs in mlx5's format].
+int mlx5_wq_format(Call& c) {
+  const uint64_t handle = c.request<abi::HandleRequest>().handle;
+  abi::Mlx5WqFormatReply rep{};
+  int fd = -1;
+  if (int err = c.dev.wq_to_mlx5(&c.owner, uint32_t(handle), &rep, &fd)) return err;
+  c.pass_fd(fd, true);
+  return c.reply(rep);
+}
+
 int destroy_wq(Call& c) { return c.dev.destroy_wq(&c.owner, uint32_t(c.request<abi::HandleRequest>().handle)); }
 
 // The request holds 2^log_size WQ handles; each must be a WQ of this

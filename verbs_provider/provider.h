@@ -394,6 +394,23 @@ int post_srq_ops(ibv_srq* srq, ibv_ops_wr* op, ibv_ops_wr** bad_op);
 
 inline USrq* to_usrq(ibv_srq* s) { return reinterpret_cast<USrq*>(s); }
 
+// A receive work queue (verbs_provider/wq.cc).
+struct UWq {
+  ibv_wq wq;
+  UContext* ctx;
+  void* map;
+  size_t map_size;
+  URing ring;
+  std::mutex mu;
+  uint32_t max_sge;
+  // Its WQEs in a vendor's format, which the program writes (the drop-in
+  // libmlx5's mlx5dv_init_obj on an RWQ), as USrq's.
+  void* vendor_map = nullptr;
+  size_t vendor_map_size = 0;
+  uint32_t vendor_wqe_cnt = 0, vendor_stride = 0;
+};
+inline UWq* to_uwq(ibv_wq* w) { return reinterpret_cast<UWq*>(w); }
+
 struct UXrcd {
   ibv_xrcd xrcd;
   uint64_t handle;

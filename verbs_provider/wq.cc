@@ -15,17 +15,6 @@ namespace uroce::provider {
 
 namespace {
 
-struct UWq {
-  ibv_wq wq;
-  UContext* ctx;
-  void* map;
-  size_t map_size;
-  URing ring;
-  std::mutex mu;
-  uint32_t max_sge;
-};
-UWq* to_uwq(ibv_wq* w) { return reinterpret_cast<UWq*>(w); }
-
 struct UIndTable {
   ibv_rwq_ind_table table;
 };
@@ -39,6 +28,10 @@ int post_wq_recv(ibv_wq* ibwq, ibv_recv_wr* wr, ibv_recv_wr** bad_wr) {
   // mlx5_post_wq_recv: no state check; too many SGEs EINVAL, a full ring ENOMEM.
   int err = 0;
   std::lock_guard<std::mutex> lock(w->mu);
+  if (w->vendor_map) [[unlikely]] {
+    *bad_wr = wr;  // its WQEs are mlx5's, which the program writes (docs/mlx5.md)
+    return EOPNOTSUPP;
+  }
   const uint32_t start = w->ring.prod;
   for (; wr; wr = wr->next) {
     if (wr->num_sge < 0 || uint32_t(wr->num_sge) > w->max_sge) {
@@ -155,6 +148,7 @@ int destroy_wq(ibv_wq* wq) {
   if (err && err != EIO) return err;
   untrack_async_events(w->ctx, w, &wq->mutex, &wq->cond, &wq->events_completed);
   unmap_queue(w->map, w->map_size);
+  if (w->vendor_map) unmap_queue(w->vendor_map, w->vendor_map_size);
   pthread_cond_destroy(&wq->cond);
   pthread_mutex_destroy(&wq->mutex);
   delete w;

@@ -89,6 +89,7 @@ enum class CtlOp : uint32_t {
   kCreateMkey,     // CreateMkeyRequest; reply CreateMkeyReply (mlx5dv_create_mkey)
   kDestroyMkey,    // HandleRequest
   kDciStreamReset, // DciStreamResetRequest (mlx5dv_dci_stream_id_reset)
+  kMlx5WqFormat,   // HandleRequest; reply Mlx5WqFormatReply, fds: [the WQ's memfd]
   kCount,
 };
 
@@ -523,6 +524,15 @@ struct Mlx5SrqFormatReply {
   uint64_t shm_size;
   uint32_t wqe_cnt;  // a power of two; tail = wqe_cnt - 1
   uint32_t stride;   // 16 + 16 * max_sge, a power of two
+};
+
+// kMlx5WqFormat: a receive WQ's WQEs in mlx5's format from now on
+// (mlx5dv_init_obj with MLX5DV_OBJ_RWQ), laid out as abi_rings.h's
+// kMlx5Wq*Offset say, while nothing was posted to it (EBUSY otherwise).
+struct Mlx5WqFormatReply {
+  uint64_t shm_size;
+  uint32_t wqe_cnt;  // a power of two
+  uint32_t stride;   // 16 per SGE, a power of two
 };
 
 struct QueryQpReply {

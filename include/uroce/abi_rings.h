@@ -169,6 +169,15 @@ static_assert(kMlx5QpBfOffset + 2 * kMlx5QpBfSize <= kMlx5QpSqOffset);
 // after it at creation; the engine does the same when it formats the SRQ).
 constexpr size_t kMlx5SrqDbrecOffset = 0x100;
 constexpr size_t kMlx5SrqWqesOffset = 0x1000;
+// An mlx5-format receive WQ (kMlx5WqFormat, mlx5 mode): its memfd holds the
+// doorbell record (big-endian words: [0] the 16-bit count of receive WQEs
+// the program has posted, mlx5's MLX5_RCV_DBR; [1] unused) at
+// kMlx5WqDbrecOffset and then wqe_cnt WQEs of `stride` bytes, each data
+// segments as a QP's receive WQE (an lkey of kMlx5InvalidLkey ends one
+// early), taken in order, cyclically (providers/mlx5/verbs.c
+// mlx5_calc_rwq_size, mlx5_post_wq_recv).
+constexpr size_t kMlx5WqDbrecOffset = 0x100;
+constexpr size_t kMlx5WqWqesOffset = 0x1000;
 constexpr uint32_t kMlx5InvalidLkey = 0x100;  // MLX5_INVALID_LKEY
 
 // Send WQE: a fixed 128-byte header followed by either num_sge Sge entries or

@@ -371,7 +371,7 @@ TEST_F(Mlx5Mode, InitObjGivesPdAndDmAndKeepsCqsWithCompletionsInUroceFormat) {
   obj.dm.in = dm;
   obj.dm.out = &dvdm;
   ASSERT_EQ(mlx5dv_init_obj(&obj, MLX5DV_OBJ_PD | MLX5DV_OBJ_DM), 0);
-  EXPECT_EQ(mlx5dv_init_obj(&obj, MLX5DV_OBJ_RWQ), EOPNOTSUPP) << "WQs keep uroce's format";
+  EXPECT_EQ(mlx5dv_init_obj(&obj, MLX5DV_OBJ_RWQ), EINVAL) << "no WQ given (obj.rwq.in null)";
   EXPECT_EQ(dvpd.pdn, pd_->handle);
   ASSERT_NE(dvdm.buf, nullptr);
   EXPECT_EQ(dvdm.length, 256u);

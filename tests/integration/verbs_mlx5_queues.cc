@@ -1,5 +1,5 @@
-// mlx5 direct verbs, the queues in mlx5's own formats: CQs, send queues and
-// SRQs handed out by mlx5dv_init_obj, read and written by hand as programs
+// mlx5 direct verbs, the queues in mlx5's own formats: CQs, send queues,
+// SRQs and receive WQs handed out by mlx5dv_init_obj, read and written by hand as programs
 // that drive a ConnectX (UCX's rc_mlx5) do, and through the verbs.
 #include "tests/integration/verbs_mlx5.h"
 
@@ -396,6 +396,173 @@ TEST_F(Mlx5Mode, InitObjSrqIsFilledAndLinkedByHandAsOnAConnectX) {
   ibv_recv_wr* bad = nullptr;
   EXPECT_EQ(ibv_post_srq_recv(srq, &rwr, &bad), EOPNOTSUPP);
   EXPECT_EQ(bad, &rwr);
+}
+
+// mlx5dv_init_obj on a receive WQ (MLX5DV_OBJ_RWQ, as DPDK's mlx5 driver
+// takes its RX queues when it makes them with the verbs): roundup_pow2(max_wr)
+// WQEs of 16 bytes per SGE, written by hand, counted in the doorbell
+// record's first word. Frames an RSS QP's flow steers to the WQ land in the
+// WQEs in order, each CQE with its WQE's index, the WQ's number and the
+// frame's length; a frame with no WQE posted is dropped; the verbs post
+// nothing to it; RESET then RDY starts the count again at 0, and ERR
+// flushes what is posted, by index.
+TEST_F(Mlx5Mode, InitObjRwqIsWrittenByHandAsOnAConnectX) {
+  if (geteuid() != 0) GTEST_SKIP() << "raw packet QPs need CAP_NET_RAW (run as root, as the suite does)";
+  static constexpr uint8_t kDst[6] = {0x02, 0x50, 0x56, 0x19, 0x20, 0xa7};
+  Mlx5Cq m;
+  formatted_cq(31, 64, &m);
+  ASSERT_NE(m.cq, nullptr) << std::strerror(errno);
+  ibv_wq_init_attr wa{};
+  wa.wq_type = IBV_WQT_RQ;
+  wa.max_wr = 6;
+  wa.max_sge = 1;
+  wa.pd = pd_;
+  wa.cq = m.cq;
+  ibv_wq* wq = ibv_create_wq(ctx_, &wa);
+  ASSERT_NE(wq, nullptr) << std::strerror(errno);
+  defer([wq] { EXPECT_EQ(ibv_destroy_wq(wq), 0); });
+  mlx5dv_rwq dvrwq{};
+  mlx5dv_obj obj{};
+  obj.rwq.in = wq;
+  obj.rwq.out = &dvrwq;
+  ASSERT_EQ(mlx5dv_init_obj(&obj, MLX5DV_OBJ_RWQ), 0) << "the engine in mlx5 mode formats a WQ";
+  EXPECT_EQ(dvrwq.wqe_cnt, 8u) << "roundup_pow2(max_wr)";
+  EXPECT_EQ(dvrwq.stride, 16u) << "one data segment";
+  ASSERT_TRUE(dvrwq.buf && dvrwq.dbrec);
+  ibv_wq_attr st{};
+  st.attr_mask = IBV_WQ_ATTR_STATE;
+  st.wq_state = IBV_WQS_RDY;
+  ASSERT_EQ(ibv_modify_wq(wq, &st), 0);
+  ibv_rwq_ind_table_init_attr ta{};
+  ta.log_ind_tbl_size = 0;
+  ta.ind_tbl = &wq;
+  ibv_rwq_ind_table* table = ibv_create_rwq_ind_table(ctx_, &ta);
+  ASSERT_NE(table, nullptr) << std::strerror(errno);
+  defer([table] { EXPECT_EQ(ibv_destroy_rwq_ind_table(table), 0); });
+  static uint8_t key[40] = {1};
+  ibv_qp_init_attr_ex qa{};
+  qa.qp_type = IBV_QPT_RAW_PACKET;
+  qa.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_IND_TABLE | IBV_QP_INIT_ATTR_RX_HASH;
+  qa.pd = pd_;
+  qa.rwq_ind_tbl = table;
+  qa.rx_hash_conf.rx_hash_function = IBV_RX_HASH_FUNC_TOEPLITZ;
+  qa.rx_hash_conf.rx_hash_key_len = sizeof(key);
+  qa.rx_hash_conf.rx_hash_key = key;
+  qa.rx_hash_conf.rx_hash_fields_mask = IBV_RX_HASH_SRC_IPV4 | IBV_RX_HASH_DST_IPV4;
+  ibv_qp* rss = ibv_create_qp_ex(ctx_, &qa);
+  ASSERT_NE(rss, nullptr) << std::strerror(errno);
+  defer([rss] { EXPECT_EQ(ibv_destroy_qp(rss), 0); });
+  struct {
+    ibv_flow_attr attr;
+    ibv_flow_spec_eth eth;
+  } __attribute__((packed, aligned(8))) rule{};
+  rule.attr.type = IBV_FLOW_ATTR_NORMAL;
+  rule.attr.size = sizeof(rule);
+  rule.attr.num_of_specs = 1;
+  rule.attr.port = 1;
+  rule.eth.type = IBV_FLOW_SPEC_ETH;
+  rule.eth.size = sizeof(rule.eth);
+  std::memcpy(rule.eth.val.dst_mac, kDst, 6);
+  std::memset(rule.eth.mask.dst_mac, 0xff, 6);
+  ibv_flow* flow = ibv_create_flow(rss, reinterpret_cast<ibv_flow_attr*>(&rule));
+  ASSERT_NE(flow, nullptr) << std::strerror(errno);
+  defer([flow] { EXPECT_EQ(ibv_destroy_flow(flow), 0); });
+
+  ibv_cq* tx_cq = make_cq(16);
+  ibv_qp* tx = make_qp(IBV_QPT_RAW_PACKET, tx_cq, tx_cq);
+  ASSERT_TRUE(tx_cq && tx) << std::strerror(errno);
+  ibv_qp_attr a{};
+  a.qp_state = IBV_QPS_INIT;
+  a.port_num = 1;
+  ASSERT_EQ(ibv_modify_qp(tx, &a, IBV_QP_STATE | IBV_QP_PORT), 0);
+  a.qp_state = IBV_QPS_RTR;
+  ASSERT_EQ(ibv_modify_qp(tx, &a, IBV_QP_STATE), 0);
+  a.qp_state = IBV_QPS_RTS;
+  ASSERT_EQ(ibv_modify_qp(tx, &a, IBV_QP_STATE), 0);
+  ibv_mr* src = reg_buffer(128, kRw, 0);
+  ibv_mr* dst = reg_buffer(8 * 128, kRw, 0);
+  auto* d = static_cast<uint8_t*>(dst->addr);
+  // A frame of `len` bytes to kDst, its payload `tag`.
+  auto send_frame = [&](uint8_t tag, uint32_t len) {
+    auto* f = static_cast<uint8_t*>(src->addr);
+    std::memset(f, tag, len);
+    std::memcpy(f, kDst, 6);
+    f[12] = 0x88;  // a local experimental ethertype: no L3, hashed as such
+    f[13] = 0xb5;
+    ibv_sge s = sge_of(src, 0, len);
+    ASSERT_EQ(post_send(tx, tag, IBV_WR_SEND, &s, 1, IBV_SEND_SIGNALED), 0);
+    ibv_wc wc;
+    VT_POLL_ONE(tx_cq, &wc);
+    ASSERT_EQ(wc.status, IBV_WC_SUCCESS) << describe(wc);
+  };
+  auto* wqes = static_cast<uint8_t*>(dvrwq.buf);
+  uint16_t posted = 0;
+  auto post = [&](uint32_t i) {
+    mlx5dv_set_data_seg(reinterpret_cast<mlx5_wqe_data_seg*>(wqes + (i % dvrwq.wqe_cnt) * dvrwq.stride), 128,
+                        dst->lkey, uintptr_t(d + (i % dvrwq.wqe_cnt) * 128));
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+    *dvrwq.dbrec = htobe32(++posted);
+  };
+  uint32_t ci = 0;
+  auto expect_in = [&](uint8_t tag, uint16_t index, uint32_t len) {
+    mlx5_cqe64* e = m.wait_cqe(ci);
+    ASSERT_NE(e, nullptr) << "no CQE for WQE " << index;
+    EXPECT_EQ(mlx5dv_get_cqe_opcode(e), MLX5_CQE_RESP_SEND);
+    EXPECT_EQ(be32toh(e->sop_drop_qpn) & 0xffffff, wq->wq_num);
+    EXPECT_EQ(be32toh(e->byte_cnt), len);
+    EXPECT_EQ(be16toh(e->wqe_counter), index);
+    ++ci;
+    m.dv.dbrec[kCqSetCi] = htobe32(ci);
+    EXPECT_EQ(d[(index % 8) * 128 + 20], tag) << "not in WQE " << index << "'s buffer";
+  };
+  post(0);
+  post(1);
+  ASSERT_NO_FATAL_FAILURE(send_frame(0x11, 60));
+  ASSERT_NO_FATAL_FAILURE(expect_in(0x11, 0, 60));
+  ASSERT_NO_FATAL_FAILURE(send_frame(0x22, 100));
+  ASSERT_NO_FATAL_FAILURE(expect_in(0x22, 1, 100));
+  ASSERT_NO_FATAL_FAILURE(send_frame(0x33, 60));  // no WQE: dropped
+  usleep(100'000);
+  EXPECT_EQ(m.sw_cqe(ci), nullptr) << "a frame with no WQE posted completed";
+  // Around the end of the queue: WQEs 2 to 9 (index 8 and 9 are slots 0 and 1).
+  for (uint32_t i = 2; i < 10; ++i) post(i);
+  for (uint32_t i = 2; i < 10; ++i) {
+    ASSERT_NO_FATAL_FAILURE(send_frame(uint8_t(0x40 + i), 64));
+    ASSERT_NO_FATAL_FAILURE(expect_in(uint8_t(0x40 + i), uint16_t(i), 64));
+  }
+
+  // The verbs post nothing to a queue the program writes.
+  ibv_sge rs = sge_of(dst, 0, 64);
+  ibv_recv_wr rwr{};
+  rwr.sg_list = &rs;
+  rwr.num_sge = 1;
+  ibv_recv_wr* bad = nullptr;
+  EXPECT_EQ(ibv_post_wq_recv(wq, &rwr, &bad), EOPNOTSUPP);
+  EXPECT_EQ(bad, &rwr);
+
+  // RESET, then RDY: the count starts again at 0 (mlx5_modify_wq zeroes it).
+  st.wq_state = IBV_WQS_RESET;
+  ASSERT_EQ(ibv_modify_wq(wq, &st), 0);
+  st.wq_state = IBV_WQS_RDY;
+  ASSERT_EQ(ibv_modify_wq(wq, &st), 0);
+  EXPECT_EQ(*dvrwq.dbrec, 0u);
+  posted = 0;
+  post(0);
+  ASSERT_NO_FATAL_FAILURE(send_frame(0x55, 60));
+  ASSERT_NO_FATAL_FAILURE(expect_in(0x55, 0, 60));
+  // ERR flushes the WQEs posted, each by its index.
+  post(1);
+  post(2);
+  st.wq_state = IBV_WQS_ERR;
+  ASSERT_EQ(ibv_modify_wq(wq, &st), 0);
+  for (uint16_t index = 1; index <= 2; ++index) {
+    mlx5_cqe64* e = m.wait_cqe(ci);
+    ASSERT_NE(e, nullptr) << "no flush CQE for WQE " << index;
+    EXPECT_EQ(mlx5dv_get_cqe_opcode(e), MLX5_CQE_RESP_ERR);
+    EXPECT_EQ(be16toh(e->wqe_counter), index);
+    ++ci;
+    m.dv.dbrec[kCqSetCi] = htobe32(ci);
+  }
 }
 
 // mlx5dv_init_obj on UD QPs (UCX's ud_mlx5): the send queue takes WQEs with

@@ -302,6 +302,37 @@ int init_srq(ibv_srq* ibsrq, mlx5dv_srq* out) {
   return 0;
 }
 
+// mlx5dv_init_obj's RWQ part (mlx5.c mlx5dv_get_rwq): the engine puts a
+// receive WQ's WQEs in mlx5's format the first time (kMlx5WqFormat,
+// device/work_queue.cc); the program writes data segments and counts its
+// WQEs in the doorbell record's first word, as mlx5_post_wq_recv does.
+int init_rwq(ibv_wq* ibwq, mlx5dv_rwq* out) {
+  UWq* w = to_uwq(ibwq);
+  std::lock_guard<std::mutex> lock(w->mu);
+  if (!w->vendor_map) {
+    abi::HandleRequest req{ibwq->handle};
+    abi::Mlx5WqFormatReply rep;
+    int fd = -1;
+    if (int err = w->ctx->conn.call(abi::CtlOp::kMlx5WqFormat, &req, sizeof(req), &rep, sizeof(rep), nullptr, 0,
+                                    &fd, 1))
+      return err;
+    void* map = map_queue(fd, rep.shm_size);
+    close(fd);
+    if (!map) return ENOMEM;
+    w->vendor_map_size = rep.shm_size;
+    w->vendor_wqe_cnt = rep.wqe_cnt;
+    w->vendor_stride = rep.stride;
+    w->vendor_map = map;
+  }
+  auto* base = static_cast<uint8_t*>(w->vendor_map);
+  out->buf = base + abi::kMlx5WqWqesOffset;
+  out->dbrec = reinterpret_cast<__be32*>(base + abi::kMlx5WqDbrecOffset);
+  out->wqe_cnt = w->vendor_wqe_cnt;
+  out->stride = w->vendor_stride;
+  out->comp_mask = 0;
+  return 0;
+}
+
 namespace {
 
 // A program that reads its CQ in mlx5's format spins on memory, outside the
@@ -321,12 +352,13 @@ void unplace_memory_poller() {
 
 int init_obj(mlx5dv_obj* obj, uint64_t type) {
   if (!obj) return EINVAL;
-  // WQs keep uroce's format: no mlx5 WQE buffer or doorbell record to hand
-  // out yet.
-  if (type & MLX5DV_OBJ_RWQ) return EOPNOTSUPP;
   if (type & ~uint64_t(MLX5DV_OBJ_PD | MLX5DV_OBJ_DM | MLX5DV_OBJ_CQ | MLX5DV_OBJ_QP | MLX5DV_OBJ_SRQ |
-                       MLX5DV_OBJ_AH))
+                       MLX5DV_OBJ_AH | MLX5DV_OBJ_RWQ))
     return EINVAL;
+  if (type & MLX5DV_OBJ_RWQ) {
+    if (!obj->rwq.in || !obj->rwq.out || !is_mlx5_context(obj->rwq.in->context)) return EINVAL;
+    if (int e = init_rwq(obj->rwq.in, obj->rwq.out)) return e;
+  }
   if (type & MLX5DV_OBJ_AH) {
     if (!obj->ah.in || !obj->ah.out || !is_mlx5_context(obj->ah.in->context)) return EINVAL;
     init_ah(obj->ah.in, obj->ah.out);
