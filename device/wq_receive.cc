@@ -224,7 +224,10 @@ uint64_t Device::next_wq_deadline_ns() const {
   for (uint32_t h : busy_wqs_) {
     const Wq* w = wqs_.get(h);
     if (!w || !w->held_count) continue;
-    const uint64_t t = w->held[w->held_first].expires_ns;
+    uint64_t t = w->held[w->held_first].expires_ns;
+    // A program posts to an mlx5-format WQ by its doorbell record, which
+    // wakes no one: a sleeping engine looks for its WQEs every millisecond.
+    if (w->mlx5) t = std::min(t, now_ns_ + kMlx5ArmLookNs);
     if (!next || t < next) next = t;
   }
   return next;
