@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <sstream>
 
 namespace vt {
@@ -149,6 +150,36 @@ ibv_ah_attr VerbsTest::loopback_av() const {
   av.src_path_bits = 0;
   av.port_num = 1;
   return av;
+}
+
+void VerbsTest::raw_to_rts(ibv_qp* qp) {
+  ibv_qp_attr a{};
+  a.qp_state = IBV_QPS_INIT;
+  a.port_num = 1;
+  ASSERT_EQ(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PORT), 0);
+  a.qp_state = IBV_QPS_RTR;
+  ASSERT_EQ(ibv_modify_qp(qp, &a, IBV_QP_STATE), 0);
+  a.qp_state = IBV_QPS_RTS;
+  ASSERT_EQ(ibv_modify_qp(qp, &a, IBV_QP_STATE), 0);
+}
+
+ibv_flow* VerbsTest::flow_to_mac(ibv_qp* qp, const uint8_t* mac) {
+  struct {
+    ibv_flow_attr attr;
+    ibv_flow_spec_eth eth;
+  } __attribute__((packed, aligned(8))) rule{};
+  rule.attr.type = IBV_FLOW_ATTR_NORMAL;
+  rule.attr.size = sizeof(rule);
+  rule.attr.num_of_specs = 1;
+  rule.attr.port = 1;
+  rule.eth.type = IBV_FLOW_SPEC_ETH;
+  rule.eth.size = sizeof(rule.eth);
+  std::memcpy(rule.eth.val.dst_mac, mac, 6);
+  std::memset(rule.eth.mask.dst_mac, 0xff, 6);
+  ibv_flow* f = ibv_create_flow(qp, reinterpret_cast<ibv_flow_attr*>(&rule));
+  EXPECT_NE(f, nullptr) << std::strerror(errno);
+  if (f) defer([f] { EXPECT_EQ(ibv_destroy_flow(f), 0); });
+  return f;
 }
 
 void VerbsTest::connect_qp(ibv_qp* qp, uint32_t remote_qpn, const ConnectOpts& o) {

@@ -125,6 +125,12 @@ class VerbsTest : public ::testing::Test {
   Pair make_pair(ibv_qp_type type = IBV_QPT_RC, const ConnectOpts& o = {}, const QpCaps& caps = {},
                  int sq_sig_all = 1);
   ibv_qp_state qp_state(ibv_qp* qp);
+  // ---- raw packet ----
+  // RESET -> INIT (port 1) -> RTR -> RTS for a raw packet QP.
+  static void raw_to_rts(ibv_qp* qp);
+  // A rule giving `qp` every frame to `mac`, destroyed at the end; null on
+  // failure (a test failure too).
+  ibv_flow* flow_to_mac(ibv_qp* qp, const uint8_t* mac);
 
   // ---- posting ----
   static int post_send(ibv_qp* qp, uint64_t wr_id, ibv_wr_opcode op, ibv_sge* sge, int num_sge,

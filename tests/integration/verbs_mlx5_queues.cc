@@ -452,33 +452,12 @@ TEST_F(Mlx5Mode, InitObjRwqIsWrittenByHandAsOnAConnectX) {
   ibv_qp* rss = ibv_create_qp_ex(ctx_, &qa);
   ASSERT_NE(rss, nullptr) << std::strerror(errno);
   defer([rss] { EXPECT_EQ(ibv_destroy_qp(rss), 0); });
-  struct {
-    ibv_flow_attr attr;
-    ibv_flow_spec_eth eth;
-  } __attribute__((packed, aligned(8))) rule{};
-  rule.attr.type = IBV_FLOW_ATTR_NORMAL;
-  rule.attr.size = sizeof(rule);
-  rule.attr.num_of_specs = 1;
-  rule.attr.port = 1;
-  rule.eth.type = IBV_FLOW_SPEC_ETH;
-  rule.eth.size = sizeof(rule.eth);
-  std::memcpy(rule.eth.val.dst_mac, kDst, 6);
-  std::memset(rule.eth.mask.dst_mac, 0xff, 6);
-  ibv_flow* flow = ibv_create_flow(rss, reinterpret_cast<ibv_flow_attr*>(&rule));
-  ASSERT_NE(flow, nullptr) << std::strerror(errno);
-  defer([flow] { EXPECT_EQ(ibv_destroy_flow(flow), 0); });
+  ASSERT_NE(flow_to_mac(rss, kDst), nullptr);
 
   ibv_cq* tx_cq = make_cq(16);
   ibv_qp* tx = make_qp(IBV_QPT_RAW_PACKET, tx_cq, tx_cq);
   ASSERT_TRUE(tx_cq && tx) << std::strerror(errno);
-  ibv_qp_attr a{};
-  a.qp_state = IBV_QPS_INIT;
-  a.port_num = 1;
-  ASSERT_EQ(ibv_modify_qp(tx, &a, IBV_QP_STATE | IBV_QP_PORT), 0);
-  a.qp_state = IBV_QPS_RTR;
-  ASSERT_EQ(ibv_modify_qp(tx, &a, IBV_QP_STATE), 0);
-  a.qp_state = IBV_QPS_RTS;
-  ASSERT_EQ(ibv_modify_qp(tx, &a, IBV_QP_STATE), 0);
+  ASSERT_NO_FATAL_FAILURE(raw_to_rts(tx));
   ibv_mr* src = reg_buffer(128, kRw, 0);
   ibv_mr* dst = reg_buffer(8 * 128, kRw, 0);
   auto* d = static_cast<uint8_t*>(dst->addr);
@@ -533,10 +512,7 @@ TEST_F(Mlx5Mode, InitObjRwqIsWrittenByHandAsOnAConnectX) {
 
   // The verbs post nothing to a queue the program writes.
   ibv_sge rs = sge_of(dst, 0, 64);
-  ibv_recv_wr rwr{};
-  rwr.sg_list = &rs;
-  rwr.num_sge = 1;
-  ibv_recv_wr* bad = nullptr;
+  ibv_recv_wr rwr{0, nullptr, &rs, 1}, *bad = nullptr;
   EXPECT_EQ(ibv_post_wq_recv(wq, &rwr, &bad), EOPNOTSUPP);
   EXPECT_EQ(bad, &rwr);
 

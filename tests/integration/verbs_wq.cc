@@ -62,14 +62,7 @@ class WorkQueue : public VerbsTest {
     tx_cq_ = make_cq();
     tx_ = make_qp(IBV_QPT_RAW_PACKET, tx_cq_, tx_cq_);
     ASSERT_NE(tx_, nullptr);
-    ibv_qp_attr a{};
-    a.qp_state = IBV_QPS_INIT;
-    a.port_num = 1;
-    ASSERT_EQ(ibv_modify_qp(tx_, &a, IBV_QP_STATE | IBV_QP_PORT), 0);
-    a.qp_state = IBV_QPS_RTR;
-    ASSERT_EQ(ibv_modify_qp(tx_, &a, IBV_QP_STATE), 0);
-    a.qp_state = IBV_QPS_RTS;
-    ASSERT_EQ(ibv_modify_qp(tx_, &a, IBV_QP_STATE), 0);
+    raw_to_rts(tx_);
   }
 
   ibv_wq* wq(ibv_cq* cq, uint32_t flags = 0, uint32_t max_wr = 64, bool ready = true) {
@@ -129,23 +122,7 @@ class WorkQueue : public VerbsTest {
     return qp;
   }
   // A rule giving `qp` every frame to kDstMac.
-  void flow_to(ibv_qp* qp) {
-    struct {
-      ibv_flow_attr attr;
-      ibv_flow_spec_eth eth;
-    } __attribute__((packed, aligned(8))) rule{};
-    rule.attr.type = IBV_FLOW_ATTR_NORMAL;
-    rule.attr.size = sizeof(rule);
-    rule.attr.num_of_specs = 1;
-    rule.attr.port = 1;
-    rule.eth.type = IBV_FLOW_SPEC_ETH;
-    rule.eth.size = sizeof(rule.eth);
-    std::memcpy(rule.eth.val.dst_mac, kDstMac, 6);
-    std::memset(rule.eth.mask.dst_mac, 0xff, 6);
-    ibv_flow* f = ibv_create_flow(qp, reinterpret_cast<ibv_flow_attr*>(&rule));
-    EXPECT_NE(f, nullptr) << std::strerror(errno);
-    if (f) defer([f] { EXPECT_EQ(ibv_destroy_flow(f), 0); });
-  }
+  void flow_to(ibv_qp* qp) { flow_to_mac(qp, kDstMac); }
   ibv_qp* rss_qp_on(ibv_qp_init_attr_ex* a) {
     ibv_qp* qp = ibv_create_qp_ex(ctx_, a);
     if (qp) defer([qp] { EXPECT_EQ(ibv_destroy_qp(qp), 0); });
