@@ -154,18 +154,8 @@ class RawPacket : public VerbsTest {
   ibv_qp* raw_qp(ibv_cq* cq) {
     ibv_qp* qp = make_qp(IBV_QPT_RAW_PACKET, cq, cq);
     if (!qp) return nullptr;
-    to_rts(qp);
+    raw_to_rts(qp);
     return qp;
-  }
-  void to_rts(ibv_qp* qp) {
-    ibv_qp_attr a{};
-    a.qp_state = IBV_QPS_INIT;
-    a.port_num = 1;
-    EXPECT_EQ(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PORT), 0);
-    a.qp_state = IBV_QPS_RTR;
-    EXPECT_EQ(ibv_modify_qp(qp, &a, IBV_QP_STATE), 0);
-    a.qp_state = IBV_QPS_RTS;
-    EXPECT_EQ(ibv_modify_qp(qp, &a, IBV_QP_STATE), 0);
   }
 
   // A receiving raw QP with `n` buffers posted.

@@ -700,12 +700,7 @@ TEST_F(WorkQueue, RawQpCreationFlagsShapeItsReceives) {
   ibv_qp* qp = ibv_create_qp_ex(ctx_, &ia);
   ASSERT_NE(qp, nullptr) << std::strerror(errno);
   defer([qp] { EXPECT_EQ(ibv_destroy_qp(qp), 0); });
-  ibv_qp_attr a{};
-  a.qp_state = IBV_QPS_INIT;
-  a.port_num = 1;
-  ASSERT_EQ(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PORT), 0);
-  a.qp_state = IBV_QPS_RTR;
-  ASSERT_EQ(ibv_modify_qp(qp, &a, IBV_QP_STATE), 0);
+  ASSERT_NO_FATAL_FAILURE(raw_to_rts(qp));
   flow_to(qp);
   ibv_mr* mr = reg_buffer(kBuf, IBV_ACCESS_LOCAL_WRITE);
   ASSERT_EQ(post_recv_mr(qp, 0, mr, 0, kBuf), 0);
