@@ -264,6 +264,26 @@ void init_ah(ibv_ah* ibah, mlx5dv_ah* out) {
   out->comp_mask = 0;
 }
 
+// Asks the engine for an object's queue in mlx5's format (`op` with a
+// HandleRequest; a reply with shm_size, wqe_cnt and stride, and the memfd)
+// and maps it, once: kept in the object's vendor_* fields (USrq, UWq).
+template <class Reply, class Object>
+int map_mlx5_queue(Object* o, abi::CtlOp op, uint32_t handle) {
+  if (o->vendor_map) return 0;
+  abi::HandleRequest req{handle};
+  Reply rep;
+  int fd = -1;
+  if (int err = o->ctx->conn.call(op, &req, sizeof(req), &rep, sizeof(rep), nullptr, 0, &fd, 1)) return err;
+  void* map = map_queue(fd, rep.shm_size);
+  close(fd);
+  if (!map) return ENOMEM;  // the engine reads a queue no one can write: it receives nothing
+  o->vendor_map_size = rep.shm_size;
+  o->vendor_wqe_cnt = rep.wqe_cnt;
+  o->vendor_stride = rep.stride;
+  o->vendor_map = map;
+  return 0;
+}
+
 // mlx5dv_init_obj's SRQ part (mlx5.c mlx5dv_get_srq): the engine puts a
 // basic SRQ's WQEs in mlx5's linked list the first time (kMlx5SrqFormat,
 // device/mlx5_srq.cc), each linked to the one after it as libmlx5 leaves
@@ -272,21 +292,7 @@ void init_ah(ibv_ah* ibah, mlx5dv_ah* out) {
 int init_srq(ibv_srq* ibsrq, mlx5dv_srq* out) {
   USrq* s = to_usrq(ibsrq);
   std::lock_guard<std::mutex> lock(s->mu);
-  if (!s->vendor_map) {
-    abi::HandleRequest req{ibsrq->handle};
-    abi::Mlx5SrqFormatReply rep;
-    int fd = -1;
-    if (int err = s->ctx->conn.call(abi::CtlOp::kMlx5SrqFormat, &req, sizeof(req), &rep, sizeof(rep), nullptr, 0,
-                                    &fd, 1))
-      return err;
-    void* map = map_queue(fd, rep.shm_size);
-    close(fd);
-    if (!map) return ENOMEM;  // the engine reads a list no one can write: it receives nothing
-    s->vendor_map_size = rep.shm_size;
-    s->vendor_wqe_cnt = rep.wqe_cnt;
-    s->vendor_stride = rep.stride;
-    s->vendor_map = map;
-  }
+  if (int err = map_mlx5_queue<abi::Mlx5SrqFormatReply>(s, abi::CtlOp::kMlx5SrqFormat, ibsrq->handle)) return err;
   auto* base = static_cast<uint8_t*>(s->vendor_map);
   out->buf = base + abi::kMlx5SrqWqesOffset;
   out->dbrec = reinterpret_cast<__be32*>(base + abi::kMlx5SrqDbrecOffset);
@@ -309,21 +315,7 @@ int init_srq(ibv_srq* ibsrq, mlx5dv_srq* out) {
 int init_rwq(ibv_wq* ibwq, mlx5dv_rwq* out) {
   UWq* w = to_uwq(ibwq);
   std::lock_guard<std::mutex> lock(w->mu);
-  if (!w->vendor_map) {
-    abi::HandleRequest req{ibwq->handle};
-    abi::Mlx5WqFormatReply rep;
-    int fd = -1;
-    if (int err = w->ctx->conn.call(abi::CtlOp::kMlx5WqFormat, &req, sizeof(req), &rep, sizeof(rep), nullptr, 0,
-                                    &fd, 1))
-      return err;
-    void* map = map_queue(fd, rep.shm_size);
-    close(fd);
-    if (!map) return ENOMEM;
-    w->vendor_map_size = rep.shm_size;
-    w->vendor_wqe_cnt = rep.wqe_cnt;
-    w->vendor_stride = rep.stride;
-    w->vendor_map = map;
-  }
+  if (int err = map_mlx5_queue<abi::Mlx5WqFormatReply>(w, abi::CtlOp::kMlx5WqFormat, ibwq->handle)) return err;
   auto* base = static_cast<uint8_t*>(w->vendor_map);
   out->buf = base + abi::kMlx5WqWqesOffset;
   out->dbrec = reinterpret_cast<__be32*>(base + abi::kMlx5WqDbrecOffset);
