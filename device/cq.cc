@@ -219,6 +219,13 @@ mlx5::Completion completion_of(const abi::Cqe& e, bool send) {
   c.dlid_path_bits = e.dlid_path_bits;
   c.send = send;
   c.wr_id = e.wr_id;
+  if (mlx5::is_tm_opcode(e.opcode)) [[unlikely]] {
+    c.tm_tag = e.tm_tag;
+    c.tm_priv = e.tm_priv;
+    // An mlx5-format TM-SRQ's entries carry their number as wr_id
+    // (Device::tag_list_op): a match's CQE names it.
+    c.tm_entry = uint16_t(e.wr_id);
+  }
   return c;
 }
 
@@ -246,12 +253,16 @@ bool Device::complete_mlx5(Cq& cq, const abi::Cqe& cqe, bool solicited, bool sen
   // So does a receive from an mlx5-format SRQ, receive queue or receive WQ
   // (device/mlx5_srq.cc, device/mlx5_rq.cc, device/work_queue.cc).
   if (const Qp* q = qp(cqe.qp_num)) {
+    c.srqn = q->srq;
     if (send ? bool(q->mlx5)
              : q->rq_mlx5 || (q->srq && q->type != IBV_QPT_XRC_RECV && srqs_.get(q->srq) && srqs_.get(q->srq)->mlx5))
       c.wqe_counter = uint16_t(cqe.wr_id);
   } else if (cqe.qp_num >= kWqnBase && !send) {
     if (const Wq* w = wqs_.get(cqe.qp_num - kWqnBase); w && w->mlx5) c.wqe_counter = uint16_t(cqe.wr_id);
   }
+  // A list operation by ibv_post_srq_ops names its SRQ (Device::post_srq_ops).
+  if ((cqe.opcode == IBV_WC_TM_ADD || cqe.opcode == IBV_WC_TM_DEL || cqe.opcode == IBV_WC_TM_SYNC) && !c.srqn)
+    c.srqn = cqe.qp_num;
   mlx5::Cqe64 q;
   mlx5::encode_cqe(c, mlx5::owner_for_index(cq.prod, cnt), &q);
   uint8_t* slot = m.cqes + size_t(cq.prod & (cnt - 1)) * m.cqe_size;

@@ -319,6 +319,9 @@ class Device {
   uint32_t dma_copy(const Qp& qp, const abi::MemcpyArgs& copy);
   // kWrUmr, a memory registration (device/mkey.cc): a completion status.
   uint32_t register_mkey(const Qp& qp, const abi::UmrArgs& umr, const abi::Sge* layout, uint32_t slots);
+  // kWrTagOp, a tag-list operation on the QP's mlx5-format TM-SRQ (device/
+  // mlx5_srq.cc): a completion status.
+  uint32_t tag_list_op(const Qp& qp, const abi::TagOpArgs& op, const abi::Sge* buffer);
   // A local SGE through an indirect mkey (device/mkey.cc): [offset, offset +
   // len) of the mkey in the PD with `access`, or kBadBounds for bytes past
   // its layout; *length_left: the layout's bytes from offset on.

@@ -40,6 +40,22 @@ uint32_t round_pow2(uint32_t v) {
   return p;
 }
 
+// A TAG_MATCHING WQE: the list operation and an append's buffer, run when
+// the requester reaches it (Device::tag_list_op).
+bool take_tag_wqe(const uint8_t* wqe, uint32_t nbb, const mlx5::CtrlSeg& ctrl, abi::SendWqe& w, uint32_t body) {
+  mlx5::DecodedTagOp t;
+  if (mlx5::decode_tag_wqe(wqe, size_t(nbb) * kBb, &t)) return false;
+  w.opcode = uroce::kWrTagOp;
+  if (ctrl.fm_ce_se & mlx5::kCtrlCqUpdate) w.flags |= IBV_SEND_SIGNALED;
+  w.tag_op = abi::TagOpArgs{t.op, t.flags, t.index, t.sw_cnt, 0, 0, t.tag, t.mask};
+  if (t.has_buffer && body >= sizeof(abi::Sge)) {
+    const abi::Sge sge{t.buffer.addr, t.buffer.length, t.buffer.lkey};
+    std::memcpy(&w + 1, &sge, sizeof(sge));
+    w.num_sge = 1;
+  }
+  return true;
+}
+
 }  // namespace
 
 bool mlx5_sq_posted(const Qp& qp, uint32_t* end) {
@@ -77,6 +93,7 @@ bool mlx5_take_wqe(Qp& qp, uint32_t end, abi::SendWqe& w, uint32_t body) {
     if (ctrl.fm_ce_se & mlx5::kCtrlCqUpdate) w.flags |= IBV_SEND_SIGNALED;
     return true;
   }
+  if ((be32toh(ctrl.opmod_idx_opcode) & 0xff) == mlx5::kOpTagMatching) return take_tag_wqe(wqe, nbb, ctrl, w, body);
   mlx5::DecodedSend d;
   const mlx5::WqeAddress address = qp.type == IBV_QPT_UD         ? mlx5::WqeAddress::kUd
                                    : qp.dc == DcRole::kInitiator ? mlx5::WqeAddress::kDc

@@ -242,6 +242,9 @@ struct Srq {
   uint32_t tm_log2_ops = 0, tm_log2_freed = 0;
   uint32_t tm_consumer = 0, tm_answered = 0;
   uint32_t tm_cq_seen = 0;  // the CQ's consumer at the last retire
+  // IBV_SRQT_TM in mlx5's format: the list entry the next append fills
+  // (the index the previous TAG_MATCHING append named; mlx5's list starts at 0).
+  uint32_t tm_append_slot = 0;
   // mlx5 mode, after mlx5dv_init_obj (Device::srq_to_mlx5, device/
   // mlx5_srq.cc): WQEs in mlx5's linked list, which the program fills and
   // links itself (abi::kMlx5Srq*Offset). `head` then counts the WQEs taken

@@ -79,9 +79,9 @@ uint32_t fetch_wqe(Device& dev, Qp& qp, uint32_t index, uint32_t end) {
   if (is_local_op(w.opcode)) [[unlikely]] {
     // No data and no packet: the window or key is checked when it runs. A
     // memory registration keeps its layout, in the SGE area (abi_rings.h
-    // UmrArgs), as far as the slot holds it.
+    // UmrArgs), as far as the slot holds it; a tag-list append its buffer.
     st.is_local = true;
-    w.num_sge = w.opcode == kWrUmr ? std::min<uint32_t>(w.num_sge, body / sizeof(abi::Sge)) : 0;
+    w.num_sge = w.opcode == kWrUmr || w.opcode == kWrTagOp ? std::min<uint32_t>(w.num_sge, body / sizeof(abi::Sge)) : 0;
     return IBV_WC_SUCCESS;
   }
   st.is_rd_atomic = is_rd_atomic(w.opcode);
@@ -317,6 +317,7 @@ bool run_local_wqe(Device& dev, Qp& qp, const abi::SendWqe& w, SendWqeState& st)
                 : w.opcode == kWrMemcpy     ? dev.dma_copy(qp, w.copy)
                 : w.opcode == kWrUmr        ? dev.register_mkey(qp, w.umr, wqe_sges(qp, qp.sq_next), w.num_sge)
                 : w.opcode == kWrNop        ? uint32_t(IBV_WC_SUCCESS)
+                : w.opcode == kWrTagOp      ? dev.tag_list_op(qp, w.tag_op, w.num_sge ? wqe_sges(qp, qp.sq_next) : nullptr)
                                             : dev.local_invalidate(qp, w.imm_data);
     if (st.status != IBV_WC_SUCCESS) return false;
     ++qp.locals_unretired;

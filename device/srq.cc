@@ -172,7 +172,9 @@ Device::SrqOpsResult Device::post_srq_ops(Owner* o, uint32_t handle, const abi::
                                           uint32_t* handles) {
   SrqOpsResult res;
   Srq* s = srqs_.get(handle);
-  if (!s || s->owner != o || !s->tm) {
+  // An SRQ in mlx5's format takes its list operations as WQEs on its
+  // command QP (Device::tag_list_op) only.
+  if (!s || s->owner != o || !s->tm || s->tm->program_managed()) {
     res.err = EINVAL;
     return res;
   }

@@ -46,7 +46,7 @@ void write_fin(uint8_t* out, const Tmh& tmh, const Rvh& rvh) {
 }
 
 TagList::TagList(uint32_t max_num_tags, uint32_t max_ops)
-    : max_num_tags_(max_num_tags), max_ops_(max_ops), entries_(max_num_tags) {}
+    : max_num_tags_(max_num_tags), max_ops_(max_ops), entries_(size_t(max_num_tags) + 1) {}
 
 void TagList::sync(uint32_t unexpected_cnt) {
   synced_ = unexpected_cnt;
@@ -65,9 +65,11 @@ void TagList::retire(uint32_t cq_consumed) {
 TagList::OpResult TagList::post(const abi::SrqOp& op, uint32_t cq_pos, uint32_t cq_consumed) {
   if (op.opcode > IBV_WR_TAG_SYNC || (op.flags & ~uint32_t(IBV_OPS_SIGNALED | IBV_OPS_TM_SYNC)))
     return refuse(EINVAL);
-  retire(cq_consumed);
-  // mlx5_post_srq_ops: the command QP is full (max_ops WQEs not yet retired).
-  if (outstanding_ >= max_ops_) return refuse(ENOMEM);
+  if (!program_managed_) {
+    retire(cq_consumed);
+    // mlx5_post_srq_ops: the command QP is full (max_ops WQEs not yet retired).
+    if (outstanding_ >= max_ops_) return refuse(ENOMEM);
+  }
   OpResult r;
   abi::Cqe& c = r.cqe;
   c.wr_id = op.wr_id;
@@ -96,7 +98,7 @@ TagList::OpResult TagList::post(const abi::SrqOp& op, uint32_t cq_pos, uint32_t 
       break;
     }
     case IBV_WR_TAG_DEL: {
-      if (op.handle >= max_num_tags_) return refuse(EINVAL);
+      if (op.handle >= slots()) return refuse(EINVAL);
       if (op.flags & IBV_OPS_TM_SYNC) sync(op.unexpected_cnt);
       Entry& e = entries_[op.handle];
       c.opcode = IBV_WC_TM_DEL;
@@ -118,10 +120,14 @@ TagList::OpResult TagList::post(const abi::SrqOp& op, uint32_t cq_pos, uint32_t 
       c.opcode = IBV_WC_TM_SYNC;
       break;
   }
-  ++outstanding_;
-  ++unsignaled_run_;
   // An error completion is reported even unsignaled, as a failed send WQE is.
   r.signaled = (op.flags & IBV_OPS_SIGNALED) || c.status != IBV_WC_SUCCESS;
+  if (program_managed_) {
+    ++retired_;
+    return r;
+  }
+  ++outstanding_;
+  ++unsignaled_run_;
   if (r.signaled) {
     signaled_.push_back({cq_pos, unsignaled_run_});
     unsignaled_run_ = 0;
@@ -142,7 +148,7 @@ std::optional<TagList::Match> TagList::match(uint64_t tag) {
 }
 
 void TagList::release(uint32_t handle) {
-  if (handle >= max_num_tags_ || entries_[handle].state != State::kConsumed) return;
+  if (handle >= slots() || entries_[handle].state != State::kConsumed) return;
   entries_[handle].state = State::kFree;
   give_back(handle);
 }

@@ -80,8 +80,20 @@ class TagList {
   std::optional<Match> match(uint64_t tag);
   void release(uint32_t handle);  // the consuming message's last completion is out
   bool is_free(uint32_t handle) const {
-    return handle < max_num_tags_ && entries_[handle].state == State::kFree;
+    return handle < entries_.size() && entries_[handle].state == State::kFree;
   }
+  // Entries: max_num_tags + 1, as mlx5's list (srq.c tm_list), whose
+  // software keeps one free entry to name where the next append goes.
+  uint32_t slots() const { return uint32_t(entries_.size()); }
+  // The program posts its list operations as mlx5 TAG_MATCHING WQEs and
+  // keeps its own entries (mlx5dv_init_obj on the SRQ): no op limit but its
+  // command QP's ring, and freed handles go nowhere.
+  void adopt_mlx5_format() {
+    program_managed_ = true;
+    sink_ = {};
+    freed_.clear();
+  }
+  bool program_managed() const { return program_managed_; }
   // Where freed handles go (DEL done, release()): straight into the
   // provider's shared ring once attached (abi::TmOpsHeader::freed), so it
   // finds them without asking; else kept for take_freed().
@@ -118,6 +130,7 @@ class TagList {
   };
   void sync(uint32_t unexpected_cnt);
   void give_back(uint32_t handle) {
+    if (program_managed_) return;
     if (!sink_.ring) {
       freed_.push_back(handle);
       return;
@@ -153,6 +166,7 @@ class TagList {
   uint32_t unsignaled_run_ = 0;
   uint32_t outstanding_ = 0;
   uint32_t retired_ = 0;
+  bool program_managed_ = false;
 };
 
 }  // namespace uroce::device

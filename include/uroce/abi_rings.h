@@ -113,6 +113,20 @@ struct UmrArgs {
 };
 static_assert(sizeof(UmrArgs) == 32);
 
+// A tag-list operation (kWrTagOp, uroce/wr_opcodes.h): an mlx5 TAG_MATCHING
+// WQE as the engine read it (uroce/mlx5_wqe.h DecodedTagOp); an append's
+// buffer is the one Sge in the SGE area. Only in the engine's own copy.
+struct TagOpArgs {
+  uint8_t op;      // mlx5::kTmNop, kTmAppend, kTmRemove
+  uint8_t flags;   // mlx5::kTmFlagSwCnt, kTmFlagCqeReq
+  uint16_t index;  // append: the entry the next append fills; remove: the entry
+  uint16_t sw_cnt;
+  uint16_t reserved0;
+  uint32_t reserved1;
+  uint64_t tag, mask;
+};
+static_assert(sizeof(TagOpArgs) == 32);
+
 // SendWqe::flags, beside the ibv_send_flags: the WQE came from an mlx5 send
 // WQE the program wrote (mlx5dv_wr_raw_wqe), so its completion's opcode is
 // MLX5DV_WC_RAW_WQE (IBV_WC_DRIVER2), as mlx5's (providers/mlx5/qp.c raw_wqe_init).
@@ -203,6 +217,7 @@ struct SendWqe {
     MwBind bind;        // IBV_WR_BIND_MW (RC, UC, XRC)
     MemcpyArgs copy;    // kWrMemcpy (RC)
     UmrArgs umr;        // kWrUmr (RC)
+    TagOpArgs tag_op;   // kWrTagOp (RC, engine only)
   };
   uint64_t dc_key;      // a DCI's: the target DCT's access key (av, remote_qpn: the DCT)
   uint16_t dci_stream;  // a DCI's with streams: the stream (mlx5dv_wr_set_dc_addr_stream)
@@ -213,6 +228,7 @@ static_assert(offsetof(SendWqe, av) == 72);
 static_assert(offsetof(SendWqe, bind) == 72);
 static_assert(offsetof(SendWqe, copy) == 72);
 static_assert(offsetof(SendWqe, umr) == 72);
+static_assert(offsetof(SendWqe, tag_op) == 72);
 static_assert(offsetof(SendWqe, dc_key) == 104);
 static_assert(offsetof(SendWqe, dci_stream) == 112);
 static_assert(std::is_standard_layout_v<SendWqe>);

@@ -27,6 +27,7 @@ enum : uint8_t {
   kCqeRespSend = 2,
   kCqeRespSendImm = 3,
   kCqeRespSendInv = 4,
+  kCqeNoPacket = 6,  // a tag-matching event with no message: a list operation, a match
   kCqeReqErr = 13,
   kCqeRespErr = 14,
   kCqeInvalid = 15,
@@ -81,6 +82,37 @@ constexpr uint32_t kGrhInCqeFlags = 1u << 28;  // flags_rqpn: a GRH came with th
 // per-WQE record instead. Programs that read mlx5 CQEs never look there.
 constexpr size_t kCqeWrIdOffset = 4;
 
+// Tag matching (rdma-core providers/mlx5/cq.c handle_tag_matching,
+// mlx5_cq_read_wc_opcode and _flags; UCX's rc_mlx5.inl reads the same):
+// app is MLX5_CQE_APP_TAG_MATCHING, app_op says what happened
+// (MLX5_CQE_APP_OP_TM_*), app_info names the list entry of a match. A
+// match's CQE carries the message's TMH in its first 16 bytes (tag and
+// app_ctx big-endian, struct ibv_tmh); a list operation's the result
+// (struct mlx5_tm_cqe: MLX5_TMC_SUCCESS, the hardware's phase count).
+constexpr uint8_t kCqeAppTagMatching = 1;
+enum : uint8_t {
+  kAppOpConsumed = 0x1,         // matched; the data comes later (NO_PACKET)
+  kAppOpExpected = 0x2,         // the data of an earlier match landed
+  kAppOpUnexpected = 0x3,       // a tagged message in a WQE of the SRQ
+  kAppOpNoTag = 0x4,            // an untagged one (NO_TAG, FIN, ...)
+  kAppOpAppend = 0x5,           // list operations (NO_PACKET)
+  kAppOpRemove = 0x6,
+  kAppOpNoop = 0x7,
+  kAppOpConsumedMsg = 0xA,      // matched and landed whole
+  kAppOpConsumedMsgSwRndv = 0xB,  // a rendezvous request left to software
+};
+constexpr uint32_t kTmcSuccess = 0x80000000u;  // mlx5_tm_cqe.success
+// uroce's own use, in a tag-matching CQE, of bytes that mlx5 leaves zero
+// there (the first 16 may hold the TMH): the wr_id, and IBV_WC_TM_SYNC_REQ
+// (which libmlx5 works out from its own counts) in bit 0 of hds_ip_ext.
+constexpr size_t kTmCqeWrIdOffset = 16;
+constexpr size_t kTmCqeSyncReqOffset = 28;
+
+inline bool is_tm_opcode(unsigned op) {
+  return op == IBV_WC_TM_ADD || op == IBV_WC_TM_DEL || op == IBV_WC_TM_SYNC || op == IBV_WC_TM_RECV ||
+         op == IBV_WC_TM_NO_TAG;
+}
+
 // mlx5_err_cqe.syndrome (MLX5_CQE_SYNDROME_*) of each status libmlx5 tells
 // apart (mlx5_handle_error_cqe); any other status reads as IBV_WC_GENERAL_ERR.
 struct SyndromeOfStatus {
@@ -125,7 +157,12 @@ struct Completion {
   uint64_t timestamp = 0;  // the device clock
   bool send = false;       // a requester (send queue) completion
   uint16_t wqe_counter = 0;
-  uint64_t wr_id = 0;      // at kCqeWrIdOffset
+  uint64_t wr_id = 0;      // at kCqeWrIdOffset (tag matching: kTmCqeWrIdOffset)
+  // Tag matching (IBV_WC_TM_*; wc_flags IBV_WC_TM_MATCH, _DATA_VALID, _SYNC_REQ):
+  uint64_t tm_tag = 0;     // IBV_WC_TM_MATCH: the TMH's
+  uint32_t tm_priv = 0;    // IBV_WC_TM_MATCH: the TMH's app_ctx
+  uint16_t tm_entry = 0;   // a match: the list entry (app_info)
+  uint32_t srqn = 0;       // the SRQ of a receive or list operation (srqn_uidx)
 };
 
 // A requester completion's WQE opcode, from its ibv_wc opcode (the WQE that
@@ -146,9 +183,119 @@ inline uint8_t wqe_opcode_of(ibv_wc_opcode op, unsigned wc_flags) {
   }
 }
 
+// A tag-matching completion's CQE opcode and app_op; false for one that is
+// an ordinary error CQE (a failed receive), whose status mlx5 reports so.
+inline bool tm_cqe_kind(const Completion& c, uint8_t* opcode, uint8_t* app_op) {
+  const bool imm = c.wc_flags & IBV_WC_WITH_IMM;
+  *opcode = imm ? kCqeRespSendImm : kCqeRespSend;
+  const bool match = c.wc_flags & IBV_WC_TM_MATCH, data = c.wc_flags & IBV_WC_TM_DATA_VALID;
+  switch (c.opcode) {
+    case IBV_WC_TM_ADD:
+    case IBV_WC_TM_DEL:
+    case IBV_WC_TM_SYNC:
+      *opcode = kCqeNoPacket;
+      *app_op = c.opcode == IBV_WC_TM_ADD ? kAppOpAppend : c.opcode == IBV_WC_TM_DEL ? kAppOpRemove : kAppOpNoop;
+      return c.status == IBV_WC_SUCCESS || (c.opcode == IBV_WC_TM_DEL && c.status == IBV_WC_TM_ERR);
+    case IBV_WC_TM_NO_TAG: *app_op = kAppOpNoTag; return c.status == IBV_WC_SUCCESS;
+    case IBV_WC_TM_RECV:
+      if (match && data) {
+        *app_op = c.status == IBV_WC_TM_RNDV_INCOMPLETE ? kAppOpConsumedMsgSwRndv : kAppOpConsumedMsg;
+        return c.status == IBV_WC_SUCCESS || c.status == IBV_WC_TM_RNDV_INCOMPLETE;
+      }
+      if (match) *opcode = kCqeNoPacket;
+      *app_op = match ? kAppOpConsumed : data ? kAppOpExpected : kAppOpUnexpected;
+      return c.status == IBV_WC_SUCCESS;
+    default: return false;
+  }
+}
+
+inline void store_be(uint8_t* d, uint64_t v, int n) {
+  for (int i = n - 1; i >= 0; --i, v >>= 8) d[i] = uint8_t(v);
+}
+inline uint64_t load_be(const uint8_t* d, int n) {
+  uint64_t v = 0;
+  for (int i = 0; i < n; ++i) v = v << 8 | d[i];
+  return v;
+}
+
+// The CQE of a tag-matching completion (tm_cqe_kind true).
+inline void encode_tm_cqe(const Completion& c, uint8_t opcode, uint8_t app_op, bool owner, Cqe64* dst) {
+  Cqe64 q{};
+  auto* b = reinterpret_cast<uint8_t*>(&q);
+  q.wqe_counter = htobe16(c.wqe_counter);
+  q.timestamp = htobe64(c.timestamp);
+  q.sop_drop_qpn = htobe32(c.qp_num & 0xffffff);
+  q.srqn_uidx = htobe32(c.srqn & 0xffffff);
+  q.app = kCqeAppTagMatching;
+  q.app_op = app_op;
+  if (opcode == kCqeNoPacket && app_op != kAppOpConsumed) {  // a list operation
+    store_be(b, c.status == IBV_WC_SUCCESS ? kTmcSuccess : 0, 4);
+  } else {
+    q.byte_cnt = htobe32(c.byte_len);
+    if (opcode == kCqeRespSendImm) q.imm_inval_pkey = c.imm;
+    if (c.wc_flags & (IBV_WC_TM_MATCH | IBV_WC_TM_DATA_VALID)) q.app_info = htobe16(c.tm_entry);
+    if (c.wc_flags & IBV_WC_TM_MATCH) {  // the TMH: tag and app_ctx (ibv_wc_read_tm_info)
+      store_be(b + 4, c.tm_priv, 4);
+      store_be(b + 8, c.tm_tag, 8);
+    } else {
+      q.flags_rqpn = htobe32(c.src_qp & 0xffffff);
+    }
+  }
+  if (c.wc_flags & IBV_WC_TM_SYNC_REQ) b[kTmCqeSyncReqOffset] = 1;
+  q.op_own = uint8_t(opcode << 4) | (owner ? 1 : 0);
+  std::memcpy(b + kTmCqeWrIdOffset, &c.wr_id, sizeof(c.wr_id));
+  std::memcpy(dst, &q, sizeof(q));
+}
+
+// The completion of a tag-matching CQE (app == kCqeAppTagMatching).
+inline bool decode_tm_cqe(const Cqe64& q, Completion* c) {
+  const auto* b = reinterpret_cast<const uint8_t*>(&q);
+  const uint8_t opcode = q.op_own >> 4;
+  std::memcpy(&c->wr_id, b + kTmCqeWrIdOffset, sizeof(c->wr_id));
+  c->srqn = be32toh(q.srqn_uidx) & 0xffffff;
+  if (b[kTmCqeSyncReqOffset] & 1) c->wc_flags |= IBV_WC_TM_SYNC_REQ;
+  const bool ok = load_be(b, 4) & kTmcSuccess;
+  switch (q.app_op) {
+    case kAppOpAppend: c->opcode = IBV_WC_TM_ADD; return true;
+    case kAppOpNoop: c->opcode = IBV_WC_TM_SYNC; return true;
+    case kAppOpRemove:
+      c->opcode = IBV_WC_TM_DEL;
+      if (!ok) c->status = IBV_WC_TM_ERR;
+      return true;
+    default: break;
+  }
+  if (opcode != kCqeRespSend && opcode != kCqeRespSendImm && !(opcode == kCqeNoPacket && q.app_op == kAppOpConsumed))
+    return false;
+  c->byte_len = be32toh(q.byte_cnt);
+  if (opcode == kCqeRespSendImm) {
+    c->wc_flags |= IBV_WC_WITH_IMM;
+    c->imm = q.imm_inval_pkey;
+  }
+  c->opcode = IBV_WC_TM_RECV;
+  switch (q.app_op) {
+    case kAppOpNoTag: c->opcode = IBV_WC_TM_NO_TAG; [[fallthrough]];
+    case kAppOpUnexpected: c->src_qp = be32toh(q.flags_rqpn) & 0xffffff; return true;
+    case kAppOpExpected: c->wc_flags |= IBV_WC_TM_DATA_VALID; break;
+    case kAppOpConsumedMsgSwRndv: c->status = IBV_WC_TM_RNDV_INCOMPLETE; [[fallthrough]];
+    case kAppOpConsumedMsg: c->wc_flags |= IBV_WC_TM_DATA_VALID; [[fallthrough]];
+    case kAppOpConsumed:
+      c->wc_flags |= IBV_WC_TM_MATCH;
+      c->tm_priv = uint32_t(load_be(b + 4, 4));
+      c->tm_tag = load_be(b + 8, 8);
+      break;
+    default: return false;
+  }
+  c->tm_entry = be16toh(q.app_info);
+  return true;
+}
+
 // The CQE of a completion, its owner bit as given (the pass over the ring:
 // (index / cqe_cnt) & 1). Every byte of dst is written.
 inline void encode_cqe(const Completion& c, bool owner, Cqe64* dst) {
+  if (is_tm_opcode(c.opcode)) [[unlikely]] {
+    uint8_t opcode, app_op;
+    if (tm_cqe_kind(c, &opcode, &app_op)) return encode_tm_cqe(c, opcode, app_op, owner, dst);
+  }
   Cqe64 q{};
   q.wqe_counter = htobe16(c.wqe_counter);
   q.timestamp = htobe64(c.timestamp);
@@ -195,6 +342,7 @@ inline bool decode_cqe(const Cqe64& q, Completion* c) {
   c->qp_num = be32toh(q.sop_drop_qpn) & 0xffffff;
   c->wqe_counter = be16toh(q.wqe_counter);
   c->timestamp = be64toh(q.timestamp);
+  if (q.app == kCqeAppTagMatching && opcode != kCqeReqErr && opcode != kCqeRespErr) return decode_tm_cqe(q, c);
   std::memcpy(&c->wr_id, reinterpret_cast<const uint8_t*>(&q) + kCqeWrIdOffset, sizeof(c->wr_id));
   switch (opcode) {
     case kCqeReq: {

@@ -29,6 +29,7 @@ enum : uint8_t {
   kOpRdmaRead = 0x10,
   kOpAtomicCs = 0x11,
   kOpAtomicFa = 0x12,
+  kOpTagMatching = 0x28,  // a tag-list operation on the SRQ of the QP it is posted to
 };
 // fm_ce_se (MLX5_WQE_CTRL_*).
 enum : uint8_t {
@@ -239,6 +240,73 @@ inline int decode_send_wqe(const void* wqe, size_t bytes, DecodedSend* out,
     }
   }
   if (out->num_inline && !out->num_sge) out->send_flags |= IBV_SEND_INLINE;
+  return 0;
+}
+
+// A TAG_MATCHING WQE (MLX5_OPCODE_TAG_MATCHING): what software posts on the
+// command QP of a tag-matching SRQ to change its tag list (rdma-core's
+// providers/mlx5/qp.c mlx5_post_srq_ops and set_tm_seg; UCX's
+// rc_mlx5.inl uct_rc_mlx5_iface_common_post_srq_op): the control segment,
+// struct mlx5_wqe_tm_seg, and for an append the buffer's data segment.
+// mlx5_wqe_tm_seg's opcode (its high nibble: MLX5_TM_OPCODE_*) and flags
+// (MLX5_SRQ_FLAG_TM_*, providers/mlx5/mlx5.h).
+enum : uint8_t { kTmNop = 0, kTmAppend = 1, kTmRemove = 2 };
+enum : uint8_t {
+  kTmFlagSwCnt = 1 << 6,   // sw_cnt is software's count of unexpected messages
+  kTmFlagCqeReq = 1 << 7,  // the operation completes with a CQE
+};
+struct TmSeg {
+  uint8_t opcode;
+  uint8_t flags;
+  uint16_t index;  // append: the list entry the NEXT append fills; remove: the entry
+  uint8_t rsvd0[2];
+  uint16_t sw_cnt;
+  uint8_t rsvd1[8];
+  uint64_t append_tag;
+  uint64_t append_mask;
+};
+static_assert(sizeof(TmSeg) == 32 && offsetof(TmSeg, sw_cnt) == 6 && offsetof(TmSeg, append_tag) == 16);
+constexpr uint32_t kInvalidLkey = 0x100;  // MLX5_INVALID_LKEY: an append without a buffer
+
+struct DecodedTagOp {
+  uint8_t op;     // kTmNop, kTmAppend, kTmRemove
+  uint8_t flags;  // kTmFlag*
+  uint16_t index, sw_cnt;
+  uint64_t tag, mask;  // host order (the segment's are big-endian)
+  bool has_buffer;     // an append's data segment names bytes
+  ibv_sge buffer;
+};
+
+// Reads a TAG_MATCHING WQE at `wqe` (at most `bytes`): 0, or EINVAL for a
+// WQE too short for its segments or an unknown list opcode.
+inline int decode_tag_wqe(const void* wqe, size_t bytes, DecodedTagOp* out) {
+  const auto* p = static_cast<const uint8_t*>(wqe);
+  if (bytes < kSegBytes + sizeof(TmSeg)) return EINVAL;
+  CtrlSeg ctrl;
+  std::memcpy(&ctrl, p, sizeof(ctrl));
+  const size_t size = size_t(be32toh(ctrl.qpn_ds) & 0x3f) * kSegBytes;
+  if (size < kSegBytes + sizeof(TmSeg) || size > bytes) return EINVAL;
+  TmSeg tm;
+  std::memcpy(&tm, p + kSegBytes, sizeof(tm));
+  *out = DecodedTagOp{};
+  out->op = tm.opcode >> 4;
+  if (out->op > kTmRemove) return EINVAL;
+  out->flags = tm.flags;
+  out->index = be16toh(tm.index);
+  out->sw_cnt = be16toh(tm.sw_cnt);
+  out->tag = be64toh(tm.append_tag);
+  out->mask = be64toh(tm.append_mask);
+  const size_t data_at = kSegBytes + sizeof(TmSeg);
+  if (out->op == kTmAppend && size >= data_at + kSegBytes) {
+    uint32_t count, lkey;
+    uint64_t addr;
+    std::memcpy(&count, p + data_at, 4);
+    std::memcpy(&lkey, p + data_at + 4, 4);
+    std::memcpy(&addr, p + data_at + 8, 8);
+    out->buffer = {be64toh(addr), be32toh(count), be32toh(lkey)};
+    // set_data_ptr_seg_end: an empty message's buffer (byte count 0, MLX5_INVALID_LKEY).
+    out->has_buffer = out->buffer.length != 0 && out->buffer.lkey != kInvalidLkey;
+  }
   return 0;
 }
 

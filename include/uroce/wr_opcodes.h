@@ -64,15 +64,22 @@ static_assert(kWrNop > kWrMemcpy && kWrNop < 32);
 constexpr uint32_t kWrUmr = 18;
 static_assert(kWrUmr > kWrNop && kWrUmr < 32);
 
+// A tag-list operation (an mlx5 TAG_MATCHING WQE, SendWqe::tag_op, an
+// append's buffer in the SGE area) on the tag-matching SRQ of the RC QP it
+// is posted to: its command QP (UCX's rc_mlx5 with hardware tag matching),
+// no packet. Only read from an mlx5-format send queue (device/mlx5_sq.cc).
+constexpr uint32_t kWrTagOp = 19;
+static_assert(kWrTagOp > kWrUmr && kWrTagOp < 32);
+
 // What the engine executes on a QP of type t: the posted opcodes and the
-// device's own (kWrMemcpy, kWrNop, kWrUmr).
+// device's own (kWrMemcpy, kWrNop, kWrUmr, kWrTagOp).
 constexpr uint32_t executable_wr_ops(ibv_qp_type t) {
-  return allowed_wr_ops(t) | (t == IBV_QPT_RC ? 1u << kWrMemcpy | 1u << kWrUmr : 0) |
+  return allowed_wr_ops(t) | (t == IBV_QPT_RC ? 1u << kWrMemcpy | 1u << kWrUmr | 1u << kWrTagOp : 0) |
          (t == IBV_QPT_RC || t == IBV_QPT_UC ? 1u << kWrNop : 0);
 }
 
 constexpr bool is_local_op(uint32_t op) {
-  return op < 32 && ((kLocalWrOps | 1u << kWrMemcpy | 1u << kWrNop | 1u << kWrUmr) & (1u << op));
+  return op < 32 && ((kLocalWrOps | 1u << kWrMemcpy | 1u << kWrNop | 1u << kWrUmr | 1u << kWrTagOp) & (1u << op));
 }
 
 static_assert((kUdWrOps & ~kUcWrOps) == 0 && (kUcWrOps & ~kRcWrOps) == 0, "each transport's set grows");

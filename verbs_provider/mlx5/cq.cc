@@ -99,6 +99,11 @@ int take(UCq* cq, abi::Cqe* out) {
   // The CQE carries the device clock; the wall clock of that moment is the
   // one now less the time since (mlx5dv_ts_to_ns does the same).
   out->timestamp_ns = c.timestamp;
+  if (c.wc_flags & IBV_WC_TM_MATCH) {  // the tag where the wall clock would be (abi::Cqe)
+    out->tm_priv = c.tm_priv;
+    out->tm_tag = c.tm_tag;
+    return 0;
+  }
   const uint64_t dev_now = clock_ns(abi::kDeviceClock);
   out->wallclock_ns = clock_ns(CLOCK_REALTIME) - (dev_now > c.timestamp ? dev_now - c.timestamp : 0);
   return 0;
