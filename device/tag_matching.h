@@ -80,11 +80,12 @@ class TagList {
   std::optional<Match> match(uint64_t tag);
   void release(uint32_t handle);  // the consuming message's last completion is out
   bool is_free(uint32_t handle) const {
-    return handle < entries_.size() && entries_[handle].state == State::kFree;
+    return handle < slots() && entries_[handle].state == State::kFree;
   }
-  // Entries: max_num_tags + 1, as mlx5's list (srq.c tm_list), whose
-  // software keeps one free entry to name where the next append goes.
-  uint32_t slots() const { return uint32_t(entries_.size()); }
+  // The handles there are: max_num_tags for ibv_post_srq_ops; in mlx5's
+  // format max_num_tags + 1, as mlx5's list (srq.c tm_list), whose software
+  // keeps one free entry to name where the next append goes.
+  uint32_t slots() const { return program_managed_ ? uint32_t(entries_.size()) : max_num_tags_; }
   // The program posts its list operations as mlx5 TAG_MATCHING WQEs and
   // keeps its own entries (mlx5dv_init_obj on the SRQ): no op limit but its
   // command QP's ring, and freed handles go nowhere.

@@ -167,5 +167,139 @@ TEST(Mlx5Cqe, InvalidOpcodeIsNoCompletionAndOwnerFollowsThePass) {
   EXPECT_FALSE(owner_for_index(16, 8));
 }
 
+// Tag matching: what rdma-core's handle_tag_matching and UCX's rc_mlx5.inl
+// read from a CQE of a TM-SRQ's CQ, and uroce's reader gets back.
+// MLX5_CQE_APP_TAG_MATCHING is 1 (providers/mlx5/cq.c; not in mlx5dv.h).
+static_assert(int(kCqeNoPacket) == int(MLX5_CQE_NO_PACKET) && kCqeAppTagMatching == 1);
+static_assert(kTmcSuccess == MLX5_TMC_SUCCESS);
+static_assert(offsetof(mlx5_cqe64, tmh) == 0 && offsetof(mlx5_cqe64, tm_cqe) == 0);
+
+TEST(Mlx5Cqe, TagListOperationsAreNoPacketCqesWithTheirResult) {
+  const struct {
+    ibv_wc_opcode op;
+    ibv_wc_status status;
+    uint8_t app_op;
+    bool success;
+  } cases[] = {
+      {IBV_WC_TM_ADD, IBV_WC_SUCCESS, 0x5, true},
+      {IBV_WC_TM_DEL, IBV_WC_SUCCESS, 0x6, true},
+      {IBV_WC_TM_DEL, IBV_WC_TM_ERR, 0x6, false},  // consumed meanwhile: not an error CQE
+      {IBV_WC_TM_SYNC, IBV_WC_SUCCESS, 0x7, true},
+  };
+  for (const auto& k : cases) {
+    Completion c;
+    c.opcode = k.op;
+    c.status = k.status;
+    c.qp_num = 0x42;
+    c.srqn = 0x17;
+    c.wr_id = 0x1122334455667788ull;
+    c.wc_flags = IBV_WC_TM_SYNC_REQ;
+    Cqe64 q;
+    encode_cqe(c, true, &q);
+    mlx5_cqe64* dv = as_dv(&q);
+    EXPECT_EQ(mlx5dv_get_cqe_opcode(dv), MLX5_CQE_NO_PACKET);
+    EXPECT_EQ(mlx5dv_get_cqe_owner(dv), 1);
+    EXPECT_EQ(dv->app, 1);
+    EXPECT_EQ(dv->app_op, k.app_op);
+    EXPECT_EQ(bool(be32toh(dv->tm_cqe.success) & MLX5_TMC_SUCCESS), k.success);
+    EXPECT_EQ(be32toh(dv->srqn_uidx) & 0xffffff, 0x17u);
+    Completion d;
+    ASSERT_TRUE(decode_cqe(q, &d));
+    EXPECT_EQ(d.opcode, k.op);
+    EXPECT_EQ(d.status, k.status);
+    EXPECT_EQ(d.wr_id, c.wr_id);
+    EXPECT_EQ(d.wc_flags, unsigned(IBV_WC_TM_SYNC_REQ));
+    EXPECT_EQ(d.srqn, 0x17u);
+  }
+}
+
+TEST(Mlx5Cqe, AMatchCarriesTheTmhAndTheListEntry) {
+  Completion c;
+  c.opcode = IBV_WC_TM_RECV;
+  c.wc_flags = IBV_WC_TM_MATCH | IBV_WC_TM_DATA_VALID | IBV_WC_WITH_IMM;
+  c.imm = htobe32(0xabcd);
+  c.byte_len = 4096;
+  c.qp_num = 0x99;
+  c.tm_tag = 0x0102030405060708ull;
+  c.tm_priv = 0xa0b0c0d0;
+  c.tm_entry = 513;
+  c.wr_id = 513;
+  Cqe64 q;
+  encode_cqe(c, false, &q);
+  mlx5_cqe64* dv = as_dv(&q);
+  EXPECT_EQ(mlx5dv_get_cqe_opcode(dv), MLX5_CQE_RESP_SEND_IMM);
+  EXPECT_EQ(dv->app, 1);
+  EXPECT_EQ(dv->app_op, 0xA);  // MLX5_CQE_APP_OP_TM_CONSUMED_MSG
+  EXPECT_EQ(be16toh(dv->app_info), 513);
+  EXPECT_EQ(be64toh(dv->tmh.tag), 0x0102030405060708ull);  // ibv_wc_read_tm_info's reading
+  EXPECT_EQ(be32toh(dv->tmh.app_ctx), 0xa0b0c0d0u);
+  EXPECT_EQ(be32toh(dv->byte_cnt), 4096u);
+  EXPECT_EQ(be32toh(dv->imm_inval_pkey), 0xabcdu);
+  Completion d;
+  ASSERT_TRUE(decode_cqe(q, &d));
+  EXPECT_EQ(d.opcode, IBV_WC_TM_RECV);
+  EXPECT_EQ(d.wc_flags, c.wc_flags);
+  EXPECT_EQ(d.tm_tag, c.tm_tag);
+  EXPECT_EQ(d.tm_priv, c.tm_priv);
+  EXPECT_EQ(d.tm_entry, 513);
+  EXPECT_EQ(d.byte_len, 4096u);
+
+  // A rendezvous: the match at once (no packet), the data later (EXPECTED),
+  // or left to software (CONSUMED_MSG_SW_RDNV, IBV_WC_TM_RNDV_INCOMPLETE).
+  c.wc_flags = IBV_WC_TM_MATCH;
+  encode_cqe(c, false, &q);
+  EXPECT_EQ(mlx5dv_get_cqe_opcode(dv), MLX5_CQE_NO_PACKET);
+  EXPECT_EQ(dv->app_op, 0x1);
+  EXPECT_EQ(be64toh(dv->tmh.tag), c.tm_tag);
+  ASSERT_TRUE(decode_cqe(q, &d));
+  EXPECT_EQ(d.wc_flags, unsigned(IBV_WC_TM_MATCH));
+  c.wc_flags = IBV_WC_TM_DATA_VALID;
+  encode_cqe(c, false, &q);
+  EXPECT_EQ(mlx5dv_get_cqe_opcode(dv), MLX5_CQE_RESP_SEND);
+  EXPECT_EQ(dv->app_op, 0x2);
+  EXPECT_EQ(be16toh(dv->app_info), 513);
+  ASSERT_TRUE(decode_cqe(q, &d));
+  EXPECT_EQ(d.wc_flags, unsigned(IBV_WC_TM_DATA_VALID));
+  c.wc_flags = IBV_WC_TM_MATCH | IBV_WC_TM_DATA_VALID;
+  c.status = IBV_WC_TM_RNDV_INCOMPLETE;
+  encode_cqe(c, false, &q);
+  EXPECT_EQ(mlx5dv_get_cqe_opcode(dv), MLX5_CQE_RESP_SEND);
+  EXPECT_EQ(dv->app_op, 0xB);
+  ASSERT_TRUE(decode_cqe(q, &d));
+  EXPECT_EQ(d.status, IBV_WC_TM_RNDV_INCOMPLETE);
+}
+
+TEST(Mlx5Cqe, UnexpectedAndNoTagMessagesNameTheirSrqWqe) {
+  for (ibv_wc_opcode op : {IBV_WC_TM_RECV, IBV_WC_TM_NO_TAG}) {
+    Completion c;
+    c.opcode = op;
+    c.byte_len = 80;
+    c.qp_num = 0x31;
+    c.src_qp = 0x32;
+    c.wqe_counter = 7;
+    c.wr_id = 7;
+    Cqe64 q;
+    encode_cqe(c, false, &q);
+    mlx5_cqe64* dv = as_dv(&q);
+    EXPECT_EQ(mlx5dv_get_cqe_opcode(dv), MLX5_CQE_RESP_SEND);
+    EXPECT_EQ(dv->app, 1);
+    EXPECT_EQ(dv->app_op, op == IBV_WC_TM_RECV ? 0x3 : 0x4);
+    EXPECT_EQ(be16toh(dv->wqe_counter), 7);
+    EXPECT_EQ(be32toh(dv->byte_cnt), 80u);
+    Completion d;
+    ASSERT_TRUE(decode_cqe(q, &d));
+    EXPECT_EQ(d.opcode, op);
+    EXPECT_EQ(d.wc_flags, 0u);
+    EXPECT_EQ(d.src_qp, 0x32u);
+  }
+  // A tagged receive that failed is an ordinary error CQE.
+  Completion c;
+  c.opcode = IBV_WC_TM_RECV;
+  c.status = IBV_WC_LOC_LEN_ERR;
+  Cqe64 q;
+  encode_cqe(c, false, &q);
+  EXPECT_EQ(mlx5dv_get_cqe_opcode(as_dv(&q)), MLX5_CQE_RESP_ERR);
+}
+
 }  // namespace
 }  // namespace uroce::mlx5

@@ -225,5 +225,61 @@ TEST(Mlx5Wqe, DatagramSegmentOfADciWrite) {
   EXPECT_EQ(decode_send_wqe(b.bytes, sizeof(b.bytes), &d, WqeAddress::kUd), EINVAL);
 }
 
+// TAG_MATCHING WQEs as rdma-core's mlx5_post_srq_ops and UCX's
+// uct_rc_mlx5_iface_common_post_srq_op write them.
+static_assert(sizeof(TmSeg) == sizeof(mlx5_wqe_tm_seg) && offsetof(TmSeg, index) == offsetof(mlx5_wqe_tm_seg, index) &&
+              offsetof(TmSeg, sw_cnt) == offsetof(mlx5_wqe_tm_seg, sw_cnt) &&
+              offsetof(TmSeg, append_mask) == offsetof(mlx5_wqe_tm_seg, append_mask));
+static_assert(kOpTagMatching == MLX5_OPCODE_TAG_MATCHING);
+
+TEST(Mlx5Wqe, TagMatchingAppendRemoveAndNop) {
+  Builder b;
+  auto* tm = static_cast<mlx5_wqe_tm_seg*>(b.next());
+  b.next();  // the segment is 32 bytes
+  tm->opcode = kTmAppend << 4;
+  tm->flags = kTmFlagCqeReq | kTmFlagSwCnt;
+  tm->index = htobe16(3);
+  tm->sw_cnt = htobe16(9);
+  tm->append_tag = htobe64(0x1234);
+  tm->append_mask = htobe64(~0ull);
+  mlx5dv_set_data_seg(static_cast<mlx5_wqe_data_seg*>(b.next()), 4096, 0x55, 0x7000);
+  b.finish(MLX5_OPCODE_TAG_MATCHING, 0);
+  DecodedTagOp t;
+  ASSERT_EQ(decode_tag_wqe(b.bytes, sizeof(b.bytes), &t), 0);
+  EXPECT_EQ(t.op, kTmAppend);
+  EXPECT_EQ(t.flags, kTmFlagCqeReq | kTmFlagSwCnt);
+  EXPECT_EQ(t.index, 3);
+  EXPECT_EQ(t.sw_cnt, 9);
+  EXPECT_EQ(t.tag, 0x1234u);
+  EXPECT_EQ(t.mask, ~0ull);
+  ASSERT_TRUE(t.has_buffer);
+  EXPECT_EQ(t.buffer.addr, 0x7000u);
+  EXPECT_EQ(t.buffer.length, 4096u);
+  EXPECT_EQ(t.buffer.lkey, 0x55u);
+
+  // An empty message's buffer (set_data_ptr_seg_end): none.
+  mlx5dv_set_data_seg(reinterpret_cast<mlx5_wqe_data_seg*>(b.bytes + 48), 0, MLX5_INVALID_LKEY, 0);
+  ASSERT_EQ(decode_tag_wqe(b.bytes, sizeof(b.bytes), &t), 0);
+  EXPECT_FALSE(t.has_buffer);
+
+  // REMOVE and NOP: control and TM segments only.
+  Builder r;
+  tm = static_cast<mlx5_wqe_tm_seg*>(r.next());
+  r.next();
+  tm->opcode = kTmRemove << 4;
+  tm->index = htobe16(3);
+  r.finish(MLX5_OPCODE_TAG_MATCHING, 0);
+  ASSERT_EQ(decode_tag_wqe(r.bytes, sizeof(r.bytes), &t), 0);
+  EXPECT_EQ(t.op, kTmRemove);
+  EXPECT_EQ(t.index, 3);
+  EXPECT_FALSE(t.has_buffer);
+  tm->opcode = 3 << 4;  // no such list operation
+  EXPECT_EQ(decode_tag_wqe(r.bytes, sizeof(r.bytes), &t), EINVAL);
+  // A control segment alone is too short for the TM segment.
+  Builder s;
+  s.finish(MLX5_OPCODE_TAG_MATCHING, 0);
+  EXPECT_EQ(decode_tag_wqe(s.bytes, sizeof(s.bytes), &t), EINVAL);
+}
+
 }  // namespace
 }  // namespace uroce::mlx5

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <infiniband/verbs.h>
 
+#include <atomic>
 #include <set>
 
 namespace uroce::device {
@@ -146,6 +147,29 @@ TEST(TagMatchingTest, OutstandingOpsRetireWhenTheirSignaledCompletionIsPolled) {
   // The first signaled one polled: it and the unsignaled one before it retire.
   EXPECT_EQ(l.post(simple_op(IBV_WR_TAG_SYNC, IBV_OPS_SIGNALED), 2, 1).err, 0);
   EXPECT_EQ(l.outstanding_ops(), 2u);
+}
+
+// A TM-SRQ in mlx5's format: the program names the entries (max_num_tags
+// + 1 of them, as mlx5's list), posts as many operations as its command QP
+// holds, and keeps its own free list: nothing goes to the freed ring.
+TEST(TagMatchingTest, ProgramManagedListHasOneMoreEntryNoOpLimitAndNoFreedRing) {
+  TagList l(2, 1);
+  uint32_t ring[4] = {};
+  std::atomic<uint32_t> count{0};
+  l.attach_freed(ring, 3, &count);
+  l.adopt_mlx5_format();
+  EXPECT_EQ(l.slots(), 3u);
+  for (uint32_t h = 0; h < 3; ++h) {
+    abi::SrqOp op = add_op(h, ~0ull, h, 0);  // unsignaled: no op would retire
+    op.handle = h;
+    EXPECT_EQ(l.post(op, 0, 0).err, 0) << h;
+  }
+  EXPECT_EQ(l.post(simple_op(IBV_WR_TAG_DEL, IBV_OPS_SIGNALED, 2), 0, 0).cqe.status, IBV_WC_SUCCESS);
+  ASSERT_TRUE(l.match(0).has_value());
+  l.release(0);
+  EXPECT_EQ(count.load(), 0u);
+  EXPECT_TRUE(freed(l).empty());
+  EXPECT_TRUE(l.is_free(0) && l.is_free(2));
 }
 
 }  // namespace
