@@ -251,6 +251,13 @@ int post_srq_ops(ibv_srq* ibsrq, ibv_ops_wr* op, ibv_ops_wr** bad_op) {
   }
   UTmRing& t = s->tm;
   std::lock_guard<std::mutex> lock(s->mu);
+  // In mlx5's format (mlx5dv_init_obj) the program posts its list operations
+  // as TAG_MATCHING WQEs on a command QP of its own, and names the entries
+  // itself: the verbs' ring is no longer read (device/mlx5_srq.cc).
+  if (s->vendor_map) [[unlikely]] {
+    *bad_op = op;
+    return EOPNOTSUPP;
+  }
   const uint32_t start = t.prod;
   int err = 0;
   for (; op; op = op->next) {

@@ -25,7 +25,7 @@ namespace uroce::abi {
 constexpr uint32_t kMagic = 0x434f5255;  // "UROC"
 // The ABI's version: a client and an engine of different versions refuse
 // each other at hello. Each change and its number: docs/abi.md.
-constexpr uint32_t kVersion = 20;
+constexpr uint32_t kVersion = 21;
 // IB_UVERBS_DEVICE_ATOMIC_WRITE in device_cap_flags_ex (rdma-core 45's
 // kernel-headers/rdma/ib_user_verbs.h; Debian 12's headers predate it): the
 // device executes IBV_WR_ATOMIC_WRITE, whose 8 bytes travel in

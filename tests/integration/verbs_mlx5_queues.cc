@@ -1,7 +1,9 @@
 // mlx5 direct verbs, the queues in mlx5's own formats: CQs, send queues,
-// SRQs and receive WQs handed out by mlx5dv_init_obj, read and written by hand as programs
+// SRQs (tag-matching ones too) and receive WQs handed out by mlx5dv_init_obj, read and written by hand as programs
 // that drive a ConnectX (UCX's rc_mlx5) do, and through the verbs.
 #include "tests/integration/verbs_mlx5.h"
+
+#include <infiniband/tm_types.h>
 
 namespace vt {
 namespace {
@@ -396,6 +398,179 @@ TEST_F(Mlx5Mode, InitObjSrqIsFilledAndLinkedByHandAsOnAConnectX) {
   ibv_recv_wr* bad = nullptr;
   EXPECT_EQ(ibv_post_srq_recv(srq, &rwr, &bad), EOPNOTSUPP);
   EXPECT_EQ(bad, &rwr);
+}
+
+// mlx5dv_init_obj on a tag-matching SRQ, driven as UCX's rc_mlx5 drives it
+// with hardware tag matching (rc_mlx5_common.c, rc_mlx5.inl): its list
+// operations are TAG_MATCHING WQEs on a command QP of the program's own (an
+// RC QP on the SRQ, connected to itself), whose append fills the entry the
+// previous append named; completions are mlx5's tag-matching CQEs: a list
+// operation's NO_PACKET CQE with its result, a matched message's with the
+// TMH and the entry, an unexpected one's with the SRQ WQE it landed in.
+TEST_F(Mlx5Mode, InitObjTmSrqTakesTagMatchingWqesAsOnAConnectX) {
+  Mlx5Cq m;
+  formatted_cq(63, 64, &m);
+  ASSERT_NE(m.cq, nullptr) << std::strerror(errno);
+  ibv_srq_init_attr_ex sattr{};
+  sattr.comp_mask = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD | IBV_SRQ_INIT_ATTR_CQ | IBV_SRQ_INIT_ATTR_TM;
+  sattr.srq_type = IBV_SRQT_TM;
+  sattr.pd = pd_;
+  sattr.cq = m.cq;
+  sattr.attr.max_wr = 15;
+  sattr.attr.max_sge = 1;
+  sattr.tm_cap.max_num_tags = 4;
+  sattr.tm_cap.max_ops = 16;
+  ibv_srq* srq = ibv_create_srq_ex(ctx_, &sattr);
+  ASSERT_NE(srq, nullptr) << std::strerror(errno);
+  defer([srq] { ibv_destroy_srq(srq); });
+  mlx5dv_srq dvsrq{};
+  mlx5dv_obj obj{};
+  obj.srq.in = srq;
+  obj.srq.out = &dvsrq;
+  ASSERT_EQ(mlx5dv_init_obj(&obj, MLX5DV_OBJ_SRQ), 0) << "UCX's uct_ib_mlx5_verbs_srq_init";
+  EXPECT_EQ(dvsrq.stride, 32u);
+  uint32_t srqn = 0;
+  ASSERT_EQ(ibv_get_srq_num(srq, &srqn), 0);
+
+  // The command QP (uct_rc_mlx5_verbs_create_cmd_qp): RC, on the SRQ, its
+  // completions in the SRQ's CQ, connected to itself.
+  ibv_qp_init_attr ca{};
+  ca.qp_type = IBV_QPT_RC;
+  ca.send_cq = m.cq;
+  ca.recv_cq = m.cq;
+  ca.srq = srq;
+  ca.cap.max_send_wr = 16;
+  ca.cap.max_send_sge = 1;
+  ibv_qp* cmd = ibv_create_qp(pd_, &ca);
+  ASSERT_NE(cmd, nullptr) << std::strerror(errno);
+  defer([cmd] { ibv_destroy_qp(cmd); });
+  connect_qp(cmd, cmd->qp_num);
+  Mlx5Sq sq;
+  ASSERT_EQ(sq.take(cmd), 0);
+
+  // B receives on the SRQ; A sends tagged messages to it.
+  ibv_cq* send_cq = make_cq(16);
+  ASSERT_NE(send_cq, nullptr);
+  ibv_qp* a = make_qp(IBV_QPT_RC, send_cq, send_cq);
+  ibv_qp_init_attr ba{};
+  ba.qp_type = IBV_QPT_RC;
+  ba.send_cq = send_cq;
+  ba.recv_cq = m.cq;
+  ba.srq = srq;
+  ba.cap.max_send_wr = 4;
+  ba.cap.max_send_sge = 1;
+  ibv_qp* b = ibv_create_qp(pd_, &ba);
+  ASSERT_TRUE(a && b) << std::strerror(errno);
+  defer([b] { ibv_destroy_qp(b); });
+  connect_qp(a, b->qp_num);
+  connect_qp(b, a->qp_num);
+  ibv_mr* src = reg_buffer(256, kRw, 0);
+  ibv_mr* dst = reg_buffer(4 * 256, kRw, 0);
+  auto* d = static_cast<uint8_t*>(dst->addr);
+
+  uint32_t ci = 0;
+  auto next_cqe = [&]() -> mlx5_cqe64* {
+    mlx5_cqe64* e = m.wait_cqe(ci);
+    if (e) m.dv.dbrec[kCqSetCi] = htobe32(++ci);
+    return e;
+  };
+  // A TAG_MATCHING WQE as uct_rc_mlx5_iface_common_post_srq_op writes it.
+  uint16_t unexpected_seen = 0;
+  auto list_op = [&](uint8_t op, uint16_t index, uint64_t tag, const ibv_sge* buf) {
+    uint8_t segs[48] = {};
+    auto* tm = reinterpret_cast<mlx5_wqe_tm_seg*>(segs);
+    tm->opcode = uint8_t(op << 4);
+    tm->flags = 0xc0;  // MLX5_SRQ_FLAG_TM_CQE_REQ | MLX5_SRQ_FLAG_TM_SW_CNT
+    tm->index = htobe16(index);
+    tm->sw_cnt = htobe16(unexpected_seen);
+    tm->append_tag = htobe64(tag);
+    tm->append_mask = htobe64(~0ull);
+    if (buf) mlx5dv_set_data_seg(reinterpret_cast<mlx5_wqe_data_seg*>(segs + 32), buf->length, buf->lkey, buf->addr);
+    sq.post(MLX5_OPCODE_TAG_MATCHING, 0, segs, buf ? 48 : 32);
+  };
+  // A tagged EAGER message of 40 bytes of `fill` from A (struct ibv_tmh first).
+  auto send_tagged = [&](uint64_t tag, uint32_t app_ctx, uint8_t fill) {
+    auto* tmh = static_cast<ibv_tmh*>(src->addr);
+    *tmh = ibv_tmh{};
+    tmh->opcode = IBV_TMH_EAGER;
+    tmh->app_ctx = htobe32(app_ctx);
+    tmh->tag = htobe64(tag);
+    std::memset(tmh + 1, fill, 40);
+    ibv_sge ss = sge_of(src, 0, sizeof(ibv_tmh) + 40);
+    ASSERT_EQ(post_send(a, tag, IBV_WR_SEND, &ss, 1), 0);
+    ibv_wc wc;
+    VT_POLL_ONE(send_cq, &wc);
+    ASSERT_EQ(wc.status, IBV_WC_SUCCESS) << describe(wc);
+  };
+  auto expect_list_cqe = [&](uint8_t app_op, bool success) {
+    mlx5_cqe64* e = next_cqe();
+    ASSERT_NE(e, nullptr) << "no CQE for list operation " << int(app_op);
+    EXPECT_EQ(mlx5dv_get_cqe_opcode(e), MLX5_CQE_NO_PACKET);
+    EXPECT_EQ(e->app, 1) << "MLX5_CQE_APP_TAG_MATCHING";
+    EXPECT_EQ(e->app_op, app_op);
+    EXPECT_EQ(bool(be32toh(e->tm_cqe.success) & MLX5_TMC_SUCCESS), success);
+    EXPECT_EQ(be32toh(e->srqn_uidx) & 0xffffff, srqn);
+  };
+
+  // Append entry 0 (naming entry 1 for the next): its CQE (APPEND).
+  ibv_sge buf0 = sge_of(dst, 0, 256);
+  list_op(1, 1, 0x77, &buf0);
+  ASSERT_NO_FATAL_FAILURE(expect_list_cqe(0x5, true));
+  // A message with that tag lands in it, without its TMH: CONSUMED_MSG,
+  // the TMH in the CQE, entry 0 in app_info.
+  ASSERT_NO_FATAL_FAILURE(send_tagged(0x77, 0x1234, 0xab));
+  mlx5_cqe64* e = next_cqe();
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(mlx5dv_get_cqe_opcode(e), MLX5_CQE_RESP_SEND);
+  EXPECT_EQ(e->app, 1);
+  EXPECT_EQ(e->app_op, 0xA) << "MLX5_CQE_APP_OP_TM_CONSUMED_MSG";
+  EXPECT_EQ(be16toh(e->app_info), 0);
+  EXPECT_EQ(be64toh(e->tmh.tag), 0x77u);
+  EXPECT_EQ(be32toh(e->tmh.app_ctx), 0x1234u);
+  EXPECT_EQ(be32toh(e->byte_cnt), 40u);
+  EXPECT_EQ(be32toh(e->sop_drop_qpn) & 0xffffff, b->qp_num);
+  EXPECT_EQ(d[0], 0xab);
+  EXPECT_EQ(d[39], 0xab);
+  // Removing the consumed entry fails in its CQE (REMOVE without success).
+  list_op(2, 0, 0, nullptr);
+  ASSERT_NO_FATAL_FAILURE(expect_list_cqe(0x6, false));
+
+  // No entry for tag 0x88: the message lands whole, TMH first, in SRQ WQE 0.
+  auto* wqes = static_cast<uint8_t*>(dvsrq.buf);
+  mlx5dv_set_data_seg(reinterpret_cast<mlx5_wqe_data_seg*>(wqes + 16), 256, dst->lkey, uintptr_t(d + 256));
+  __atomic_thread_fence(__ATOMIC_RELEASE);
+  *dvsrq.dbrec = htobe32(1);
+  ASSERT_NO_FATAL_FAILURE(send_tagged(0x88, 7, 0xcd));
+  e = next_cqe();
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(mlx5dv_get_cqe_opcode(e), MLX5_CQE_RESP_SEND);
+  EXPECT_EQ(e->app_op, 0x3) << "MLX5_CQE_APP_OP_TM_UNEXPECTED";
+  EXPECT_EQ(be16toh(e->wqe_counter), 0);
+  EXPECT_EQ(be32toh(e->byte_cnt), sizeof(ibv_tmh) + 40);
+  EXPECT_EQ(d[256], IBV_TMH_EAGER);
+  EXPECT_EQ(d[256 + sizeof(ibv_tmh)], 0xcd);
+  ++unexpected_seen;
+
+  // Append entry 1 with software's count up to date, then a NOP (sync):
+  // a second match names entry 1.
+  ibv_sge buf1 = sge_of(dst, 512, 256);
+  list_op(1, 2, 0x99, &buf1);
+  ASSERT_NO_FATAL_FAILURE(expect_list_cqe(0x5, true));
+  list_op(0, 0, 0, nullptr);
+  ASSERT_NO_FATAL_FAILURE(expect_list_cqe(0x7, true));
+  ASSERT_NO_FATAL_FAILURE(send_tagged(0x99, 9, 0xef));
+  e = next_cqe();
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(e->app_op, 0xA);
+  EXPECT_EQ(be16toh(e->app_info), 1);
+  EXPECT_EQ(d[512], 0xef);
+
+  // The verbs' list operations are refused once the program owns the list.
+  ibv_ops_wr op{};
+  op.opcode = IBV_WR_TAG_SYNC;
+  ibv_ops_wr* bad = nullptr;
+  EXPECT_EQ(ibv_post_srq_ops(srq, &op, &bad), EOPNOTSUPP);
+  EXPECT_EQ(bad, &op);
 }
 
 // mlx5dv_init_obj on a receive WQ (MLX5DV_OBJ_RWQ, as DPDK's mlx5 driver
