@@ -331,6 +331,12 @@ class Device {
   // to out[*n..room); false if they need more spans or a region is gone.
   bool mkey_spans(const Owner& owner, uint32_t key, uint64_t offset, uint64_t len, RemoteSpan* out, int* n,
                   int room) const;
+  // Remote access through an mkey's R_Key (device/mkey.cc; the rights and
+  // bounds checked by check_mkey first): bytes [offset, offset + len) of its
+  // layout read into or written from data; the 8-byte word at offset for an
+  // atomic. False if the mkey or a region of its layout is gone meanwhile.
+  bool mkey_io(uint32_t key, uint32_t pd, uint64_t offset, uint8_t* data, uint64_t len, bool to_memory) const;
+  bool mkey_word(uint32_t key, uint32_t pd, uint64_t offset, RemoteSpan* span, Owner** owner) const;
   // SEND_WITH_INV arriving at qp: true if it invalidated a window.
   bool remote_invalidate(const Qp& qp, uint32_t pd, uint32_t rkey);
   net::Packet* new_packet(Qp& qp, uint8_t opcode, uint32_t psn, bool ack_req);

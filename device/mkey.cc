@@ -154,6 +154,37 @@ bool Device::mkey_spans(const Owner& owner, uint32_t key, uint64_t offset, uint6
   return true;
 }
 
+// ---------------------------------------------------------------- remote access
+
+// An R_Key that is an mkey's (its lkey, as mlx5's): bytes [offset, offset +
+// len) of its zero-based layout, read into or written from `data`, in as
+// many passes as the spans need.
+bool Device::mkey_io(uint32_t key, uint32_t pd, uint64_t offset, uint8_t* data, uint64_t len, bool to_memory) const {
+  const Mkey* m = find_mkey(key);
+  if (!m || !m->valid || m->pd != pd) return false;  // invalidated (or its key reused) since the check
+  RemoteSpan spans[ProcessMemory::kMaxSpans];
+  int n = 0;
+  if (mkey_spans(*m->owner, key, offset, len, spans, &n, int(std::size(spans))))
+    return to_memory ? m->owner->mem.write(spans, size_t(n), data) : m->owner->mem.read(spans, size_t(n), data);
+  // More pieces than one pass holds (an interleaved layout of small
+  // entries), or a region gone: halves, until a piece fails alone.
+  if (n < int(std::size(spans)) || len < 2) return false;
+  const uint64_t half = len / 2;
+  return mkey_io(key, pd, offset, data, half, to_memory) &&
+         mkey_io(key, pd, offset + half, data + half, len - half, to_memory);
+}
+
+bool Device::mkey_word(uint32_t key, uint32_t pd, uint64_t offset, RemoteSpan* span, Owner** owner) const {
+  const Mkey* m = find_mkey(key);
+  if (!m || !m->valid || m->pd != pd) return false;
+  int n = 0;
+  // One piece: an atomic is one access to one word (a word split across two
+  // entries is refused as a remote access error).
+  if (!mkey_spans(*m->owner, key, offset, 8, span, &n, 1) || n != 1) return false;
+  *owner = m->owner;
+  return true;
+}
+
 // LOCAL_INV and SEND_WITH_INV naming an mkey (device/mw.cc hands them
 // here): a valid mkey of the PD becomes free; remotely only one created
 // with MLX5DV_MKEY_INIT_ATTR_FLAGS_REMOTE_INVALIDATE (mlx5's en_rinval).

@@ -47,7 +47,7 @@ bool take_tag_wqe(const uint8_t* wqe, uint32_t nbb, const mlx5::CtrlSeg& ctrl, a
   if (mlx5::decode_tag_wqe(wqe, size_t(nbb) * kBb, &t)) return false;
   w.opcode = uroce::kWrTagOp;
   if (ctrl.fm_ce_se & mlx5::kCtrlCqUpdate) w.flags |= IBV_SEND_SIGNALED;
-  w.tag_op = abi::TagOpArgs{t.op, t.flags, t.index, t.sw_cnt, 0, 0, t.tag, t.mask};
+  w.tag_op = abi::TagOpArgs{t.op, t.flags, t.index, t.sw_cnt, 0, {}, t.tag, t.mask};
   if (t.has_buffer && body >= sizeof(abi::Sge)) {
     const abi::Sge sge{t.buffer.addr, t.buffer.length, t.buffer.lkey};
     std::memcpy(&w + 1, &sge, sizeof(sge));

@@ -204,6 +204,26 @@ void receive_ud(Device& dev, Qp& qp, net::Packet& p) {
   complete_recv(dev, qp, IBV_WC_SUCCESS, IBV_WC_RECV, total, &p, p.bth()->solicited());
 }
 
+// The R_Key check of a WRITE or READ (IBA 9.7.5.1.3, C9-88): a region's or a
+// window's (*key: the region's; *at: the owner's address of va), or, in
+// mlx5 mode, an indirect mkey's (*key: the mkey; *at: va, an offset into its
+// zero-based layout, device/mkey.cc).
+bool check_remote(Device& dev, const Qp& qp, const net::Packet& p, uint32_t rkey, uint64_t va, uint64_t len,
+                  uint32_t access, uint32_t* key, uint64_t* at) {
+  if (is_mkey_key(rkey)) [[unlikely]] {
+    uint64_t left;
+    if (dev.check_mkey(rkey, request_pd(dev, qp, p), va, len, access, &left) != Device::MrCheck::kOk) return false;
+    *key = rkey;
+    *at = va;
+    return true;
+  }
+  const Mr* mr;
+  if (dev.check_rkey(rkey, request_pd(dev, qp, p), qp.qpn, va, len, access, &mr, at) != Device::MrCheck::kOk)
+    return false;
+  *key = mr->key;
+  return true;
+}
+
 // ---- RC duplicates (IBA 9.7.5.1.x) ---------------------------------------
 
 // A READ asked again from `psn` (the requester lost some of its responses,
@@ -218,13 +238,8 @@ void answer_duplicate_read(Device& dev, Qp& qp, net::Packet& p) {
   const uint32_t end = psn_add(psn, std::max<uint32_t>(1, (reth->dma_len + mtu - 1) / mtu));
   uint64_t va = 0;
   uint32_t key = 0;
-  if (reth->dma_len) {
-    const Mr* mr;
-    if (dev.check_rkey(reth->rkey, request_pd(dev, qp, p), qp.qpn, reth->va, reth->dma_len,
-                       IBV_ACCESS_REMOTE_READ, &mr, &va) != Device::MrCheck::kOk)
-      return;  // class D: silently dropped
-    key = mr->key;
-  }
+  if (reth->dma_len && !check_remote(dev, qp, p, reth->rkey, reth->va, reth->dma_len, IBV_ACCESS_REMOTE_READ, &key, &va))
+    return;  // class D: silently dropped
   const uint32_t pd = request_pd(dev, qp, p);
   for (uint32_t i = 0; i < qp.responses.size(); ++i) {
     Response& q = qp.responses[i];
@@ -500,20 +515,16 @@ void execute_write(Device& dev, Qp& qp, net::Packet& p) {
     qp.resp_offset = 0;
     qp.resp_write_left = reth->dma_len;
     qp.resp_write_va = 0;
-    if (reth->dma_len) {
-      const Mr* mr;
-      // IBA 9.7.5.1.3 / C9-88: R_Key, bounds and access checked before any write.
-      // Through a window, the rest of the message writes its MR even if the
-      // window is invalidated meanwhile (rxe holds the MR for the message).
-      if (!(qp.access & IBV_ACCESS_REMOTE_WRITE) ||
-          dev.check_rkey(reth->rkey, request_pd(dev, qp, p), qp.qpn, reth->va, reth->dma_len,
-                         IBV_ACCESS_REMOTE_WRITE, &mr, &qp.resp_write_va) != Device::MrCheck::kOk) {
-        if (is_reliable(qp)) return nak_and_fail(dev, qp, psn, net::aeth::kNakRemoteAccessError);
-        qp.resp_msg_dropped = !info.has(net::kLast);
-        qp.resp_epsn = psn_add(psn, 1);
-        return;
-      }
-      qp.resp_write_key = mr->key;
+    // IBA 9.7.5.1.3 / C9-88: R_Key, bounds and access checked before any write.
+    // Through a window, the rest of the message writes its MR even if the
+    // window is invalidated meanwhile (rxe holds the MR for the message).
+    if (reth->dma_len && (!(qp.access & IBV_ACCESS_REMOTE_WRITE) ||
+                          !check_remote(dev, qp, p, reth->rkey, reth->va, reth->dma_len, IBV_ACCESS_REMOTE_WRITE,
+                                        &qp.resp_write_key, &qp.resp_write_va))) {
+      if (is_reliable(qp)) return nak_and_fail(dev, qp, psn, net::aeth::kNakRemoteAccessError);
+      qp.resp_msg_dropped = !info.has(net::kLast);
+      qp.resp_epsn = psn_add(psn, 1);
+      return;
     }
   }
   if (p.payload_len > qp.resp_write_left) {
@@ -527,10 +538,18 @@ void execute_write(Device& dev, Qp& qp, net::Packet& p) {
     // 8-bit generation wrapped): one of another PD, maybe another client's,
     // never gets bytes aimed at the first (IBA C10-14: the R_Key is of the
     // QP's PD).
-    const Mr* mr = dev.find_mr(qp.resp_write_key);
-    if (mr && mr->pd != request_pd(dev, qp, p)) mr = nullptr;
-    if (!mr || !mr->owner->mem.write(mr->span(qp.resp_write_va, p.payload_len), p.payload())) {
-      dev.memory_fault("RDMA write", mr ? mr->owner : nullptr, qp.resp_write_va, p.payload_len);
+    bool placed;
+    const Owner* owner = nullptr;
+    if (is_mkey_key(qp.resp_write_key)) [[unlikely]] {
+      placed = dev.mkey_io(qp.resp_write_key, request_pd(dev, qp, p), qp.resp_write_va, p.payload(), p.payload_len, true);
+    } else {
+      const Mr* mr = dev.find_mr(qp.resp_write_key);
+      if (mr && mr->pd != request_pd(dev, qp, p)) mr = nullptr;
+      owner = mr ? mr->owner : nullptr;
+      placed = mr && mr->owner->mem.write(mr->span(qp.resp_write_va, p.payload_len), p.payload());
+    }
+    if (!placed) {
+      dev.memory_fault("RDMA write", owner, qp.resp_write_va, p.payload_len);
       if (is_reliable(qp)) return nak_and_fail(dev, qp, psn, net::aeth::kNakRemoteAccessError);
       return;
     }
@@ -557,14 +576,9 @@ void execute_read(Device& dev, Qp& qp, net::Packet& p) {
   const uint32_t len = reth->dma_len;
   uint64_t va = 0;
   uint32_t key = 0;
-  if (len) {
-    const Mr* mr;
-    if (!(qp.access & IBV_ACCESS_REMOTE_READ) ||
-        dev.check_rkey(reth->rkey, request_pd(dev, qp, p), qp.qpn, reth->va, len, IBV_ACCESS_REMOTE_READ,
-                       &mr, &va) != Device::MrCheck::kOk)
-      return nak_and_fail(dev, qp, psn, net::aeth::kNakRemoteAccessError);
-    key = mr->key;
-  }
+  if (len && (!(qp.access & IBV_ACCESS_REMOTE_READ) ||
+              !check_remote(dev, qp, p, reth->rkey, reth->va, len, IBV_ACCESS_REMOTE_READ, &key, &va)))
+    return nak_and_fail(dev, qp, psn, net::aeth::kNakRemoteAccessError);
   if (pending_rd_atomic(qp) >= std::max<uint32_t>(1, qp.max_dest_rd_atomic) + 1u)
     return nak_and_fail(dev, qp, psn, net::aeth::kNakInvalidRequest);  // IBA C9-149
   const uint32_t mtu = qp.mtu_bytes();
@@ -585,32 +599,44 @@ void execute_read(Device& dev, Qp& qp, net::Packet& p) {
 // The 8-byte word an atomic or ATOMIC WRITE names: aligned (C9-181; rxe's
 // RESPST_ERR_MISALIGNED_ATOMIC for ATOMIC WRITE too), and allowed by the QP
 // and by the R_Key's memory (`access`). False with the NAK's syndrome set
-// if not; the word's MR and owner address otherwise.
+// if not; the word (a region's, or in one piece of an mkey's layout) and
+// its owner otherwise.
 bool atomic_target(Device& dev, const Qp& qp, const net::Packet& p, uint64_t va, uint32_t rkey,
-                   uint32_t access, const Mr** mr, uint64_t* addr, uint8_t* syndrome) {
+                   uint32_t access, Owner** owner, RemoteSpan* word, uint8_t* syndrome) {
   *syndrome = net::aeth::kNakInvalidRequest;
   if (va & 7) return false;
   *syndrome = net::aeth::kNakRemoteAccessError;
-  return (qp.access & access) && dev.check_rkey(rkey, request_pd(dev, qp, p), qp.qpn, va, 8, access, mr,
-                                                addr) == Device::MrCheck::kOk;
+  if (!(qp.access & access)) return false;
+  if (is_mkey_key(rkey)) [[unlikely]] {
+    uint64_t left;
+    const uint32_t pd = request_pd(dev, qp, p);
+    return dev.check_mkey(rkey, pd, va, 8, access, &left) == Device::MrCheck::kOk &&
+           dev.mkey_word(rkey, pd, va, word, owner);
+  }
+  const Mr* mr;
+  uint64_t addr;
+  if (dev.check_rkey(rkey, request_pd(dev, qp, p), qp.qpn, va, 8, access, &mr, &addr) != Device::MrCheck::kOk)
+    return false;
+  *owner = mr->owner;
+  *word = mr->span(addr, 8);
+  return true;
 }
 
 void execute_atomic(Device& dev, Qp& qp, net::Packet& p) {
   const auto* ae = p.hdr<net::AtomicEth>(p.info().atomiceth_off);
   const uint32_t psn = p.bth()->psn();
-  const Mr* mr;
-  uint64_t addr;
+  Owner* owner;
+  RemoteSpan word;
   uint8_t syndrome;
-  if (!atomic_target(dev, qp, p, ae->va, ae->rkey, IBV_ACCESS_REMOTE_ATOMIC, &mr, &addr, &syndrome))
+  if (!atomic_target(dev, qp, p, ae->va, ae->rkey, IBV_ACCESS_REMOTE_ATOMIC, &owner, &word, &syndrome))
     return nak_and_fail(dev, qp, psn, syndrome);
   // The engine thread serialises every atomic of the device (IBV_ATOMIC_HCA).
   uint64_t orig;
   const bool cas = (p.opcode & 0x1f) == net::op::kCompareSwap;
-  const bool ok = cas ? mr->owner->mem.compare_swap(mr->span(addr, 8), uint64_t(ae->compare),
-                                                     uint64_t(ae->swap_add), &orig)
-                      : mr->owner->mem.fetch_add(mr->span(addr, 8), uint64_t(ae->swap_add), &orig);
+  const bool ok = cas ? owner->mem.compare_swap(word, uint64_t(ae->compare), uint64_t(ae->swap_add), &orig)
+                      : owner->mem.fetch_add(word, uint64_t(ae->swap_add), &orig);
   if (!ok) {
-    dev.memory_fault("atomic", mr->owner, addr, 8);
+    dev.memory_fault("atomic", owner, word.addr, 8);
     return nak_and_fail(dev, qp, psn, net::aeth::kNakRemoteOpError);
   }
   AtomicReplay& slot = qp.atomic_replay[qp.atomic_replay_next++ % kAtomicReplayDepth];
@@ -638,17 +664,17 @@ void execute_atomic_write(Device& dev, Qp& qp, net::Packet& p) {
   // Exactly 8 bytes announced and carried (rxe: RESPST_ERR_LENGTH, class C).
   if (reth->dma_len != 8 || p.payload_len != 8)
     return nak_and_fail(dev, qp, psn, net::aeth::kNakInvalidRequest);
-  const Mr* mr;
-  uint64_t addr;
+  Owner* owner;
+  RemoteSpan word;
   uint8_t syndrome;
-  if (!atomic_target(dev, qp, p, reth->va, reth->rkey, IBV_ACCESS_REMOTE_WRITE, &mr, &addr, &syndrome))
+  if (!atomic_target(dev, qp, p, reth->va, reth->rkey, IBV_ACCESS_REMOTE_WRITE, &owner, &word, &syndrome))
     return nak_and_fail(dev, qp, psn, syndrome);
   if (pending_rd_atomic(qp) >= std::max<uint32_t>(1, qp.max_dest_rd_atomic) + 1u)
     return nak_and_fail(dev, qp, psn, net::aeth::kNakInvalidRequest);  // IBA C9-149
   uint64_t value;
   std::memcpy(&value, p.payload(), 8);
-  if (!mr->owner->mem.store(mr->span(addr, 8), value)) {
-    dev.memory_fault("atomic write", mr->owner, addr, 8);
+  if (!owner->mem.store(word, value)) {
+    dev.memory_fault("atomic write", owner, word.addr, 8);
     return nak_and_fail(dev, qp, psn, net::aeth::kNakRemoteOpError);
   }
   ++qp.resp_msn;
@@ -753,10 +779,18 @@ bool responder_run(Device& dev, Qp& qp) {
       p->hdr<net::Aeth>(info.aeth_off)->syndrome_msn =
           aeth_word(qp, net::aeth::kAck | net::aeth::kCreditInvalid);
     if (len) {
-      const Mr* mr = dev.find_mr(r.mr_key);
-      if (mr && mr->pd != r.mr_pd) mr = nullptr;  // freed and its key reused: see execute_write
-      if (!mr || !mr->owner->mem.read(mr->span(r.va, len), p->payload())) {
-        dev.memory_fault("RDMA read response", mr ? mr->owner : nullptr, r.va, len);
+      bool read;
+      const Owner* owner = nullptr;
+      if (is_mkey_key(r.mr_key)) [[unlikely]] {
+        read = dev.mkey_io(r.mr_key, r.mr_pd, r.va, p->payload(), len, false);
+      } else {
+        const Mr* mr = dev.find_mr(r.mr_key);
+        if (mr && mr->pd != r.mr_pd) mr = nullptr;  // freed and its key reused: see execute_write
+        owner = mr ? mr->owner : nullptr;
+        read = mr && mr->owner->mem.read(mr->span(r.va, len), p->payload());
+      }
+      if (!read) {
+        dev.memory_fault("RDMA read response", owner, r.va, len);
         dev.free_packet(p);
         const uint32_t psn = r.psn;
         qp.responses.clear();

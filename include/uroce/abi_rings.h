@@ -122,10 +122,10 @@ struct TagOpArgs {
   uint16_t index;  // append: the entry the next append fills; remove: the entry
   uint16_t sw_cnt;
   uint16_t reserved0;
-  uint32_t reserved1;
+  uint32_t reserved1[2];
   uint64_t tag, mask;
 };
-static_assert(sizeof(TagOpArgs) == 32);
+static_assert(sizeof(TagOpArgs) == 32 && offsetof(TagOpArgs, tag) == 16);
 
 // SendWqe::flags, beside the ibv_send_flags: the WQE came from an mlx5 send
 // WQE the program wrote (mlx5dv_wr_raw_wqe), so its completion's opcode is

@@ -1,8 +1,8 @@
 // Indirect memory keys through mlx5 direct verbs: mlx5dv_create_mkey, the
 // memory registrations that give them a layout (mlx5dv_wr_mr_list,
 // mlx5dv_wr_mr_interleaved, mlx5dv_wr_mkey_configure and its setters),
-// sends and receives through them, and their invalidation, locally and by
-// a peer's SEND_WITH_INV (device/mkey.cc, verbs_provider/mlx5/mkey.cc).
+// sends and receives through them, a peer's WRITE, READ and atomics through
+// their R_Keys, and their invalidation, locally and by a peer's SEND_WITH_INV (device/mkey.cc, verbs_provider/mlx5/mkey.cc).
 #include "tests/integration/verbs_mlx5.h"
 
 namespace vt {
@@ -139,6 +139,110 @@ TEST_F(Mlx5Mkey, ListAndInterleavedLayoutsPlaceAndTakeTheirBytes) {
   ASSERT_EQ(received.status, IBV_WC_SUCCESS) << describe(received);
   EXPECT_EQ(std::memcmp(plain->addr, pattern.data() + 5, 11), 0);
   EXPECT_EQ(static_cast<uint8_t*>(plain->addr)[11], 0xee);
+}
+
+// Remote access through an mkey's R_Key (its lkey, as mlx5's): a peer's
+// RDMA WRITE, READ and atomics address the zero-based layout, each byte
+// where the layout puts it; an mkey without the remote right refuses the
+// request as a bad R_Key (IBV_WC_REM_ACCESS_ERR at the requester).
+TEST_F(Mlx5Mkey, RemoteWriteReadAndAtomicsGoThroughTheLayout) {
+  constexpr int kAll = kRw | IBV_ACCESS_REMOTE_ATOMIC;
+  ibv_mr* dst = reg_buffer(256, kAll, 's');
+  mlx5dv_mkey* key = mkey();
+  ASSERT_NE(key, nullptr);
+  ibv_wc wc{};
+  ibv_sge pieces[2] = {sge_of(dst, 0, 8), sge_of(dst, 64, 16)};
+  ASSERT_EQ(umr(b_, 7, [&](mlx5dv_qp_ex* mq) { mlx5dv_wr_mr_list(mq, key, kAll, 2, pieces); }, &wc), 0);
+  ASSERT_EQ(wc.status, IBV_WC_SUCCESS) << describe(wc);
+
+  ibv_mr* src = reg_buffer(64, kAll);
+  auto* sb = static_cast<uint8_t*>(src->addr);
+  for (int i = 0; i < 64; ++i) sb[i] = uint8_t(0x40 + i);
+  // WRITE 16 bytes at offset 0: 8 at dst, 8 at dst + 64.
+  ibv_sge s = sge_of(src, 0, 16);
+  ASSERT_EQ(post_send(a_, 1, IBV_WR_RDMA_WRITE, &s, 1, IBV_SEND_SIGNALED, 0, key->rkey), 0);
+  ASSERT_TRUE(poll_one(cq_, &wc));
+  ASSERT_EQ(wc.status, IBV_WC_SUCCESS) << describe(wc);
+  const uint8_t* d = static_cast<uint8_t*>(dst->addr);
+  for (int i = 0; i < 8; ++i) {
+    EXPECT_EQ(d[i], uint8_t(0x40 + i)) << i;
+    EXPECT_EQ(d[64 + i], uint8_t(0x48 + i)) << i;
+  }
+  EXPECT_EQ(d[8], 's');
+  EXPECT_EQ(d[72], 's');
+  // READ 12 bytes from offset 4: the last 4 of the first piece, 8 of the second.
+  ibv_sge r = sge_of(src, 32, 12);
+  ASSERT_EQ(post_send(a_, 2, IBV_WR_RDMA_READ, &r, 1, IBV_SEND_SIGNALED, 4, key->rkey), 0);
+  ASSERT_TRUE(poll_one(cq_, &wc));
+  ASSERT_EQ(wc.status, IBV_WC_SUCCESS) << describe(wc);
+  EXPECT_EQ(std::memcmp(sb + 32, d + 4, 4), 0);
+  EXPECT_EQ(std::memcmp(sb + 36, d + 64, 8), 0);
+  // FETCH_ADD at offset 16 (dst + 72: 's' x 8), then CMP_AND_SWAP on it.
+  ibv_sge o = sge_of(src, 48, 8);
+  ASSERT_EQ(post_atomic(a_, 3, IBV_WR_ATOMIC_FETCH_AND_ADD, &o, 16, key->rkey, 5), 0);
+  ASSERT_TRUE(poll_one(cq_, &wc));
+  ASSERT_EQ(wc.status, IBV_WC_SUCCESS) << describe(wc);
+  uint64_t orig, now;
+  std::memcpy(&orig, sb + 48, 8);
+  std::memcpy(&now, d + 72, 8);
+  EXPECT_EQ(orig, 0x7373737373737373ull);
+  EXPECT_EQ(now, orig + 5);
+  ASSERT_EQ(post_atomic(a_, 4, IBV_WR_ATOMIC_CMP_AND_SWP, &o, 16, key->rkey, orig + 5, 42), 0);
+  ASSERT_TRUE(poll_one(cq_, &wc));
+  ASSERT_EQ(wc.status, IBV_WC_SUCCESS) << describe(wc);
+  std::memcpy(&now, d + 72, 8);
+  EXPECT_EQ(now, 42u);
+
+  // Past the layout's 24 bytes: a bad R_Key's answer.
+  ibv_sge past = sge_of(src, 0, 8);
+  ASSERT_EQ(post_send(a_, 5, IBV_WR_RDMA_WRITE, &past, 1, IBV_SEND_SIGNALED, 20, key->rkey), 0);
+  ASSERT_TRUE(poll_one(cq_, &wc));
+  EXPECT_EQ(wc.status, IBV_WC_REM_ACCESS_ERR) << describe(wc);
+}
+
+// A WRITE and a READ whose packets each span hundreds of pieces (4 bytes
+// taken, 4 skipped, 2048 times): every piece in place, every gap untouched.
+TEST_F(Mlx5Mkey, RemoteAccessThroughManySmallPieces) {
+  ibv_mr* dst = reg_buffer(16384, kRw, 0xee);
+  mlx5dv_mkey* key = mkey();
+  ASSERT_NE(key, nullptr);
+  ibv_wc wc{};
+  mlx5dv_mr_interleaved il{addr_of(dst), 4, 4, dst->lkey};
+  ASSERT_EQ(umr(b_, 7, [&](mlx5dv_qp_ex* mq) { mlx5dv_wr_mr_interleaved(mq, key, kRw, 2048, 1, &il); }, &wc), 0);
+  ASSERT_EQ(wc.status, IBV_WC_SUCCESS) << describe(wc);
+  ibv_mr* src = reg_buffer(2 * 8192, kRw);
+  auto* sb = static_cast<uint8_t*>(src->addr);
+  for (int i = 0; i < 8192; ++i) sb[i] = uint8_t(i * 7 + 1);
+  ibv_sge s = sge_of(src, 0, 8192);
+  ASSERT_EQ(post_send(a_, 1, IBV_WR_RDMA_WRITE, &s, 1, IBV_SEND_SIGNALED, 0, key->rkey), 0);
+  ASSERT_TRUE(poll_one(cq_, &wc));
+  ASSERT_EQ(wc.status, IBV_WC_SUCCESS) << describe(wc);
+  const uint8_t* d = static_cast<uint8_t*>(dst->addr);
+  for (int i = 0; i < 16384; ++i) {
+    const uint8_t want = (i / 4) % 2 ? 0xee : uint8_t((i / 8 * 4 + i % 4) * 7 + 1);
+    ASSERT_EQ(d[i], want) << "byte " << i;
+  }
+  ibv_sge r = sge_of(src, 8192, 8192);
+  ASSERT_EQ(post_send(a_, 2, IBV_WR_RDMA_READ, &r, 1, IBV_SEND_SIGNALED, 0, key->rkey), 0);
+  ASSERT_TRUE(poll_one(cq_, &wc));
+  ASSERT_EQ(wc.status, IBV_WC_SUCCESS) << describe(wc);
+  EXPECT_EQ(std::memcmp(sb, sb + 8192, 8192), 0);
+}
+
+// An mkey whose layout gives local rights only: a remote WRITE is refused.
+TEST_F(Mlx5Mkey, RemoteAccessNeedsTheMkeysRight) {
+  ibv_mr* dst = reg_buffer(64, kRw, 's');
+  mlx5dv_mkey* key = mkey();
+  ASSERT_NE(key, nullptr);
+  ibv_wc wc{};
+  ASSERT_EQ(mr_list(b_, key, {sge_of(dst, 0, 32)}, &wc), 0);  // IBV_ACCESS_LOCAL_WRITE
+  ASSERT_EQ(wc.status, IBV_WC_SUCCESS) << describe(wc);
+  ibv_mr* src = reg_buffer(64, kRw, 'x');
+  ibv_sge s = sge_of(src, 0, 8);
+  ASSERT_EQ(post_send(a_, 1, IBV_WR_RDMA_WRITE, &s, 1, IBV_SEND_SIGNALED, 0, key->rkey), 0);
+  ASSERT_TRUE(poll_one(cq_, &wc));
+  EXPECT_EQ(wc.status, IBV_WC_REM_ACCESS_ERR) << describe(wc);
+  EXPECT_EQ(static_cast<uint8_t*>(dst->addr)[0], 's');
 }
 
 // The new API (mlx5dv_wr_mkey_configure and its setters) and what the
