@@ -34,12 +34,13 @@ bool posted_end(const Qp& qp, uint32_t* end) {
 template <bool kMlx5>
 bool sequence_has_room(const Qp& qp) { return !kMlx5 || qp.sq_fetched - qp.sq_head <= qp.sq_mask; }
 
-// A send SGE through an indirect mkey: it keeps its offset (the gather
-// walks the layout, Device::mkey_spans). Out of line: a region's SGE pays
-// nothing for it.
-[[gnu::noinline]] bool mkey_send_sge_ok(const Device& dev, const abi::Sge& sge, uint32_t pd) {
+// A local SGE through an indirect mkey: it keeps its offset (the gather,
+// or a READ's or atomic's scatter, walks the layout, Device::mkey_spans).
+// Out of line: a region's SGE pays nothing for it.
+[[gnu::noinline]] bool mkey_sge_ok(const Device& dev, const abi::Sge& sge, uint32_t pd, uint32_t access) {
   uint64_t left;
-  return is_mkey_key(sge.lkey) && dev.check_mkey(sge.lkey, pd, sge.addr, sge.length, 0, &left) == Device::MrCheck::kOk;
+  return is_mkey_key(sge.lkey) &&
+         dev.check_mkey(sge.lkey, pd, sge.addr, sge.length, access, &left) == Device::MrCheck::kOk;
 }
 
 // Copies the user's next SQ slot out of shared memory into the engine's
@@ -117,7 +118,7 @@ uint32_t fetch_wqe(Device& dev, Qp& qp, uint32_t index, uint32_t end) {
       const Mr* mr;
       if (dev.check_mr(sge[i].lkey, qp.pd, sge[i].addr, sge[i].length, need, &mr) !=
           Device::MrCheck::kOk) {
-        if (!st.is_rd_atomic && mkey_send_sge_ok(dev, sge[i], qp.pd)) {
+        if (mkey_sge_ok(dev, sge[i], qp.pd, need)) {
           st.length += sge[i].length;
           continue;
         }

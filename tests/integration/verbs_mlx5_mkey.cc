@@ -229,6 +229,37 @@ TEST_F(Mlx5Mkey, RemoteAccessThroughManySmallPieces) {
   EXPECT_EQ(std::memcmp(sb, sb + 8192, 8192), 0);
 }
 
+// A READ's data and an atomic's original value land through a local mkey
+// SGE (the requester's side), each piece where the layout puts it.
+TEST_F(Mlx5Mkey, ReadAndAtomicResponsesLandThroughALocalMkey) {
+  ibv_mr* remote = reg_buffer(64, kRw | IBV_ACCESS_REMOTE_ATOMIC);
+  auto* rb = static_cast<uint8_t*>(remote->addr);
+  for (int i = 0; i < 64; ++i) rb[i] = uint8_t(0x80 + i);
+  ibv_mr* local = reg_buffer(256, kRw, 0xee);
+  mlx5dv_mkey* key = mkey();
+  ASSERT_NE(key, nullptr);
+  ibv_wc wc{};
+  ASSERT_EQ(mr_list(a_, key, {sge_of(local, 0, 8), sge_of(local, 128, 16)}, &wc), 0);
+  ASSERT_EQ(wc.status, IBV_WC_SUCCESS) << describe(wc);
+  ibv_sge r{0, 16, key->lkey};
+  ASSERT_EQ(post_send(a_, 1, IBV_WR_RDMA_READ, &r, 1, IBV_SEND_SIGNALED, addr_of(remote), remote->rkey), 0);
+  ASSERT_TRUE(poll_one(cq_, &wc));
+  ASSERT_EQ(wc.status, IBV_WC_SUCCESS) << describe(wc);
+  const uint8_t* l = static_cast<uint8_t*>(local->addr);
+  EXPECT_EQ(std::memcmp(l, rb, 8), 0);
+  EXPECT_EQ(std::memcmp(l + 128, rb + 8, 8), 0);
+  EXPECT_EQ(l[8], 0xee);
+  EXPECT_EQ(l[136], 0xee);
+  ibv_sge o{16, 8, key->lkey};  // layout bytes 16-23: local + 136
+  ASSERT_EQ(post_atomic(a_, 2, IBV_WR_ATOMIC_FETCH_AND_ADD, &o, addr_of(remote, 32), remote->rkey, 1), 0);
+  ASSERT_TRUE(poll_one(cq_, &wc));
+  ASSERT_EQ(wc.status, IBV_WC_SUCCESS) << describe(wc);
+  uint64_t orig, want;
+  std::memcpy(&orig, l + 136, 8);
+  std::memcpy(&want, rb + 32, 8);
+  EXPECT_EQ(orig + 1, want) << "the original value, and the remote word one more";
+}
+
 // An mkey whose layout gives local rights only: a remote WRITE is refused.
 TEST_F(Mlx5Mkey, RemoteAccessNeedsTheMkeysRight) {
   ibv_mr* dst = reg_buffer(64, kRw, 's');
