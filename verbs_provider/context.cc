@@ -370,6 +370,7 @@ UROCE_EXPORT int ibv_close_device(ibv_context* context) {
   if (context->async_fd >= 0) close(context->async_fd);
   if (c->doorbell_fd >= 0) close(c->doorbell_fd);
   munmap(const_cast<abi::EngineShared*>(c->shared), 4096);
+  if (void* v = c->vendor.load(std::memory_order_acquire)) c->vendor_free(v);
   pthread_mutex_destroy(&context->mutex);
   delete c;
   return 0;

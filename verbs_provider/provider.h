@@ -129,6 +129,10 @@ struct UContext {
     std::unordered_map<uint64_t, uint32_t> reported;
   };
   std::shared_ptr<AsyncEventTargets> events = std::make_shared<AsyncEventTargets>();
+  // A vendor library's state for this context (the drop-in libmlx5's
+  // non-cached UAR page), set once and freed with the context.
+  std::atomic<void*> vendor{nullptr};
+  void (*vendor_free)(void*) = nullptr;
 
   void ring_doorbell() const {
     // Pairs with the engine's fence between setting `sleeping` and its last look.

@@ -355,6 +355,34 @@ TEST_F(Mlx5Mode, DevxIsRefusedWithEopnotsupp) {
   EXPECT_EQ(ibv_close_device(plain), 0);
 }
 
+// UAR pages without DevX, as a ConnectX gives them (rdma-core 44 verbs.c
+// _mlx5dv_devx_alloc_uar, pyverbs' test_mlx5_uar): a page of its own for
+// each BF allocation, the context's one non-cached page for NC (freeing it
+// is nothing), any other flag EOPNOTSUPP.
+TEST_F(Mlx5Mode, UarPagesAreGivenWithoutDevx) {
+  mlx5dv_devx_uar* bf1 = mlx5dv_devx_alloc_uar(ctx_, MLX5DV_UAR_ALLOC_TYPE_BF);
+  mlx5dv_devx_uar* bf2 = mlx5dv_devx_alloc_uar(ctx_, MLX5DV_UAR_ALLOC_TYPE_BF);
+  ASSERT_TRUE(bf1 && bf2) << std::strerror(errno);
+  EXPECT_NE(bf1->base_addr, bf2->base_addr);
+  EXPECT_NE(bf1->page_id, bf2->page_id);
+  EXPECT_EQ(static_cast<uint8_t*>(bf1->reg_addr) - static_cast<uint8_t*>(bf1->base_addr), 0x800);
+  EXPECT_EQ(bf1->comp_mask, 0u);
+  // A doorbell write to a page no queue uses goes nowhere, as on a ConnectX.
+  __atomic_store_n(static_cast<uint64_t*>(bf1->reg_addr), 0x1122334455667788ull, __ATOMIC_RELEASE);
+  mlx5dv_devx_uar* nc1 = mlx5dv_devx_alloc_uar(ctx_, MLX5DV_UAR_ALLOC_TYPE_NC);
+  mlx5dv_devx_uar* nc2 = mlx5dv_devx_alloc_uar(ctx_, MLX5DV_UAR_ALLOC_TYPE_NC);
+  ASSERT_NE(nc1, nullptr) << std::strerror(errno);
+  EXPECT_EQ(nc1, nc2) << "the context's one non-cached page";
+  mlx5dv_devx_free_uar(nc1);
+  EXPECT_EQ(mlx5dv_devx_alloc_uar(ctx_, MLX5DV_UAR_ALLOC_TYPE_NC), nc1) << "freeing it was nothing";
+  errno = 0;
+  EXPECT_EQ(mlx5dv_devx_alloc_uar(ctx_, 2), nullptr);
+  EXPECT_EQ(errno, EOPNOTSUPP);
+  mlx5dv_devx_free_uar(bf1);
+  mlx5dv_devx_free_uar(bf2);
+  mlx5dv_devx_free_uar(nullptr);
+}
+
 TEST_F(Mlx5Mode, InitObjGivesPdAndDmAndKeepsCqsWithCompletionsInUroceFormat) {
   ibv_alloc_dm_attr dm_attr{};
   dm_attr.length = 256;
@@ -436,6 +464,9 @@ TEST_F(NotMlx5, DirectVerbsRefuseTheDevice) {
   connect_qp(qp, qp->qp_num);
   EXPECT_EQ(mlx5dv_modify_qp_udp_sport(qp, 55555), EOPNOTSUPP);
   ibv_destroy_qp(qp);
+  errno = 0;
+  EXPECT_EQ(mlx5dv_devx_alloc_uar(ctx_, MLX5DV_UAR_ALLOC_TYPE_BF), nullptr);
+  EXPECT_EQ(errno, EOPNOTSUPP);
   ibv_device_attr da{};
   ASSERT_EQ(ibv_query_device(ctx_, &da), 0);
   EXPECT_NE(da.vendor_id, 0x02c9u);

@@ -1,5 +1,6 @@
 // Every libmlx5 entry point that an mlx5-mode uroce device refuses: all of
-// Debian's libmlx5.so.1 (rdma-core 44) except the twelve in library.cc.
+// Debian's libmlx5.so.1 (rdma-core 44) except those library.cc, cq.cc, mkey.cc
+// and uar.cc define.
 //
 // Each fails the way rdma-core 44's libmlx5 fails on a device or kernel
 // without the feature (providers/mlx5/verbs.c, mlx5.c: "if (!dvops ||
@@ -86,8 +87,7 @@ UROCE_REFUSE_PTR(mlx5dv_devx_umem*, mlx5dv_devx_umem_reg, (ibv_context* ctx, voi
 UROCE_REFUSE_PTR(mlx5dv_devx_umem*, mlx5dv_devx_umem_reg_ex, (ibv_context* ctx, mlx5dv_devx_umem_in* umem_in))
 UROCE_NOT_OURS_INT(mlx5dv_devx_umem_dereg, (mlx5dv_devx_umem* umem))
 
-UROCE_REFUSE_PTR(mlx5dv_devx_uar*, mlx5dv_devx_alloc_uar, (ibv_context* context, uint32_t flags))
-UROCE_NOT_OURS_VOID(mlx5dv_devx_free_uar, (mlx5dv_devx_uar* devx_uar))
+// mlx5dv_devx_alloc_uar and _free_uar: uar.cc (a ConnectX gives UAR pages without DevX).
 
 UROCE_REFUSE_PTR(mlx5dv_devx_msi_vector*, mlx5dv_devx_alloc_msi_vector, (ibv_context* ibctx))
 UROCE_NOT_OURS_INT(mlx5dv_devx_free_msi_vector, (mlx5dv_devx_msi_vector* msi))
