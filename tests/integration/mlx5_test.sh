@@ -115,7 +115,7 @@ if [[ -f $src/run_tests.py ]] && /usr/bin/python3 -c 'import pyverbs' 2>/dev/nul
     test_dc_send test_dc_rdma_write test_scatter_to_cqe_control_by_qp \
     test_dc_rdma_write_stream test_dc_send_stream_bad_flow test_dc_send_stream_bad_flow_qp \
     test_mkey_list test_mkey_interleaved test_mkey_list_new_api test_mkey_interleaved_new_api \
-    test_mkey_list_bad_flow test_mkey_remote_invalidate test_alloc_uar; do
+    test_mkey_list_bad_flow test_mkey_remote_invalidate test_alloc_uar test_odp_dc_traffic; do
     # unittest -v: the test's name line, maybe its docstring, then "ok"
     # at the end of a line before the next test's name line.
     if ! awk -v t="$t" 'index($0, t " (") == 1 { inside = 1 }

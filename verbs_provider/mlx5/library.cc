@@ -161,7 +161,11 @@ UROCE_MLX5_EXPORT int mlx5dv_query_device(ibv_context* ctx, mlx5dv_context* out)
     given |= MLX5DV_CONTEXT_MASK_FLOW_ACTION_FLAGS;
   }
   if (asked & MLX5DV_CONTEXT_MASK_DC_ODP_CAPS) {
-    out->dc_odp_caps = 0;
+    // A DCI is the RC requester and a DCT's contexts RC responders, whose
+    // every access reaches an ODP MR as RC's do (verbs_provider/odp.cc);
+    // a DCT receives through its SRQ only, as XRC (mlx5's dc_odp_caps).
+    out->dc_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_SRQ_RECV | IBV_ODP_SUPPORT_WRITE |
+                       IBV_ODP_SUPPORT_READ | IBV_ODP_SUPPORT_ATOMIC;
     given |= MLX5DV_CONTEXT_MASK_DC_ODP_CAPS;
   }
   // MLX5DV_CONTEXT_MASK_HCA_CORE_CLOCK: a mapping of the free-running
