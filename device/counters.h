@@ -71,6 +71,7 @@ namespace uroce::device {
   X(dc_stale, "DC requests dropped: of an earlier connection of their DCI")     \
   X(dc_contexts_created, "DC connections a DCT took (responder contexts made)")  \
   X(dc_contexts_evicted, "DC responder contexts let go for a new DCI (the DCT's limit)") \
+  X(dc_contexts_restored, "DC responder contexts made again from what the DCT kept of them") \
   X(dc_reconnects, "DCI target changes (a new connection each)")
 
 struct Counters {

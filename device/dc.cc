@@ -147,12 +147,23 @@ void Device::dc_receive(Qp& q, net::Packet& p) {
   // Which connection the packet belongs to, against the context's: the same
   // (go on as RC), a later one of the same DCI or the DCI anew (start it:
   // only a connect packet may), or an earlier one (a late duplicate: drop).
-  const int8_t later = !ctx || ctx->state != IBV_QPS_RTR || ctx->dc_epoch != epoch
+  int8_t later = !ctx || ctx->state != IBV_QPS_RTR || ctx->dc_epoch != epoch
                            ? int8_t(1)
                            : int8_t(uint8_t(number - ctx->dc_number));
   if (later < 0) {
     ++counters_.dc_stale;
     return;
+  }
+  // A context let go while its connection was in use: made again where it
+  // stood, so that what it executed is not executed twice.
+  if (!ctx) {
+    const auto kept = q.dc_tombstones.find(source);
+    if (kept != q.dc_tombstones.end() && kept->second.epoch == epoch &&
+        int8_t(uint8_t(number - kept->second.number)) < 0) {
+      ++counters_.dc_stale;  // of a connection before the one the DCT let go
+      return;
+    }
+    if ((ctx = restore_dc_context(q, p, source, epoch, number))) later = 0;
   }
   if (later > 0) {
     if (!connect) {  // its context is gone: the DCI's retry comes with connect again
@@ -161,6 +172,7 @@ void Device::dc_receive(Qp& q, net::Packet& p) {
     }
     if (!ctx) ctx = new_dc_context(q, p, source);
     if (!ctx) return;
+    q.dc_tombstones.erase(source);  // a new connection: what was kept of an old one is stale
     start_connection(*ctx, epoch, number, connect_psn);
   }
   ctx->dc_last_used = ++q.dc_clock;
@@ -178,7 +190,8 @@ void Device::dc_receive(Qp& q, net::Packet& p) {
 // the destination of its responses. When the DCT has as many as it may
 // keep, the least recently used one with nothing in flight goes first.
 Qp* Device::new_dc_context(Qp& dct, const net::Packet& p, const DcSource& source) {
-  if (dct.dc_contexts.size() >= kMaxDcContexts) {
+  const size_t limit = std::max<size_t>(config_.max_dc_contexts, 1);
+  if (dct.dc_contexts.size() >= limit) {
     const DcSource* victim = nullptr;
     uint64_t oldest = 0;
     for (const auto& [key, c] : dct.dc_contexts)
@@ -191,6 +204,21 @@ Qp* Device::new_dc_context(Qp& dct, const net::Packet& p, const DcSource& source
       return nullptr;
     }
     ++counters_.dc_contexts_evicted;
+    // Kept: where its connection stood. Its DCI may still be using it (more
+    // DCIs at once than the DCT keeps contexts for), and an ACK of what it
+    // executed may have been lost. The tombstones are bounded too: the
+    // oldest goes first.
+    const Qp& c = *dct.dc_contexts.at(*victim);
+    if (c.state == IBV_QPS_RTR) {
+      if (dct.dc_tombstones.size() >= limit) {
+        auto drop = dct.dc_tombstones.begin();
+        for (auto it = dct.dc_tombstones.begin(); it != dct.dc_tombstones.end(); ++it)
+          if (it->second.stamp < drop->second.stamp) drop = it;
+        dct.dc_tombstones.erase(drop);
+      }
+      dct.dc_tombstones[*victim] = DcTombstone{c.dc_epoch, c.dc_number, c.dc_connect_psn, c.resp_epsn, c.resp_msn,
+                                               ++dct.dc_clock, c.atomic_replay, c.atomic_replay_next};
+    }
     release_dc_context(dct, *victim);
   }
   auto ctx = std::make_unique<Qp>();
@@ -226,6 +254,26 @@ Qp* Device::new_dc_context(Qp& dct, const net::Packet& p, const DcSource& source
   return &c;
 }
 
+// The context of a connection the DCT let go, made again from what it kept
+// (new_dc_context), if the request is of that same connection (epoch and
+// number); nullptr otherwise.
+Qp* Device::restore_dc_context(Qp& dct, const net::Packet& p, const DcSource& source, uint32_t epoch,
+                               uint8_t number) {
+  auto it = dct.dc_tombstones.find(source);
+  if (it == dct.dc_tombstones.end() || it->second.epoch != epoch || it->second.number != number) return nullptr;
+  const DcTombstone t = it->second;
+  dct.dc_tombstones.erase(it);  // before new_dc_context, which may let another go
+  Qp* ctx = new_dc_context(dct, p, source);
+  if (!ctx) return nullptr;
+  start_connection(*ctx, t.epoch, t.number, t.connect_psn);
+  ctx->resp_epsn = t.epsn;
+  ctx->resp_msn = t.msn;
+  ctx->atomic_replay = t.atomic_replay;
+  ctx->atomic_replay_next = t.atomic_replay_next;
+  ++counters_.dc_contexts_restored;
+  return ctx;
+}
+
 void Device::release_dc_context(Qp& dct, const DcSource& source) {
   auto it = dct.dc_contexts.find(source);
   if (it == dct.dc_contexts.end()) return;
@@ -236,6 +284,7 @@ void Device::release_dc_context(Qp& dct, const DcSource& source) {
 void Device::release_dc_contexts(Qp& dct) {
   for (const auto& [key, c] : dct.dc_contexts) set_polled(*c, false);
   dct.dc_contexts.clear();
+  dct.dc_tombstones.clear();
 }
 
 int Device::make_dc(Owner* o, uint32_t qpn, const abi::Mlx5QpDcRequest& req) {

@@ -68,6 +68,9 @@ struct DeviceConfig {
   // part ids, a PCI parent in its sysfs tree), so that the drop-in libmlx5
   // (verbs_provider/mlx5/) serves mlx5 direct verbs on it.
   bool mlx5 = false;
+  // The responder contexts a DCT keeps (and contexts it remembers having let
+  // go): kMaxDcContexts; tests lower it to reach the limit.
+  size_t max_dc_contexts = kMaxDcContexts;
 };
 
 enum class PortId : uint8_t { kLoopback, kWire };
@@ -520,6 +523,7 @@ class Device {
   void set_polled(Qp& qp, bool polled);
   uint32_t dc_epochs_ = 0;
   Qp* new_dc_context(Qp& dct, const net::Packet& p, const DcSource& source);
+  Qp* restore_dc_context(Qp& dct, const net::Packet& p, const DcSource& source, uint32_t epoch, uint8_t number);
   void release_dc_context(Qp& dct, const DcSource& source);
   // Enters an MR of pd into the table; its key (device.cc).
   uint32_t add_mr(Pd& pd, Mr&& fields);

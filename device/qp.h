@@ -91,6 +91,22 @@ struct AtomicReplay {
   bool valid = false;
 };
 
+// What a DCT keeps of a responder context it let go (DcTombstone): enough
+// for the DCI's next request of that connection to find its place again
+// (device/dc.cc restore_dc_context): a request below the expected PSN is a
+// duplicate, answered without being executed twice, an atomic from the
+// replay cache.
+struct DcTombstone {
+  uint32_t epoch = 0;
+  uint8_t number = 0;
+  uint32_t connect_psn = 0;
+  uint32_t epsn = 0;
+  uint32_t msn = 0;
+  uint64_t stamp = 0;  // the DCT's clock when it was let go (the oldest goes first)
+  std::array<AtomicReplay, kAtomicReplayDepth> atomic_replay{};
+  uint32_t atomic_replay_next = 0;
+};
+
 // The receive WQE the responder is filling.
 struct RecvInProgress {
   uint64_t wr_id = 0;
@@ -279,6 +295,7 @@ struct Qp {
   uint8_t dci_failed_count = 0;
   uint32_t dci_failed_streams = 0;
   std::unordered_map<DcSource, std::unique_ptr<Qp>, DcSourceHash> dc_contexts;  // DCT
+  std::unordered_map<DcSource, DcTombstone, DcSourceHash> dc_tombstones;        // DCT: contexts let go
 };
 
 }  // namespace uroce::device

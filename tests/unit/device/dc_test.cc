@@ -25,7 +25,7 @@ DeviceConfig mlx5_config() {
 
 class DcTest : public DeviceFixture {
  protected:
-  DcTest() : DeviceFixture(mlx5_config()) {}
+  explicit DcTest(const DeviceConfig& c = mlx5_config()) : DeviceFixture(c) {}
 
   void SetUp() override {
     DeviceFixture::SetUp();
@@ -404,6 +404,71 @@ TEST(DcPlainDevice, RefusedWithEopnotsupp) {
   ASSERT_EQ(r.err, 0);
   EXPECT_EQ(dev.make_dc(&o, r.value, abi::kDcInitiator, 0), EOPNOTSUPP);
   dev.release_owner(&o);
+}
+
+// A DCT that keeps two contexts, so that a third DCI lets one go.
+DeviceConfig two_contexts_config() {
+  DeviceConfig c = mlx5_config();
+  c.max_dc_contexts = 2;
+  return c;
+}
+class DcFewContextsTest : public DcTest {
+ protected:
+  DcFewContextsTest() : DcTest(two_contexts_config()) {}
+};
+
+// A context let go while its DCI still used it, after its ACK of a SEND
+// was lost: the DCI's retry (no connect: it was connected) finds the
+// context made again where it stood, so the SEND is answered as a
+// duplicate and lands once; the DCI goes on on that connection.
+TEST_F(DcFewContextsTest, AContextLetGoComesBackWhereItStood) {
+  const uint32_t s = srq(64);
+  for (int k = 0; k < 16; ++k) post_srq_recv(s, 100 + k, 4096 + k * 64, 64);
+  const uint32_t t = dct(s);
+  const uint32_t a = dci(/*timeout=*/8), b = dci(), c = dci();
+  send(a, 1, t);
+  ASSERT_TRUE(run());
+  ASSERT_EQ(drain_cq(dev_, scq_).size(), 1u);
+  ASSERT_EQ(drain_cq(dev_, rcq_).size(), 1u);
+  // a's second SEND lands; its ACK is lost.
+  send(a, 2, t);
+  for (int i = 0; i < 20; ++i) {
+    dev_.poll(now_);
+    for (net::Packet* p : DeviceTestPeer::take_in_flight(dev_)) {
+      const bool request = (p->framed || net::parse_roce_packet(*p, false) == net::ParseError::kOk) &&
+                           p->info().has(net::kHasDcEth);
+      if (request) DeviceTestPeer::requeue(dev_, p);
+      else DeviceTestPeer::drop(dev_, p);
+    }
+  }
+  ASSERT_EQ(drain_cq(dev_, rcq_).size(), 1u) << "the SEND landed";
+  EXPECT_TRUE(drain_cq(dev_, scq_).empty()) << "its ACK was lost";
+  // Two more DCIs: the DCT lets a's idle context go.
+  send(b, 3, t);
+  send(c, 4, t);
+  ASSERT_TRUE(run());
+  EXPECT_EQ(dev_.counters().dc_contexts_evicted, 1u);
+  EXPECT_EQ(drain_cq(dev_, rcq_).size(), 2u);
+  EXPECT_EQ(drain_cq(dev_, scq_).size(), 2u);
+  // a's local ACK timeout: the SEND again, which the context made again
+  // from what the DCT kept answers as a duplicate.
+  const uint64_t dups = dev_.counters().rx_duplicate;
+  ASSERT_TRUE(advance(10'000'000));
+  EXPECT_EQ(dev_.counters().dc_contexts_restored, 1u);
+  EXPECT_EQ(dev_.counters().rx_duplicate, dups + 1);
+  EXPECT_EQ(dev_.counters().dc_no_context, 0u);
+  EXPECT_TRUE(drain_cq(dev_, rcq_).empty()) << "the SEND was delivered twice";
+  auto sent = drain_cq(dev_, scq_);
+  ASSERT_EQ(sent.size(), 1u);
+  EXPECT_EQ(sent[0].wr_id, 2u);
+  EXPECT_EQ(sent[0].status, IBV_WC_SUCCESS);
+  // And on: a's next SEND on the same connection.
+  send(a, 5, t);
+  ASSERT_TRUE(run());
+  auto next = drain_cq(dev_, scq_);
+  ASSERT_EQ(next.size(), 1u);
+  EXPECT_EQ(next[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(drain_cq(dev_, rcq_).size(), 1u);
 }
 
 }  // namespace
