@@ -215,15 +215,19 @@ class Device {
   // armed, so the engine can sleep; -1 when the port has none. Armed, it
   // wakes for the frames the engine serves, or for all while flow rules may
   // claim any frame.
-  // It stays armed across naps that end without a frame (net/af_packet_wakeup.h):
-  // `*switched` says whether arming changed its filter now.
+  // It stays armed while the engine works (net/af_packet_wakeup.h): the
+  // engine calls this before each sleep, which arms it (switching the filter
+  // only when flow rules changed which frames should wake) and drains what
+  // the busy time queued, so that only a later frame makes the fd readable.
   int wire_wakeup_fd() const { return wakeup_.fd(); }
-  bool arm_wire_wakeup(bool* switched) {
+  bool arm_wire_wakeup() {
     using Frames = net::AfPacketWakeup::Frames;
-    return wakeup_.fd() >= 0 && wakeup_.arm(steering_.active() ? Frames::kAll : Frames::kEngines, switched);
+    if (wakeup_.fd() < 0 || !wakeup_.arm(steering_.active() ? Frames::kAll : Frames::kEngines)) return false;
+    wakeup_.drain();
+    return true;
   }
   bool wire_wakeup_armed() const { return wakeup_.armed(); }
-  void disarm_wire_wakeup() { counters_.wire_wakeups += uint64_t(wakeup_.disarm()); }
+  void count_wire_wakeup() { ++counters_.wire_wakeups; }
   std::string set_fault(PortId port, const net::FaultConfig& config);
   // Writes every frame crossing a port (loopback frames once) to a pcap file.
   std::string start_capture(const std::string& path, uint64_t max_frames);

@@ -260,15 +260,10 @@ void Engine::wait_wire_wakeup() {
   wire_wakeup_.async_wait(boost::asio::posix::descriptor_base::wait_read,
                           [this](const boost::system::error_code& ec) {
                             wire_wait_pending_ = false;
-                            // Readable while disarmed: the last of what the
-                            // disarm drained, no news.
-                            if (!ec && device_.wire_wakeup_armed()) wire_frame_seen_ = true;
+                            // Readable: a frame came (or one queued before the
+                            // last drain, seen late: one spare turn of the loop).
+                            if (!ec) wire_frame_seen_ = true;
                           });
-}
-
-void Engine::disarm_wire_wakeup() {
-  device_.disarm_wire_wakeup();  // drains the fd: a pending wait stays valid
-  wire_frame_seen_ = false;
 }
 
 void Engine::close_session(Session* s) {
@@ -442,8 +437,6 @@ void Engine::run() {
     if (device_.poll(now)) {
       last_work = now;
       sysfs_counters_stale_ = true;
-      // Busy: frames must not be filtered and queued for a sleeper.
-      if (device_.wire_wakeup_armed()) [[unlikely]] disarm_wire_wakeup();
       continue;
     }
     io_.poll();
@@ -455,6 +448,12 @@ void Engine::run() {
     }
 
     const uint64_t sysfs_due_ns = refresh_sysfs_counters(now, std::max<uint64_t>(now - last_work, 1));
+    // A wire port wakes us through its af_packet fd, armed all along: drain
+    // what the busy time queued there before the last look below, so that a
+    // frame before the drain is found by that look and one after it makes the
+    // fd readable. No filter is switched per nap (net/af_packet_wakeup.h).
+    const bool wire_armed = device_.has_wire() && device_.arm_wire_wakeup();
+    wire_frame_seen_ = false;
     // Going to sleep: announce it, then look once more so a doorbell that
     // raced with the announcement is not lost (the client checks `sleeping`
     // after publishing; both sides fence).
@@ -464,7 +463,6 @@ void Engine::run() {
       shared_->sleeping.store(0, std::memory_order_relaxed);
       last_work = monotonic_ns();
       sysfs_counters_stale_ = true;
-      if (device_.wire_wakeup_armed()) disarm_wire_wakeup();
       continue;
     }
     // Counters due for sysfs: wake for them, unless a wire port's nap
@@ -474,24 +472,17 @@ void Engine::run() {
       const uint64_t t = monotonic_ns();
       wait_ns = deadline > t ? std::min(wait_ns, deadline - t) : 0;
     }
-    // A wire port wakes us through its af_packet fd; without one, nap briefly.
-    // The fd stays armed, and the wait on it pending, across naps that end
-    // without a frame: an idle engine's nap is one epoll_wait, not two
-    // filter switches (each compiled by the kernel) and an epoll_ctl.
+    // Without the fd (not af_packet, or the filter failed), nap briefly.
     if (device_.has_wire()) {
-      bool switched = false;
-      if (device_.arm_wire_wakeup(&switched)) {
+      if (wire_armed) {
         wait_wire_wakeup();
         wait_ns = std::min(wait_ns, config_.wire_max_sleep_ns);
-        if (switched && device_.poll(monotonic_ns())) wait_ns = 0;  // a frame slipped in while arming
       } else {
         wait_ns = std::min(wait_ns, config_.wire_nap_ns);
       }
     }
     if (wait_ns) io_.run_one_for(std::chrono::nanoseconds(wait_ns));
-    // Frames woke us: drain the fd (else it stays readable and every wait
-    // ends at once) and poll without the filter.
-    if (wire_frame_seen_) disarm_wire_wakeup();
+    if (wire_frame_seen_) device_.count_wire_wakeup();
     if (io_.stopped()) io_.restart();
     shared_->sleeping.store(0, std::memory_order_relaxed);
     // No last_work update: if the wakeup brought work, the next poll finds it

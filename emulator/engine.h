@@ -113,8 +113,6 @@ class Engine {
   // Waits for the af_packet wakeup fd (once: the wait stays pending across
   // naps that end without a frame).
   void wait_wire_wakeup();
-  // Back to polling the wire without the wakeup filter (the engine has work).
-  void disarm_wire_wakeup();
   void remove_files();
   // The interface the device is bound to (device/addresses.cc): its
   // addresses as GIDs, its netlink news, the UDP sockets on the RoCE port.
@@ -134,7 +132,7 @@ class Engine {
   boost::asio::posix::stream_descriptor doorbell_;
   boost::asio::posix::stream_descriptor wire_wakeup_;  // af_packet: a frame arrived
   bool wire_wait_pending_ = false;  // an async_wait on wire_wakeup_ is outstanding
-  bool wire_frame_seen_ = false;    // it completed: frames are queued on the fd
+  bool wire_frame_seen_ = false;    // it completed since the last drain: a frame woke us
   net::Netdev netdev_;
   net::UdpPortGuard port_guard_;
   boost::asio::posix::stream_descriptor netdev_events_, guard4_, guard6_;

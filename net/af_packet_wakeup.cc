@@ -119,6 +119,11 @@ bool AfPacketWakeup::arm(Frames which, bool* switched) {
 int AfPacketWakeup::disarm() {
   if (fd_ < 0 || filter_ == Filter::kNone) return 0;
   set_filter(Filter::kNone);
+  return drain();
+}
+
+int AfPacketWakeup::drain() {
+  if (fd_ < 0) return 0;
   int n = 0;
   char byte;
   while (recv(fd_, &byte, 1, MSG_DONTWAIT | MSG_TRUNC) >= 0) ++n;

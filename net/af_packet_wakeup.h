@@ -12,16 +12,19 @@
 // interface (--netdev) is not woken by the kernel's own traffic. Use it like
 // the doorbell protocol:
 //
-//   wakeup.arm(which);                  // 1. frames from now on wake us
-//   if (!poll_port_once()) wait(fd);    // 2. poll once more, then block
-//   wakeup.disarm();                    // 3. back to polling
+//   wakeup.arm(which);                  // 1. once: frames from now on queue
+//   wakeup.drain();                     // 2. before each sleep: forget them
+//   if (!poll_port_once()) wait(fd);    // 3. poll once more, then block
 //
-// A frame that landed before arm() is seen by the last poll; one after it
-// makes the fd readable. Switching the filter is the costly part (the kernel
-// checks and compiles each program it is given): arm() on an armed socket
-// with the same frames does nothing, so an engine whose nap ended without a
-// frame sleeps again without a system call here, and disarms only when it
-// has work.
+// A frame that landed before drain() is seen by the last poll; one after it
+// makes the fd readable. The socket stays armed while the engine works: the
+// kernel queues at most SO_RCVBUF's worth (a few frames) and then drops each
+// frame after the filter without copying it, so a busy engine makes no
+// system call here and a sleep costs one drain (a few recv calls). Switching
+// the filter is the costly part (the kernel checks and JIT-compiles each
+// program it is given, and frees the old one through a worker): it happens
+// only when the frames that should wake the engine change (flow rules), not
+// per nap. disarm() (drop everything) is for a user that stops sleeping on it.
 #pragma once
 
 #include <cstdint>
@@ -52,6 +55,9 @@ class AfPacketWakeup {
   // `which` already, and a frame since then has made fd() readable).
   bool arm(Frames which = Frames::kEngines, bool* switched = nullptr);
   bool armed() const { return filter_ != Filter::kNone; }
+  // Empties the queue: fd() is readable again only for a frame that arrives
+  // after. Returns the number of frames drained.
+  int drain();
   // Stops queueing frames and drains what was queued (nothing when not
   // armed). Returns the number of frames drained (a wakeup count).
   int disarm();

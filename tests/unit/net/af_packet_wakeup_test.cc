@@ -1,6 +1,7 @@
 // Tests for net/af_packet_wakeup.cc on the loopback interface: the fd stays
 // quiet while disarmed, becomes readable for a frame while armed, and
-// disarm() drains it; arming an armed one changes nothing; armed for the
+// disarm() drains it; arming an armed one changes nothing; drain() empties
+// it and leaves it armed; armed for the
 // engine's frames, only RoCEv2 (IPv4 and IPv6) wakes it, not other UDP.
 // Needs CAP_NET_RAW (skipped without).
 #include "net/af_packet_wakeup.h"
@@ -230,6 +231,31 @@ TEST(AfPacketWakeup, StaysArmedUntilDisarmed) {
   EXPECT_EQ(w.disarm(), 0);  // disarmed already: nothing to do
   send_udp(4791);
   EXPECT_FALSE(readable(w.fd(), 50));
+}
+
+// The engine's use: armed once, drained before each sleep. A drain forgets
+// what was queued (the busy engine polled those frames) and leaves the
+// socket armed, so the next frame makes it readable again, without any
+// filter switched.
+TEST(AfPacketWakeup, DrainKeepsItArmedForTheNextFrame) {
+  AfPacketWakeup w;
+  OPEN_ON_LO(w);
+  bool switched = false;
+  ASSERT_TRUE(w.arm(AfPacketWakeup::Frames::kEngines, &switched));
+  EXPECT_TRUE(switched);
+  for (int i = 0; i < 3; ++i) send_udp(4791);
+  EXPECT_TRUE(readable(w.fd(), 2000));
+  EXPECT_GE(w.drain(), 1);
+  EXPECT_FALSE(readable(w.fd(), 0));
+  EXPECT_TRUE(w.armed());
+  ASSERT_TRUE(w.arm(AfPacketWakeup::Frames::kEngines, &switched));
+  EXPECT_FALSE(switched);
+  send_udp(9);  // still only the engine's frames
+  EXPECT_FALSE(readable(w.fd(), 100));
+  send_udp(4791);
+  EXPECT_TRUE(readable(w.fd(), 2000));
+  EXPECT_EQ(w.drain(), 1);
+  EXPECT_EQ(w.drain(), 0);
 }
 
 // With flow rules a raw packet QP may want any frame.
