@@ -33,7 +33,11 @@ std::string AfPacketWakeup::open(const std::string& iface) {
   fd_ = socket(AF_PACKET, SOCK_RAW | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd_ < 0) return std::string("AF_PACKET socket: ") + std::strerror(errno);
   std::string err;
-  const int one = 1, small = 4096;
+  // The smallest receive buffer the kernel allows (it rounds up to
+  // SOCK_MIN_RCVBUF): the first frame after a drain is queued, and the ones
+  // after it are dropped by packet_rcv before it clones and trims them. Each
+  // queued frame costs a clone, a trim and a wakeup on the receiving CPU.
+  const int one = 1, small = 1;
   sockaddr_ll addr = {};
   addr.sll_family = AF_PACKET;
   addr.sll_protocol = htons(ETH_P_ALL);
