@@ -235,8 +235,7 @@ void Device::emit(net::Packet* p, PortId port) {
   // The engine's own frames on the wire (RoCE): SNIFFER rules get a copy.
   // (Loopback frames meet every rule when the loopback hands them back.)
   if (steering_.has_sniffers()) [[unlikely]] sniff_sent(*p);
-  wire_->tx(p);  // copies into an mbuf
-  pool_.put(p);
+  wire_->send(p, pool_);  // lent to the driver, or copied
 }
 
 void Device::send_arp_request(const net::Ipv4Addr& ip) {
@@ -252,8 +251,7 @@ void Device::send_arp_request(const net::Ipv4Addr& ip) {
   net::build_arp_request(*p, config_.mac, config_.ip, ip);
   if (config_.vlan >= 0) net::add_vlan_tag(*p, uint16_t(config_.vlan));
   capture(*p);
-  wire_->tx(p);
-  pool_.put(p);
+  wire_->send(p, pool_);
 }
 
 void Device::send_ndp_solicitation(const net::Ipv6Addr& ip) {
@@ -268,8 +266,7 @@ void Device::send_ndp_solicitation(const net::Ipv6Addr& ip) {
   net::build_ndp_solicitation(*p, config_.mac, config_.ip6, ip);
   if (config_.vlan >= 0) net::add_vlan_tag(*p, uint16_t(config_.vlan));
   capture(*p);
-  wire_->tx(p);
-  pool_.put(p);
+  wire_->send(p, pool_);
 }
 
 bool Device::poll_wire_rx() {

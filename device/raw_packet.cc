@@ -105,8 +105,7 @@ void Device::transmit_raw(Qp& qp, net::Packet* p) {
   }
   ++counters_.tx_packets;
   capture(*p);
-  wire_->tx(p);
-  pool_.put(p);
+  wire_->send(p, pool_);
 }
 
 // ---- receive -------------------------------------------------------------

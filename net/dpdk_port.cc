@@ -460,6 +460,9 @@ std::string DpdkPort::open(const DpdkPortConfig& config) {
   af_packet_fd_ = af_packet ? find_af_packet_socket(devarg(config.spec, "iface")) : -1;
   af_packet_drops_ = 0;
   pool_ = pool;
+  // net_af_packet copies each frame into its ring with the CPU and frees
+  // the mbuf at once: engine frames can be lent to it (send()).
+  set_up_loans(af_packet);
   return "";
 }
 

@@ -1,7 +1,9 @@
 // A DPDK ethdev port: a NIC by PCI address or any vdev (net_af_packet,
 // net_tap, net_memif, ...), one RX and one TX queue, polled by the engine
 // thread. Frames are copied between mbufs and net::Packet buffers, so the rest
-// of the engine never sees DPDK types and only net/ needs DPDK's headers.
+// of the engine never sees DPDK types and only net/ needs DPDK's headers;
+// on net_af_packet, whose driver copies each frame into its ring with the
+// CPU, a frame sent is lent to the mbuf instead (send()).
 //
 // Control path (open, close, stats): net/dpdk_port.cc; may allocate and log.
 // Datapath (rx_burst, tx, flush): net/dpdk_port_datapath.cc; no exceptions, no
@@ -15,6 +17,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -91,10 +94,10 @@ class DpdkPort {
   static constexpr size_t kTxQueue = 512;
   static constexpr uint16_t kJumboMtu = 9000;    // sizing when the MTU is kept
 
-  DpdkPort() = default;
+  DpdkPort();
   DpdkPort(const DpdkPort&) = delete;
   DpdkPort& operator=(const DpdkPort&) = delete;
-  ~DpdkPort() { close(); }
+  ~DpdkPort();
 
   // Control path. Initialises EAL if this process has not yet (a failed EAL
   // initialisation is final for the process: later calls return the same
@@ -116,6 +119,12 @@ class DpdkPort {
   // queued frames are flushed. p stays the caller's. Dropped (tx_ring_full)
   // only when kTxQueue frames are already waiting for the driver.
   void tx(const Packet* p);
+  // Sends p and gives it back to pool. On net_af_packet p's buffer is
+  // attached to the mbuf as an external buffer (the driver copies it into
+  // its ring and frees the mbuf within the flush, which puts p back): no
+  // copy here. Elsewhere (a NIC's DMA cannot reach engine memory) tx() and
+  // pool.put(p).
+  void send(Packet* p, PacketPool& pool);
   // Hands the queued frames to the driver; what its full ring refuses stays
   // queued, in order, for the next flush (back-pressure, not loss). Returns
   // the frames sent. Call once per poll-loop iteration.
@@ -142,6 +151,9 @@ class DpdkPort {
   static std::vector<std::string> eal_args();
 
  private:
+  struct TxLoan;  // a Packet lent to an mbuf (net/dpdk_port_datapath.cc)
+  static void return_loan(void* addr, void* loan);
+  void set_up_loans(bool lend);
   rte_mempool* pool_ = nullptr;
   uint16_t port_id_ = 0;
   uint16_t mtu_ = 0;
@@ -152,6 +164,11 @@ class DpdkPort {
   rte_mbuf* tx_buf_[kTxQueue] = {};
   uint32_t tx_len_[kTxQueue] = {};
   size_t tx_count_ = 0;
+  // Lending frames to mbufs (net_af_packet): one loan per frame the TX queue
+  // can hold, on a free list; none left (a driver that keeps mbufs) copies.
+  bool lend_tx_ = false;
+  std::unique_ptr<TxLoan[]> loans_;
+  TxLoan* free_loans_ = nullptr;
   // net_af_packet: the PMD's packet socket, whose ring drops (tp_drops) are
   // the port's rx_missed; -1 otherwise.
   int af_packet_fd_ = -1;
