@@ -482,6 +482,7 @@ void Engine::run() {
       }
     }
     if (wait_ns) io_.run_one_for(std::chrono::nanoseconds(wait_ns));
+    idle_.woke(monotonic_ns());
     if (wire_frame_seen_) device_.count_wire_wakeup();
     if (io_.stopped()) io_.restart();
     shared_->sleeping.store(0, std::memory_order_relaxed);
