@@ -49,7 +49,7 @@ Commands:
                       take the engine's port down or up: clients get
                       IBV_EVENT_PORT_ERR / IBV_EVENT_PORT_ACTIVE, traffic stops
   bench [--quick] [--out DIR] [--no-two-hosts] [--keep] [--only PARTS]
-        [--against BUILD [--runs N] [--tolerance F]]
+        [--load N] [--against BUILD [--runs N] [--tolerance F]]
                       run perftest through engines of its own beside the
                       baselines (memcpy, shared memory, TCP); table, JSON, SVG;
                       with --against, an A/B of this build and BUILD
@@ -241,6 +241,10 @@ void declare_bench(CLI::App& app, CommandLine& cl) {
          "--only", pass_option("--only"),
          "comma-separated parts to run: baselines, idle, perftest, ...")
       ->type_name("PARTS");
+  sub->add_option_function<std::string>(
+         "--load", pass_option("--load"),
+         "N busy processes (shell loops, a session each) beside the runs: the documented load")
+      ->type_name("N");
   sub->add_option_function<std::string>(
          "--against", pass_option("--against"),
          "A/B: run this build and BUILD (a build directory) alternately and compare the medians")

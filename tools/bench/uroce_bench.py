@@ -232,6 +232,19 @@ class Bench:
         if p in self.children:
             self.children.remove(p)
 
+    def start_load(self):
+        """--load N: N busy shell loops, each in a session of its own (another
+        terminal's job), for the whole run; cleanup() ends them."""
+        n = getattr(self.opts, "load", 0) or 0
+        self.results["machine"]["load_spinners"] = n
+        for _ in range(n):
+            p = subprocess.Popen(["sh", "-c", "while :; do :; done"], stdin=subprocess.DEVNULL,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+            self.children.append(p)
+        if n:
+            time.sleep(1)  # let the load average see them
+            self.log("load: %d busy processes (load average now %.2f)" % (n, os.getloadavg()[0]))
+
     def cleanup(self):
         for p in list(self.children):
             self.kill(p)
@@ -1316,6 +1329,7 @@ class Bench:
         only = set(self.opts.only.split(",")) if self.opts.only else None
         want = lambda part: only is None or part in only
         self.machine()
+        self.start_load()
         if want("baselines"):
             self.baselines()
         if want("perftest") or want("idle") or want("scale") or want("tag_matching") or want("raw_ethernet"):
@@ -1476,7 +1490,7 @@ def run_ab(opts):
     out = os.path.abspath(opts.out)
     os.makedirs(out, exist_ok=True)
     passed = (["--quick"] if opts.quick else []) + (["--only", opts.only] if opts.only else []) + \
-        (["--no-two-hosts"] if opts.no_two_hosts else [])
+        (["--no-two-hosts"] if opts.no_two_hosts else []) + (["--load", str(opts.load)] if opts.load else [])
     values = {label: {} for label, _ in builds}
     rows_seen = {}
     failures = 0
@@ -1553,6 +1567,9 @@ def main():
     ap.add_argument("--runs", type=int, default=5, help="runs per build with --against (default 5)")
     ap.add_argument("--tolerance", type=float, default=0.05,
                     help="with --against: how much worse a median may be before it is called worse (default 0.05)")
+    ap.add_argument("--load", type=int, default=0, metavar="N",
+                    help="N busy processes beside the runs (each `sh -c 'while :; do :; done'` in a session of its "
+                         "own, as a job started from another terminal; none by default): the documented load")
     ap.add_argument("--uroce", default=None, help=argparse.SUPPRESS)
     opts = ap.parse_args()
     if not opts.uroce:
