@@ -180,80 +180,16 @@ size_t DpdkPort::flush() {
 
 #else  // !UROCE_HAVE_DPDK: open() always fails, so nothing flows.
 
+struct DpdkPort::TxLoan {};
+DpdkPort::DpdkPort() = default;
+DpdkPort::~DpdkPort() { close(); }
+void DpdkPort::set_up_loans(bool) {}
 size_t DpdkPort::rx_burst(Packet**, size_t, PacketPool&) { return 0; }
 void DpdkPort::tx(const Packet*) { ++counters_.tx_port_closed; }
 void DpdkPort::send(Packet* p, PacketPool& pool) {
   tx(p);
   pool.put(p);
 }
-struct DpdkPort::TxLoan {};
-void DpdkPort::set_up_loans(bool) {}
-DpdkPort::DpdkPort() = default;
-DpdkPort::~DpdkPort() { close(); }
-// A frame lent to an mbuf: the mbuf's shared info for the external buffer
-// (its reference count and the callback that ends the loan), and where the
-// Packet goes back.
-struct DpdkPort::TxLoan {
-  rte_mbuf_ext_shared_info shinfo;
-  DpdkPort* port;
-  Packet* packet;
-  PacketPool* pool;
-  TxLoan* next_free;
-};
-
-// rte_pktmbuf_free's callback when the driver is done with the mbuf.
-void DpdkPort::return_loan(void*, void* opaque) {
-  TxLoan* loan = static_cast<TxLoan*>(opaque);
-  loan->pool->put(loan->packet);
-  loan->packet = nullptr;
-  loan->next_free = loan->port->free_loans_;
-  loan->port->free_loans_ = loan;
-}
-
-void DpdkPort::set_up_loans(bool lend) {
-  lend_tx_ = lend;
-  free_loans_ = nullptr;
-  if (!lend) return;
-  if (!loans_) loans_.reset(new TxLoan[kTxQueue]);
-  for (size_t i = 0; i < kTxQueue; ++i) {
-    TxLoan& l = loans_[i];
-    l = {};
-    l.shinfo.free_cb = return_loan;
-    l.shinfo.fcb_opaque = &l;
-    l.port = this;
-    l.next_free = free_loans_;
-    free_loans_ = &l;
-  }
-}
-
-DpdkPort::DpdkPort() = default;
-DpdkPort::~DpdkPort() { close(); }
-
-void DpdkPort::send(Packet* p, PacketPool& pool) {
-  TxLoan* loan = free_loans_;
-  if (!lend_tx_ || !loan || !pool_ || p->len > mbuf_data_room_ || tx_count_ == kTxQueue) {
-    tx(p);
-    pool.put(p);
-    return;
-  }
-  rte_mbuf* m = rte_pktmbuf_alloc(pool_);
-  if (!m) [[unlikely]] {
-    tx(p);  // pushes what is queued, tries again, counts the drop
-    pool.put(p);
-    return;
-  }
-  free_loans_ = loan->next_free;
-  loan->packet = p;
-  loan->pool = &pool;
-  rte_mbuf_ext_refcnt_set(&loan->shinfo, 1);
-  rte_pktmbuf_attach_extbuf(m, p->data, 0, uint16_t(sizeof(p->data)), &loan->shinfo);
-  m->data_len = uint16_t(p->len);
-  m->pkt_len = p->len;
-  tx_len_[tx_count_] = p->len;
-  tx_buf_[tx_count_++] = m;
-  if (tx_count_ >= kBurst) flush();
-}
-
 size_t DpdkPort::flush() { return 0; }
 
 #endif  // UROCE_HAVE_DPDK
