@@ -18,7 +18,7 @@ _uroce_options() {
     fault) echo "--name --port --help" ;;
     capture) echo "--name -w --count --seconds --help" ;;
     port) echo "--name --help" ;;
-    bench) echo "--quick --out --no-two-hosts --keep --only --against --runs --tolerance --help" ;;
+    bench) echo "--quick --out --no-two-hosts --keep --only --load --against --runs --tolerance --help" ;;
   esac
 }
 
