@@ -138,7 +138,7 @@ class CmAgent final : public device::Qp1Agent {
   std::vector<uint16_t> listening_ports() const;
   uint64_t events_dropped() const { return events_dropped_; }
 
-  // ---- the remote half (cm_wire.cc) ----
+  // ---- the remote half (cm_wire.cc; MADs received: cm_wire_receive.cc) ----
   void attach_wire(CmWire wire) { wire_ = std::move(wire); }
   // A CM MAD that reached the GSI: sgid is the sender's port GID (its IP
   // source), dgid ours that it was sent to.
@@ -264,7 +264,7 @@ class CmAgent final : public device::Qp1Agent {
   // Ends id's side of a connection as destroying it does.
   void abandon(uint64_t h);
 
-  // ---- the remote half (cm_wire.cc) ----
+  // ---- the remote half (cm_wire.cc; MADs received: cm_wire_receive.cc) ----
   bool wire_up() const { return wire_.send && wire_.has_route && wire_.has_route(); }
   int resolve_remote(Id& id, uint64_t h, const abi::CmResolveAddrRequest& r, abi::CmBindReply* rep);
   int connect_remote(Id& id, uint64_t h, const abi::CmConnectRequest& r);
