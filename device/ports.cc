@@ -21,6 +21,19 @@ ibv_mtu mtu_for_frames(uint16_t if_mtu) {
   return IBV_MTU_256;
 }
 
+// A locally administered unicast MAC of the interface's and the engine's
+// addresses (FNV-1a): stable across restarts, one per address on a link.
+std::array<uint8_t, 6> own_mac(const std::array<uint8_t, 6>& port_mac, const std::array<uint8_t, 4>& ip,
+                               const std::array<uint8_t, 16>& ip6) {
+  uint32_t h = 2166136261u;
+  auto mix = [&h](uint8_t b) { h = (h ^ b) * 16777619u; };
+  for (uint8_t b : port_mac) mix(b);
+  for (uint8_t b : ip) mix(b);
+  for (uint8_t b : ip6) mix(b);
+  const uint8_t first = uint8_t(((port_mac[0] ^ (h >> 24)) | 0x02) & ~0x01);
+  return {first, uint8_t(h >> 16), uint8_t(h >> 8), uint8_t(h), port_mac[4], port_mac[5]};
+}
+
 }  // namespace
 
 std::string Device::open_wire_port() {
@@ -31,7 +44,20 @@ std::string Device::open_wire_port() {
   cfg.use_hugepages = config_.use_hugepages;
   auto port = std::make_unique<net::DpdkPort>();
   if (std::string err = port->open(cfg); !err.empty()) return err;
-  if (config_.mac_from_port) config_.mac = port->mac();
+  if (config_.mac_from_port) {
+    config_.mac = port->mac();
+    // An engine with addresses of its own (--ip/--ip6) is a host of its own
+    // on the link, as a macvlan is: with the interface's MAC its frames would
+    // be the kernel's too, climb its IP stack and be dropped there after a
+    // route lookup (a tenth of the sending CPU between two engines on a
+    // veth), and its link-local GID would be the kernel's link-local address.
+    // Bound to the interface (--netdev), it shares the kernel's MAC as rxe
+    // does. Where the interface cannot take a second MAC, the port's.
+    if (config_.netdev.empty()) {
+      const std::array<uint8_t, 6> own = own_mac(port->mac(), config_.ip, config_.ip6);
+      if (port->accept_unicast(own).empty()) config_.mac = own;
+    }
+  }
   const std::string iface = net::af_packet_iface(config_.port_spec);
   if (!iface.empty()) wakeup_.open(iface);  // no fd: the engine sleeps in short naps
   wire_ = std::move(port);

@@ -101,7 +101,8 @@ std::optional<EngineConfig> parse_command_line(int argc, const char* const* argv
                      "invalid IPv6 address"));
   app.add_option_function<std::string>(
          "--mac", [&](const std::string& mac) { mac_given = parse_mac(mac, dev.mac); },
-         "its MAC address (default: from NAME and the address, or the NIC's with --port)")
+         "its MAC address (default: from NAME and the address; with --port on a kernel interface, "
+         "one of its own that the interface also accepts; on a DPDK NIC, the NIC's)")
       ->type_name("MAC")
       ->check(parses([](const std::string& mac) { std::array<uint8_t, 6> m; return parse_mac(mac, m); },
                      "invalid MAC address"));

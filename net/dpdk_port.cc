@@ -480,6 +480,22 @@ void DpdkPort::close() {
   af_packet_fd_ = -1;  // the PMD closed it
 }
 
+std::string DpdkPort::accept_unicast(const std::array<uint8_t, 6>& mac) {
+  if (af_packet_fd_ < 0) return "not a net_af_packet port";
+  sockaddr_ll addr = {};
+  socklen_t alen = sizeof(addr);
+  if (getsockname(af_packet_fd_, reinterpret_cast<sockaddr*>(&addr), &alen) != 0)
+    return std::string("getsockname: ") + std::strerror(errno);
+  packet_mreq mr = {};
+  mr.mr_ifindex = addr.sll_ifindex;
+  mr.mr_type = PACKET_MR_UNICAST;
+  mr.mr_alen = 6;
+  std::copy(mac.begin(), mac.end(), mr.mr_address);
+  if (setsockopt(af_packet_fd_, SOL_PACKET, PACKET_ADD_MEMBERSHIP, &mr, sizeof(mr)) != 0)
+    return std::string("PACKET_ADD_MEMBERSHIP: ") + std::strerror(errno);
+  return "";
+}
+
 void DpdkPort::refresh_hw_counters() {
   if (!is_open()) return;
   rte_eth_stats st;
@@ -515,6 +531,7 @@ std::string DpdkPort::open(const DpdkPortConfig&) {
 void DpdkPort::close() {}
 void DpdkPort::refresh_hw_counters() {}
 bool DpdkPort::link_up() const { return false; }
+std::string DpdkPort::accept_unicast(const std::array<uint8_t, 6>&) { return "built without DPDK"; }
 
 #endif  // UROCE_HAVE_DPDK
 

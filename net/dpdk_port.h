@@ -142,6 +142,11 @@ class DpdkPort {
   std::string stats_text() const;
 
   const std::array<uint8_t, 6>& mac() const { return mac_; }
+  // net_af_packet: has the interface accept frames to mac besides its own
+  // (PACKET_MR_UNICAST: the kernel adds it to the NIC's unicast filter, or
+  // turns on promiscuous mode where there is none, as for a macvlan; held
+  // while the port is open). "" or the reason.
+  std::string accept_unicast(const std::array<uint8_t, 6>& mac);
   uint16_t mtu() const { return mtu_; }
   uint16_t port_id() const { return port_id_; }
   const std::string& device_name() const { return device_name_; }
