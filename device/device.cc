@@ -533,6 +533,7 @@ void Device::release_owner(Owner* o) {
   std::vector<uint32_t> flows;
   steering_.for_each([&](uint32_t h, const Flow& f) { if (f.owner == o) flows.push_back(h); });
   for (uint32_t h : flows) steering_.remove(h);
+  if (!flows.empty()) wire_frames_changed();
   std::vector<uint64_t> handles;
   qps_.for_each([&](uint32_t, Qp& q) {
     for (const Qp::OpenedHandle& h : q.opened_by)

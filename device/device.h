@@ -211,22 +211,21 @@ class Device {
   // Opens the DPDK port of config().port_spec; "" or the reason it failed.
   std::string open_wire_port();
   bool has_wire() const { return wire_ != nullptr; }
-  // An fd that becomes readable when a frame reaches an af_packet port while
-  // armed, so the engine can sleep; -1 when the port has none. Armed, it
-  // wakes for the frames the engine serves, or for all while flow rules may
-  // claim any frame.
-  // It stays armed while the engine works (net/af_packet_wakeup.h): the
-  // engine calls this before each sleep, which arms it (switching the filter
-  // only when flow rules changed which frames should wake) and drains what
-  // the busy time queued, so that only a later frame makes the fd readable.
+  // An fd that is readable while a frame waits in an af_packet port's ring,
+  // so the engine can sleep; -1 when the port has none. Its filter lets in
+  // the frames the engine serves, or all while flow rules may claim any
+  // (net/af_packet_wakeup.h); the engine calls this before each sleep.
   int wire_wakeup_fd() const { return wakeup_.fd(); }
-  bool arm_wire_wakeup() {
-    using Frames = net::AfPacketWakeup::Frames;
-    if (wakeup_.fd() < 0 || !wakeup_.arm(steering_.active() ? Frames::kAll : Frames::kEngines)) return false;
-    wakeup_.drain();
-    return true;
-  }
+  bool arm_wire_wakeup() { return wakeup_.is_attached() && wakeup_.arm(wire_frames()); }
   bool wire_wakeup_armed() const { return wakeup_.armed(); }
+  // The frames the wire port's ring takes: every frame while flow rules may
+  // claim any, else the engine's own. Switched when flows come and go.
+  net::AfPacketWakeup::Frames wire_frames() const {
+    return steering_.active() ? net::AfPacketWakeup::Frames::kAll : net::AfPacketWakeup::Frames::kEngines;
+  }
+  void wire_frames_changed() {
+    if (wakeup_.is_attached()) wakeup_.arm(wire_frames());
+  }
   void count_wire_wakeup() { ++counters_.wire_wakeups; }
   std::string set_fault(PortId port, const net::FaultConfig& config);
   // Writes every frame crossing a port (loopback frames once) to a pcap file.

@@ -68,13 +68,16 @@ Result<uint32_t> Device::create_flow(Owner* o, uint32_t qpn, const abi::CreateFl
     f->match.mask = req.mask;
     f->match.protocols = req.protocols;
   }
-  return {0, steering_.add(std::move(f))};
+  const uint32_t handle = steering_.add(std::move(f));
+  wire_frames_changed();  // the first flow opens the port's filter to every frame
+  return {0, handle};
 }
 
 int Device::destroy_flow(Owner* o, uint32_t handle) {
   const Flow* f = steering_.get(handle);
   if (!f || f->owner != o) return EINVAL;
   steering_.remove(handle);
+  wire_frames_changed();
   return 0;
 }
 

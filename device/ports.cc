@@ -58,8 +58,8 @@ std::string Device::open_wire_port() {
       if (port->accept_unicast(own).empty()) config_.mac = own;
     }
   }
-  const std::string iface = net::af_packet_iface(config_.port_spec);
-  if (!iface.empty()) wakeup_.open(iface);  // no fd: the engine sleeps in short naps
+  // No fd (not af_packet, or no filter): the engine sleeps in short naps.
+  if (port->af_packet_socket() >= 0) wakeup_.attach(port->af_packet_socket());
   wire_ = std::move(port);
   init_info();
   info_.port.max_mtu = info_.port.active_mtu = mtu_for_frames(wire_->mtu());

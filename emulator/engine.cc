@@ -260,8 +260,7 @@ void Engine::wait_wire_wakeup() {
   wire_wakeup_.async_wait(boost::asio::posix::descriptor_base::wait_read,
                           [this](const boost::system::error_code& ec) {
                             wire_wait_pending_ = false;
-                            // Readable: a frame came (or one queued before the
-                            // last drain, seen late: one spare turn of the loop).
+                            // Readable: a frame waits in the port's ring.
                             if (!ec) wire_frame_seen_ = true;
                           });
 }
@@ -448,10 +447,10 @@ void Engine::run() {
     }
 
     const uint64_t sysfs_due_ns = refresh_sysfs_counters(now, std::max<uint64_t>(now - last_work, 1));
-    // A wire port wakes us through its af_packet fd, armed all along: drain
-    // what the busy time queued there before the last look below, so that a
-    // frame before the drain is found by that look and one after it makes the
-    // fd readable. No filter is switched per nap (net/af_packet_wakeup.h).
+    // A wire port wakes us through its af_packet socket, readable while a
+    // frame waits in its ring: a frame before the last look below is found by
+    // it, one after it makes the fd readable. No filter is switched per nap
+    // (net/af_packet_wakeup.h).
     const bool wire_armed = device_.has_wire() && device_.arm_wire_wakeup();
     wire_frame_seen_ = false;
     // Going to sleep: announce it, then look once more so a doorbell that

@@ -130,9 +130,9 @@ class Engine {
   boost::asio::basic_socket_acceptor<SeqPacket> acceptor_;
   boost::asio::signal_set signals_;
   boost::asio::posix::stream_descriptor doorbell_;
-  boost::asio::posix::stream_descriptor wire_wakeup_;  // af_packet: a frame arrived
+  boost::asio::posix::stream_descriptor wire_wakeup_;  // af_packet: a frame waits in the port's ring
   bool wire_wait_pending_ = false;  // an async_wait on wire_wakeup_ is outstanding
-  bool wire_frame_seen_ = false;    // it completed since the last drain: a frame woke us
+  bool wire_frame_seen_ = false;    // it completed during the last sleep: a frame woke us
   net::Netdev netdev_;
   net::UdpPortGuard port_guard_;
   boost::asio::posix::stream_descriptor netdev_events_, guard4_, guard6_;

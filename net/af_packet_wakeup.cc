@@ -24,50 +24,35 @@ std::string af_packet_iface(const std::string& spec) {
   return spec.substr(start, spec.find(',', start) - start);
 }
 
-std::string AfPacketWakeup::open(const std::string& iface) {
-  close();
-  const unsigned index = if_nametoindex(iface.c_str());
-  if (!index) return "no interface " + iface + ": " + std::strerror(errno);
-  // Protocol 0: nothing is queued until bind() below, and by then the
-  // drop-all filter is in place.
-  fd_ = socket(AF_PACKET, SOCK_RAW | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd_ < 0) return std::string("AF_PACKET socket: ") + std::strerror(errno);
-  std::string err;
-  // The smallest receive buffer the kernel allows (it rounds up to
-  // SOCK_MIN_RCVBUF): the first frame after a drain is queued, and the ones
-  // after it are dropped by packet_rcv before it clones and trims them. Each
-  // queued frame costs a clone, a trim and a wakeup on the receiving CPU.
-  const int one = 1, small = 1;
-  sockaddr_ll addr = {};
-  addr.sll_family = AF_PACKET;
-  addr.sll_protocol = htons(ETH_P_ALL);
-  addr.sll_ifindex = int(index);
-  if (!set_filter(Filter::kNone)) {
-    err = std::string("SO_ATTACH_FILTER: ") + std::strerror(errno);
-  } else if (setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small)) != 0) {
-    err = std::string("SO_RCVBUF: ") + std::strerror(errno);
-  } else if (bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    err = "bind to " + iface + ": " + std::strerror(errno);
+std::string AfPacketWakeup::attach(int port_fd) {
+  detach();
+  int version = -1;
+  socklen_t len = sizeof(version);
+  if (port_fd < 0) return "the port has no packet socket";
+  if (getsockopt(port_fd, SOL_PACKET, PACKET_VERSION, &version, &len) != 0)
+    return std::string("not a packet socket: ") + std::strerror(errno);
+  fd_ = port_fd;
+  if (!set_filter(Filter::kEngines)) {
+    const std::string err = std::string("SO_ATTACH_FILTER: ") + std::strerror(errno);
+    detach();
+    return err;
   }
-  // Frames this host sends (e.g. the DPDK port's own) are no reason to wake.
-  if (err.empty()) setsockopt(fd_, SOL_PACKET, PACKET_IGNORE_OUTGOING, &one, sizeof(one));
-  if (!err.empty()) close();
-  return err;
+  return "";
 }
 
-void AfPacketWakeup::close() {
-  if (fd_ >= 0) ::close(fd_);
+void AfPacketWakeup::detach() {
   fd_ = -1;
   filter_ = Filter::kNone;
 }
 
 namespace {
 
-constexpr uint32_t kAccept = 1, kDrop = 0;  // snap lengths: 0 drops the frame
+// Snap lengths: the whole frame into the ring, or none of it.
+constexpr uint32_t kAccept = UINT32_MAX, kDrop = 0;
 
-// Classic BPF over the frame from its Ethernet header: 1 for the frames an
+// Classic BPF over the frame from its Ethernet header: accept the frames an
 // engine serves (RoCEv2 over IPv4 or IPv6, ARP, IPv6 neighbour discovery),
-// 0 for the rest. Jump offsets count from the next instruction. The kernel
+// drop the rest. Jump offsets count from the next instruction. The kernel
 // moves a frame's VLAN tag to metadata before the filter runs; a second tag
 // left in the data is accepted whole rather than parsed (rare, and a
 // spurious wakeup costs one poll).
@@ -101,11 +86,16 @@ constexpr sock_filter kEngineFrames[] = {
 }  // namespace
 
 bool AfPacketWakeup::set_filter(Filter f) {
-  sock_filter one = BPF_STMT(BPF_RET | BPF_K, f == Filter::kAll ? kAccept : kDrop);
-  sock_fprog prog = {1, &one};
-  if (f == Filter::kEngines)
-    prog = {uint16_t(std::size(kEngineFrames)), const_cast<sock_filter*>(kEngineFrames)};
-  if (setsockopt(fd_, SOL_SOCKET, SO_ATTACH_FILTER, &prog, sizeof(prog)) != 0) return false;
+  if (fd_ < 0) return false;
+  if (f == Filter::kAll) {
+    // No filter at all: the kernel runs none per frame.
+    const int unused = 0;  // the kernel wants an int's length for any option
+    if (filter_ != Filter::kNone && setsockopt(fd_, SOL_SOCKET, SO_DETACH_FILTER, &unused, sizeof(unused)) != 0)
+      return false;
+  } else {
+    sock_fprog prog = {uint16_t(std::size(kEngineFrames)), const_cast<sock_filter*>(kEngineFrames)};
+    if (setsockopt(fd_, SOL_SOCKET, SO_ATTACH_FILTER, &prog, sizeof(prog)) != 0) return false;
+  }
   filter_ = f;
   return true;
 }
@@ -115,23 +105,7 @@ bool AfPacketWakeup::arm(Frames which, bool* switched) {
   const bool change = fd_ >= 0 && filter_ != f;
   if (switched) *switched = change;
   if (!change) return fd_ >= 0;
-  // kEngines to kAll (flow rules came while armed): frames already queued
-  // stay queued and keep fd() readable, so none is lost by the switch.
   return set_filter(f);
-}
-
-int AfPacketWakeup::disarm() {
-  if (fd_ < 0 || filter_ == Filter::kNone) return 0;
-  set_filter(Filter::kNone);
-  return drain();
-}
-
-int AfPacketWakeup::drain() {
-  if (fd_ < 0) return 0;
-  int n = 0;
-  char byte;
-  while (recv(fd_, &byte, 1, MSG_DONTWAIT | MSG_TRUNC) >= 0) ++n;
-  return n;
 }
 
 }  // namespace uroce::net

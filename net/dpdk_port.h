@@ -147,6 +147,10 @@ class DpdkPort {
   // turns on promiscuous mode where there is none, as for a macvlan; held
   // while the port is open). "" or the reason.
   std::string accept_unicast(const std::array<uint8_t, 6>& mac);
+  // net_af_packet: the PMD's packet socket (its RX ring's), which the engine
+  // sleeps on (net/af_packet_wakeup.h); -1 for other ports. The port's: it
+  // closes it.
+  int af_packet_socket() const { return af_packet_fd_; }
   uint16_t mtu() const { return mtu_; }
   uint16_t port_id() const { return port_id_; }
   const std::string& device_name() const { return device_name_; }

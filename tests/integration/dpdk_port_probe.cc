@@ -302,11 +302,12 @@ struct Probe {
     const uint64_t deadline = now_ns() + uint64_t(opt.timeout * 1e9);
     uint32_t received = 0, bad_parse = 0, bad_payload = 0, out_of_order = 0, not_ours = 0;
     uint64_t done_at = 0;
-    // Idle: arm the wakeup socket, poll the port once more, then block on it.
+    // Idle: poll the port once more, then block on its socket (readable
+    // while a frame waits in its ring).
     AfPacketWakeup wakeup;
-    const std::string wakeup_err = wakeup.open(af_packet_iface(opt.spec));
+    const std::string wakeup_err = wakeup.attach(port.af_packet_socket());
     if (!wakeup_err.empty()) std::printf("wakeup_error=%s\n", wakeup_err.c_str());
-    bool armed = false;
+    bool last_looked = false;
     uint32_t sleeps = 0, fd_wakeups = 0;
     Packet* burst[DpdkPort::kBurst];
     auto ack = [&]() {
@@ -351,16 +352,14 @@ struct Probe {
       }
       port.flush();
       if (n) {
-        if (armed) wakeup.disarm();
-        armed = false;
-      } else if (armed) {
+        last_looked = false;
+      } else if (!last_looked) {
+        last_looked = true;  // the next iteration is the last poll before blocking
+      } else if (wakeup.is_attached()) {
         ++sleeps;
         pollfd pfd = {wakeup.fd(), POLLIN, 0};
         if (poll(&pfd, 1, 50) == 1) ++fd_wakeups;
-        wakeup.disarm();
-        armed = false;
-      } else if (wakeup.arm()) {
-        armed = true;  // the next iteration is the last poll before blocking
+        last_looked = false;
       } else {
         sleep_us(20);
       }

@@ -1,9 +1,9 @@
-// Tests for net/af_packet_wakeup.cc on the loopback interface: the fd stays
-// quiet while disarmed, becomes readable for a frame while armed, and
-// disarm() drains it; arming an armed one changes nothing; drain() empties
-// it and leaves it armed; armed for the
-// engine's frames, only RoCEv2 (IPv4 and IPv6) wakes it, not other UDP.
-// Needs CAP_NET_RAW (skipped without).
+// Tests for net/af_packet_wakeup.cc on the loopback interface, with a packet
+// socket and RX ring made as DPDK's net_af_packet makes its own (TPACKET_V2)
+// and emptied as it empties it: the fd is readable exactly while a frame
+// waits in the ring; the engine's filter lets only the frames an engine
+// serves into it (RoCEv2 over IPv4 and IPv6, ARP, neighbour discovery), and
+// every frame while flow rules want them. Needs CAP_NET_RAW (skipped without).
 #include "net/af_packet_wakeup.h"
 
 #include <arpa/inet.h>
@@ -13,10 +13,14 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <string>
 #include <vector>
 
 namespace uroce::net {
@@ -97,9 +101,71 @@ std::vector<uint8_t> ip4_udp(uint16_t dport, uint16_t frag_offset) {
   return h;
 }
 
+// A packet socket on lo with a TPACKET_V2 RX ring, as the PMD's. consume()
+// takes every frame the kernel put in the ring and hands the slots back, as
+// the PMD's rx_burst does; it returns how many there were.
+class RingSocket {
+ public:
+  static constexpr unsigned kFrameSize = 2048, kBlockSize = 4096, kFrames = 64;
+  // "" or the reason (errno tells EPERM).
+  std::string open() {
+    fd_ = socket(AF_PACKET, SOCK_RAW | SOCK_CLOEXEC, htons(ETH_P_ALL));
+    if (fd_ < 0) return std::string("AF_PACKET socket: ") + std::strerror(errno);
+    const int version = TPACKET_V2;
+    tpacket_req req = {kBlockSize, kFrames * kFrameSize / kBlockSize, kFrameSize, kFrames};
+    // The frames lo hands back, not their outgoing copies (whose VLAN tags
+    // are still in the data): the cases below are about frames received.
+    const int one = 1;
+    if (setsockopt(fd_, SOL_PACKET, PACKET_VERSION, &version, sizeof(version)) != 0 ||
+        setsockopt(fd_, SOL_PACKET, PACKET_IGNORE_OUTGOING, &one, sizeof(one)) != 0 ||
+        setsockopt(fd_, SOL_PACKET, PACKET_RX_RING, &req, sizeof(req)) != 0)
+      return std::string("ring: ") + std::strerror(errno);
+    ring_ = static_cast<uint8_t*>(mmap(nullptr, kFrames * kFrameSize, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0));
+    if (ring_ == MAP_FAILED) {
+      ring_ = nullptr;
+      return std::string("mmap: ") + std::strerror(errno);
+    }
+    sockaddr_ll addr = {};
+    addr.sll_family = AF_PACKET;
+    addr.sll_protocol = htons(ETH_P_ALL);
+    addr.sll_ifindex = int(if_nametoindex("lo"));
+    if (bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0)
+      return std::string("bind: ") + std::strerror(errno);
+    return "";
+  }
+  ~RingSocket() {
+    if (ring_) munmap(ring_, kFrames * kFrameSize);
+    if (fd_ >= 0) close(fd_);
+  }
+  int fd() const { return fd_; }
+  int consume() {
+    int n = 0;
+    for (;;) {
+      auto* h = reinterpret_cast<tpacket2_hdr*>(ring_ + next_ * kFrameSize);
+      if (!(__atomic_load_n(&h->tp_status, __ATOMIC_ACQUIRE) & TP_STATUS_USER)) return n;
+      __atomic_store_n(&h->tp_status, TP_STATUS_KERNEL, __ATOMIC_RELEASE);
+      next_ = (next_ + 1) % kFrames;
+      ++n;
+    }
+  }
+
+ private:
+  int fd_ = -1;
+  uint8_t* ring_ = nullptr;
+  unsigned next_ = 0;
+};
+
 bool readable(int fd, int timeout_ms) {
   pollfd p = {fd, POLLIN, 0};
   return poll(&p, 1, timeout_ms) == 1 && (p.revents & POLLIN);
+}
+
+// Lets a frame sent on lo reach the ring (lo hands it back at once, but on
+// another CPU's softirq now and then).
+int settle_and_consume(RingSocket& r, bool expect_some) {
+  if (expect_some) readable(r.fd(), 2000);
+  else usleep(50 * 1000);
+  return r.consume();
 }
 
 TEST(AfPacketIface, FromSpec) {
@@ -109,55 +175,67 @@ TEST(AfPacketIface, FromSpec) {
   EXPECT_EQ(af_packet_iface("0000:03:00.0"), "");
 }
 
-TEST(AfPacketWakeup, UnknownInterfaceIsAnError) {
+TEST(AfPacketWakeup, NotAPacketSocketIsAnError) {
   AfPacketWakeup w;
-  EXPECT_NE(w.open("no-such-if0"), "");
-  EXPECT_FALSE(w.is_open());
+  EXPECT_NE(w.attach(-1), "");
+  EXPECT_FALSE(w.is_attached());
   EXPECT_FALSE(w.arm());
+  const int udp = socket(AF_INET, SOCK_DGRAM, 0);
+  ASSERT_GE(udp, 0);
+  EXPECT_NE(w.attach(udp), "");
+  EXPECT_FALSE(w.is_attached());
+  close(udp);
 }
 
-// Opens w on lo, or skips the test without CAP_NET_RAW.
-#define OPEN_ON_LO(w)                                                   \
+// Opens ring r on lo and attaches w to it, or skips without CAP_NET_RAW.
+#define ATTACH_ON_LO(r, w)                                              \
   do {                                                                  \
-    const std::string err = (w).open("lo");                             \
+    const std::string err = (r).open();                                 \
     if (!err.empty() && (errno == EPERM || errno == EACCES))            \
       GTEST_SKIP() << "needs CAP_NET_RAW: " << err;                     \
     ASSERT_EQ(err, "");                                                 \
+    ASSERT_EQ((w).attach((r).fd()), "");                                \
   } while (0)
 
-TEST(AfPacketWakeup, ReadableOnlyWhileArmed) {
+// The engine's sleep: readable while a frame waits, quiet once the port has
+// taken it, readable again for the next one; nothing to drain and no filter
+// switched (arming again is a no-op).
+TEST(AfPacketWakeup, ReadableWhileAFrameWaitsInTheRing) {
+  RingSocket r;
   AfPacketWakeup w;
-  OPEN_ON_LO(w);
-  send_udp(4791);
-  EXPECT_FALSE(readable(w.fd(), 50));  // disarmed: nothing queued
-  ASSERT_TRUE(w.arm());
+  ATTACH_ON_LO(r, w);
+  EXPECT_TRUE(w.armed());
+  EXPECT_FALSE(readable(w.fd(), 50));
   send_udp(4791);
   EXPECT_TRUE(readable(w.fd(), 2000));
-  EXPECT_GE(w.disarm(), 1);
-  EXPECT_FALSE(readable(w.fd(), 0));  // drained
+  EXPECT_TRUE(readable(w.fd(), 0));  // still there: poll does not take it
+  EXPECT_GE(r.consume(), 1);
+  EXPECT_FALSE(readable(w.fd(), 0));
+  bool switched = true;
+  ASSERT_TRUE(w.arm(AfPacketWakeup::Frames::kEngines, &switched));
+  EXPECT_FALSE(switched);
   send_udp(4791);
-  EXPECT_FALSE(readable(w.fd(), 50));
+  EXPECT_TRUE(readable(w.fd(), 2000));
+  EXPECT_GE(r.consume(), 1);
+  EXPECT_FALSE(readable(w.fd(), 0));
 }
 
-// An engine bound to a kernel interface sleeps through the kernel's own
-// traffic: other UDP does not wake it, RoCEv2 over IPv4 and IPv6 does.
-TEST(AfPacketWakeup, ArmedForTheEngineOnlyRoceWakesIt) {
+// An engine bound to a kernel interface leaves the kernel's own traffic
+// out of its ring: other UDP never reaches it, RoCEv2 over IPv4 and IPv6 does.
+TEST(AfPacketWakeup, OnlyTheEnginesFramesReachTheRing) {
+  RingSocket r;
   AfPacketWakeup w;
-  OPEN_ON_LO(w);
-  ASSERT_TRUE(w.arm(AfPacketWakeup::Frames::kEngines));
+  ATTACH_ON_LO(r, w);
   send_udp(9);
   send_udp(4792);
   EXPECT_FALSE(readable(w.fd(), 100));
+  EXPECT_EQ(r.consume(), 0);
   send_udp(4791);
-  EXPECT_TRUE(readable(w.fd(), 2000));
-  EXPECT_EQ(w.disarm(), 1);
+  EXPECT_GE(settle_and_consume(r, true), 1);
   if (!send_udp6(9)) GTEST_SKIP() << "no IPv6 on lo";
-  ASSERT_TRUE(w.arm(AfPacketWakeup::Frames::kEngines));
-  send_udp6(9);
-  EXPECT_FALSE(readable(w.fd(), 100));
+  EXPECT_EQ(settle_and_consume(r, false), 0);
   send_udp6(4791);
-  EXPECT_TRUE(readable(w.fd(), 2000));
-  EXPECT_EQ(w.disarm(), 1);
+  EXPECT_GE(settle_and_consume(r, true), 1);
 }
 
 std::vector<uint8_t> cat(std::vector<uint8_t> a, const std::vector<uint8_t>& b) {
@@ -166,16 +244,17 @@ std::vector<uint8_t> cat(std::vector<uint8_t> a, const std::vector<uint8_t>& b) 
 }
 
 // Every branch of the engine's filter, with frames made by hand: RoCE, ARP,
-// neighbour discovery and a double VLAN tag wake; LLDP, an ICMPv6 echo, a
+// neighbour discovery and a double VLAN tag get in; LLDP, an ICMPv6 echo, a
 // later IPv4 fragment and other UDP do not.
 TEST(AfPacketWakeup, EngineFilterBranches) {
+  RingSocket r;
   AfPacketWakeup w;
-  OPEN_ON_LO(w);
+  ATTACH_ON_LO(r, w);
   struct Case {
     const char* what;
     uint16_t type;
     std::vector<uint8_t> payload;
-    bool wakes;
+    bool taken;
   };
   const Case cases[] = {
       {"ARP", 0x0806, std::vector<uint8_t>(28, 0), true},
@@ -199,73 +278,46 @@ TEST(AfPacketWakeup, EngineFilterBranches) {
       {"IPv6 TCP", 0x86dd, ip6(6, std::vector<uint8_t>(20, 0)), false},
   };
   for (const Case& c : cases) {
-    ASSERT_TRUE(w.arm(AfPacketWakeup::Frames::kEngines));
     send_frame(c.type, c.payload);
-    EXPECT_EQ(readable(w.fd(), c.wakes ? 2000 : 100), c.wakes) << c.what;
-    EXPECT_EQ(w.disarm(), c.wakes ? 1 : 0) << c.what;
+    const int n = settle_and_consume(r, c.taken);
+    if (c.taken) EXPECT_GE(n, 1) << c.what;
+    else EXPECT_EQ(n, 0) << c.what;
   }
 }
 
-// Arming an armed socket for the same frames switches nothing (an idle
-// engine's nap that ended without a frame sleeps again as it was) and keeps
-// what arrived meanwhile; arming it for all frames (flow rules came while it
-// slept) switches the filter and still keeps what was queued.
-TEST(AfPacketWakeup, StaysArmedUntilDisarmed) {
+// Flow rules came: every frame gets in from now on, and what was in the ring
+// stays there; they went: the engine's frames only again.
+TEST(AfPacketWakeup, ArmedForAllFramesAnyFrameGetsIn) {
+  RingSocket r;
   AfPacketWakeup w;
-  OPEN_ON_LO(w);
-  bool switched = false;
-  EXPECT_FALSE(w.armed());
-  ASSERT_TRUE(w.arm(AfPacketWakeup::Frames::kEngines, &switched));
-  EXPECT_TRUE(switched);
-  EXPECT_TRUE(w.armed());
-  EXPECT_FALSE(readable(w.fd(), 50));
-  ASSERT_TRUE(w.arm(AfPacketWakeup::Frames::kEngines, &switched));
-  EXPECT_FALSE(switched);
+  ATTACH_ON_LO(r, w);
   send_udp(4791);
   EXPECT_TRUE(readable(w.fd(), 2000));
+  bool switched = false;
   ASSERT_TRUE(w.arm(AfPacketWakeup::Frames::kAll, &switched));
   EXPECT_TRUE(switched);
-  EXPECT_TRUE(readable(w.fd(), 0));  // the RoCE datagram is still queued
-  EXPECT_EQ(w.disarm(), 1);
-  EXPECT_FALSE(w.armed());
-  EXPECT_EQ(w.disarm(), 0);  // disarmed already: nothing to do
-  send_udp(4791);
-  EXPECT_FALSE(readable(w.fd(), 50));
-}
-
-// The engine's use: armed once, drained before each sleep. A drain forgets
-// what was queued (the busy engine polled those frames) and leaves the
-// socket armed, so the next frame makes it readable again, without any
-// filter switched.
-TEST(AfPacketWakeup, DrainKeepsItArmedForTheNextFrame) {
-  AfPacketWakeup w;
-  OPEN_ON_LO(w);
-  bool switched = false;
+  EXPECT_EQ(w.frames(), AfPacketWakeup::Frames::kAll);
+  EXPECT_TRUE(readable(w.fd(), 0));  // the RoCE datagram is still there
+  EXPECT_GE(r.consume(), 1);
+  send_udp(9);
+  EXPECT_GE(settle_and_consume(r, true), 1);
   ASSERT_TRUE(w.arm(AfPacketWakeup::Frames::kEngines, &switched));
   EXPECT_TRUE(switched);
-  for (int i = 0; i < 3; ++i) send_udp(4791);
-  EXPECT_TRUE(readable(w.fd(), 2000));
-  EXPECT_GE(w.drain(), 1);
-  EXPECT_FALSE(readable(w.fd(), 0));
-  EXPECT_TRUE(w.armed());
-  ASSERT_TRUE(w.arm(AfPacketWakeup::Frames::kEngines, &switched));
-  EXPECT_FALSE(switched);
-  send_udp(9);  // still only the engine's frames
-  EXPECT_FALSE(readable(w.fd(), 100));
-  send_udp(4791);
-  EXPECT_TRUE(readable(w.fd(), 2000));
-  EXPECT_EQ(w.drain(), 1);
-  EXPECT_EQ(w.drain(), 0);
+  send_udp(9);
+  EXPECT_EQ(settle_and_consume(r, false), 0);
 }
 
-// With flow rules a raw packet QP may want any frame.
-TEST(AfPacketWakeup, ArmedForAllFramesAnyFrameWakesIt) {
+// detach() forgets the socket without touching it: the port closes it.
+TEST(AfPacketWakeup, DetachLeavesTheSocketToThePort) {
+  RingSocket r;
   AfPacketWakeup w;
-  OPEN_ON_LO(w);
-  ASSERT_TRUE(w.arm(AfPacketWakeup::Frames::kAll));
-  send_udp(9);
-  EXPECT_TRUE(readable(w.fd(), 2000));
-  EXPECT_GE(w.disarm(), 1);  // the datagram, and lo's ICMP port unreachable
+  ATTACH_ON_LO(r, w);
+  w.detach();
+  EXPECT_FALSE(w.is_attached());
+  EXPECT_EQ(w.fd(), -1);
+  int version = -1;
+  socklen_t len = sizeof(version);
+  EXPECT_EQ(getsockopt(r.fd(), SOL_PACKET, PACKET_VERSION, &version, &len), 0);
 }
 
 }  // namespace
