@@ -55,6 +55,8 @@ Engine::~Engine() {
   if (shared_) munmap(shared_, 4096);
   if (shared_fd_ >= 0) close(shared_fd_);
   if (doorbell_fd_ >= 0) close(doorbell_fd_);  // doorbell_ holds a dup of its own
+  end_wire_wait();
+  if (wire_wakeup_fd_ >= 0) close(wire_wakeup_fd_);
   remove_files();
 }
 
@@ -73,7 +75,7 @@ void Engine::start() {
   if (!config_.device.port_spec.empty()) {
     if (std::string err = device_.open_wire_port(); !err.empty())
       throw std::runtime_error("cannot open port '" + config_.device.port_spec + "': " + err);
-    if (device_.wire_wakeup_fd() >= 0) wire_wakeup_.assign(dup(device_.wire_wakeup_fd()));
+    if (device_.wire_wakeup_fd() >= 0) wire_wakeup_fd_ = dup(device_.wire_wakeup_fd());
   }
   bind_interface();
   if (config_.fault_set) {
@@ -255,14 +257,28 @@ uint64_t Engine::refresh_sysfs_counters(uint64_t now, uint64_t idle_ns) {
 }
 
 void Engine::wait_wire_wakeup() {
+  if (wire_wakeup_fd_ < 0) return;
+  // On epoll from the first sleep until the engine has been busy a while
+  // (run()): registered, the socket's wait queue holds epoll's entry and
+  // tpacket_rcv runs its callback (two IRQ-saving locks) for every frame,
+  // also while the engine polls the ring itself; taken off and put back on
+  // every nap, a message's round trip would pay two epoll_ctl per sleep.
+  if (!wire_wakeup_.is_open()) wire_wakeup_.assign(wire_wakeup_fd_);
   if (wire_wait_pending_) return;
   wire_wait_pending_ = true;
   wire_wakeup_.async_wait(boost::asio::posix::descriptor_base::wait_read,
                           [this](const boost::system::error_code& ec) {
+                            if (ec) return;  // aborted by end_wire_wait()
                             wire_wait_pending_ = false;
-                            // Readable: a frame waits in the port's ring.
-                            if (!ec) wire_frame_seen_ = true;
+                            wire_frame_seen_ = true;  // a frame waits in the port's ring
                           });
+}
+
+void Engine::end_wire_wait() {
+  // Off epoll (the fd stays ours); a wait still pending is aborted.
+  if (!wire_wakeup_.is_open()) return;
+  wire_wakeup_.release();
+  wire_wait_pending_ = false;
 }
 
 void Engine::close_session(Session* s) {
@@ -436,6 +452,7 @@ void Engine::run() {
     if (device_.poll(now)) {
       last_work = now;
       sysfs_counters_stale_ = true;
+      if (wire_wakeup_.is_open() && now - woke_ns_ > kWireWaitKeepNs) end_wire_wait();
       continue;
     }
     io_.poll();
@@ -481,7 +498,8 @@ void Engine::run() {
       }
     }
     if (wait_ns) io_.run_one_for(std::chrono::nanoseconds(wait_ns));
-    idle_.woke(monotonic_ns());
+    woke_ns_ = monotonic_ns();
+    idle_.woke(woke_ns_);
     if (wire_frame_seen_) device_.count_wire_wakeup();
     if (io_.stopped()) io_.restart();
     shared_->sleeping.store(0, std::memory_order_relaxed);

@@ -111,8 +111,9 @@ class Engine {
   void prepare_runtime_dir();
   void arm_doorbell();
   // Waits for the af_packet wakeup fd (once: the wait stays pending across
-  // naps that end without a frame).
+  // naps that end without a frame); end_wire_wait() takes it off epoll.
   void wait_wire_wakeup();
+  void end_wire_wait();
   void remove_files();
   // The interface the device is bound to (device/addresses.cc): its
   // addresses as GIDs, its netlink news, the UDP sockets on the RoCE port.
@@ -130,8 +131,15 @@ class Engine {
   boost::asio::basic_socket_acceptor<SeqPacket> acceptor_;
   boost::asio::signal_set signals_;
   boost::asio::posix::stream_descriptor doorbell_;
-  boost::asio::posix::stream_descriptor wire_wakeup_;  // af_packet: a frame waits in the port's ring
+  // af_packet: readable while a frame waits in the port's ring. A dup of the
+  // port's socket, on epoll while the engine sleeps and works in short bursts
+  // (wait_wire_wakeup).
+  boost::asio::posix::stream_descriptor wire_wakeup_;
+  int wire_wakeup_fd_ = -1;
   bool wire_wait_pending_ = false;  // an async_wait on wire_wakeup_ is outstanding
+  // Busy this long after a sleep, the engine takes the wakeup fd off epoll.
+  static constexpr uint64_t kWireWaitKeepNs = 50'000;
+  uint64_t woke_ns_ = 0;  // when the last sleep ended
   bool wire_frame_seen_ = false;    // it completed during the last sleep: a frame woke us
   net::Netdev netdev_;
   net::UdpPortGuard port_guard_;
