@@ -4,6 +4,12 @@
 // move, so a command wrapped whole in `uroce run` (a build, a test suite)
 // keeps every CPU for everything else. `uroce run` asks for it
 // (UROCE_POLL_PLACEMENT=1; `uroce run --all-cpus` does not).
+#include <fcntl.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cinttypes>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
@@ -13,10 +19,93 @@
 
 namespace uroce::provider {
 
-void place_polling_thread(const UContext* ctx) {
-  thread_local bool placed = false;
-  if (placed) return;
-  placed = true;
+namespace {
+
+// A poller placed beside another session's process (below) watches whether
+// it gets the CPU back when it yields. Two sessions are two scheduler
+// autogroups; sched_yield still hands the CPU from one to the other (CFS
+// skips the yielding group's entity when the other's vruntime is close), so
+// two clients that both poll through the provider (ib_send_lat, ib_send_bw)
+// take turns in microseconds, as two of one session do. A process that
+// spins on memory without yielding (ib_write_lat waits for its peer's
+// RDMA WRITE that way) keeps the CPU until the scheduler's tick takes it, a
+// whole time slice (4 ms medians were measured). The sign is this thread's
+// run delay per time it was put on the CPU (/proc/thread-self/schedstat:
+// time on the CPU, time runnable but waiting, times run): microseconds
+// beside a poller that yields, milliseconds beside one that does not. Two
+// windows of that in a row, and the thread goes back to the CPUs it had,
+// beside the engine, which sleeps when idle on a CPU it shares.
+class SharedCpuWatch {
+ public:
+  void start(std::vector<int> home) {
+    home_ = std::move(home);
+    active_ = true;
+    next_check_ns_ = 0;
+  }
+  bool active() const { return active_; }
+  // Called on each poll while active: one counter; the clock every
+  // kCallsPerCheck polls (a poller that waits whole slices polls seldom).
+  void tick() {
+    if (++calls_ % kCallsPerCheck) return;
+    timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    const uint64_t now_ns = uint64_t(ts.tv_sec) * 1'000'000'000 + uint64_t(ts.tv_nsec);
+    if (now_ns < next_check_ns_) return;
+    uint64_t delay_ns, slices;
+    if (!read_schedstat(&delay_ns, &slices)) {
+      active_ = false;  // no schedstat (kernel without it): stay
+      return;
+    }
+    if (next_check_ns_) {
+      const uint64_t window_ns = now_ns - window_start_ns_;
+      const uint64_t waited_ns = delay_ns - delay_ns_;
+      const uint64_t times = slices - slices_;
+      const bool slice_waits = times && waited_ns / times >= kSliceWaitNs && waited_ns * 4 >= window_ns;
+      if (slice_waits && last_window_waited_) {
+        pin_current_thread(home_);
+        active_ = false;
+        return;
+      }
+      last_window_waited_ = slice_waits;
+    }
+    window_start_ns_ = now_ns;
+    delay_ns_ = delay_ns;
+    slices_ = slices;
+    next_check_ns_ = now_ns + kWindowNs;
+  }
+
+ private:
+  static constexpr uint32_t kCallsPerCheck = 4;
+  static constexpr uint64_t kWindowNs = 2'000'000;
+  static constexpr uint64_t kSliceWaitNs = 1'000'000;  // a yield is answered in microseconds
+
+  static bool read_schedstat(uint64_t* delay_ns, uint64_t* slices) {
+    const int fd = open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return false;
+    char buf[96];
+    const ssize_t n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (n <= 0) return false;
+    buf[n] = '\0';
+    uint64_t run_ns;
+    return std::sscanf(buf, "%" SCNu64 " %" SCNu64 " %" SCNu64, &run_ns, delay_ns, slices) == 3;
+  }
+
+  std::vector<int> home_;
+  bool active_ = false;
+  bool last_window_waited_ = false;
+  uint32_t calls_ = 0;
+  uint64_t next_check_ns_ = 0;
+  uint64_t window_start_ns_ = 0;
+  uint64_t delay_ns_ = 0;
+  uint64_t slices_ = 0;
+};
+
+enum class Placed : uint8_t { kNot, kDone, kWatching };
+thread_local Placed placed = Placed::kNot;
+thread_local SharedCpuWatch shared_cpu_watch;
+
+void place(const UContext* ctx) {
   static const bool wanted = [] {
     const char* e = std::getenv("UROCE_POLL_PLACEMENT");
     return e && std::strcmp(e, "1") == 0;
@@ -24,21 +113,37 @@ void place_polling_thread(const UContext* ctx) {
   if (!wanted) return;
   const int engine_cpu = ctx->shared->polling_cpu.load(std::memory_order_relaxed);
   if (engine_cpu < 0) return;
+  std::vector<int> mine = current_cpus();
   std::vector<int> others;
   bool on_engine_cpu = false;
-  for (int c : current_cpus()) {
+  for (int c : mine) {
     if (c == engine_cpu) on_engine_cpu = true;
     else others.push_back(c);
   }
   if (!on_engine_cpu || others.empty()) return;
-  // Two sessions are two scheduler autogroups, and sched_yield does not hand
-  // the CPU from one to the other: two pollers started from two terminals
-  // that both spin on memory (ib_write_lat's server and client) would take
-  // turns on one CPU by whole time slices (4 ms). So beside another session's
-  // process alone on the one CPU left, this thread stays where it is, free to
-  // run beside the engine, which yields its CPU while it shares it.
-  if (others.size() == 1 && other_session_pinned_to(others)) return;
+  // Beside another session's process alone on the one CPU left (the other
+  // end of a pair started from two terminals), as beside one of this
+  // session: off the engine's CPU the engine spins undisturbed and the two
+  // hand the CPU to each other on every empty poll. Unless that process
+  // turns out not to yield (SharedCpuWatch): then back.
+  if (others.size() == 1 && other_session_pinned_to(others)) {
+    shared_cpu_watch.start(std::move(mine));
+    placed = Placed::kWatching;
+  }
   pin_current_thread(others);
+}
+
+}  // namespace
+
+void place_polling_thread(const UContext* ctx) {
+  if (placed == Placed::kDone) [[likely]] return;
+  if (placed == Placed::kWatching) {
+    shared_cpu_watch.tick();
+    if (!shared_cpu_watch.active()) placed = Placed::kDone;
+    return;
+  }
+  placed = Placed::kDone;
+  place(ctx);
 }
 
 }  // namespace uroce::provider

@@ -1,7 +1,8 @@
 // Verbs semantics, CPU placement of polling threads
 // (verbs_provider/placement.cc): under `uroce run`, a thread that makes or
-// polls a CQ leaves the CPU its engine polls on, unless another session's
-// process is alone on the one CPU left; other threads keep their CPUs.
+// polls a CQ leaves the CPU its engine polls on (beside another session's
+// process alone on the one CPU left, until that process turns out not to
+// yield); other threads keep their CPUs.
 #include <sched.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -43,7 +44,12 @@ bool contains(const std::vector<int>& v, int x) {
 class Placement : public VerbsTest {
  protected:
   void SetUp() override {
+    // Opening the device places the opening thread (placement.cc), and a new
+    // thread inherits its creator's CPUs: the main thread gets back the CPUs
+    // it had, so that the tests' fresh threads start from them.
+    const std::vector<int> cpus = uroce::current_cpus();
     VerbsTest::SetUp();
+    uroce::pin_current_thread(cpus);
     const char* want = std::getenv("UROCE_POLL_PLACEMENT");
     if (!want || std::strcmp(want, "1") != 0) GTEST_SKIP() << "not under uroce run";
     cpu_ = engine_cpu();
@@ -80,32 +86,77 @@ TEST_F(Placement, PollingThreadLeavesTheEngineCpu) {
   EXPECT_TRUE(contains(other, cpu_));
 }
 
-// Two sessions (two terminals) are two autogroups: a poller of this session
-// on the one CPU where another session's process already runs would trade
-// whole time slices with it, so it stays where it is.
-TEST_F(Placement, StaysBesideAnotherSessionsProcessOnTheOneCpuLeft) {
-  std::vector<int> others;
-  for (int c : uroce::current_cpus())
-    if (c != cpu_) others.push_back(c);
-  if (others.size() != 1) GTEST_SKIP() << "more than one CPU is left besides the engine's";
-  const pid_t child = fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    setsid();
-    uroce::pin_current_thread(others);
-    pause();
-    _exit(0);
+// Two sessions (two terminals) are two autogroups. A poller of this session
+// joins another session's process alone on the one CPU left, as it would
+// one of its own session (an empty poll's yield hands the CPU over), and
+// goes back to the CPUs it had, beside the engine, once that process keeps
+// the CPU whole time slices (it spins without yielding).
+class PlacementBesideAnotherSession : public Placement {
+ protected:
+  // A process in a session of its own, pinned to the one CPU left besides
+  // the engine's: paused, or spinning without ever yielding.
+  void start_other_session(bool spin) {
+    for (int c : uroce::current_cpus())
+      if (c != cpu_) others_.push_back(c);
+    if (others_.size() != 1) GTEST_SKIP() << "more than one CPU is left besides the engine's";
+    const pid_t child = fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+      setsid();
+      uroce::pin_current_thread(others_);
+      if (spin) {
+        std::atomic<uint64_t> n{0};
+        for (;;) n.fetch_add(1, std::memory_order_relaxed);
+      }
+      pause();
+      _exit(0);
+    }
+    defer([child] {
+      kill(child, SIGKILL);
+      waitpid(child, nullptr, 0);
+    });
+    // Until the child is in its session and on its CPU.
+    for (int i = 0; i < 200 && !uroce::other_session_pinned_to(others_); ++i) usleep(10'000);
+    ASSERT_TRUE(uroce::other_session_pinned_to(others_));
   }
-  defer([child] {
-    kill(child, SIGKILL);
-    waitpid(child, nullptr, 0);
-  });
-  // Until the child is in its session and on its CPU.
-  for (int i = 0; i < 200 && !uroce::other_session_pinned_to(others); ++i) usleep(10'000);
-  ASSERT_TRUE(uroce::other_session_pinned_to(others));
+  std::vector<int> others_;
+};
+
+TEST_F(PlacementBesideAnotherSession, JoinsItOnTheOneCpuLeft) {
+  start_other_session(false);
+  if (HasFatalFailure() || IsSkipped()) return;
   std::vector<int> before, after;
   cq_in_new_thread(&before, &after);
-  EXPECT_EQ(after, before) << "the poller moved onto the CPU of another session's process";
+  EXPECT_TRUE(contains(before, cpu_));
+  EXPECT_EQ(after, others_) << "the poller did not leave the engine's CPU for the other session's";
+}
+
+TEST_F(PlacementBesideAnotherSession, LeavesItWhenItDoesNotYield) {
+  start_other_session(true);
+  if (HasFatalFailure() || IsSkipped()) return;
+  std::vector<int> before, placed, after;
+  uint64_t polls = 0;
+  std::thread t([&] {
+    before = uroce::current_cpus();
+    ibv_cq* cq = ibv_create_cq(ctx_, 16, nullptr, nullptr, 0);
+    if (!cq) return;
+    ibv_wc wc;
+    ibv_poll_cq(cq, 1, &wc);
+    placed = uroce::current_cpus();
+    // Polling an empty CQ beside the spinner: each yield waits out its time
+    // slice. Bounded: 10 s, far beyond the few windows the watch needs.
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (uroce::current_cpus() == placed && std::chrono::steady_clock::now() < until) {
+      ibv_poll_cq(cq, 1, &wc);
+      ++polls;
+    }
+    after = uroce::current_cpus();
+    ibv_destroy_cq(cq);
+  });
+  t.join();
+  ASSERT_FALSE(placed.empty()) << "ibv_create_cq failed";
+  EXPECT_EQ(placed, others_) << "the poller did not join the other session's CPU first";
+  EXPECT_EQ(after, before) << "the poller stayed beside a process that kept the CPU (" << polls << " polls)";
 }
 
 // An empty poll hands the CPU to a thread that shares it, through the
