@@ -10,7 +10,7 @@
 FROM debian:12 AS build
 RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       build-essential cmake pkg-config debhelper fakeroot \
-      libibverbs-dev libboost-dev libcli11-dev libdpdk-dev zlib1g-dev nlohmann-json3-dev
+      libibverbs-dev libboost-dev libcli11-dev libdpdk-dev libisal-dev zlib1g-dev nlohmann-json3-dev
 COPY . /src/uroce
 RUN rm -rf /src/uroce/build && cd /src/uroce && dpkg-buildpackage -b -us -uc -j"$(nproc)"
 

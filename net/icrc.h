@@ -14,8 +14,8 @@ constexpr size_t kIcrcPrefixBytes = 8;
 
 // ip_hdr points at the IP header inside a frame; ip_len is the IPv4 or IPv6
 // header length; transport_len counts from the BTH to the end of the pad
-// (ICRC excluded). The CRC runs over the frame in place, so the
-// kIcrcPrefixBytes before ip_hdr (Ethernet header bytes) and the variant
+// (ICRC excluded). Without ISA-L the CRC runs over the frame in place, so
+// the kIcrcPrefixBytes before ip_hdr (Ethernet header bytes) and the variant
 // fields are overwritten while it runs and restored before it returns.
 uint32_t compute_icrc(uint8_t* ip_hdr, size_t ip_len, size_t transport_len);
 

@@ -16,7 +16,7 @@ set -euo pipefail
 
 build_packages=(
   build-essential cmake pkg-config
-  libibverbs-dev librdmacm-dev nlohmann-json3-dev libcli11-dev libboost-dev libdpdk-dev zlib1g-dev
+  libibverbs-dev librdmacm-dev nlohmann-json3-dev libcli11-dev libboost-dev libdpdk-dev libisal-dev zlib1g-dev
   iproute2
 )
 lab_packages=(
