@@ -31,6 +31,8 @@
 #include <cstdint>
 #include <cstdio>
 
+#include "uroce/cpu_placement.h"
+
 namespace uroce::emulator {
 
 class IdlePolicy {
@@ -76,12 +78,8 @@ class IdlePolicy {
   static constexpr uint64_t kSharedHoldNs = 50'000'000;  // then try spinning again
 
   uint64_t run_delay_ns() const {
-    char buf[96];
-    const ssize_t n = schedstat_fd_ >= 0 ? pread(schedstat_fd_, buf, sizeof(buf) - 1, 0) : -1;
-    if (n <= 0) return window_delay_ns_;
-    buf[n] = 0;
-    unsigned long long cpu = 0, delay = 0;
-    return std::sscanf(buf, "%llu %llu", &cpu, &delay) == 2 ? delay : window_delay_ns_;
+    SchedStat s;
+    return read_schedstat(schedstat_fd_, &s) ? s.delay_ns : window_delay_ns_;
   }
 
   uint64_t spin_ns_;

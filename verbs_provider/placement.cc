@@ -8,8 +8,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <cinttypes>
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
@@ -51,15 +49,15 @@ class SharedCpuWatch {
     clock_gettime(CLOCK_MONOTONIC, &ts);
     const uint64_t now_ns = uint64_t(ts.tv_sec) * 1'000'000'000 + uint64_t(ts.tv_nsec);
     if (now_ns < next_check_ns_) return;
-    uint64_t delay_ns, slices;
-    if (!read_schedstat(&delay_ns, &slices)) {
+    SchedStat stat;
+    if (!read_own_schedstat(&stat)) {
       active_ = false;  // no schedstat (kernel without it): stay
       return;
     }
     if (next_check_ns_) {
       const uint64_t window_ns = now_ns - window_start_ns_;
-      const uint64_t waited_ns = delay_ns - delay_ns_;
-      const uint64_t times = slices - slices_;
+      const uint64_t waited_ns = stat.delay_ns - delay_ns_;
+      const uint64_t times = stat.slices - slices_;
       const bool slice_waits = times && waited_ns / times >= kSliceWaitNs && waited_ns * 4 >= window_ns;
       if (slice_waits && last_window_waited_) {
         pin_current_thread(home_);
@@ -69,8 +67,8 @@ class SharedCpuWatch {
       last_window_waited_ = slice_waits;
     }
     window_start_ns_ = now_ns;
-    delay_ns_ = delay_ns;
-    slices_ = slices;
+    delay_ns_ = stat.delay_ns;
+    slices_ = stat.slices;
     next_check_ns_ = now_ns + kWindowNs;
   }
 
@@ -79,16 +77,11 @@ class SharedCpuWatch {
   static constexpr uint64_t kWindowNs = 2'000'000;
   static constexpr uint64_t kSliceWaitNs = 1'000'000;  // a yield is answered in microseconds
 
-  static bool read_schedstat(uint64_t* delay_ns, uint64_t* slices) {
+  static bool read_own_schedstat(SchedStat* s) {
     const int fd = open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return false;
-    char buf[96];
-    const ssize_t n = read(fd, buf, sizeof(buf) - 1);
-    close(fd);
-    if (n <= 0) return false;
-    buf[n] = '\0';
-    uint64_t run_ns;
-    return std::sscanf(buf, "%" SCNu64 " %" SCNu64 " %" SCNu64, &run_ns, delay_ns, slices) == 3;
+    const bool ok = read_schedstat(fd, s);
+    if (fd >= 0) close(fd);
+    return ok;
   }
 
   std::vector<int> home_;

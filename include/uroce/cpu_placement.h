@@ -22,6 +22,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -237,6 +238,27 @@ class PlacementLock {
   int fd_ = -1;
   bool locked_ = false;
 };
+
+// The calling thread's scheduler statistics, from an open
+// /proc/thread-self/schedstat (read from offset 0 each time): time on the
+// CPU, time runnable but waiting for it (the run delay), and how many times
+// it was put on it. The engine's idle policy and the provider's placement
+// both judge from them whether their CPU is shared.
+struct SchedStat {
+  uint64_t run_ns = 0;
+  uint64_t delay_ns = 0;
+  uint64_t slices = 0;
+};
+inline bool read_schedstat(int fd, SchedStat* out) {
+  char buf[96];
+  const ssize_t n = fd >= 0 ? pread(fd, buf, sizeof(buf) - 1, 0) : -1;
+  if (n <= 0) return false;
+  buf[n] = '\0';
+  unsigned long long run = 0, delay = 0, slices = 0;
+  if (std::sscanf(buf, "%llu %llu %llu", &run, &delay, &slices) != 3) return false;
+  *out = SchedStat{run, delay, slices};
+  return true;
+}
 
 // Whether a process of another session is pinned to exactly `cpus`: a
 // command that `uroce run` placed there from another terminal.
