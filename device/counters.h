@@ -17,6 +17,7 @@ namespace uroce::device {
   X(no_packet_buffer, "frames dropped or not built: every packet buffer in use (packet_buffers_max)") \
   X(rx_not_for_us, "wire frames dropped: not to our MAC and IP")                 \
   X(rx_kernel, "wire frames left to the kernel: not RoCE (no UDP port 4791), on an interface the kernel shares") \
+  X(rx_before_filter, "wire frames discarded at start: queued by the port's packet socket before its filter (the link's own traffic)") \
   X(wire_wakeups, "frames that woke the sleeping engine (af_packet wire: RoCE, ARP, ND; all with flow rules)") \
   X(neigh_kernel_asked, "neighbours the kernel was asked to resolve (--netdev: RTM_NEWNEIGH, NTF_USE)") \
   X(neigh_requests_sent, "ARP requests and neighbour solicitations the device sent itself") \

@@ -59,7 +59,20 @@ std::string Device::open_wire_port() {
     }
   }
   // No fd (not af_packet, or no filter): the engine sleeps in short naps.
-  if (port->af_packet_socket() >= 0) wakeup_.attach(port->af_packet_socket());
+  if (port->af_packet_socket() >= 0 && wakeup_.attach(port->af_packet_socket()).empty()) {
+    // The driver's socket took every frame on the link from its bind until
+    // the filter came: the kernel's chatter of a link just up (neighbour
+    // discovery, MLD reports), none of it an engine's yet. Discard what it
+    // queued, as libpcap drains a socket once its kernel filter is set
+    // (pcap-linux.c, set_kernel_filter).
+    net::Packet* burst[kRxBurst];
+    for (int bursts = 0; bursts < 256; ++bursts) {
+      const size_t n = port->rx_burst(burst, kRxBurst, pool_);
+      for (size_t i = 0; i < n; ++i) pool_.put(burst[i]);
+      counters_.rx_before_filter += n;
+      if (n == 0) break;
+    }
+  }
   wire_ = std::move(port);
   init_info();
   info_.port.max_mtu = info_.port.active_mtu = mtu_for_frames(wire_->mtu());

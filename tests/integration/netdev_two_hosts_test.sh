@@ -45,7 +45,15 @@ v6=fd00:235:$(printf '%x' $(($$ % 65536)))
 kern6_a=$v6::1 kern6_b=$v6::2
 ip -n "$ns_a" addr add "$kern6_a/64" dev "$veth_a" nodad
 ip -n "$ns_b" addr add "$kern6_b/64" dev "$veth_b" nodad
+# The kernel's traffic floods A's interface while its engine starts: what the
+# driver's socket takes before its filter is on must not reach the engine
+# (rx_kernel stays 0, checked below).
+on_b ping -q -i 0.002 -w 20 "$kern_a" >/dev/null 2>&1 &
+flood=$!
+sleep 0.3
 on_a "$UROCE_BIN" start --name hostA --netdev "$veth_a"
+kill "$flood" 2>/dev/null || true
+wait "$flood" 2>/dev/null || true
 on_b "$UROCE_BIN" start --name hostB --netdev "$veth_b"
 gid_table="$(dirname "${BASH_SOURCE[0]}")/gid_table.py"
 
