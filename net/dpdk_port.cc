@@ -1,6 +1,7 @@
 // DpdkPort control path: EAL initialisation (once per process), device probe,
 // queue and MTU setup, statistics. May allocate and log; never exits.
 #include "net/dpdk_port.h"
+#include "net/dpdk_rx_slots.h"
 
 #include <dirent.h>
 #include <linux/if_packet.h>
@@ -418,14 +419,37 @@ std::string DpdkPort::open(const DpdkPortConfig& config) {
                     std::to_string(room) + " bytes: " + rte_strerror(rte_errno) +
                     " (raise DpdkPortConfig::memory_mb?)");
 
+  // net_af_packet receives into Packets (net/dpdk_rx_slots.h): slots as
+  // long as its ring's frames, a quarter of the mbufs (the engine holds few
+  // received frames at once, and copies while it holds many).
+  DpdkRxSlots* rx_slots = nullptr;
+  if (af_packet) {
+    std::string slots_name;
+    {
+      std::lock_guard<std::mutex> lock(eal().mu);
+      slots_name = "uroce_rx" + std::to_string(eal().pools++);
+    }
+    const uint32_t slots = std::max<uint32_t>(config.mbufs / 4, 2 * kBurst);
+    if (std::string e = DpdkRxSlots::create(slots_name, slots, af_packet_frame_size(config), socket, &rx_slots);
+        !e.empty()) {
+      rte_mempool_free(pool);
+      return with_log(e);
+    }
+  }
   auto fail = [&](const std::string& what, int r) {
     std::string e = port_error(what, r);
     release_device(pid);
+    if (rx_slots) rx_slots->release();
     rte_mempool_free(pool);
     return e;
   };
   rte_eth_conf conf = {};
   conf.rxmode.mtu = ethdev_mtu;
+  // The receive slots' mbufs are not direct, so net_af_packet could not put
+  // a VLAN tag the kernel took off back into the frame (it would log an
+  // error per frame): it leaves the tag in the metadata and rx_burst puts
+  // it back.
+  if (rx_slots) conf.rxmode.offloads |= RTE_ETH_RX_OFFLOAD_VLAN_STRIP;
   ret = rte_eth_dev_configure(pid, 1, 1, &conf);
   if (ret != 0) return fail("cannot configure device", ret);
   uint16_t nb_rxd = config.rx_descriptors, nb_txd = config.tx_descriptors;
@@ -435,7 +459,7 @@ std::string DpdkPort::open(const DpdkPortConfig& config) {
     ret = rte_eth_dev_set_mtu(pid, config.mtu);
     if (ret != 0) return fail("cannot set MTU " + std::to_string(config.mtu), ret);
   }
-  ret = rte_eth_rx_queue_setup(pid, 0, nb_rxd, socket, nullptr, pool);
+  ret = rte_eth_rx_queue_setup(pid, 0, nb_rxd, socket, nullptr, rx_slots ? rx_slots->pool() : pool);
   if (ret != 0) return fail("cannot set up the RX queue", ret);
   ret = rte_eth_tx_queue_setup(pid, 0, nb_txd, socket, nullptr);
   if (ret != 0) return fail("cannot set up the TX queue", ret);
@@ -460,6 +484,7 @@ std::string DpdkPort::open(const DpdkPortConfig& config) {
   af_packet_fd_ = af_packet ? find_af_packet_socket(devarg(config.spec, "iface")) : -1;
   af_packet_drops_ = 0;
   pool_ = pool;
+  rx_slots_ = rx_slots;
   // net_af_packet copies each frame into its ring with the CPU and frees
   // the mbuf at once: engine frames can be lent to it (send()).
   set_up_loans(af_packet);
@@ -475,6 +500,9 @@ void DpdkPort::close() {
     tx_count_ = 0;
   }
   release_device(port_id_);
+  // Frees the receive slots, or keeps them while the engine holds some.
+  if (rx_slots_) rx_slots_->release();
+  rx_slots_ = nullptr;
   rte_mempool_free(pool_);
   pool_ = nullptr;
   af_packet_fd_ = -1;  // the PMD closed it

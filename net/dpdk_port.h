@@ -2,8 +2,9 @@
 // net_tap, net_memif, ...), one RX and one TX queue, polled by the engine
 // thread. Frames are copied between mbufs and net::Packet buffers, so the rest
 // of the engine never sees DPDK types and only net/ needs DPDK's headers;
-// on net_af_packet, whose driver copies each frame into its ring with the
-// CPU, a frame sent is lent to the mbuf instead (send()).
+// on net_af_packet, whose driver copies each frame between its ring and an
+// mbuf with the CPU, neither side copies again: a frame sent is lent to the
+// mbuf (send()), and the RX mbufs' buffers are Packets (net/dpdk_rx_slots.h).
 //
 // Control path (open, close, stats): net/dpdk_port.cc; may allocate and log.
 // Datapath (rx_burst, tx, flush): net/dpdk_port_datapath.cc; no exceptions, no
@@ -27,6 +28,8 @@ struct rte_mbuf;
 struct rte_mempool;
 
 namespace uroce::net {
+
+class DpdkRxSlots;
 
 struct DpdkPortConfig {
   // Names the EAL file prefix ("uroce-<engine_name>"), so several engines run
@@ -56,6 +59,7 @@ struct DpdkPortConfig {
 #define UROCE_DPDK_PORT_COUNTERS(X)                                                          \
   X(rx_frames, "frames received and handed to the engine")                                   \
   X(rx_bytes, "bytes of the frames received")                                                 \
+  X(rx_in_place, "frames the driver received straight into a packet buffer (net_af_packet: no copy)") \
   X(rx_oversize, "received frames dropped: longer than a packet buffer (kFrameCapacity)")    \
   X(tx_frames, "frames the driver accepted for transmission")                                 \
   X(tx_bytes, "bytes of the frames transmitted")                                              \
@@ -111,9 +115,11 @@ class DpdkPort {
 
   // ---- datapath (engine thread only) ----
 
-  // Receives up to max (at most kBurst) frames: each is copied into a Packet
-  // from pool (len set, offsets zero) and its mbuf freed. The caller owns
-  // the returned packets and returns them to pool.
+  // Receives up to max (at most kBurst) frames, each in a Packet (len set,
+  // offsets zero): on net_af_packet the one the driver received it into
+  // (lent until pool.put() gives it back), elsewhere, or while few of those
+  // are left, a copy in a Packet from pool. The caller owns the returned
+  // packets and returns them to pool.
   size_t rx_burst(Packet** out, size_t max, PacketPool& pool);
   // Copies p's frame (p->len bytes) into an mbuf and queues it; kBurst
   // queued frames are flushed. p stays the caller's. Dropped (tx_ring_full)
@@ -164,6 +170,9 @@ class DpdkPort {
   static void return_loan(void* addr, void* loan);
   void set_up_loans(bool lend);
   rte_mempool* pool_ = nullptr;
+  // net_af_packet: the RX queue's pool, whose buffers are Packets
+  // (net/dpdk_rx_slots.h); nullptr elsewhere (RX mbufs come from pool_).
+  DpdkRxSlots* rx_slots_ = nullptr;
   uint16_t port_id_ = 0;
   uint16_t mtu_ = 0;
   uint32_t mbuf_data_room_ = 0;  // bytes a single-segment mbuf can hold

@@ -1,8 +1,12 @@
-// DpdkPort datapath: RX bursts copied into Packet buffers, buffered TX
+// DpdkPort datapath: RX bursts in Packet buffers (received in place on
+// net_af_packet, copied elsewhere), buffered TX
 // (frames copied into mbufs, or lent to them on net_af_packet).
 // Engine thread only; no exceptions, no allocation once the PacketPool is
 // warm, every dropped frame counted.
 #include "net/dpdk_port.h"
+#include "net/dpdk_rx_slots.h"
+
+#include <arpa/inet.h>
 
 #include <algorithm>
 #include <cstring>
@@ -33,30 +37,64 @@ void copy_from_mbuf(const rte_mbuf* m, Packet* p) {
   p->opcode = 0;
 }
 
+// A VLAN tag the kernel took off (TP_STATUS_VLAN_VALID) reaches us as mbuf
+// metadata where the port strips tags (net_af_packet with receive slots:
+// the driver's rte_vlan_insert wants a direct mbuf, and theirs are not).
+// Put it back where the engine looks for it. False if the frame has no room.
+bool restore_vlan_tag(const rte_mbuf* m, Packet* p) {
+  if (!(m->ol_flags & RTE_MBUF_F_RX_VLAN_STRIPPED)) return true;
+  constexpr size_t kTypeOff = 12;  // after the two MACs
+  if (p->len < kTypeOff || p->len + 4 > kFrameCapacity) return false;
+  std::memmove(p->data + kTypeOff + 4, p->data + kTypeOff, p->len - kTypeOff);
+  const uint16_t tpid = htons(0x8100), tci = htons(m->vlan_tci);
+  std::memcpy(p->data + kTypeOff, &tpid, 2);
+  std::memcpy(p->data + kTypeOff + 2, &tci, 2);
+  p->len += 4;
+  return true;
+}
+
 }  // namespace
 
 size_t DpdkPort::rx_burst(Packet** out, size_t max, PacketPool& pool) {
   if (!pool_) return 0;
   rte_mbuf* mbufs[kBurst];
   const uint16_t n = rte_eth_rx_burst(port_id_, 0, mbufs, uint16_t(std::min(max, kBurst)));
+  // Lend the driver's buffers while it has plenty left; copy otherwise.
+  const bool in_place = n && rx_slots_ && !rx_slots_->running_low();
   size_t got = 0;
   for (uint16_t i = 0; i < n; ++i) {
-    const rte_mbuf* m = mbufs[i];
+    rte_mbuf* m = mbufs[i];
+    if (in_place) {
+      if (Packet* p = rx_slots_->take(m)) {
+        if (!restore_vlan_tag(m, p)) [[unlikely]] {
+          ++counters_.rx_oversize;
+          pool.put(p);  // frees m
+          continue;
+        }
+        counters_.rx_bytes += p->len;
+        ++counters_.rx_in_place;
+        out[got++] = p;
+        continue;
+      }
+    }
+    Packet* p = nullptr;
     if (m->pkt_len > kFrameCapacity) {
       ++counters_.rx_oversize;
-      continue;
-    }
-    Packet* p = pool.get();
-    if (!p) [[unlikely]] {
+    } else if (!(p = pool.get())) [[unlikely]] {
       ++counters_.rx_no_buffer;
-      continue;
+    } else {
+      copy_from_mbuf(m, p);
+      if (restore_vlan_tag(m, p)) {
+        counters_.rx_bytes += p->len;
+        out[got++] = p;
+      } else {
+        ++counters_.rx_oversize;
+        pool.put(p);
+      }
     }
-    copy_from_mbuf(m, p);
-    counters_.rx_bytes += p->len;
-    out[got++] = p;
+    rte_pktmbuf_free(m);
   }
   counters_.rx_frames += got;
-  if (n) rte_pktmbuf_free_bulk(mbufs, n);
   return got;
 }
 

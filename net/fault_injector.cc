@@ -144,7 +144,7 @@ void FaultInjector::on_tx(Packet* p, uint64_t now_ns, std::vector<Packet*>& out_
   if (chance(config_.corrupt)) corrupt(*p);
   Packet* dup = nullptr;
   if (chance(config_.duplicate) && (dup = pool.get())) {
-    std::memcpy(dup, p, offsetof(Packet, data) + p->len);
+    copy_packet(*dup, *p);
     ++counters_.duplicated;
   }
   // A frame held for reordering goes out right after the next one.

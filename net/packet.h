@@ -4,6 +4,7 @@
 #pragma once
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -19,6 +20,30 @@ constexpr size_t kMaxMtu = 4096;
 constexpr size_t kNetHeaderRoom = sizeof(EthHdr) + 4 /*VLAN*/ + sizeof(Ipv6Hdr) + sizeof(UdpHdr);
 constexpr size_t kMaxTransportHeaders = 64;
 constexpr size_t kFrameCapacity = kNetHeaderRoom + kMaxTransportHeaders + kMaxMtu + 4 + kIcrcBytes;
+
+struct Packet;
+
+// Who lends a frame buffer that is not the pool's: a port whose driver
+// received the frame straight into it (DpdkPort on net_af_packet). put()
+// gives such a buffer back to its lender.
+class PacketLender {
+ public:
+  virtual void give_back(Packet* p) = 0;
+
+ protected:
+  ~PacketLender() = default;
+};
+
+// A Packet's lender, if any, and the lender's handle for it (an mbuf). It
+// belongs to the buffer, not to the frame in it: copying a Packet copies the
+// frame and leaves each buffer's loan as it was.
+struct PacketLoan {
+  PacketLender* lender = nullptr;
+  void* handle = nullptr;
+  PacketLoan() = default;
+  PacketLoan(const PacketLoan&) {}
+  PacketLoan& operator=(const PacketLoan&) { return *this; }
+};
 
 struct Packet {
   uint32_t len = 0;          // frame bytes
@@ -40,7 +65,10 @@ struct Packet {
   // engine's own loopback frame that checks no checksum need not parse it
   // again (Device::dispatch). begin_roce_packet and the pool clear it.
   bool framed = false;
-  alignas(64) uint8_t data[kFrameCapacity];
+  PacketLoan loan;  // after the frame's fields: copy_packet copies those before it
+  // 128 bytes in, as an mbuf's data is (RTE_PKTMBUF_HEADROOM): a port's
+  // driver can receive into a Packet (DpdkPort).
+  alignas(128) uint8_t data[kFrameCapacity];
 
   Bth* bth() { return reinterpret_cast<Bth*>(data + bth_off); }
   const Bth* bth() const { return reinterpret_cast<const Bth*>(data + bth_off); }
@@ -52,6 +80,13 @@ struct Packet {
   uint8_t* payload() { return data + payload_off; }
   const uint8_t* payload() const { return data + payload_off; }
 };
+
+// Copies src's frame (its len bytes, not the whole buffer) and the fields
+// that lay it out into dst; dst stays the buffer it was (its loan).
+inline void copy_packet(Packet& dst, const Packet& src) {
+  std::memcpy(static_cast<void*>(&dst), &src, offsetof(Packet, loan));
+  std::memcpy(dst.data, src.data, src.len);
+}
 
 // Recycles frame buffers; the datapath never allocates once warm. Like a
 // NIC's, the buffers are finite: at most capacity() are ever allocated, and
@@ -82,9 +117,14 @@ class PacketPool {
     free_.pop_back();
     return p;
   }
+  // Also takes a buffer a port lent (Packet::loan) and gives it back.
   void put(Packet* p) {
     p->steered = false;
     p->framed = false;
+    if (p->loan.lender) {
+      p->loan.lender->give_back(p);
+      return;
+    }
     free_.push_back(p);
   }
   size_t allocated() const { return all_.size(); }

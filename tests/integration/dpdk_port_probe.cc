@@ -7,6 +7,11 @@
 //                             of varying size, every byte checked (ICRC too);
 //                             the receiver acknowledges every 64 frames and,
 //                             when idle, sleeps on a net::AfPacketWakeup fd
+//                             (--hold: the receiver keeps every frame it
+//                             got until the end and checks each again, so
+//                             that the port has to copy once few of its
+//                             receive buffers are left, and a buffer the
+//                             engine holds is never written)
 //   --mode rate-send|rate-recv   raw rate: --size-byte frames for --seconds
 //
 // Output: key=value lines on stdout ("ready" once the port is open). Exit 0
@@ -20,6 +25,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "net/af_packet_wakeup.h"
 #include "net/arp.h"
@@ -46,6 +52,7 @@ struct Options {
   double seconds = 2;
   uint16_t mtu = 9000;
   double timeout = 30;
+  bool hold = false;
 };
 
 uint64_t now_ns() {
@@ -67,7 +74,7 @@ bool parse_ip(const char* s, Ipv4Addr& out) { return inet_pton(AF_INET, s, out.d
   std::fprintf(stderr,
                "usage: dpdk_port_probe --mode send|recv|rate-send|rate-recv --spec SPEC --ip A "
                "--peer B [--name N] [--count N] [--size BYTES] [--seconds S] [--mtu M] "
-               "[--timeout S]\n");
+               "[--timeout S] [--hold]\n");
   std::exit(2);
 }
 
@@ -75,6 +82,10 @@ Options parse_args(int argc, char** argv) {
   Options o;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
+    if (a == "--hold") {
+      o.hold = true;
+      continue;
+    }
     if (i + 1 >= argc) usage();
     const char* v = argv[++i];
     if (a == "--mode") o.mode = v;
@@ -241,9 +252,9 @@ struct Probe {
     const DpdkPortCounters& c = port.counters();
     std::printf("port_rx_frames=%" PRIu64 "\nport_tx_frames=%" PRIu64 "\nport_tx_ring_full=%" PRIu64
                 "\nport_tx_no_mbuf=%" PRIu64 "\nport_rx_missed=%" PRIu64 "\nport_rx_errors=%" PRIu64
-                "\nport_tx_errors=%" PRIu64 "\nport_rx_oversize=%" PRIu64 "\n",
+                "\nport_tx_errors=%" PRIu64 "\nport_rx_oversize=%" PRIu64 "\nport_rx_in_place=%" PRIu64 "\n",
                 c.rx_frames, c.tx_frames, c.tx_ring_full, c.tx_no_mbuf, c.rx_missed, c.rx_errors,
-                c.tx_errors, c.rx_oversize);
+                c.tx_errors, c.rx_oversize, c.rx_in_place);
   }
 
   // ---- checked transfer ----
@@ -310,6 +321,8 @@ struct Probe {
     bool last_looked = false;
     uint32_t sleeps = 0, fd_wakeups = 0;
     Packet* burst[DpdkPort::kBurst];
+    std::vector<Packet*> held;
+    held.reserve(opt.count);
     auto ack = [&]() {
       learn_route(now_ns());
       if (!resolved) return;
@@ -343,12 +356,16 @@ struct Probe {
             bool good = p->opcode == 0x0a && p->payload_len == len;
             for (uint32_t k = 0; good && k < len; ++k) good = p->payload()[k] == payload_byte(psn, k);
             if (!good) ++bad_payload;
+            if (opt.hold && good) {
+              held.push_back(p);
+              p = nullptr;
+            }
             ++received;
             if (received % kAckEvery == 0 || received == opt.count) ack();
             if (received == opt.count) done_at = now;
           }
         }
-        pool.put(p);
+        if (p) pool.put(p);
       }
       port.flush();
       if (n) {
@@ -365,6 +382,17 @@ struct Probe {
       }
     }
     learn_route(now_ns());
+    // Every frame held is still the one received (its buffer was not lent
+    // to the driver again).
+    uint32_t held_changed = 0;
+    for (Packet* p : held) {
+      const uint32_t psn = p->bth()->psn();
+      bool same = p->payload_len == payload_len_of(psn);
+      for (uint32_t k = 0; same && k < p->payload_len; ++k) same = p->payload()[k] == payload_byte(psn, k);
+      held_changed += !same;
+      pool.put(p);
+    }
+    if (opt.hold) std::printf("held=%zu\nheld_changed=%u\n", held.size(), held_changed);
     std::printf("sleeps=%u\nfd_wakeups=%u\n", sleeps, fd_wakeups);
     std::printf("received=%u\nbad_parse=%u\nbad_payload=%u\nout_of_order=%u\nnot_ours=%u\n",
                 received, bad_parse, bad_payload, out_of_order, not_ours);

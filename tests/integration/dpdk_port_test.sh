@@ -10,7 +10,9 @@
 # 2. A checked transfer: 1000 RoCEv2 frames (UDP 4791, RDMA WRITE ONLY with
 #    0..4096 payload bytes) arrive in order, ICRC and every byte right; the
 #    receiver acknowledges every 64 frames and the sender keeps at most 256
-#    in flight.
+#    in flight. The receiving port received them in place (no copy).
+#    Again with a receiver that holds all 1500 frames it gets: the port
+#    copies once its receive buffers run low, and no held frame changes.
 # 3. Raw rates for 4200- and 1100-byte frames, one sender and one receiver,
 #    UROCE_DPDK_RATE_SECONDS (default 2) each: printed, and checked only for
 #    having moved frames.
@@ -144,7 +146,28 @@ show recv send
 [[ $(value received "$work/recv.out") == 1000 ]] || fail "receiver did not get 1000 frames"
 (($(value fd_wakeups "$work/recv.out") >= 1)) || fail "the idle receiver was never woken by its AfPacketWakeup fd"
 [[ $(value eal_args "$work/send.out") == *"--file-prefix=uroce-send-$tag"* ]] || fail "EAL file prefix"
+# net_af_packet received each frame straight into a packet buffer.
+(($(value port_rx_in_place "$work/recv.out") == $(value port_rx_frames "$work/recv.out"))) ||
+  fail "the receiver's frames were copied (port_rx_in_place $(value port_rx_in_place "$work/recv.out") of $(value port_rx_frames "$work/recv.out"))"
 echo "checked transfer: ok"
+
+# ---- 2b: a receiver that holds every frame ----
+# Once few of its receive buffers are left the port copies; none of the
+# frames held changes, none is lost.
+start_receiver hold --mode recv --count 1500 --hold --timeout 40
+run_sender send-hold --mode send --count 1500 --timeout 40
+send_rc=$?
+wait "$receiver_pid"
+recv_rc=$?
+((send_rc == 0 && recv_rc == 0)) || {
+  show hold send-hold
+  fail "held transfer: sender exited $send_rc, receiver $recv_rc"
+}
+in_place=$(value port_rx_in_place "$work/hold.out") frames=$(value port_rx_frames "$work/hold.out")
+[[ $(value held "$work/hold.out") == 1500 && $(value held_changed "$work/hold.out") == 0 ]] ||
+  fail "held transfer: held $(value held "$work/hold.out"), changed since $(value held_changed "$work/hold.out")"
+((in_place > 0 && in_place < frames)) || fail "held transfer: $in_place of $frames frames in place (expected some copied)"
+echo "held transfer: ok ($in_place of $frames frames in place, the rest copied)"
 
 # ---- 3: raw rates ----
 for size in 4200 1100; do
