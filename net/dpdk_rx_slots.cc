@@ -29,7 +29,6 @@ std::string DpdkRxSlots::create(const std::string& name, uint32_t n, uint32_t fr
   if (!memory) return "cannot allocate " + std::to_string(bytes) + " bytes of receive buffers";
   auto* slots = new DpdkRxSlots;
   slots->memory_ = memory;
-  slots->slot_bytes_ = slot;
   slots->slots_ = n;
   slots->low_water_ = n / 4;
   // Default-initialised: the header only; the frame bytes stay untouched
@@ -83,7 +82,6 @@ Packet* DpdkRxSlots::take(rte_mbuf* m) {
   p->checksummed = true;
   return p;
 }
-
 
 void DpdkRxSlots::give_back(Packet* p) {
   auto* m = static_cast<rte_mbuf*>(p->loan.handle);

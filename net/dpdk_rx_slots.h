@@ -39,8 +39,8 @@ class DpdkRxSlots final : public PacketLender {
 
   rte_mempool* pool() const { return pool_; }
   // The Packet m's frame is in, lent to the caller (len and offsets set), or
-  // nullptr if the frame is not at Packet::data (a VLAN tag the driver put
-  // back moves it) or is longer than a Packet holds: the caller copies it.
+  // nullptr if the frame is not at Packet::data (a driver that prepends a
+  // header moves it) or is longer than a Packet holds: the caller copies it.
   Packet* take(rte_mbuf* m);
   // Below this many free slots the port copies frames instead of lending
   // them, so that what the engine holds never stops the driver receiving.
@@ -52,10 +52,11 @@ class DpdkRxSlots final : public PacketLender {
   ~DpdkRxSlots() = default;
   rte_mempool* pool_ = nullptr;
   uint8_t* memory_ = nullptr;
-  size_t slot_bytes_ = 0;
   uint32_t slots_ = 0;
   uint32_t low_water_ = 0;
-  uint32_t lent_ = 0;  // taken and not given back (a count kept here: the pool's costs a loop over every lcore)
+  // Taken and not given back; counted here, as the pool's count walks
+  // every lcore's cache.
+  uint32_t lent_ = 0;
   bool released_ = false;
 };
 
