@@ -6,8 +6,6 @@
 #include "net/dpdk_port.h"
 #include "net/dpdk_rx_slots.h"
 
-#include <arpa/inet.h>
-
 #include <algorithm>
 #include <cstring>
 
@@ -29,12 +27,7 @@ void copy_from_mbuf(const rte_mbuf* m, Packet* p) {
     std::memcpy(p->data + off, rte_pktmbuf_mtod(seg, const uint8_t*), seg->data_len);
     off += seg->data_len;
   }
-  p->len = off;
-  p->l3_off = 0;
-  p->bth_off = 0;
-  p->payload_off = 0;
-  p->payload_len = 0;
-  p->opcode = 0;
+  set_received(*p, off);
 }
 
 // A VLAN tag the kernel took off (TP_STATUS_VLAN_VALID) reaches us as mbuf
@@ -42,15 +35,7 @@ void copy_from_mbuf(const rte_mbuf* m, Packet* p) {
 // the driver's rte_vlan_insert wants a direct mbuf, and theirs are not).
 // Put it back where the engine looks for it. False if the frame has no room.
 bool restore_vlan_tag(const rte_mbuf* m, Packet* p) {
-  if (!(m->ol_flags & RTE_MBUF_F_RX_VLAN_STRIPPED)) return true;
-  constexpr size_t kTypeOff = 12;  // after the two MACs
-  if (p->len < kTypeOff || p->len + 4 > kFrameCapacity) return false;
-  std::memmove(p->data + kTypeOff + 4, p->data + kTypeOff, p->len - kTypeOff);
-  const uint16_t tpid = htons(0x8100), tci = htons(m->vlan_tci);
-  std::memcpy(p->data + kTypeOff, &tpid, 2);
-  std::memcpy(p->data + kTypeOff + 2, &tci, 2);
-  p->len += 4;
-  return true;
+  return !(m->ol_flags & RTE_MBUF_F_RX_VLAN_STRIPPED) || insert_vlan_tag(*p, m->vlan_tci);
 }
 
 }  // namespace
@@ -64,35 +49,28 @@ size_t DpdkPort::rx_burst(Packet** out, size_t max, PacketPool& pool) {
   size_t got = 0;
   for (uint16_t i = 0; i < n; ++i) {
     rte_mbuf* m = mbufs[i];
-    if (in_place) {
-      if (Packet* p = rx_slots_->take(m)) {
-        if (!restore_vlan_tag(m, p)) [[unlikely]] {
-          ++counters_.rx_oversize;
-          pool.put(p);  // frees m
-          continue;
-        }
-        counters_.rx_bytes += p->len;
-        ++counters_.rx_in_place;
-        out[got++] = p;
-        continue;
-      }
-    }
-    Packet* p = nullptr;
-    if (m->pkt_len > kFrameCapacity) {
-      ++counters_.rx_oversize;
-    } else if (!(p = pool.get())) [[unlikely]] {
-      ++counters_.rx_no_buffer;
-    } else {
-      copy_from_mbuf(m, p);
-      if (restore_vlan_tag(m, p)) {
-        counters_.rx_bytes += p->len;
-        out[got++] = p;
-      } else {
+    Packet* p = in_place ? rx_slots_->take(m) : nullptr;
+    const bool lent = p != nullptr;
+    if (!lent) {
+      if (m->pkt_len > kFrameCapacity) {
         ++counters_.rx_oversize;
-        pool.put(p);
+      } else if (!(p = pool.get())) [[unlikely]] {
+        ++counters_.rx_no_buffer;
+      } else {
+        copy_from_mbuf(m, p);
       }
     }
-    rte_pktmbuf_free(m);
+    const bool whole = p && restore_vlan_tag(m, p);
+    if (!lent) rte_pktmbuf_free(m);  // a lent one goes back with p
+    if (!p) continue;
+    if (!whole) [[unlikely]] {
+      ++counters_.rx_oversize;
+      pool.put(p);
+      continue;
+    }
+    counters_.rx_bytes += p->len;
+    counters_.rx_in_place += lent;
+    out[got++] = p;
   }
   counters_.rx_frames += got;
   return got;

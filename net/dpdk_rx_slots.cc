@@ -73,13 +73,7 @@ Packet* DpdkRxSlots::take(rte_mbuf* m) {
     return nullptr;
   p->loan.handle = m;
   ++lent_;
-  p->len = m->pkt_len;
-  p->l3_off = 0;
-  p->bth_off = 0;
-  p->payload_off = 0;
-  p->payload_len = 0;
-  p->opcode = 0;
-  p->checksummed = true;
+  set_received(*p, m->pkt_len);
   return p;
 }
 

@@ -435,8 +435,12 @@ std::optional<uint16_t> vlan_tci(const Packet& p) {
 }
 
 bool add_vlan_tag(Packet& p, uint16_t tci) {
+  if (p.len >= sizeof(EthHdr) && reinterpret_cast<const EthHdr*>(p.data)->ethertype == kEtherTypeVlan) return false;
+  return insert_vlan_tag(p, tci);
+}
+
+bool insert_vlan_tag(Packet& p, uint16_t tci) {
   if (p.len < sizeof(EthHdr) || p.len + kVlanTagBytes > kFrameCapacity) return false;
-  if (reinterpret_cast<const EthHdr*>(p.data)->ethertype == kEtherTypeVlan) return false;
   constexpr size_t kTypeOff = offsetof(EthHdr, ethertype);
   std::memmove(p.data + kTypeOff + kVlanTagBytes, p.data + kTypeOff, p.len - kTypeOff);
   *reinterpret_cast<be16*>(p.data + kTypeOff) = kEtherTypeVlan;

@@ -81,6 +81,16 @@ struct Packet {
   const uint8_t* payload() const { return data + payload_off; }
 };
 
+// A frame of len bytes just received into p, not parsed yet.
+inline void set_received(Packet& p, uint32_t len) {
+  p.len = len;
+  p.l3_off = 0;
+  p.bth_off = 0;
+  p.payload_off = 0;
+  p.payload_len = 0;
+  p.opcode = 0;
+}
+
 // Copies src's frame (its len bytes, not the whole buffer) and the fields
 // that lay it out into dst; dst stays the buffer it was (its loan).
 inline void copy_packet(Packet& dst, const Packet& src) {
@@ -270,5 +280,8 @@ std::optional<uint16_t> vlan_tci(const Packet& p);
 // by moving everything after the MAC addresses 4 bytes on; the offsets move
 // with it. False (frame unchanged) if it is already tagged or would not fit.
 bool add_vlan_tag(Packet& p, uint16_t tci);
+// The same whatever follows the MACs: a tag the kernel took off a received
+// frame goes back in front of any it left (DpdkPort's receive).
+bool insert_vlan_tag(Packet& p, uint16_t tci);
 
 }  // namespace uroce::net

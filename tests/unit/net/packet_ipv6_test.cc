@@ -677,6 +677,26 @@ TEST(Vlan, AddTagToABuiltFrame) {
   EXPECT_TRUE(is_arp_frame(arp));
 }
 
+TEST(Vlan, InsertPutsATagInFrontOfAnyOther) {
+  // A received frame whose outer tag the kernel took off keeps its inner
+  // one; the outer goes back in front of it.
+  auto p = build(route4(true), 0x0a, 100);
+  const uint32_t len = p->len;
+  ASSERT_TRUE(insert_vlan_tag(*p, 3 << 13 | 0x042));
+  EXPECT_EQ(p->len, len + 4);
+  EXPECT_EQ(get16(*p, 12), 0x8100);
+  EXPECT_EQ(get16(*p, 14), 3 << 13 | 0x042);
+  EXPECT_EQ(get16(*p, 16), 0x8100);
+  EXPECT_EQ(get16(*p, 18), 5 << 13 | 0x123);
+  EXPECT_EQ(get16(*p, 20), 0x0800);
+  // No room: the frame stays as it was.
+  Packet full;
+  full.len = uint32_t(kFrameCapacity - 2);
+  std::memset(full.data, 0, full.len);
+  EXPECT_FALSE(insert_vlan_tag(full, 1));
+  EXPECT_EQ(full.len, uint32_t(kFrameCapacity - 2));
+}
+
 // ---- Wireshark ----
 
 TEST(Ipv6Tshark, RoceOverIpv6DecodesWithGoodChecksums) {
