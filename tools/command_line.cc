@@ -17,7 +17,7 @@ constexpr const char* kUsage = R"USAGE(usage: uroce [--runtime-dir DIR] COMMAND 
 
 Commands:
   start [--name NAME] [--ip A.B.C.D] [--mac MAC] [--port SPEC] [--netdev IF]
-        [--users LIST] [--group NAME] [FLAGS...]
+        [--users LIST] [--group NAME] [--wait SECONDS] [FLAGS...]
                       start engine NAME (uroced) in the background; other
                       flags are passed on to uroced. It serves its owner and
                       root only, unless --users (names, uids or 'all') or
@@ -115,6 +115,11 @@ void declare_start(CLI::App& app, CommandLine& cl, std::vector<std::string>& pas
       ->type_name("LIST");
   sub->add_option("--group", "a group whose members may use the engine (uroced --group)")
       ->type_name("NAME");
+  sub->add_option("--wait", cl.start.wait_seconds,
+                  "how long to wait for the engine to answer before stopping it (default " +
+                      std::to_string(kStartTimeoutSec) + "; a slow or emulated machine may need more)")
+      ->type_name("SECONDS")
+      ->check(CLI::Range(1, 3600));
   // Every other flag goes to uroced as it is, in order (allow_extras keeps
   // them in `remaining`). The positional below takes nothing (its check
   // refuses every word); it exists so that `--` stays start's: without one,

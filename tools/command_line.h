@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "tools/engine_process.h"
 #include "uroce/abi.h"
 
 namespace uroce::tool {
@@ -29,6 +30,7 @@ inline constexpr int kExitNotFound = 127;
 struct StartArgs {
   std::string name = kDefaultName;
   std::string ip;
+  int wait_seconds = kStartTimeoutSec;  // how long start waits for the engine to answer
   // For uroced: --ip, --mac, --port as given, then every flag uroce does not
   // know, in order (`--` and what follows it included, without the `--`).
   std::vector<std::string> engine_args;

@@ -362,7 +362,7 @@ int start_engine(const StartOptions& o) {
     return 1;
   }
 
-  auto deadline = Clock::now() + std::chrono::seconds(kStartTimeoutSec);
+  auto deadline = Clock::now() + std::chrono::seconds(o.wait_seconds);
   for (;;) {
     int status = 0;
     if (::waitpid(pid, &status, WNOHANG) == pid) {
@@ -375,7 +375,7 @@ int start_engine(const StartOptions& o) {
     if (fs::exists(pid_file) && probe_engine(sock).running) break;
     if (Clock::now() >= deadline) {
       std::cerr << "uroce: " << o.name << ": uroced (pid " << pid << ") did not answer on " << sock
-                << " within " << kStartTimeoutSec << " s; stopping it\n";
+                << " within " << o.wait_seconds << " s (uroce start --wait); stopping it\n";
       terminate_child(pid);
       print_log_tail(log_file, offset);
       remove_engine_files(dir, o.name);

@@ -11,17 +11,19 @@
 
 namespace uroce::tool {
 
+// Seconds `start` waits for the engine to answer on its socket (--wait).
+constexpr int kStartTimeoutSec = 10;
+
 struct StartOptions {
   std::string engine_path;  // the uroced binary
   std::string runtime_dir;  // absolute
   std::string name;
   std::string ip;  // shown in the "started" line; empty: ask the engine
+  int wait_seconds = kStartTimeoutSec;  // for the engine to answer on its socket
   // Everything after --name/--runtime-dir: --ip, --mac, --port, pass-through.
   std::vector<std::string> engine_args;
 };
 
-// Seconds `start` waits for the engine to answer on its socket.
-constexpr int kStartTimeoutSec = 10;
 // Seconds `stop` waits after SIGTERM before it sends SIGKILL.
 constexpr int kStopTimeoutSec = 5;
 

@@ -106,6 +106,7 @@ int cmd_start(const Context& ctx, const StartArgs& args) {
   o.runtime_dir = ctx.runtime_dir;
   o.name = args.name;
   o.ip = args.ip;
+  o.wait_seconds = args.wait_seconds;
   o.engine_args = args.engine_args;
   if (auto why = check_engine_name(o.runtime_dir, o.name); !why.empty())
     return usage_error("start", "invalid engine name '" + o.name + "': " + why);

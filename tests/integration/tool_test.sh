@@ -110,7 +110,7 @@ expect 2 "help of an unknown command" uroce help frobnicate
 
 echo "# --help of every command names its options"
 declare -A command_options=(
-  [start]="--name --ip --mac --port"
+  [start]="--name --ip --mac --port --wait"
   [stop]="--name --all"
   [status]="--json"
   [stats]="--name --json --watch --interval --count"
@@ -168,6 +168,7 @@ expect_usage_error fault --port sideways
 expect_usage_error port sideways
 expect_usage_error run
 expect_usage_error start --name
+expect_usage_error start --wait 0
 if have_engine; then
   expect 2 "uroced with a bad flag" "$UROCE_ENGINE_BIN" --bogus
   if [[ $out == "uroced: The following argument was not expected: --bogus (see 'uroced --help')" ]]; then
@@ -268,6 +269,19 @@ if [[ -e "$UROCE_RUNTIME_DIR/ghost.sock" || -e "$UROCE_RUNTIME_DIR/ghost.pid" ]]
 else
   pass "stop removes the stale files"
 fi
+
+echo "# start waits --wait seconds for an engine that does not answer, then stops it"
+# A uroced that never answers: start finds uroced beside itself.
+slow_bin="$UROCE_TEST_DIR/slow-engine"
+mkdir -p "$slow_bin"
+cp "$UROCE_BIN" "$slow_bin/uroce"
+printf '#!/bin/sh\necho $$ >"%s"\nexec sleep 60\n' "$slow_bin/pid" >"$slow_bin/uroced"
+chmod +x "$slow_bin/uroced"
+t0=$SECONDS
+expect 1 "start of an engine that does not answer" "$slow_bin/uroce" start --name slow --wait 2
+expect_out 'did not answer on .* within 2 s \(uroce start --wait\); stopping it' "start says how long it waited, and the flag"
+if ((SECONDS - t0 >= 2 && SECONDS - t0 < 15)); then pass "start gave up after --wait"; else flunk "start gave up after $((SECONDS - t0)) s, not 2"; fi
+if [[ ! -s $slow_bin/pid ]] || kill -0 "$(cat "$slow_bin/pid")" 2>/dev/null; then flunk "start stopped the engine that did not answer"; else pass "start stopped the engine that did not answer"; fi
 
 echo "# run and env"
 export UROCE_PROVIDER_DIR="$fake_provider"

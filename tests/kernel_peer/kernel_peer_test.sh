@@ -251,6 +251,10 @@ case_run() {
       echo "---- client: $ccmd" && tail -n 15 "$clog"
       dump_engine_counters in_ns 2>&1
       echo "---- guest console (last 10 lines)" && tail -n 10 "$KERNEL_PEER_CONSOLE"
+      # The console is quiet: rxe's own warnings are in the guest's ring.
+      if guest_run "$label.dmesg" 30 dmesg; then
+        echo "---- guest kernel log (last 15 lines)" && tail -n 15 "$GUEST_OUT"
+      fi
     fi
     break
    done
@@ -507,13 +511,15 @@ sysfs_on_a_nic() {
   cp -a "$UROCE_BUILD_DIR/provider/." "$share/provider/"
   cp "$here/../integration/sysfs_check.py" "$kernel_peer_jobs/"
   guest_run sysfs_nic 120 bash -c 'export UROCE_RUNTIME_DIR=/tmp/uroce-run; mkdir -m 700 -p $UROCE_RUNTIME_DIR
-    /mnt/uroce/bin/uroce start --name uroce0 --netdev eth0 >/dev/null || exit 1
+    t0=$(date +%s%N)
+    /mnt/uroce/bin/uroce start --name uroce0 --netdev eth0 --wait 90 >/dev/null || exit 1
+    echo "started in $((($(date +%s%N) - t0) / 1000000)) ms"
     /mnt/uroce/bin/uroce run -- python3 /mnt/sysfs_check.py uroce0 eth0; rc=$?
     /mnt/uroce/bin/uroce stop --name uroce0 >/dev/null; exit $rc' || true
   cp "$GUEST_OUT" "$UROCE_LOG_DIR/sysfs_nic.log"
   if grep -q '^sysfs_check uroce0: all agree' "$GUEST_OUT" && grep -q '^ok   device: .*/virtio' "$GUEST_OUT" &&
       grep -q '^ok   /sys/class/net/eth0/device/infiniband: 1' "$GUEST_OUT"; then
-    ok "sysfs_nic: uroce0 --netdev eth0 in the guest: $(grep -m1 '^ok   device:' "$GUEST_OUT" | cut -c6-), eth0/device/infiniband names it, $(grep -c '^ok' "$GUEST_OUT") values agree"
+    ok "sysfs_nic: uroce0 --netdev eth0 in the guest ($(grep -m1 -o 'started in [0-9]* ms' "$GUEST_OUT"), TCG: up to 90 s allowed): $(grep -m1 '^ok   device:' "$GUEST_OUT" | cut -c6-), eth0/device/infiniband names it, $(grep -c '^ok' "$GUEST_OUT") values agree"
   else
     bad "sysfs_nic: uroce's sysfs view on the guest's NIC"
     grep -v '^ok' "$GUEST_OUT" | tail -n 20

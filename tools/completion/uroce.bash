@@ -9,7 +9,7 @@ _uroce_commands="start stop status stats run env fault capture port bench help"
 # it passes on.
 _uroce_options() {
   case $1 in
-    start) echo "--name --ip --mac --port --netdev --users --group --ip6 --cpu --fault --mtu --vlan --hugepages --no-hugepages --help" ;;
+    start) echo "--name --ip --mac --port --netdev --users --group --wait --ip6 --cpu --fault --mtu --vlan --hugepages --no-hugepages --help" ;;
     stop) echo "--name --all --help" ;;
     status) echo "--json --help" ;;
     stats) echo "--name --json --watch --interval --count --help" ;;
