@@ -244,6 +244,21 @@ case_run() {
       # The tool's own race, lost three times: said, not counted.
       echo "race $label: lost the tool's race 3 times ($(grep -m1 -E "$RETRY_ON" "$clog"))"
       printf '%-7s %-22s %-14s race lost 3 times (the tool'"'"'s own)\n' "$mode" "$name" "$dir" >>"$matrix"
+    elif ((attempt < 3 && crc != 0)) && [[ $server_side == host && -n $check ]] && grep -qE "$check" "$slog" &&
+        [[ $why != *"error printed"* ]]; then
+      # Seen once in CI (netdev ib_send_bw_R): uroce's server received every
+      # message and printed its result, and rxe's perftest client, under
+      # TCG, exited 1 with neither its result nor any error line (every
+      # failure path of perftest 4.5-0.17 prints one). Not the wire's doing:
+      # the case runs again (three tries in all), and what the guest kept is
+      # shown; the third loss in a row is a failure like any other.
+      echo "again $label:$why (uroce's server finished; the kernel's client exited $crc without a word)"
+      echo "---- client (first 3 lines): $(head -n 3 "$clog" | tr '\n' '|')"
+      if guest_run "$label.dmesg" 30 dmesg; then
+        echo "---- guest kernel log (last 10 lines; rxe's 'speed is unknown' left out)"
+        grep -v 'speed is unknown' "$GUEST_OUT" | tail -n 10
+      fi
+      continue
     else
       bad "$label:$why (${took} s)"
       printf '%-7s %-22s %-14s FAIL%s\n' "$mode" "$name" "$dir" "$why" >>"$matrix"
@@ -253,7 +268,8 @@ case_run() {
       echo "---- guest console (last 10 lines)" && tail -n 10 "$KERNEL_PEER_CONSOLE"
       # The console is quiet: rxe's own warnings are in the guest's ring.
       if guest_run "$label.dmesg" 30 dmesg; then
-        echo "---- guest kernel log (last 15 lines)" && tail -n 15 "$GUEST_OUT"
+        echo "---- guest kernel log (last 15 lines; rxe's 'speed is unknown' left out)"
+        grep -v 'speed is unknown' "$GUEST_OUT" | tail -n 15
       fi
     fi
     break
