@@ -6,6 +6,8 @@
 
 #if defined(UROCE_HAVE_ISAL)
 #include <isa-l/crc.h>
+
+#include "net/crc32_vpclmul.h"
 #elif defined(UROCE_HAVE_DPDK)
 // rte_vect_{get,set}_max_simd_bitwidth are experimental in DPDK 22.11.
 #define ALLOW_EXPERIMENTAL_API
@@ -63,7 +65,17 @@ void mask_variant_fields(uint8_t* ip_hdr, size_t ip_len) {
 // DPDK's one-lane rte_net_crc on the 1-4 KiB a frame carries on CPUs without
 // AVX-512 (docs/PERFORMANCE.md). Its CRC takes a running value as zlib's
 // does, so the pseudo header is built in a copy and the frame is only read.
-uint32_t crc32_ieee(const uint8_t* data, size_t len) { return crc32_gzip_refl(0, data, len); }
+// Where the CPU folds 256 bits at once without AVX-512, crc32_fold256 does
+// the bulk (net/crc32_vpclmul.h).
+namespace {
+uint32_t crc32_running(uint32_t crc, const uint8_t* data, size_t len) {
+  using Crc32Fn = uint32_t (*)(uint32_t, const uint8_t*, size_t);
+  static const Crc32Fn fn = crc32_fold256_supported() ? crc32_fold256 : crc32_gzip_refl;
+  return fn(crc, data, len);
+}
+}  // namespace
+
+uint32_t crc32_ieee(const uint8_t* data, size_t len) { return crc32_running(0, data, len); }
 
 uint32_t compute_icrc(uint8_t* ip_hdr, size_t ip_len, size_t transport_len) {
   uint8_t pseudo[kIcrcPrefixBytes + sizeof(Ipv6Hdr) + sizeof(UdpHdr) + sizeof(Bth)];
@@ -72,7 +84,7 @@ uint32_t compute_icrc(uint8_t* ip_hdr, size_t ip_len, size_t transport_len) {
   std::memcpy(pseudo + kIcrcPrefixBytes, ip_hdr, headers);
   mask_variant_fields(pseudo + kIcrcPrefixBytes, ip_len);
   const uint32_t crc = crc32_gzip_refl(0, pseudo, kIcrcPrefixBytes + headers);
-  return crc32_gzip_refl(crc, ip_hdr + headers, transport_len - sizeof(Bth));
+  return crc32_running(crc, ip_hdr + headers, transport_len - sizeof(Bth));
 }
 #else
 uint32_t crc32_ieee(const uint8_t* data, size_t len) {
