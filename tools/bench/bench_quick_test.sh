@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # ctest bench_quick: `uroce bench --quick` runs to the end without an error
 # and writes a results.json with every expected key, a table and a plot. The
-# figures are printed, never judged.
+# figures are printed, never judged; the scale run's traffic must all pass.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 build="${UROCE_BUILD_DIR:-$here/../../build}"
@@ -18,6 +18,14 @@ for f in results.json table.md bench.svg; do
 done
 grep -q '</svg>' "$out/bench.svg" || { echo "FAIL: bench.svg is incomplete"; exit 1; }
 python3 "$here/check_results.py" "$out/results.json"
+# Traffic, unlike a figure, is judged: every pair of the scale run passed.
+python3 - "$out/results.json" <<'PY'
+import json, sys
+sc = json.load(open(sys.argv[1]))["scale"]
+if sc["pairs_ok"] != sc["pairs"]:
+    sys.exit("FAIL: scale: %d of %d perftest pairs passed traffic (%s)" % (sc["pairs_ok"], sc["pairs"], sc["failures"]))
+print("scale: all %d pairs passed traffic" % sc["pairs"])
+PY
 
 # The UCX part (not in --quick's default set): its rows come out with figures
 # for every transport it names.
