@@ -127,11 +127,14 @@ mark() {  # LABEL start|end
 }
 
 # Waits until the guest's server is ready: its TCP port listens (tcp), an
-# rdma_cm id listens on the port (cm), or a fixed time (delay).
-guest_ready() {  # READY
+# rdma_cm id listens on the port (cm), or a fixed time (delay). A server
+# that has already exited (rxe lacks the feature: XRC) ends the wait at once
+# instead of after 30 s: its job's exit status is in the job share.
+guest_ready() {  # READY SERVER_LABEL
+  local gone="/mnt/jobs/${_guest_jobs[$2]##*/}.rc"
   case $1 in
-    tcp) guest_run "ready$port" 30 bash -c "for i in \$(seq 300); do ss -Hltn 'sport = :$port' | grep -q . && exit 0; sleep 0.1; done; exit 1" ;;
-    cm) guest_run "ready$port" 30 bash -c "for i in \$(seq 300); do rdma resource show cm_id 2>/dev/null | grep -q 'LISTEN.*:$port\b' && exit 0; sleep 0.1; done; exit 1" ;;
+    tcp) guest_run "ready$port" 30 bash -c "for i in \$(seq 300); do ss -Hltn 'sport = :$port' | grep -q . && exit 0; [ -e $gone ] && exit 1; sleep 0.1; done; exit 1" ;;
+    cm) guest_run "ready$port" 30 bash -c "for i in \$(seq 300); do rdma resource show cm_id 2>/dev/null | grep -q 'LISTEN.*:$port\b' && exit 0; [ -e $gone ] && exit 1; sleep 0.1; done; exit 1" ;;
     *) sleep "${1#delay:}" ;;
   esac
 }
@@ -186,7 +189,7 @@ case_run() {
     read -r -a cargv <<<"$ccmd"
     if [[ $server_side == guest ]]; then
       guest_start "$label.server" "$limit" "${sargv[@]}"
-      guest_ready "$ready" || true
+      guest_ready "$ready" "$label.server" || true
       clog="$UROCE_LOG_DIR/$label.client.log"
       host_run "$limit" "${cargv[@]}" </dev/null >"$clog" 2>&1 || crc=$?
       ((crc == 0)) || guest_stop "$label.server"
