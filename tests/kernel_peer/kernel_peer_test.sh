@@ -131,12 +131,13 @@ mark() {  # LABEL start|end
 # that has already exited (rxe lacks the feature: XRC) ends the wait at once
 # instead of after 30 s: its job's exit status is in the job share.
 guest_ready() {  # READY SERVER_LABEL
-  local gone="/mnt/jobs/${_guest_jobs[$2]##*/}.rc"
+  local gone="/mnt/jobs/${_guest_jobs[$2]##*/}.rc" listening
   case $1 in
-    tcp) guest_run "ready$port" 30 bash -c "for i in \$(seq 300); do ss -Hltn 'sport = :$port' | grep -q . && exit 0; [ -e $gone ] && exit 1; sleep 0.1; done; exit 1" ;;
-    cm) guest_run "ready$port" 30 bash -c "for i in \$(seq 300); do rdma resource show cm_id 2>/dev/null | grep -q 'LISTEN.*:$port\b' && exit 0; [ -e $gone ] && exit 1; sleep 0.1; done; exit 1" ;;
-    *) sleep "${1#delay:}" ;;
+    tcp) listening="ss -Hltn 'sport = :$port' | grep -q ." ;;
+    cm) listening="rdma resource show cm_id 2>/dev/null | grep -q 'LISTEN.*:$port\b'" ;;
+    *) sleep "${1#delay:}"; return 0 ;;
   esac
+  guest_run "$2.ready" 30 bash -c "for i in \$(seq 300); do $listening && exit 0; [ -e $gone ] && exit 1; sleep 0.1; done; exit 1"
 }
 
 # Whether the guest's network is up: it answers the host's ARP (its kernel,
@@ -418,7 +419,7 @@ ucx_dgid_check_on_rxe() {
     # With the check, the client waits for answers that never come: its
     # limit ends it (without, it passes in about 5 s under TCG).
     guest_start "ucx_dgid_$check.server" 16 env $e ucx_perftest -p "$port"
-    guest_run "ucx_dgid_$check.ready" 30 bash -c "for i in \$(seq 300); do ss -Hltn 'sport = :$port' | grep -q . && exit 0; sleep 0.1; done; exit 1" || true
+    guest_ready tcp "ucx_dgid_$check.server" || true
     guest_run "ucx_dgid_$check.client" 12 env $e ucx_perftest -p "$port" -t tag_lat -n 200 -w 20 127.0.0.1 || true
     cp "$GUEST_OUT" "$UROCE_LOG_DIR/ucx_dgid_check_$check.rxe_to_rxe.log"
     guest_stop "ucx_dgid_$check.server"

@@ -881,9 +881,10 @@ class Bench:
         # in the one engine. (perftest's default of 128 per QP is the second run.)
         # The iterations are a multiple of the CQ moderation (-t 4 makes it 4; 100 at the
         # default depth): perftest 4.5-0.17 (Debian 12's) counts a whole moderation for the
-        # last completion of a QP, so with -n 50 the total reached -n x QPs while a QP that
-        # lagged behind the others still had writes to post, and its client spun without
-        # polling again (the quick run lost one pair of two in about half the runs).
+        # last completion of a QP, so with -n 50 each QP counted 52 and the total of -n x QPs
+        # was reached while the QP counted last still had writes to post (8 QPs: 7 x 52 + 36,
+        # 14 to go; the engine serves QPs in turn), and its client spun without polling
+        # again (the quick run lost one pair of two in about half the runs).
         if self.quick:
             self.results["scale"] = self.scale_run(engine_pid, 2, 8, 4, 4096, 48, "scale")
             return
