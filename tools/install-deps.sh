@@ -27,7 +27,7 @@ test_packages=(
   "${lab_packages[@]}"
   rdma-core libgtest-dev python3-yaml
   debhelper fakeroot lintian clang
-  ucx-utils libucx0 openmpi-bin libopenmpi-dev util-linux libfabric-bin
+  ucx-utils libucx0 openmpi-bin libopenmpi-dev util-linux libfabric-bin qperf
   qemu-system-x86 busybox-static cpio
 )
 

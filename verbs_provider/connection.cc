@@ -34,8 +34,20 @@ void Connection::close_fd() {
   fd_ = -1;
 }
 
+// rdma-core's verbs issue their commands as write() or ioctl() on the
+// device (libibverbs/cmd_fallback.c, _execute_cmd_write; cmd_ioctl.c,
+// execute_ioctl) and return errno, which the refused system call left set:
+// programs print it (perror after a failed ibv_modify_qp, as qperf does), so
+// a refusal here sets errno too, and a success leaves it alone.
 int Connection::call(abi::CtlOp op, const void* req, size_t req_len, void* rep, size_t rep_len,
                      const int* fds_in, size_t nfds_in, int* fds_out, size_t nfds_out) {
+  const int err = exchange(op, req, req_len, rep, rep_len, fds_in, nfds_in, fds_out, nfds_out);
+  if (err) errno = err;
+  return err;
+}
+
+int Connection::exchange(abi::CtlOp op, const void* req, size_t req_len, void* rep, size_t rep_len,
+                         const int* fds_in, size_t nfds_in, int* fds_out, size_t nfds_out) {
   std::lock_guard<std::mutex> lock(*mu_);
   if (fd_ < 0) return EIO;
   alignas(8) uint8_t buf[abi::kMaxCtlMsg];

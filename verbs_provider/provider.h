@@ -59,6 +59,8 @@ class Connection {
   int fd() const { return fd_; }
   // Returns 0 or an errno (EIO once the engine is gone).
   int connect_to(const char* path);
+  // Returns 0, or an errno it also leaves in errno (as a refused command
+  // system call does).
   int call(abi::CtlOp op, const void* req, size_t req_len, void* rep, size_t rep_len,
            const int* fds_in = nullptr, size_t nfds_in = 0, int* fds_out = nullptr,
            size_t nfds_out = 0);
@@ -77,6 +79,8 @@ class Connection {
   }
 
  private:
+  int exchange(abi::CtlOp op, const void* req, size_t req_len, void* rep, size_t rep_len, const int* fds_in,
+               size_t nfds_in, int* fds_out, size_t nfds_out);
   // The reply to a request, or -1 when none is there: a refused client may
   // find the engine's answer waiting even though it hung up before the
   // request went out.
