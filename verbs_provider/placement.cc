@@ -36,19 +36,26 @@ namespace {
 // yields, milliseconds beside one that does not. Two windows of that in a
 // row, and the thread goes back to the CPUs it had, beside the engine,
 // which sleeps when idle on a CPU it shares; unless the program has chosen
-// its CPUs itself since (its choice stands).
+// its CPUs itself since (its choice stands). Beside another session's
+// process alone on the CPU left, the thread goes whenever that process
+// keeps the CPU (it is the other end of the pair: no yield reaches it);
+// otherwise not while the engine finds its own CPU shared too (busy
+// processes on every CPU, as under `uroce bench --load`: the slices waited
+// are theirs, and the thread would only take to the engine's CPU what it
+// met on its own: ib_send_bw 64 B lost 0.46 of its rate that way).
 class SharedCpuWatch {
  public:
-  void start(std::vector<int> home, std::vector<int> placed) {
+  void start(std::vector<int> home, std::vector<int> placed, bool beside_other_session) {
     home_ = std::move(home);
     placed_ = std::move(placed);
+    beside_other_session_ = beside_other_session;
     active_ = true;
     next_check_ns_ = 0;
   }
   bool active() const { return active_; }
   // Called on each poll while active: one counter; the clock every
   // kCallsPerCheck polls (a poller that waits whole slices polls seldom).
-  void tick() {
+  void tick(const abi::EngineShared* engine) {
     if (++calls_ % kCallsPerCheck) return;
     timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -64,7 +71,8 @@ class SharedCpuWatch {
       const uint64_t waited_ns = stat.delay_ns - delay_ns_;
       const uint64_t times = stat.slices - slices_;
       const bool slice_waits = times && waited_ns / times >= kSliceWaitNs && waited_ns * 4 >= window_ns;
-      if (slice_waits && last_window_waited_) {
+      if (slice_waits && last_window_waited_ &&
+          (beside_other_session_ || !engine->cpu_shared.load(std::memory_order_relaxed))) {
         if (current_cpus() == placed_) pin_current_thread(home_);
         active_ = false;
         return;
@@ -91,6 +99,7 @@ class SharedCpuWatch {
 
   std::vector<int> home_;
   std::vector<int> placed_;
+  bool beside_other_session_ = false;
   bool active_ = false;
   bool last_window_waited_ = false;
   uint32_t calls_ = 0;
@@ -125,8 +134,9 @@ void place(const UContext* ctx) {
   // CPU left: the other end of a pair started from two terminals) hand the
   // CPU to each other on every empty poll. Unless one turns out not to
   // yield (SharedCpuWatch): then back.
+  const bool beside_other_session = others.size() == 1 && other_session_pinned_to(others);
   if (!pin_current_thread(others)) return;
-  shared_cpu_watch.start(std::move(mine), std::move(others));
+  shared_cpu_watch.start(std::move(mine), std::move(others), beside_other_session);
   placed = Placed::kWatching;
 }
 
@@ -135,7 +145,7 @@ void place(const UContext* ctx) {
 void place_polling_thread(const UContext* ctx) {
   if (placed == Placed::kDone) [[likely]] return;
   if (placed == Placed::kWatching) {
-    shared_cpu_watch.tick();
+    shared_cpu_watch.tick(ctx->shared);
     if (!shared_cpu_watch.active()) placed = Placed::kDone;
     return;
   }

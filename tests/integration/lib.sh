@@ -159,6 +159,15 @@ _uroce_describe_rc() {
   esac
 }
 
+# A script's checks: ok and bad print a line each ("ok   ..." / "FAIL ...");
+# bad counts in $failures, which the script reports at its end.
+failures=0
+ok() { echo "ok   $1"; }
+bad() {
+  echo "FAIL $1"
+  failures=$((failures + 1))
+}
+
 # expect_failure LABEL PATTERN CMD...: CMD under `uroce run` (on the host
 # ${ON_HOST:-}, a function such as on_a, when set) exits non-zero within
 # 30 s, not by the timeout (124), and prints PATTERN; the test's ok/bad

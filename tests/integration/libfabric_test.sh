@@ -18,11 +18,6 @@ if ! command -v fi_info >/dev/null || ! command -v fi_pingpong >/dev/null; then
 fi
 
 failures=0
-ok() { echo "ok   $1"; }
-bad() {
-  echo "FAIL $1"
-  failures=$((failures + 1))
-}
 
 # fi_pingpong's result line: bytes #sent #ack total time MB/sec usec/xfer
 # (the size as it prints it: 64, 4k, 1m). ITERS sent and acknowledged.

@@ -58,11 +58,6 @@ on_b "$UROCE_BIN" start --name hostB --netdev "$veth_b"
 gid_table="$(dirname "${BASH_SOURCE[0]}")/gid_table.py"
 
 failures=0
-ok() { echo "ok   $1"; }
-bad() {
-  echo "FAIL $1"
-  failures=$((failures + 1))
-}
 
 # The kernel's unreachable answers (absolute counters of that namespace).
 unreachables() {  # NS

@@ -19,12 +19,6 @@ if ! command -v qperf >/dev/null; then
 fi
 
 start_engine uroce0
-failures=0
-ok() { echo "ok   $1"; }
-bad() {
-  echo "FAIL $1"
-  failures=$((failures + 1))
-}
 
 port=19788
 timeout -k 5 240 "$UROCE_BIN" run -- qperf -lp "$port" </dev/null >"$UROCE_LOG_DIR/qperf_server.log" 2>&1 &

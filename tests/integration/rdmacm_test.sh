@@ -16,11 +16,6 @@ fi
 
 start_engine uroce0
 failures=0
-ok() { echo "ok   $1"; }
-bad() {
-  echo "FAIL $1"
-  failures=$((failures + 1))
-}
 
 if timeout 120 "$UROCE_BIN" run -- "$events" >"$UROCE_LOG_DIR/events.log" 2>&1; then
   ok "rdmacm_events: $(grep -c '^\[       OK' "$UROCE_LOG_DIR/events.log") cases"

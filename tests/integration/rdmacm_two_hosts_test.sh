@@ -44,11 +44,6 @@ on_a "$UROCE_BIN" start --name hostA --port "net_af_packet0,iface=$veth_a" --ip 
 on_b "$UROCE_BIN" start --name hostB --port "net_af_packet0,iface=$veth_b" --ip "$eng_b" --ip6 "$eng6_b"
 
 failures=0
-ok() { echo "ok   $1"; }
-bad() {
-  echo "FAIL $1"
-  failures=$((failures + 1))
-}
 
 # The CM ids in hostB's engine; wait_for_listener BEFORE waits (up to 30 s)
 # until a server made one more, i.e. it is binding or listening: a loaded

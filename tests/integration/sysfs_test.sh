@@ -21,11 +21,6 @@ for tool in ibstat ibstatus ibv_devinfo ibv_rc_pingpong; do
 done
 check="$(dirname "${BASH_SOURCE[0]}")/sysfs_check.py"
 failures=0
-ok() { echo "ok   $1"; }
-bad() {
-  echo "FAIL $1"
-  failures=$((failures + 1))
-}
 host_view_before=$(ls -la /sys/class/infiniband 2>&1 || true)
 
 # sysfs_check LABEL DEV IFACE [--counters FILE] [PREFIX...]: in a uroce run.

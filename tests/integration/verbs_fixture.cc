@@ -182,24 +182,33 @@ ibv_flow* VerbsTest::flow_to_mac(ibv_qp* qp, const uint8_t* mac) {
   return f;
 }
 
-void VerbsTest::connect_qp(ibv_qp* qp, uint32_t remote_qpn, const ConnectOpts& o) {
+void VerbsTest::to_init(ibv_qp* qp, int access) {
   ibv_qp_attr a{};
   a.qp_state = IBV_QPS_INIT;
   a.pkey_index = 0;
   a.port_num = 1;
-  int mask = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT;
+  a.qp_access_flags = access;
+  ASSERT_EQ(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS), 0)
+      << "RESET->INIT";
+}
+
+void VerbsTest::connect_qp(ibv_qp* qp, uint32_t remote_qpn, const ConnectOpts& o) {
+  ibv_qp_attr a{};
   if (qp->qp_type == IBV_QPT_UD) {
+    a.qp_state = IBV_QPS_INIT;
+    a.pkey_index = 0;
+    a.port_num = 1;
     a.qkey = o.qkey;
-    mask |= IBV_QP_QKEY;
+    ASSERT_EQ(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY), 0)
+        << "RESET->INIT";
   } else {
-    a.qp_access_flags = o.access;
-    mask |= IBV_QP_ACCESS_FLAGS;
+    to_init(qp, o.access);
+    if (HasFatalFailure()) return;
   }
-  ASSERT_EQ(ibv_modify_qp(qp, &a, mask), 0) << "RESET->INIT";
 
   a = {};
   a.qp_state = IBV_QPS_RTR;
-  mask = IBV_QP_STATE;
+  int mask = IBV_QP_STATE;
   if (qp->qp_type != IBV_QPT_UD) {
     a.path_mtu = o.mtu;
     a.dest_qp_num = remote_qpn;

@@ -119,6 +119,8 @@ class VerbsTest : public ::testing::Test {
 
   // ---- connection ----
   ibv_ah_attr loopback_av() const;
+  // RESET -> INIT on port 1 for RC/UC, with these remote access flags.
+  void to_init(ibv_qp* qp, int access);
   // RESET -> INIT -> RTR -> RTS for RC/UC (to remote_qpn) or UD.
   void connect_qp(ibv_qp* qp, uint32_t remote_qpn, const ConnectOpts& o = {});
   // Two QPs of `type`, each with a CQ of its own, connected to each other.

@@ -168,12 +168,9 @@ class TmTest : public SrqTest {
   // The server QP to RTR only: it receives, its requester (the device's
   // rendezvous READ) waits for RTS.
   void server_to_rtr() {
+    to_init(server_, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE);
+    ASSERT_FALSE(HasFatalFailure());
     ibv_qp_attr a{};
-    a.qp_state = IBV_QPS_INIT;
-    a.port_num = 1;
-    a.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE;
-    ASSERT_EQ(ibv_modify_qp(server_, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS), 0);
-    a = {};
     a.qp_state = IBV_QPS_RTR;
     a.path_mtu = IBV_MTU_1024;
     a.dest_qp_num = client_->qp_num;

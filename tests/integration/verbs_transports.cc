@@ -123,12 +123,9 @@ TEST_F(RoceAddress, ConnectedQpWithoutGrhIsRejectedWithErrno) {
   for (ibv_qp_type type : {IBV_QPT_RC, IBV_QPT_UC}) {
     ibv_qp* qp = make_qp(type, cq, cq);
     ASSERT_NE(qp, nullptr);
+    to_init(qp, IBV_ACCESS_REMOTE_WRITE);
+    ASSERT_FALSE(HasFatalFailure());
     ibv_qp_attr a{};
-    a.qp_state = IBV_QPS_INIT;
-    a.port_num = 1;
-    a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
-    ASSERT_EQ(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS), 0);
-    a = {};
     a.qp_state = IBV_QPS_RTR;
     a.path_mtu = IBV_MTU_1024;
     a.dest_qp_num = qp->qp_num;

@@ -766,6 +766,37 @@ class Bench:
             else:
                 self.log("two sessions %-12s %5s: %s" % (prog, fmt_size(size), fmt_rate(r["msgs_per_s"])))
 
+    def qperf_uroce(self):
+        """Debian's qperf over the engine (its RC tests through rdma_cm):
+        rc_lat, and rc_rdma_write_poll_lat, whose two ends spin on memory
+        without yielding (the CPU placement's case, docs/consumers.md)."""
+        if not shutil.which("qperf"):
+            return
+        # -cm1 needs the build's drop-in librdmacm (an older build has none).
+        env = subprocess.run([self.uroce, "env"], capture_output=True, text=True).stdout
+        m = re.search(r"LD_LIBRARY_PATH='([^']*)'", env)
+        if not m or not any(os.path.exists(os.path.join(d, "librdmacm.so.1")) for d in m.group(1).split(":")):
+            self.log("qperf over uroce skipped: this build has no drop-in librdmacm")
+            return
+        port = self.next_port()
+        server = self.spawn([self.uroce, "run", "--", "qperf", "-lp", str(port)], 60,
+                            os.path.join(self.logs, "qperf-uroce-server.log"))
+        res = self.results["qperf_uroce"] = {}
+        try:
+            time.sleep(0.5)
+            for test in ("rc_lat", "rc_rdma_write_poll_lat"):
+                rc, out = self.run([self.uroce, "run", "--", "qperf", "-cm1", "-lp", str(port), "-t", "2",
+                                    "127.0.0.1", test], 30, os.path.join(self.logs, "qperf-uroce-%s.log" % test))
+                m = re.search(r"latency\s*=\s*([\d.]+)\s*(ns|us|ms|sec)", out)
+                if rc != 0 or not m:
+                    self.error("qperf %s over uroce0: exit %d" % (test, rc))
+                    continue
+                scale = {"ns": 1e-3, "us": 1.0, "ms": 1e3, "sec": 1e6}[m.group(2)]
+                res[test + "_us"] = float(m.group(1)) * scale
+                self.log("qperf %-22s: %s" % (test, fmt_us(res[test + "_us"])))
+        finally:
+            self.kill(server)
+
     # ---- idle engine, scale ----
 
     @staticmethod
@@ -1108,6 +1139,11 @@ class Bench:
             v = self.pick(prog, 2, "t_typical_us", section=ts)
             if v is not None:
                 lat_row("two sessions: %s 2 B median" % prog, v, half(shm_rtt), half(tcp_rtt(2)), "1/2 RTT")
+        qp = self.results.get("qperf_uroce") or {}
+        for test, what in (("rc_lat", "1/2 RTT"), ("rc_rdma_write_poll_lat", "1/2 RTT")):
+            v = qp.get(test + "_us")
+            if v is not None:
+                lat_row("qperf %s" % test, v, half(shm_rtt), half(tcp_rtt(2)), what)
         th = self.results.get("two_hosts") or {}
         raw4200 = next((r for r in th.get("raw_frames", []) if r["frame_bytes"] == 4200), None)
         v = self.pick("ib_write_bw", s64k, "bw_bytes_per_s", section=th)
@@ -1346,6 +1382,7 @@ class Bench:
             if want("perftest"):
                 self.perftest_suite()
                 self.two_sessions()
+                self.qperf_uroce()
             if want("perftest") or want("tag_matching"):
                 self.tag_matching()
             if want("perftest") or want("raw_ethernet"):
