@@ -456,12 +456,7 @@ void Engine::run() {
       continue;
     }
     io_.poll();
-    const bool spin = idle_.spin(now, now - last_work);
-    if (const bool shared = idle_.shared(now); shared != cpu_shared_published_) {
-      shared_->cpu_shared.store(shared, std::memory_order_relaxed);
-      cpu_shared_published_ = shared;
-    }
-    if (spin) {
+    if (idle_.spin(now, now - last_work)) {
       // Clients often busy-poll their CQs; on a machine with few cores let
       // them run rather than spin against them.
       sched_yield();

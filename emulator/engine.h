@@ -161,7 +161,6 @@ class Engine {
   // By Owner::id, one of each kind.
   std::unordered_map<uint64_t, std::array<std::string, size_t(Snapshot::kCount)>> snapshots_;
   IdlePolicy idle_;
-  bool cpu_shared_published_ = false;  // what shared_->cpu_shared says
   EngineCounters counters_;
 };
 

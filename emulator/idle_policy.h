@@ -61,9 +61,6 @@ class IdlePolicy {
     }
     return now_ns >= shared_until_ns_;
   }
-  // Whether the engine holds its CPU as shared (it then sleeps as soon as
-  // it is idle).
-  bool shared(uint64_t now_ns) const { return now_ns < shared_until_ns_; }
   // After a sleep: the delay since the last read (the wake-up's, and what
   // little the engine met awake before it slept) is not counted. Read only
   // while the engine is not held as shared (the hold ends by the clock), so

@@ -19,43 +19,31 @@ namespace uroce::provider {
 
 namespace {
 
-// A poller moved off the engine's CPU (below) watches whether it gets the
-// CPU back when it yields. Two clients that both poll through the provider
-// (ib_send_lat, ib_send_bw) take turns in microseconds, in one session or
-// in two (two sessions are two scheduler autogroups; sched_yield still
-// hands the CPU from one to the other: CFS skips the yielding group's
-// entity when the other's vruntime is close). A process that spins on
-// memory without yielding keeps the CPU until the scheduler's tick takes
-// it, a whole time slice (4 ms medians were measured): ib_write_lat of
-// another session waits for its peer's RDMA WRITE that way, and so do both
-// ends of qperf's rc_rdma_write_poll_lat in one session (each posts its
-// WRITE, polls the CQ once, and spins on the byte its peer writes). So does
-// any busy process pinned there. The sign is this thread's run delay per
-// time it was put on the CPU (/proc/thread-self/schedstat: time on the CPU,
-// time runnable but waiting, times run): microseconds beside a poller that
-// yields, milliseconds beside one that does not. Two windows of that in a
-// row, and the thread goes back to the CPUs it had, beside the engine,
-// which sleeps when idle on a CPU it shares; unless the program has chosen
-// its CPUs itself since (its choice stands). Beside another session's
-// process alone on the CPU left, the thread goes whenever that process
-// keeps the CPU (it is the other end of the pair: no yield reaches it);
-// otherwise not while the engine finds its own CPU shared too (busy
-// processes on every CPU, as under `uroce bench --load`: the slices waited
-// are theirs, and the thread would only take to the engine's CPU what it
-// met on its own: ib_send_bw 64 B lost 0.46 of its rate that way).
+// A poller placed beside another session's process (below) watches whether
+// it gets the CPU back when it yields. Two sessions are two scheduler
+// autogroups; sched_yield still hands the CPU from one to the other (CFS
+// skips the yielding group's entity when the other's vruntime is close), so
+// two clients that both poll through the provider (ib_send_lat, ib_send_bw)
+// take turns in microseconds, as two of one session do. A process that
+// spins on memory without yielding (ib_write_lat waits for its peer's
+// RDMA WRITE that way) keeps the CPU until the scheduler's tick takes it, a
+// whole time slice (4 ms medians were measured). The sign is this thread's
+// run delay per time it was put on the CPU (/proc/thread-self/schedstat:
+// time on the CPU, time runnable but waiting, times run): microseconds
+// beside a poller that yields, milliseconds beside one that does not. Two
+// windows of that in a row, and the thread goes back to the CPUs it had,
+// beside the engine, which sleeps when idle on a CPU it shares.
 class SharedCpuWatch {
  public:
-  void start(std::vector<int> home, std::vector<int> placed, bool beside_other_session) {
+  void start(std::vector<int> home) {
     home_ = std::move(home);
-    placed_ = std::move(placed);
-    beside_other_session_ = beside_other_session;
     active_ = true;
     next_check_ns_ = 0;
   }
   bool active() const { return active_; }
   // Called on each poll while active: one counter; the clock every
   // kCallsPerCheck polls (a poller that waits whole slices polls seldom).
-  void tick(const abi::EngineShared* engine) {
+  void tick() {
     if (++calls_ % kCallsPerCheck) return;
     timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -71,9 +59,8 @@ class SharedCpuWatch {
       const uint64_t waited_ns = stat.delay_ns - delay_ns_;
       const uint64_t times = stat.slices - slices_;
       const bool slice_waits = times && waited_ns / times >= kSliceWaitNs && waited_ns * 4 >= window_ns;
-      if (slice_waits && last_window_waited_ &&
-          (beside_other_session_ || !engine->cpu_shared.load(std::memory_order_relaxed))) {
-        if (current_cpus() == placed_) pin_current_thread(home_);
+      if (slice_waits && last_window_waited_) {
+        pin_current_thread(home_);
         active_ = false;
         return;
       }
@@ -98,8 +85,6 @@ class SharedCpuWatch {
   }
 
   std::vector<int> home_;
-  std::vector<int> placed_;
-  bool beside_other_session_ = false;
   bool active_ = false;
   bool last_window_waited_ = false;
   uint32_t calls_ = 0;
@@ -129,15 +114,16 @@ void place(const UContext* ctx) {
     else others.push_back(c);
   }
   if (!on_engine_cpu || others.empty()) return;
-  // Off the engine's CPU the engine spins undisturbed, and the pollers left
-  // there (this session's, or another session's process alone on the one
-  // CPU left: the other end of a pair started from two terminals) hand the
-  // CPU to each other on every empty poll. Unless one turns out not to
-  // yield (SharedCpuWatch): then back.
-  const bool beside_other_session = others.size() == 1 && other_session_pinned_to(others);
-  if (!pin_current_thread(others)) return;
-  shared_cpu_watch.start(std::move(mine), std::move(others), beside_other_session);
-  placed = Placed::kWatching;
+  // Beside another session's process alone on the one CPU left (the other
+  // end of a pair started from two terminals), as beside one of this
+  // session: off the engine's CPU the engine spins undisturbed and the two
+  // hand the CPU to each other on every empty poll. Unless that process
+  // turns out not to yield (SharedCpuWatch): then back.
+  if (others.size() == 1 && other_session_pinned_to(others)) {
+    shared_cpu_watch.start(std::move(mine));
+    placed = Placed::kWatching;
+  }
+  pin_current_thread(others);
 }
 
 }  // namespace
@@ -145,7 +131,7 @@ void place(const UContext* ctx) {
 void place_polling_thread(const UContext* ctx) {
   if (placed == Placed::kDone) [[likely]] return;
   if (placed == Placed::kWatching) {
-    shared_cpu_watch.tick(ctx->shared);
+    shared_cpu_watch.tick();
     if (!shared_cpu_watch.active()) placed = Placed::kDone;
     return;
   }

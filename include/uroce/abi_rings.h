@@ -307,11 +307,7 @@ struct EngineShared {
   // The CPU the engine polls on (include/uroce/cpu_placement.h), -1: any.
   // A client polling an empty CQ on that CPU backs off to sleep.
   std::atomic<int32_t> polling_cpu;
-  // 1 while the engine finds that CPU shared with another busy task
-  // (emulator/idle_policy.h): a client thread placed off it then gains
-  // nothing by going back there (verbs_provider/placement.cc).
-  std::atomic<uint32_t> cpu_shared;
-  uint32_t reserved[13];
+  uint32_t reserved[14];
   // The GID table as it is now: it follows the addresses of the interface
   // the device is bound to (uroced --netdev; lo by default), as a RoCE
   // NIC's follows its netdev's. A seqlock: the engine makes gid_seq odd,
@@ -324,8 +320,6 @@ struct EngineShared {
 };
 static_assert(std::is_standard_layout_v<EngineShared>);
 static_assert(offsetof(EngineShared, gid_seq) % kCacheLine == 0);
-static_assert(offsetof(EngineShared, cpu_shared) == offsetof(EngineShared, polling_cpu) + 4);
-static_assert(offsetof(EngineShared, gid_seq) == 3 * kCacheLine);
 static_assert(sizeof(EngineShared) <= 4096);
 
 // Records written by the engine into the client's async event pipe and into

@@ -1,8 +1,8 @@
 // Verbs semantics, CPU placement of polling threads
 // (verbs_provider/placement.cc): under `uroce run`, a thread that makes or
-// polls a CQ leaves the CPU its engine polls on (until whatever shares the
-// CPUs left, of this session or another, turns out not to yield); other
-// threads keep their CPUs.
+// polls a CQ leaves the CPU its engine polls on (beside another session's
+// process alone on the one CPU left, until that process turns out not to
+// yield); other threads keep their CPUs.
 #include <sched.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -90,26 +90,20 @@ TEST_F(Placement, PollingThreadLeavesTheEngineCpu) {
 // joins another session's process alone on the one CPU left, as it would
 // one of its own session (an empty poll's yield hands the CPU over), and
 // goes back to the CPUs it had, beside the engine, once that process keeps
-// the CPU whole time slices (it spins without yielding). So it does beside
-// a process of its own session that spins (the other end of qperf's
-// rc_rdma_write_poll_lat, which waits on memory).
+// the CPU whole time slices (it spins without yielding).
 class PlacementBesideAnotherSession : public Placement {
  protected:
-  // A process pinned to the one CPU left besides the engine's, in a session
-  // of its own or in this one: paused, or spinning without ever yielding.
-  void start_other_session(bool spin, bool own_session = true) {
+  // A process in a session of its own, pinned to the one CPU left besides
+  // the engine's: paused, or spinning without ever yielding.
+  void start_other_session(bool spin) {
     for (int c : uroce::current_cpus())
       if (c != cpu_) others_.push_back(c);
     if (others_.size() != 1) GTEST_SKIP() << "more than one CPU is left besides the engine's";
-    int ready[2];
-    ASSERT_EQ(pipe(ready), 0);
     const pid_t child = fork();
     ASSERT_GE(child, 0);
     if (child == 0) {
-      if (own_session) setsid();
+      setsid();
       uroce::pin_current_thread(others_);
-      const char c = 1;
-      if (write(ready[1], &c, 1) != 1) _exit(1);
       if (spin) {
         std::atomic<uint64_t> n{0};
         for (;;) n.fetch_add(1, std::memory_order_relaxed);
@@ -117,41 +111,13 @@ class PlacementBesideAnotherSession : public Placement {
       pause();
       _exit(0);
     }
-    close(ready[1]);
     defer([child] {
       kill(child, SIGKILL);
       waitpid(child, nullptr, 0);
     });
     // Until the child is in its session and on its CPU.
-    char c = 0;
-    const ssize_t n = read(ready[0], &c, 1);
-    close(ready[0]);
-    ASSERT_EQ(n, 1) << "the child died before it was placed";
-    if (!own_session) return;
     for (int i = 0; i < 200 && !uroce::other_session_pinned_to(others_); ++i) usleep(10'000);
     ASSERT_TRUE(uroce::other_session_pinned_to(others_));
-  }
-  // A fresh thread makes a CQ (which places it) and polls it empty until its
-  // CPUs change, for 10 s at most (far beyond the few windows the watch
-  // needs when each yield waits out a time slice).
-  void poll_until_moved(std::vector<int>* before, std::vector<int>* placed, std::vector<int>* after,
-                        uint64_t* polls) {
-    std::thread t([&] {
-      *before = uroce::current_cpus();
-      ibv_cq* cq = ibv_create_cq(ctx_, 16, nullptr, nullptr, 0);
-      if (!cq) return;
-      ibv_wc wc;
-      ibv_poll_cq(cq, 1, &wc);
-      *placed = uroce::current_cpus();
-      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-      while (uroce::current_cpus() == *placed && std::chrono::steady_clock::now() < until) {
-        ibv_poll_cq(cq, 1, &wc);
-        ++*polls;
-      }
-      *after = uroce::current_cpus();
-      ibv_destroy_cq(cq);
-    });
-    t.join();
   }
   std::vector<int> others_;
 };
@@ -170,22 +136,27 @@ TEST_F(PlacementBesideAnotherSession, LeavesItWhenItDoesNotYield) {
   if (HasFatalFailure() || IsSkipped()) return;
   std::vector<int> before, placed, after;
   uint64_t polls = 0;
-  poll_until_moved(&before, &placed, &after, &polls);
+  std::thread t([&] {
+    before = uroce::current_cpus();
+    ibv_cq* cq = ibv_create_cq(ctx_, 16, nullptr, nullptr, 0);
+    if (!cq) return;
+    ibv_wc wc;
+    ibv_poll_cq(cq, 1, &wc);
+    placed = uroce::current_cpus();
+    // Polling an empty CQ beside the spinner: each yield waits out its time
+    // slice. Bounded: 10 s, far beyond the few windows the watch needs.
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (uroce::current_cpus() == placed && std::chrono::steady_clock::now() < until) {
+      ibv_poll_cq(cq, 1, &wc);
+      ++polls;
+    }
+    after = uroce::current_cpus();
+    ibv_destroy_cq(cq);
+  });
+  t.join();
   ASSERT_FALSE(placed.empty()) << "ibv_create_cq failed";
   EXPECT_EQ(placed, others_) << "the poller did not join the other session's CPU first";
   EXPECT_EQ(after, before) << "the poller stayed beside a process that kept the CPU (" << polls << " polls)";
-}
-
-TEST_F(PlacementBesideAnotherSession, LeavesAProcessOfItsOwnSessionThatDoesNotYield) {
-  start_other_session(true, false);
-  if (HasFatalFailure() || IsSkipped()) return;
-  std::vector<int> before, placed, after;
-  uint64_t polls = 0;
-  poll_until_moved(&before, &placed, &after, &polls);
-  ASSERT_FALSE(placed.empty()) << "ibv_create_cq failed";
-  EXPECT_EQ(placed, others_) << "the poller did not leave the engine's CPU first";
-  EXPECT_EQ(after, before) << "the poller stayed beside a process of its session that kept the CPU (" << polls
-                           << " polls)";
 }
 
 // An empty poll hands the CPU to a thread that shares it, through the
@@ -216,9 +187,6 @@ class EmptyPoll : public VerbsTest {
     for (int i = 0; i < 1000 && ticks.load() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     int handed = 0;
     for (int i = 0; i < polls; ++i) {
-      // Pinned again each time: beside a spinner that keeps the CPU, the
-      // placement's watch gives the thread back its CPUs (placement.cc).
-      sched_setaffinity(0, sizeof(one), &one);
       const uint64_t before = ticks.load();
       poll();
       if (ticks.load() != before) ++handed;
