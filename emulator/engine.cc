@@ -1,5 +1,7 @@
 #include "emulator/engine.h"
 
+#include "emulator/wire_moderation.h"
+
 #include <nlohmann/json.hpp>
 
 #include <fcntl.h>
@@ -57,6 +59,7 @@ Engine::~Engine() {
   if (doorbell_fd_ >= 0) close(doorbell_fd_);  // doorbell_ holds a dup of its own
   end_wire_wait();
   if (wire_wakeup_fd_ >= 0) close(wire_wakeup_fd_);
+  if (migration_schedstat_fd_ >= 0) close(migration_schedstat_fd_);
   remove_files();
 }
 
@@ -295,6 +298,49 @@ void Engine::announce_polling_cpu(int cpu) {
   if (shared_) shared_->polling_cpu.store(cpu, std::memory_order_release);
 }
 
+void Engine::enable_migration(int home, std::vector<int> away) {
+  if (away.empty()) return;
+  // The polling thread's own statistics: this runs on it, before run().
+  migration_schedstat_fd_ = open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
+  if (migration_schedstat_fd_ < 0) return;
+  home_cpu_ = home;
+  away_cpus_ = std::move(away);
+  migration_.emplace();
+}
+
+// Clients keep the CPU the engine announced (polling_cpu, its home): a move
+// is the engine's while it lasts, and its clients' threads stay off home.
+void Engine::check_migration(uint64_t now) {
+  next_migration_ns_ = now + EngineMigration::kWindowNs;
+  EngineMigration::Sample s;
+  s.now_ns = now;
+  const device::Counters& c = device_.counters();
+  s.frames = c.rx_packets + c.tx_packets;
+  SchedStat stat;
+  if (!read_schedstat(migration_schedstat_fd_, &stat)) {
+    migration_.reset();  // no schedstat: stay where the engine is
+    return;
+  }
+  s.delay_ns = stat.delay_ns;
+  for (const auto& [_, session] : sessions_) {
+    uint64_t ns = 0;
+    const pid_t pid = session->owner().mem.pid();
+    if (pid > 0 && process_cpu_ns(pid, &ns)) s.clients_ns += ns;
+    else s.clients_known = false;
+  }
+  const auto shares_home = [this] { return engine_pinned_cpus(int(getpid())).count(home_cpu_) > 0; };
+  switch (migration_->decide(s, shares_home)) {
+    case EngineMigration::Move::kAway:
+      if (pin_current_thread(away_cpus_)) ++counters_.cpu_moves_away;
+      break;
+    case EngineMigration::Move::kHome:
+      if (pin_current_thread({home_cpu_})) ++counters_.cpu_moves_home;
+      break;
+    case EngineMigration::Move::kStay:
+      break;
+  }
+}
+
 // --netdev IF: the kernel interface's addresses are the GIDs and follow it.
 // No port: the device is bound to lo (127.0.0.1 and ::1, as its loopback
 // port reaches them). A port with --ip/--ip6: those addresses, no interface.
@@ -449,6 +495,7 @@ void Engine::run() {
     if ((++iterations & 63) == 0) io_.poll();
     const uint64_t now = monotonic_ns();
     if ((iterations & 1023) == 0) refresh_sysfs_counters(now, 0);
+    if (migration_ && now >= next_migration_ns_) check_migration(now);
     if (device_.poll(now)) {
       last_work = now;
       sysfs_counters_stale_ = true;
@@ -464,6 +511,23 @@ void Engine::run() {
     }
 
     const uint64_t sysfs_due_ns = refresh_sysfs_counters(now, std::max<uint64_t>(now - last_work, 1));
+    // A stream from the wire: nap on a timer, off the port's socket, rather
+    // than have the sender wake us for every few frames (emulator/wire_moderation.h).
+    // Clients are not told we sleep: a doorbell waits for the nap's end.
+    if (device_.has_wire()) {
+      const uint64_t frames = device_.counters().rx_packets;
+      const uint64_t nap_ns = WireModeration::nap_ns(frames - frames_at_wake_, now - woke_ns_);
+      if (nap_ns) {
+        end_wire_wait();
+        const timespec nap{0, long(nap_ns)};
+        nanosleep(&nap, nullptr);
+        ++counters_.wire_moderated_naps;
+        woke_ns_ = monotonic_ns();
+        idle_.woke(woke_ns_);
+        frames_at_wake_ = frames;
+        continue;
+      }
+    }
     // A wire port wakes us through its af_packet socket, readable while a
     // frame waits in its ring: a frame before the last look below is found by
     // it, one after it makes the fd readable. No filter is switched per nap
@@ -500,6 +564,7 @@ void Engine::run() {
     if (wait_ns) io_.run_one_for(std::chrono::nanoseconds(wait_ns));
     woke_ns_ = monotonic_ns();
     idle_.woke(woke_ns_);
+    frames_at_wake_ = device_.counters().rx_packets;
     if (wire_frame_seen_) device_.count_wire_wakeup();
     if (io_.stopped()) io_.restart();
     shared_->sleeping.store(0, std::memory_order_relaxed);

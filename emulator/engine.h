@@ -11,13 +11,16 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 #include <unordered_map>
 
 #include "cm/cm_agent.h"
 #include "cm/device_link.h"
 #include "device/device.h"
 #include "emulator/access.h"
+#include "emulator/engine_migration.h"
 #include "emulator/idle_policy.h"
 #include "emulator/sysfs_tree.h"
 #include "net/netdev.h"
@@ -37,7 +40,10 @@ class Session;
   X(engine_ops_refused, "fault/capture/port requests refused: not the owner or root") \
   X(control_messages, "control messages served (the data path, TM list ops included, sends none)") \
   X(gid_changes, "GID table changes: the bound interface's addresses came or went (IBV_EVENT_GID_CHANGE)") \
-  X(roce_port_datagrams, "RoCE datagrams the kernel also delivered to the engine's UDP 4791 sockets on the bound interface, discarded (--netdev)")
+  X(roce_port_datagrams, "RoCE datagrams the kernel also delivered to the engine's UDP 4791 sockets on the bound interface, discarded (--netdev)") \
+  X(wire_moderated_naps, "naps on a timer instead of the wire port's wakeup, while a stream arrives (emulator/wire_moderation.h)") \
+  X(cpu_moves_away, "moves off the CPU shared with another engine while streaming for sleeping clients (emulator/engine_migration.h)") \
+  X(cpu_moves_home, "moves back to the engine's own CPU")
 
 struct EngineCounters {
 #define UROCE_ENGINE_COUNTER_FIELD(name, desc) uint64_t name = 0;
@@ -74,6 +80,10 @@ class Engine {
   void start();
   // Tells clients the CPU the engine thread is pinned to (after start()).
   void announce_polling_cpu(int cpu);
+  // The engine chose home (uroced --cpu auto) of the CPUs it may use, the
+  // rest being away: it may move there while it streams for sleeping
+  // clients (emulator/engine_migration.h).
+  void enable_migration(int home, std::vector<int> away);
   // Runs until SIGTERM/SIGINT.
   void run();
 
@@ -140,6 +150,7 @@ class Engine {
   // Busy this long after a sleep, the engine takes the wakeup fd off epoll.
   static constexpr uint64_t kWireWaitKeepNs = 50'000;
   uint64_t woke_ns_ = 0;  // when the last sleep ended
+  uint64_t frames_at_wake_ = 0;  // the device's rx_packets when the last sleep or nap ended
   bool wire_frame_seen_ = false;    // it completed during the last sleep: a frame woke us
   net::Netdev netdev_;
   net::UdpPortGuard port_guard_;
@@ -161,6 +172,13 @@ class Engine {
   // By Owner::id, one of each kind.
   std::unordered_map<uint64_t, std::array<std::string, size_t(Snapshot::kCount)>> snapshots_;
   IdlePolicy idle_;
+  // Moving off a CPU shared with another engine (enable_migration).
+  void check_migration(uint64_t now);
+  std::optional<EngineMigration> migration_;
+  int home_cpu_ = -1;
+  std::vector<int> away_cpus_;
+  uint64_t next_migration_ns_ = 0;
+  int migration_schedstat_fd_ = -1;
   EngineCounters counters_;
 };
 

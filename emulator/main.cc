@@ -12,6 +12,7 @@
 #include <iostream>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "emulator/command_line.h"
 #include "emulator/engine.h"
@@ -69,6 +70,7 @@ int main(int argc, char** argv) {
     const bool auto_cpu = config.cpu == uroce::emulator::EngineConfig::kCpuAuto;
     std::optional<uroce::PlacementLock> placement;
     if (auto_cpu) placement.emplace();
+    const std::vector<int> allowed = uroce::current_cpus();
     const int cpu = auto_cpu ? uroce::choose_engine_cpu() : config.cpu;
     const bool pinned = cpu >= 0 && uroce::pin_current_thread({cpu});
     const int pin_errno = errno;
@@ -78,6 +80,12 @@ int main(int argc, char** argv) {
     else if (cpu >= 0) {
       std::fprintf(stderr, "uroced: polling on CPU %d\n", cpu);
       engine.announce_polling_cpu(cpu);
+      if (auto_cpu) {
+        std::vector<int> away;
+        for (int c : allowed)
+          if (c != cpu) away.push_back(c);
+        engine.enable_migration(cpu, std::move(away));
+      }
     }
     std::fprintf(stderr, "uroced: %s ready on %s\n", config.device.name.c_str(),
                  uroce::engine_socket_path(config.runtime_dir, config.device.name).c_str());

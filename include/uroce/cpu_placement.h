@@ -110,19 +110,40 @@ void for_each_process(Fn fn) {
   closedir(d);
 }
 
-// When a process started, in clock ticks since boot (/proc/PID/stat field
-// 22); 0 if unknown.
-inline unsigned long long process_start_ticks(int pid) {
+// Fields first..last of /proc/PID/stat (numbered as proc(5) numbers them,
+// from 3: after the command name, which may hold spaces), or {} if the
+// process is gone.
+inline std::vector<std::string> process_stat_fields(int pid, int first, int last) {
   std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
   std::string stat;
   std::getline(f, stat);
   const size_t close = stat.rfind(')');
-  if (close == std::string::npos) return 0;
+  if (close == std::string::npos) return {};
   std::istringstream rest(stat.substr(close + 1));
+  std::vector<std::string> out;
   std::string field;
-  for (int i = 3; i <= 22 && rest >> field; ++i)
-    if (i == 22) return std::strtoull(field.c_str(), nullptr, 10);
-  return 0;
+  for (int i = 3; i <= last && rest >> field; ++i)
+    if (i >= first) out.push_back(field);
+  if (out.size() != size_t(last - first + 1)) return {};
+  return out;
+}
+
+// When a process started, in clock ticks since boot (/proc/PID/stat field
+// 22); 0 if unknown.
+inline unsigned long long process_start_ticks(int pid) {
+  const std::vector<std::string> f = process_stat_fields(pid, 22, 22);
+  return f.empty() ? 0 : std::strtoull(f[0].c_str(), nullptr, 10);
+}
+
+// The CPU time all of a process's threads have used (/proc/PID/stat fields
+// 14 and 15, user and system), in nanoseconds; false if the process is gone.
+inline bool process_cpu_ns(int pid, uint64_t* out) {
+  const std::vector<std::string> f = process_stat_fields(pid, 14, 15);
+  if (f.empty()) return false;
+  static const long hz = sysconf(_SC_CLK_TCK);
+  const uint64_t ticks = std::strtoull(f[0].c_str(), nullptr, 10) + std::strtoull(f[1].c_str(), nullptr, 10);
+  *out = ticks * (1'000'000'000 / uint64_t(hz > 0 ? hz : 100));
+  return true;
 }
 
 // The engines pinned to one CPU: how many, and when the youngest of them

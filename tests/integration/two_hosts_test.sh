@@ -120,6 +120,55 @@ else
 fi
 pair send_lat 60 ib_send_lat -x 0 -n 1000
 
+# The receiving engine moves off the CPU it shares with the sending one
+# while it streams for a client that sleeps (ib_write_bw's server waits in
+# a socket read), and back when the stream ends (emulator/engine_migration.h);
+# it stays while its client polls (ib_send_bw's server). Each streaming
+# engine naps on a timer instead of being woken by the sender for every few
+# frames (emulator/wire_moderation.h). Two CPUs, as the placement above.
+engine_stat() { "$UROCE_BIN" stats --name "$1" | awk -v k="$2" '$1 == k {print $2}'; }
+if (($(nproc) == 2)); then
+  pid_b=$(cat "$UROCE_RUNTIME_DIR/hostB.pid")
+  home_b=$(awk '/^Cpus_allowed_list:/ {print $2}' "/proc/$pid_b/status")
+  away_a0=$(engine_stat hostA cpu_moves_away) away_b0=$(engine_stat hostB cpu_moves_away)
+  naps_b0=$(engine_stat hostB wire_moderated_naps)
+  pair write_bw_stream 90 ib_write_bw -x 0 -m 4096 -s 65536 -D 3
+  away_a=$(($(engine_stat hostA cpu_moves_away) - away_a0)) away_b=$(($(engine_stat hostB cpu_moves_away) - away_b0))
+  naps_b=$(($(engine_stat hostB wire_moderated_naps) - naps_b0))
+  if ((away_b >= 1 && away_a == 0)); then
+    echo "ok   the receiving engine moved off the shared CPU ($away_b times), the sending one stayed"
+  else
+    echo "FAIL engine moves during ib_write_bw: receiver $away_b, sender $away_a (expected >= 1 and 0)"
+    failures=$((failures + 1))
+  fi
+  if ((naps_b > 100)); then
+    echo "ok   the receiving engine napped $naps_b times on its timer while the stream came"
+  else
+    echo "FAIL the receiving engine napped $naps_b times on its timer during a 3 s stream"
+    failures=$((failures + 1))
+  fi
+  back=""
+  for ((i = 0; i < 30; i++)); do  # a window or two after the stream
+    (($(engine_stat hostB cpu_moves_home) >= $(engine_stat hostB cpu_moves_away))) &&
+      [[ $(awk '/^Cpus_allowed_list:/ {print $2}' "/proc/$pid_b/task/$pid_b/status") == "$home_b" ]] && back=1 && break
+    sleep 0.1
+  done
+  if [[ $back ]]; then
+    echo "ok   the receiving engine went back to CPU $home_b after the stream"
+  else
+    echo "FAIL the receiving engine is not back on CPU $home_b 3 s after the stream"
+    failures=$((failures + 1))
+  fi
+  away_b0=$(engine_stat hostB cpu_moves_away)
+  pair send_bw_stream 90 ib_send_bw -x 0 -m 4096 -s 65536 -D 2
+  if (($(engine_stat hostB cpu_moves_away) == away_b0)); then
+    echo "ok   the receiving engine stayed beside the sending one while its client polled"
+  else
+    echo "FAIL the receiving engine moved during ib_send_bw, whose server polls"
+    failures=$((failures + 1))
+  fi
+fi
+
 # RoCEv2 over IPv6 (GID 2; neighbour discovery instead of ARP).
 pair rc_pingpong_ipv6 60 ibv_rc_pingpong -g 2 -m 1024 -c -n 500
 pair ud_pingpong_ipv6 60 ibv_ud_pingpong -g 2 -s 1024 -n 500
