@@ -299,7 +299,7 @@ void Engine::announce_polling_cpu(int cpu) {
 }
 
 void Engine::enable_migration(int home, std::vector<int> away) {
-  if (away.empty()) return;
+  if (away.empty() || !device_.has_wire()) return;  // a stream comes over a wire port
   // The polling thread's own statistics: this runs on it, before run().
   migration_schedstat_fd_ = open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
   if (migration_schedstat_fd_ < 0) return;

@@ -11,7 +11,7 @@
 // while the clients' CPU holds only the sender's client, which yields it on
 // every empty poll. There the receiver is better off: measured on the 2-CPU
 // VM (docs/PERFORMANCE.md, "An engine that moves while its clients sleep"),
-// ib_write_bw 64 KiB between the engines gained a fifth. Both ends' clients
+// ib_write_bw 64 KiB between the engines gained a quarter. Both ends' clients
 // spinning (raw_ethernet_bw, ib_send_bw, latency tests) keep the engines
 // together, where the decision of include/uroce/cpu_placement.h was measured.
 //
