@@ -322,14 +322,18 @@ void Engine::check_migration(uint64_t now) {
     return;
   }
   s.delay_ns = stat.delay_ns;
-  for (const auto& [_, session] : sessions_) {
-    uint64_t ns = 0;
-    const pid_t pid = session->owner().mem.pid();
-    if (pid > 0 && process_cpu_ns(pid, &ns)) s.clients_ns += ns;
-    else s.clients_known = false;
-  }
+  const auto clients_ns = [this](uint64_t* total) {
+    *total = 0;
+    for (const auto& [_, session] : sessions_) {
+      uint64_t ns = 0;
+      const pid_t pid = session->owner().mem.pid();
+      if (pid <= 0 || !process_cpu_ns(pid, &ns)) return false;
+      *total += ns;
+    }
+    return true;
+  };
   const auto shares_home = [this] { return engine_pinned_cpus(int(getpid())).count(home_cpu_) > 0; };
-  switch (migration_->decide(s, shares_home)) {
+  switch (migration_->decide(s, clients_ns, shares_home)) {
     case EngineMigration::Move::kAway:
       if (pin_current_thread(away_cpus_)) ++counters_.cpu_moves_away;
       break;

@@ -17,8 +17,8 @@
 //
 // So an engine placed beside another one (uroced --cpu auto) looks every
 // window at its own figures: wire frames handled, its run delay (time
-// runnable but waiting for its CPU), and the CPU time of its clients'
-// processes. Busy with frames, waiting for its CPU, its clients asleep, two
+// runnable but waiting for its CPU), and, while frames come, the CPU time of
+// its clients' processes. Busy with frames, waiting for its CPU, its clients asleep, two
 // windows in a row, and another engine pinned to its CPU: it moves to the
 // other CPUs. It goes back when its frames stop, when a client of its own
 // wakes, or when it waits for the CPU there too (then it stays home a while,
@@ -48,16 +48,16 @@ class EngineMigration {
     uint64_t now_ns = 0;
     uint64_t frames = 0;      // wire frames received and sent
     uint64_t delay_ns = 0;    // the polling thread's run delay
-    uint64_t clients_ns = 0;  // CPU time of the clients' processes
-    bool clients_known = true;  // false: some client's CPU time could not be read
   };
   enum class Move : uint8_t { kStay, kAway, kHome };
 
-  // Called once a window. shares_home() says whether another engine is pinned
-  // to the home CPU (a scan of /proc: asked only when everything else says
-  // move away).
-  template <typename SharesHome>
-  Move decide(const Sample& s, SharesHome&& shares_home) {
+  // Called once a window. clients_ns(&ns) reads the CPU time the clients'
+  // processes have used (a file of /proc per client: read only while the
+  // engine is busy with frames; false if some client's could not be read).
+  // shares_home() says whether another engine is pinned to the home CPU (a
+  // scan of /proc: asked only when everything else says move away).
+  template <typename ClientsNs, typename SharesHome>
+  Move decide(const Sample& s, ClientsNs&& clients_ns, SharesHome&& shares_home) {
     const bool first = !have_last_;
     const Sample last = last_;
     last_ = s;
@@ -69,8 +69,18 @@ class EngineMigration {
     const auto per_window = [elapsed](uint64_t v) { return uint64_t(double(v) * kWindowNs / double(elapsed)); };
     const uint64_t frames = per_window(s.frames - last.frames);
     const uint64_t delay = per_window(s.delay_ns - last.delay_ns);
-    const uint64_t clients = per_window(s.clients_ns - last.clients_ns);
-    const bool streaming = frames >= kBusyFrames && s.clients_known && clients <= kClientsIdleNs;
+    // The clients' CPU time over a window needs a reading at both ends: the
+    // first busy window only takes one. A total that fell (a client left)
+    // counts as busy.
+    bool clients_asleep = false;
+    const bool busy = frames >= kBusyFrames;
+    uint64_t clients = 0;
+    const bool clients_read = busy && clients_ns(&clients);
+    if (clients_read && have_clients_ && clients >= last_clients_ns_)
+      clients_asleep = per_window(clients - last_clients_ns_) <= kClientsIdleNs;
+    have_clients_ = clients_read;
+    last_clients_ns_ = clients;
+    const bool streaming = busy && clients_asleep;
     if (away_) {
       const bool crowded = delay >= kDelayedAwayNs;
       const bool crowded_twice = crowded && last_crowded_;
@@ -99,6 +109,8 @@ class EngineMigration {
  private:
   Sample last_;
   bool have_last_ = false;
+  uint64_t last_clients_ns_ = 0;
+  bool have_clients_ = false;  // last_clients_ns_ was read in the last window
   bool away_ = false;
   bool last_wanted_ = false;
   bool last_crowded_ = false;

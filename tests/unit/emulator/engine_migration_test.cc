@@ -15,19 +15,29 @@ constexpr uint64_t kW = EngineMigration::kWindowNs;
 struct Feed {
   EngineMigration m;
   EngineMigration::Sample s;
+  uint64_t clients_total = 0;
+  bool clients_known = true;
   bool shares = true;
-  int asked = 0;  // times shares_home() was called
+  int asked = 0;         // times shares_home() was called
+  int clients_read = 0;  // times clients_ns() was called
 
   // One window: frames, run delay and clients' CPU time during it.
   Move window(uint64_t frames, uint64_t delay_ns, uint64_t clients_ns, uint64_t length_ns = kW) {
     s.now_ns += length_ns;
     s.frames += frames;
     s.delay_ns += delay_ns;
-    s.clients_ns += clients_ns;
-    return m.decide(s, [this] {
-      ++asked;
-      return shares;
-    });
+    clients_total += clients_ns;
+    return m.decide(
+        s,
+        [this](uint64_t* ns) {
+          ++clients_read;
+          *ns = clients_total;
+          return clients_known;
+        },
+        [this] {
+          ++asked;
+          return shares;
+        });
   }
   // A window that calls for a move away: a stream, half the window waiting
   // for the CPU, clients asleep.
@@ -37,6 +47,9 @@ struct Feed {
 TEST(EngineMigration, MovesAwayAfterTwoWindowsOfStreamingForSleepingClients) {
   Feed f;
   EXPECT_EQ(f.window(0, 0, 0), Move::kStay) << "the first sample only starts the count";
+  EXPECT_EQ(f.window(100, 0, 0), Move::kStay);
+  EXPECT_EQ(f.clients_read, 0) << "no frames: the clients' CPU time is not read";
+  EXPECT_EQ(f.streaming(), Move::kStay) << "the first busy window only reads the clients' time";
   EXPECT_EQ(f.streaming(), Move::kStay) << "one window is not enough";
   EXPECT_EQ(f.asked, 0) << "the /proc scan waits until everything else says move";
   EXPECT_EQ(f.streaming(), Move::kAway);
@@ -65,7 +78,7 @@ TEST(EngineMigration, StaysHomeWhileItsClientsRunOrItGetsTheCpuOrIsIdle) {
   for (int i = 0; i < 4; ++i) EXPECT_EQ(idle.window(100, kW / 2, 0), Move::kStay);
   Feed unknown_clients;
   unknown_clients.window(0, 0, 0);
-  unknown_clients.s.clients_known = false;
+  unknown_clients.clients_known = false;
   for (int i = 0; i < 4; ++i) EXPECT_EQ(unknown_clients.streaming(), Move::kStay);
   EXPECT_EQ(busy_clients.asked + undelayed.asked + idle.asked + unknown_clients.asked, 0);
 }
@@ -73,8 +86,22 @@ TEST(EngineMigration, StaysHomeWhileItsClientsRunOrItGetsTheCpuOrIsIdle) {
 TEST(EngineMigration, AStreamBrokenByAQuietWindowStartsTheCountAgain) {
   Feed f;
   f.window(0, 0, 0);
+  f.streaming();
   EXPECT_EQ(f.streaming(), Move::kStay);
   EXPECT_EQ(f.window(0, 0, 0), Move::kStay);
+  EXPECT_EQ(f.streaming(), Move::kStay);
+  EXPECT_EQ(f.streaming(), Move::kStay);
+  EXPECT_EQ(f.streaming(), Move::kAway);
+}
+
+TEST(EngineMigration, AClientThatLeftCountsAsBusy) {
+  Feed f;
+  f.clients_total = 1'000'000'000;
+  f.window(0, 0, 0);
+  f.streaming();
+  f.streaming();
+  f.clients_total = 0;  // a client's process with all its CPU time gone
+  EXPECT_EQ(f.streaming(), Move::kStay);
   EXPECT_EQ(f.streaming(), Move::kStay);
   EXPECT_EQ(f.streaming(), Move::kAway);
 }
@@ -83,14 +110,17 @@ TEST(EngineMigration, GoesHomeWhenTheStreamEndsOrAClientWakes) {
   Feed ends;
   ends.window(0, 0, 0);
   ends.streaming();
+  ends.streaming();
   ASSERT_EQ(ends.streaming(), Move::kAway);
   EXPECT_EQ(ends.window(10, 0, 0), Move::kHome);
   EXPECT_FALSE(ends.m.away());
+  ends.streaming();
   ends.streaming();
   EXPECT_EQ(ends.streaming(), Move::kAway) << "no hold after a plain return";
 
   Feed wakes;
   wakes.window(0, 0, 0);
+  wakes.streaming();
   wakes.streaming();
   ASSERT_EQ(wakes.streaming(), Move::kAway);
   EXPECT_EQ(wakes.window(20'000, 0, kW / 2), Move::kHome);
@@ -99,6 +129,7 @@ TEST(EngineMigration, GoesHomeWhenTheStreamEndsOrAClientWakes) {
 TEST(EngineMigration, CrowdedAwayTwiceGoesHomeAndHoldsThereLongerEachTime) {
   Feed f;
   f.window(0, 0, 0);
+  f.streaming();
   f.streaming();
   ASSERT_EQ(f.streaming(), Move::kAway);
   EXPECT_EQ(f.window(20'000, kW / 2, 0), Move::kStay) << "one crowded window";
@@ -121,6 +152,7 @@ TEST(EngineMigration, FiguresAreTakenPerWindowOfTheTimeThatPassed) {
   // windows is 2,000 a window, busy; 2,000 is 200, not.
   Feed slow;
   slow.window(0, 0, 0);
+  EXPECT_EQ(slow.window(20'000, 10 * kW / 2, 0, 10 * kW), Move::kStay);
   EXPECT_EQ(slow.window(20'000, 10 * kW / 2, 0, 10 * kW), Move::kStay);
   EXPECT_EQ(slow.window(20'000, 10 * kW / 2, 0, 10 * kW), Move::kAway);
   Feed quiet;
